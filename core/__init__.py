@@ -1,0 +1,40 @@
+"""Numeric core of the attention dashboard: NumPy reference, Numba CPU and CUDA kernels.
+
+Importing ``core`` prepares Numba before it is first imported:
+- a writable on-disk cache for compiled kernels (``NUMBA_CACHE_DIR``), so a read-only install
+  (a hosted demo) still compiles each kernel once, not once per process;
+- a thread-safe threading layer, because Streamlit runs every session in its own thread and
+  Numba's default ``workqueue`` layer aborts when two threads enter parallel code at once.
+"""
+import os
+import tempfile
+
+
+def _writable(path: str) -> bool:
+    try:
+        os.makedirs(path, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            return True
+    except OSError:
+        return False
+
+
+def _choose_cache_dir() -> str | None:
+    """Leave Numba's default (``__pycache__`` beside the sources) when that is writable."""
+    if os.environ.get("NUMBA_CACHE_DIR"):
+        return None
+    if _writable(os.path.join(os.path.dirname(__file__), "__pycache__")):
+        return None
+    home_cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    for candidate in (os.path.join(home_cache, "attention-lab", "numba"),
+                      os.path.join(tempfile.gettempdir(), "attention-lab-numba")):
+        if _writable(candidate):
+            return candidate
+    return None
+
+
+_cache_dir = _choose_cache_dir()
+if _cache_dir:
+    os.environ["NUMBA_CACHE_DIR"] = _cache_dir
+# 'threadsafe' picks TBB or OpenMP, whichever is installed; never 'workqueue'.
+os.environ.setdefault("NUMBA_THREADING_LAYER", "threadsafe")
