@@ -1,0 +1,59 @@
+"""Input checks shared by the public operations: clear ``ValueError`` messages in the user's terms."""
+from __future__ import annotations
+
+import numpy as np
+
+FLOAT_DTYPES = (np.float32, np.float64)
+
+
+def as_float_array(x, name: str, dtype=None) -> np.ndarray:
+    """Convert ``x`` to a finite float32/float64 array.
+
+    Integers and booleans are converted (to float64, or ``dtype``); complex, text and objects are
+    refused; NaN and infinity are refused with the name of the offending input.
+    """
+    try:
+        arr = np.asarray(x)
+    except Exception as err:  # ragged lists and the like
+        raise ValueError(f"{name} is not a numeric array ({err}).") from None
+    if arr.dtype.kind == "c":
+        raise ValueError(f"{name} is complex; attention needs real numbers.")
+    if arr.dtype.kind not in "biuf":
+        raise ValueError(f"{name} must contain numbers, got values of type {arr.dtype}.")
+    if dtype is None:
+        dtype = arr.dtype if arr.dtype in FLOAT_DTYPES else np.float64
+    arr = np.ascontiguousarray(arr, dtype=dtype)
+    if not np.isfinite(arr).all():
+        bad = "NaN" if np.isnan(arr).any() else "an infinite value"
+        raise ValueError(f"{name} contains {bad}; every entry must be a finite number.")
+    return arr
+
+
+def common_dtype(*arrays) -> np.dtype:
+    """float32 only when every float input is float32; otherwise float64."""
+    kinds = [np.asarray(a).dtype for a in arrays if a is not None]
+    if kinds and all(k == np.float32 for k in kinds):
+        return np.dtype(np.float32)
+    return np.dtype(np.float64)
+
+
+def require_ndim(arr: np.ndarray, name: str, low: int, high: int) -> None:
+    if not low <= arr.ndim <= high:
+        raise ValueError(f"{name} must have {low} to {high} dimensions, got shape {arr.shape}.")
+
+
+def require_nonempty(arr: np.ndarray, name: str) -> None:
+    if arr.size == 0 or 0 in arr.shape:
+        raise ValueError(f"{name} is empty (shape {arr.shape}); a sequence needs at least one token.")
+
+
+def check_heads(d_model: int, n_heads: int) -> int:
+    """Return the head width ``d_model // n_heads``; refuse a head count that does not divide it."""
+    if int(n_heads) != n_heads or n_heads < 1:
+        raise ValueError(f"The number of heads must be a positive whole number, got {n_heads}.")
+    if d_model % n_heads:
+        raise ValueError(
+            f"d_model = {d_model} cannot be split evenly into {n_heads} heads "
+            f"({d_model} / {n_heads} is not a whole number); pick a head count that divides d_model."
+        )
+    return d_model // n_heads
