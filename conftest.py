@@ -1,0 +1,10 @@
+"""Test setup shared by every test module.
+
+The CUDA kernels run through Numba's CUDA simulator unless a real NVIDIA GPU is present; the
+variable must be set before Numba is first imported, which is why it lives here.
+"""
+import os
+import shutil
+
+if shutil.which("nvidia-smi") is None:
+    os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
