@@ -1,0 +1,362 @@
+"""Measurements of attention: selectivity in bits, rank, cost, and parameter counts.
+
+Everything here is plain arithmetic on shapes or small arrays; nothing calls a kernel.
+
+Parameter counts follow the packed layout of the project (``W_Q, W_K, W_V, W_O`` all
+``d_model x d_model`` when ``d_k = d_v = d_model / H``) and the original Transformer block:
+attention, a two-layer feed-forward network, and LayerNorms (a gain and a bias each).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from core.validate import as_float_array, check_heads
+
+# ---------------------------------------------------------------------------------------------
+# selectivity, rank, cost
+# ---------------------------------------------------------------------------------------------
+
+
+def row_entropy_bits(A) -> np.ndarray:
+    """Shannon entropy of each row of an attention matrix, in bits.
+
+    ``H_t = - sum_i A[t, i] log2 A[t, i]``, with ``0 log 0 = 0`` (masked keys cost nothing).
+    A one-hot row has 0 bits; a uniform row over ``n`` keys has ``log2 n`` bits.
+
+    Parameters
+    ----------
+    A : array_like, shape (..., Tq, Tk)
+        Row-stochastic attention weights.
+
+    Returns
+    -------
+    ndarray, shape (..., Tq)
+    """
+    A = as_float_array(A, "The attention weights")
+    if A.ndim < 1:
+        raise ValueError("The attention weights must have at least one axis (the keys).")
+    safe = np.where(A > 0, A, 1.0)                 # log2(1) = 0 stands in for 0 log 0
+    H = -(A * np.log2(safe)).sum(axis=-1)
+    return np.maximum(H, 0.0)                      # -0.0 and -1e-17 read as 0 bits
+
+
+def effective_positions(A) -> np.ndarray:
+    """``2 ** H_t``: how many keys a row blends, as if it were uniform over that many; ``(..., Tq)``."""
+    return 2.0 ** row_entropy_bits(A)
+
+
+def score_rank(Q, K, tol: float | None = None):
+    """Numerical rank of the score matrix ``Q K^T`` (at most ``d_k``).
+
+    A singular value counts when it exceeds
+    ``tol = max(Tq, Tk, d_k) * eps * ||Q||_2 * ||K||_2``: the size of the rounding error in
+    forming the product, so a score matrix that is zero up to rounding has rank 0, and the
+    answer does not change when ``Q`` or ``K`` is scaled.
+
+    Parameters
+    ----------
+    Q : array_like, shape (..., Tq, d_k)
+    K : array_like, shape (..., Tk, d_k)
+    tol : float, optional
+        An absolute threshold instead of the one above.
+
+    Returns
+    -------
+    int, or ndarray of int with shape ``(...)`` for stacked heads.
+    """
+    Q = as_float_array(Q, "Q", dtype=np.float64)
+    K = as_float_array(K, "K", dtype=np.float64)
+    if Q.ndim < 2 or K.ndim < 2 or Q.shape[-1] != K.shape[-1]:
+        raise ValueError(f"Q (..., Tq, d_k) and K (..., Tk, d_k) must share d_k; got shapes "
+                         f"{Q.shape} and {K.shape}.")
+    S = Q @ np.swapaxes(K, -1, -2)                                   # (..., Tq, Tk)
+    sv = np.linalg.svd(S, compute_uv=False)                          # (..., min(Tq, Tk))
+    if tol is None:
+        norm_q = np.linalg.svd(Q, compute_uv=False)[..., 0]         # (...)
+        norm_k = np.linalg.svd(K, compute_uv=False)[..., 0]
+        size = max(Q.shape[-2], K.shape[-2], Q.shape[-1])
+        tol = size * np.finfo(np.float64).eps * norm_q * norm_k
+    rank = (sv > np.asarray(tol)[..., None]).sum(axis=-1)
+    return int(rank) if np.ndim(rank) == 0 else rank
+
+
+def score_flops(T: int, d_k: int, n_heads: int = 1) -> int:
+    """Floating-point operations to form the scores of ``n_heads`` heads of width ``d_k``.
+
+    Each of the ``T^2`` scores is a length-``d_k`` dot product (``d_k`` multiplies, ``d_k`` adds):
+    ``FLOPs = n_heads * 2 * T^2 * d_k``.
+    """
+    for name, v in (("T", T), ("d_k", d_k), ("n_heads", n_heads)):
+        if int(v) != v or v < 1:
+            raise ValueError(f"{name} must be a positive whole number, got {v}.")
+    return int(n_heads) * 2 * int(T) ** 2 * int(d_k)
+
+
+@dataclass(frozen=True)
+class ScoreCost:
+    """Score FLOPs of one head of width ``d_model`` against ``H`` heads of width ``d_model / H``."""
+
+    one_wide_head: int
+    narrow_heads: int
+    n_heads: int
+    d_k: int
+
+
+def wide_vs_narrow_score_flops(T: int, d_model: int, n_heads: int) -> ScoreCost:
+    """Compare the score cost of one wide head with ``H`` narrow heads.
+
+    ``2 T^2 d_model`` (one head of width ``d_model``) versus
+    ``H * 2 T^2 (d_model / H)`` (``H`` heads of width ``d_model / H``): the same number; the
+    narrow heads buy ``H`` attention patterns, each of rank at most ``d_model / H``.
+    """
+    d_k = check_heads(d_model, n_heads)
+    return ScoreCost(score_flops(T, d_model, 1), score_flops(T, d_k, n_heads), n_heads, d_k)
+
+
+# ---------------------------------------------------------------------------------------------
+# parameter counts of the pieces
+# ---------------------------------------------------------------------------------------------
+
+
+def mha_param_shapes(d_model: int, n_heads: int, bias: bool = False) -> dict[str, tuple[int, ...]]:
+    """Shapes of every array of one multi-head attention block, head by head.
+
+    ``W_Q^h, W_K^h, W_V^h`` are ``(d_model, d_k)``; ``W_O`` is ``(H d_v, d_model)``; with ``bias``
+    each projection also has a bias (``(d_k,)`` per head, ``(d_model,)`` for the output).
+    """
+    d_k = check_heads(d_model, n_heads)
+    shapes: dict[str, tuple[int, ...]] = {}
+    for h in range(n_heads):
+        for proj in ("Q", "K", "V"):
+            shapes[f"W_{proj}^{h + 1}"] = (d_model, d_k)
+            if bias:
+                shapes[f"b_{proj}^{h + 1}"] = (d_k,)
+    shapes["W_O"] = (n_heads * d_k, d_model)
+    if bias:
+        shapes["b_O"] = (d_model,)
+    return shapes
+
+
+def mha_param_count(d_model: int, n_heads: int, bias: bool = False) -> int:
+    """Parameters of one multi-head attention block.
+
+    ``3 d_model^2`` (``W_Q, W_K, W_V``, every head together) ``+ d_model^2`` (``W_O``) ``= 4 d_model^2``,
+    plus ``4 d_model`` with biases. ``n_heads`` does not appear: more heads means narrower heads
+    (``d_k = d_model / H``), not more weights. ``n_heads`` must divide ``d_model``.
+    """
+    check_heads(d_model, n_heads)
+    return 4 * d_model * d_model + (4 * d_model if bias else 0)
+
+
+def ffn_param_count(d_model: int, d_ff: int, bias: bool = True) -> int:
+    """Parameters of the position-wise feed-forward network ``relu(x W_1 + b_1) W_2 + b_2``.
+
+    ``2 d_model d_ff`` weights, plus ``d_ff + d_model`` biases.
+    """
+    return 2 * d_model * d_ff + ((d_ff + d_model) if bias else 0)
+
+
+def layernorm_param_count(d_model: int, n: int = 1) -> int:
+    """``n`` LayerNorms, each a gain and a bias of width ``d_model``: ``2 n d_model``."""
+    return 2 * n * d_model
+
+
+@dataclass(frozen=True)
+class BlockParams:
+    """Parameters of one Transformer layer, by sublayer."""
+
+    self_attention: int
+    cross_attention: int
+    ffn: int
+    layernorms: int
+
+    @property
+    def total(self) -> int:
+        return self.self_attention + self.cross_attention + self.ffn + self.layernorms
+
+
+def block_param_count(d_model: int, n_heads: int, d_ff: int, *, cross_attention: bool = False,
+                      bias: bool = True) -> BlockParams:
+    """Parameters of one layer: attention, FFN and LayerNorms.
+
+    Encoder layer (and a decoder-only layer): ``4 d^2 (+4d) + 2 d d_ff (+d_ff + d) + 2 * 2d``.
+    Decoder layer of an encoder-decoder model adds cross-attention and a third LayerNorm:
+    ``+ 4 d^2 (+4d) + 2d``.
+    """
+    attn = mha_param_count(d_model, n_heads, bias)
+    n_norms = 3 if cross_attention else 2
+    return BlockParams(self_attention=attn,
+                       cross_attention=attn if cross_attention else 0,
+                       ffn=ffn_param_count(d_model, d_ff, bias),
+                       layernorms=layernorm_param_count(d_model, n_norms))
+
+
+# ---------------------------------------------------------------------------------------------
+# whole models
+# ---------------------------------------------------------------------------------------------
+
+ARCHITECTURES = ("encoder-only", "decoder-only", "encoder-decoder")
+POSITIONAL = ("sinusoidal", "learned")
+
+
+@dataclass(frozen=True)
+class TransformerSpec:
+    """What a Transformer is made of, as far as its parameter count cares.
+
+    ``n_encoder_layers`` / ``n_decoder_layers``: an encoder-only model has no decoder layers, a
+    decoder-only model no encoder layers (its layers have no cross-attention).
+    ``positional``: ``"sinusoidal"`` (fixed, 0 parameters) or ``"learned"`` (``max_positions x d``
+    per stack). ``lm_head``: an output projection to the vocabulary exists; ``tied_output``: it
+    reuses the token embedding (0 new weights). ``shared_embeddings``: encoder and decoder read
+    one token table (encoder-decoder only). ``final_layernorm``: one LayerNorm after each stack
+    (pre-norm models). ``pooler``: BERT's ``d x d`` dense layer on the first token.
+    """
+
+    architecture: str = "encoder-decoder"
+    d_model: int = 512
+    n_heads: int = 8
+    d_ff: int = 2048
+    n_encoder_layers: int = 6
+    n_decoder_layers: int = 6
+    vocab_size: int = 37000
+    positional: str = "sinusoidal"
+    max_positions: int = 512
+    bias: bool = True
+    lm_head: bool = True
+    tied_output: bool = True
+    output_bias: bool = False
+    shared_embeddings: bool = True
+    n_segments: int = 0
+    embedding_layernorm: bool = False
+    final_layernorm: bool = False
+    pooler: bool = False
+    name: str = "custom"
+    published_total: int | None = None
+    source: str = ""
+
+    def __post_init__(self):
+        if self.architecture not in ARCHITECTURES:
+            raise ValueError(f"Unknown architecture {self.architecture!r}; choose one of {', '.join(ARCHITECTURES)}.")
+        if self.positional not in POSITIONAL:
+            raise ValueError(f"Unknown positional encoding {self.positional!r}; choose one of {', '.join(POSITIONAL)}.")
+        for name in ("d_model", "d_ff", "vocab_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}.")
+        check_heads(self.d_model, self.n_heads)
+        enc, dec = self.n_encoder_layers, self.n_decoder_layers
+        if enc < 0 or dec < 0:
+            raise ValueError("Layer counts cannot be negative.")
+        wants = {"encoder-only": (enc >= 1 and dec == 0), "decoder-only": (enc == 0 and dec >= 1),
+                 "encoder-decoder": (enc >= 1 and dec >= 1)}[self.architecture]
+        if not wants:
+            raise ValueError(
+                f"An {self.architecture} model needs "
+                + {"encoder-only": "encoder layers and no decoder layers",
+                   "decoder-only": "decoder layers and no encoder layers",
+                   "encoder-decoder": "both encoder and decoder layers"}[self.architecture]
+                + f"; got {enc} encoder and {dec} decoder layers.")
+
+
+@dataclass(frozen=True)
+class ModelParams:
+    """A model's parameter count, part by part (``parts`` keeps a readable order), and the total."""
+
+    parts: dict[str, int] = field(default_factory=dict)
+    total: int = 0
+
+    def rows(self) -> list[tuple[str, int, float]]:
+        """``(part, count, share of total)`` for a table."""
+        return [(k, v, v / self.total if self.total else 0.0) for k, v in self.parts.items()]
+
+
+def model_param_count(spec: TransformerSpec) -> ModelParams:
+    """Parameters of a whole Transformer, part by part.
+
+    - token embeddings: ``V d`` (twice for an encoder-decoder that does not share them);
+    - positions: 0 for sinusoidal, ``max_positions * d`` per stack when learned;
+    - segments ``n_segments * d``; embedding LayerNorm ``2d``;
+    - each encoder layer ``4d^2 + 2 d d_ff + 2 * 2d`` (+ biases ``4d + d_ff + d``);
+    - each decoder layer of an encoder-decoder adds cross-attention and a LayerNorm
+      (``+4d^2 (+4d) + 2d``); decoder-only layers are shaped like encoder layers;
+    - output projection: 0 when tied to the embedding, else ``V d`` (+ ``V`` bias);
+    - final LayerNorms ``2d`` per stack; pooler ``d^2 + d``.
+    """
+    d = spec.d_model
+    parts: dict[str, int] = {}
+    n_stacks = (spec.n_encoder_layers > 0) + (spec.n_decoder_layers > 0)
+    # 1. embeddings
+    n_tables = 2 if (spec.architecture == "encoder-decoder" and not spec.shared_embeddings) else 1
+    parts["token embeddings"] = n_tables * spec.vocab_size * d
+    parts["position embeddings"] = (n_stacks * spec.max_positions * d
+                                    if spec.positional == "learned" else 0)
+    if spec.n_segments:
+        parts["segment embeddings"] = spec.n_segments * d
+    if spec.embedding_layernorm:
+        parts["embedding LayerNorm"] = layernorm_param_count(d)
+    # 2. the layers, sublayer by sublayer
+    if spec.n_encoder_layers:
+        enc = block_param_count(d, spec.n_heads, spec.d_ff, bias=spec.bias)
+        n = spec.n_encoder_layers
+        parts["encoder self-attention"] = n * enc.self_attention
+        parts["encoder FFN"] = n * enc.ffn
+        parts["encoder LayerNorms"] = n * enc.layernorms
+    if spec.n_decoder_layers:
+        cross = spec.architecture == "encoder-decoder"
+        dec = block_param_count(d, spec.n_heads, spec.d_ff, cross_attention=cross, bias=spec.bias)
+        n = spec.n_decoder_layers
+        parts["decoder self-attention"] = n * dec.self_attention
+        if cross:
+            parts["decoder cross-attention"] = n * dec.cross_attention
+        parts["decoder FFN"] = n * dec.ffn
+        parts["decoder LayerNorms"] = n * dec.layernorms
+    if spec.final_layernorm:
+        parts["final LayerNorms"] = n_stacks * layernorm_param_count(d)
+    # 3. heads on top
+    if spec.lm_head:
+        weights = 0 if spec.tied_output else spec.vocab_size * d
+        parts["output projection"] = weights + (spec.vocab_size if spec.output_bias else 0)
+    if spec.pooler:
+        parts["pooler"] = d * d + d
+    return ModelParams(parts, sum(parts.values()))
+
+
+def relative_error_to_published(spec: TransformerSpec) -> float:
+    """``(counted - published) / published`` for a preset that has a published total."""
+    if not spec.published_total:
+        raise ValueError(f"{spec.name} has no published parameter count to compare with.")
+    return (model_param_count(spec).total - spec.published_total) / spec.published_total
+
+
+# Published models. The original Transformer: shared source-target BPE vocabulary of about
+# 37000 tokens, one table for encoder input, decoder input and the pre-softmax projection,
+# sinusoidal positions, post-norm layers; Table 3 of Vaswani et al. (2017) lists 65M and 213M.
+# Counting the stated shapes gives 63.1M for base (2.9% under the table, which is rounded and
+# whose exact vocabulary size is not given) and 214.2M for big (0.6% over).
+TRANSFORMER_BASE = TransformerSpec(
+    architecture="encoder-decoder", d_model=512, n_heads=8, d_ff=2048,
+    n_encoder_layers=6, n_decoder_layers=6, vocab_size=37000, positional="sinusoidal",
+    lm_head=True, tied_output=True, shared_embeddings=True,
+    name="Transformer (base)", published_total=65_000_000,
+    source="Vaswani et al. 2017, Attention Is All You Need, Table 3")
+TRANSFORMER_BIG = TransformerSpec(
+    architecture="encoder-decoder", d_model=1024, n_heads=16, d_ff=4096,
+    n_encoder_layers=6, n_decoder_layers=6, vocab_size=37000, positional="sinusoidal",
+    lm_head=True, tied_output=True, shared_embeddings=True,
+    name="Transformer (big)", published_total=213_000_000,
+    source="Vaswani et al. 2017, Attention Is All You Need, Table 3")
+# BERT-base: WordPiece vocabulary 30522, 512 learned positions, 2 segment embeddings, a
+# LayerNorm on the embeddings and a pooler; the published 110M excludes the pre-training heads.
+BERT_BASE = TransformerSpec(
+    architecture="encoder-only", d_model=768, n_heads=12, d_ff=3072,
+    n_encoder_layers=12, n_decoder_layers=0, vocab_size=30522, positional="learned",
+    max_positions=512, lm_head=False, n_segments=2, embedding_layernorm=True, pooler=True,
+    name="BERT-base", published_total=110_000_000,
+    source="Devlin et al. 2019, BERT, Section 3")
+
+MODEL_PRESETS: dict[str, TransformerSpec] = {
+    "transformer_base": TRANSFORMER_BASE,
+    "transformer_big": TRANSFORMER_BIG,
+    "bert_base": BERT_BASE,
+}
