@@ -29,7 +29,11 @@ from core.validate import FLOAT_DTYPES, as_float_array, require_ndim
 def _check_length_width(T, d_model) -> tuple[int, int]:
     """``T`` and ``d_model`` as positive Python ints, or a ``ValueError`` saying which is wrong."""
     for name, v in (("The number of positions T", T), ("d_model", d_model)):
-        if isinstance(v, bool) or int(v) != v or v < 1:
+        try:
+            whole = not isinstance(v, bool) and int(v) == v and v >= 1
+        except (TypeError, ValueError):
+            whole = False
+        if not whole:
             raise ValueError(f"{name} must be a whole number of at least 1, got {v!r}.")
     return int(T), int(d_model)
 
