@@ -23,6 +23,7 @@ from numba import cuda
 # Tunables, in one place and read at launch time, so tests can patch them small.
 THREADS = 128   # threads per block for one-thread-per-element / per-row kernels and fused queries
 TILE = 16       # keys per shared-memory tile (fused attention); side of a matmul tile (TILE x TILE)
+SHARED_BYTES = 48 * 1024   # static shared memory a block may use; wide heads get shorter key tiles
 
 
 def _blocks(n: int, threads: int) -> int:
@@ -169,7 +170,8 @@ def _fused_attention_kernel(dtype, tile, d_k, d_v):
             q[c] = Q[b, h, i, c] if active else real(0)
         for c in range(d_v):
             acc[c] = real(0)
-        m = real(-math.inf)           # running max of the row's scores
+        neg_inf = real(-math.inf)
+        m = neg_inf                   # running max of the row's scores
         l = real(0)                   # running sum of exp(s_j - m)
 
         for k0 in range(0, Tk, tile):
@@ -183,7 +185,7 @@ def _fused_attention_kernel(dtype, tile, d_k, d_v):
 
             if active:
                 # 2. this tile's scores and their max
-                tile_max = real(-math.inf)
+                tile_max = neg_inf
                 for jj in range(n_keys):
                     dot = real(0)
                     for c in range(d_k):
@@ -192,7 +194,7 @@ def _fused_attention_kernel(dtype, tile, d_k, d_v):
                     tile_max = max(tile_max, s[jj])
                 m_new = max(m, tile_max)
                 # while every key so far is masked the row has nothing to add
-                if m_new != -math.inf:
+                if m_new != neg_inf:
                     # 3. rescale the running sums to the new max (alpha = 0 the first time)
                     alpha = math.exp(m - m_new)
                     l *= alpha
@@ -336,7 +338,9 @@ def fused_attention(Q, K, V, mask, scale):
     B, H, Tq, d_k = Q.shape
     d_v = V.shape[3]
     out = cuda.device_array((B, H, Tq, d_v), dtype=Q.dtype)
-    kernel = _fused_attention_kernel(Q.dtype, TILE, d_k, d_v)
+    # the K and V tiles must fit in shared memory: fewer keys per tile for very wide heads
+    tile = max(1, min(TILE, SHARED_BYTES // ((d_k + d_v) * Q.dtype.itemsize)))
+    kernel = _fused_attention_kernel(Q.dtype, tile, d_k, d_v)
     kernel[(_blocks(Tq, THREADS), B * H), THREADS](
         cuda.to_device(Q), cuda.to_device(K), cuda.to_device(V), _mask_to_device(mask, Q.dtype),
         Q.dtype.type(scale), out)
