@@ -1,7 +1,10 @@
 """Input checks shared by the public operations: clear ``ValueError`` messages in the user's terms."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
+from numba import njit
 
 FLOAT_DTYPES = (np.float32, np.float64)
 
@@ -23,10 +26,26 @@ def as_float_array(x, name: str, dtype=None) -> np.ndarray:
     if dtype is None:
         dtype = arr.dtype if arr.dtype in FLOAT_DTYPES else np.float64
     arr = np.ascontiguousarray(arr, dtype=dtype)
-    if not np.isfinite(arr).all():
+    if arr.size and not math.isfinite(max_abs(arr)):
         bad = "NaN" if np.isnan(arr).any() else "an infinite value"
         raise ValueError(f"{name} contains {bad}; every entry must be a finite number.")
     return arr
+
+
+@njit(cache=True)
+def _max_abs_flat(x):
+    """Largest |x|, or NaN/inf as soon as a non-finite entry is met (one pass, no temporaries)."""
+    best = 0.0
+    for v in x:
+        if not math.isfinite(v):
+            return abs(v) if v == v else v  # inf, or NaN
+        best = max(best, abs(v))
+    return best
+
+
+def max_abs(arr: np.ndarray) -> float:
+    """``max |arr|`` for a contiguous float array; non-finite when any entry is NaN or infinite."""
+    return float(_max_abs_flat(arr.reshape(-1)))
 
 
 def common_dtype(*arrays) -> np.dtype:
