@@ -252,8 +252,8 @@ def _merge_heads_project_kernel(dtype, tile):
 
     @cuda.jit
     def _merge_heads_project_kernel(O, W_O, bias, out):
-        # Y = Concat(O) W_O + b as a tiled matmul; Concat(O)[r, k] = O[r // T, k // dv, r % T, k % dv]
-        # is read straight from the heads, so the (B*T, H*dv) concatenation is never built.
+        # Y = Concat(O) W_O + b as a tiled matmul. Concat(O)[r, k] = O[r//T, k//dv, r%T, k%dv] is
+        # read straight from the heads, so the (B*T, H*dv) concatenation is never built.
         H, T, dv = O.shape[1], O.shape[2], O.shape[3]
         M, N = out.shape
         K = H * dv
@@ -291,13 +291,19 @@ def _sinusoidal_kernel(base, PE):
 
 # --------------------------------------------------------------------------- host drivers
 
+def _to_device(arr, dtype):
+    """Copy to the device, C-contiguous and in the computation's dtype (a no-op conversion for
+    validated inputs; a stray float64 mask would otherwise promote float32 arithmetic)."""
+    return cuda.to_device(np.ascontiguousarray(arr, dtype=dtype))
+
+
 def scaled_scores(Q, K, mask, scale):
     """``S = Q K^T * scale + mask``: Q (B,H,Tq,dk), K (B,H,Tk,dk) -> S (B,H,Tq,Tk)."""
     B, H, Tq, _ = Q.shape
-    Tk = K.shape[2]
-    S = cuda.device_array((B, H, Tq, Tk), dtype=Q.dtype)
+    Tk, dt = K.shape[2], Q.dtype
+    S = cuda.device_array((B, H, Tq, Tk), dtype=dt)
     _scaled_scores_kernel[_blocks(B * H * Tq * Tk, THREADS), THREADS](
-        cuda.to_device(Q), cuda.to_device(K), _mask_to_device(mask, Q.dtype), Q.dtype.type(scale), S)
+        _to_device(Q, dt), _to_device(K, dt), _to_device(mask, dt), dt.type(scale), S)
     return S.copy_to_host()
 
 
@@ -305,28 +311,29 @@ def softmax_rows(S):
     """Row-wise softmax over the last axis of (B,H,Tq,Tk); an all ``-inf`` row gives zeros."""
     B, H, Tq, _ = S.shape
     A = cuda.device_array(S.shape, dtype=S.dtype)
-    _softmax_rows_kernel(S.dtype)[_blocks(B * H * Tq, THREADS), THREADS](cuda.to_device(S), A)
+    kernel = _softmax_rows_kernel(S.dtype)
+    kernel[_blocks(B * H * Tq, THREADS), THREADS](_to_device(S, S.dtype), A)
     return A.copy_to_host()
 
 
 def attention_weights(Q, K, mask, scale):
     """``A = softmax(Q K^T * scale + mask)`` in one kernel: -> (B,H,Tq,Tk)."""
     B, H, Tq, _ = Q.shape
-    Tk = K.shape[2]
-    A = cuda.device_array((B, H, Tq, Tk), dtype=Q.dtype)
-    kernel = _attention_weights_kernel(Q.dtype)
+    Tk, dt = K.shape[2], Q.dtype
+    A = cuda.device_array((B, H, Tq, Tk), dtype=dt)
+    kernel = _attention_weights_kernel(dt)
     kernel[_blocks(B * H * Tq, THREADS), THREADS](
-        cuda.to_device(Q), cuda.to_device(K), _mask_to_device(mask, Q.dtype), Q.dtype.type(scale), A)
+        _to_device(Q, dt), _to_device(K, dt), _to_device(mask, dt), dt.type(scale), A)
     return A.copy_to_host()
 
 
 def weighted_sum(A, V):
     """``out = A V``: A (B,H,Tq,Tk), V (B,H,Tk,dv) -> (B,H,Tq,dv)."""
     B, H, Tq, _ = A.shape
-    dv = V.shape[3]
-    out = cuda.device_array((B, H, Tq, dv), dtype=A.dtype)
-    _weighted_sum_kernel(A.dtype)[_blocks(B * H * Tq * dv, THREADS), THREADS](
-        cuda.to_device(A), cuda.to_device(V), out)
+    dv, dt = V.shape[3], A.dtype
+    out = cuda.device_array((B, H, Tq, dv), dtype=dt)
+    kernel = _weighted_sum_kernel(dt)
+    kernel[_blocks(B * H * Tq * dv, THREADS), THREADS](_to_device(A, dt), _to_device(V, dt), out)
     return out.copy_to_host()
 
 
@@ -336,39 +343,38 @@ def fused_attention(Q, K, V, mask, scale):
     Never materialises the (Tq, Tk) scores; a fully masked row gives a zero output.
     """
     B, H, Tq, d_k = Q.shape
-    d_v = V.shape[3]
-    out = cuda.device_array((B, H, Tq, d_v), dtype=Q.dtype)
+    d_v, dt = V.shape[3], Q.dtype
+    out = cuda.device_array((B, H, Tq, d_v), dtype=dt)
     # the K and V tiles must fit in shared memory: fewer keys per tile for very wide heads
-    tile = max(1, min(TILE, SHARED_BYTES // ((d_k + d_v) * Q.dtype.itemsize)))
-    kernel = _fused_attention_kernel(Q.dtype, tile, d_k, d_v)
-    kernel[(_blocks(Tq, THREADS), B * H), THREADS](
-        cuda.to_device(Q), cuda.to_device(K), cuda.to_device(V), _mask_to_device(mask, Q.dtype),
-        Q.dtype.type(scale), out)
+    tile = max(1, min(TILE, SHARED_BYTES // ((d_k + d_v) * dt.itemsize)))
+    kernel = _fused_attention_kernel(dt, tile, d_k, d_v)
+    grid = (_blocks(Tq, THREADS), B * H)          # (query blocks, heads of every batch)
+    kernel[grid, THREADS](_to_device(Q, dt), _to_device(K, dt), _to_device(V, dt),
+                          _to_device(mask, dt), dt.type(scale), out)
     return out.copy_to_host()
 
 
 def project_heads(X, W, b, n_heads):
     """``split_heads(X W + b)``: X (B,T,d_in), W (d_in, H*d), b (H*d,) -> (B,H,T,d)."""
     B, T, d_in = X.shape
-    N = W.shape[1]
-    d = N // n_heads
-    out = cuda.device_array((B, n_heads, T, d), dtype=X.dtype)
-    kernel = _project_heads_kernel(X.dtype, TILE)
-    grid = (_blocks(N, TILE), _blocks(B * T, TILE))
-    kernel[grid, (TILE, TILE)](
-        cuda.to_device(X.reshape(B * T, d_in)), cuda.to_device(W), cuda.to_device(b), out)
+    N, dt = W.shape[1], X.dtype
+    out = cuda.device_array((B, n_heads, T, N // n_heads), dtype=dt)
+    X2 = X.reshape(B * T, d_in)                   # (B*T, d_in): one row per (batch, position)
+    kernel = _project_heads_kernel(dt, TILE)
+    grid = (_blocks(N, TILE), _blocks(B * T, TILE))   # x over output columns, y over rows
+    kernel[grid, (TILE, TILE)](_to_device(X2, dt), _to_device(W, dt), _to_device(b, dt), out)
     return out.copy_to_host()
 
 
 def merge_heads_project(O, W_O, b_O):
     """``Concat(O) W_O + b_O``: O (B,H,T,dv), W_O (H*dv, d_out), b_O (d_out,) -> (B,T,d_out)."""
     B, _, T, _ = O.shape
-    d_out = W_O.shape[1]
-    out = cuda.device_array((B * T, d_out), dtype=O.dtype)
-    kernel = _merge_heads_project_kernel(O.dtype, TILE)
+    d_out, dt = W_O.shape[1], O.dtype
+    out = cuda.device_array((B * T, d_out), dtype=dt)
+    kernel = _merge_heads_project_kernel(dt, TILE)
     grid = (_blocks(d_out, TILE), _blocks(B * T, TILE))
-    kernel[grid, (TILE, TILE)](cuda.to_device(O), cuda.to_device(W_O), cuda.to_device(b_O), out)
-    return out.copy_to_host().reshape(B, T, d_out)
+    kernel[grid, (TILE, TILE)](_to_device(O, dt), _to_device(W_O, dt), _to_device(b_O, dt), out)
+    return out.copy_to_host().reshape(B, T, d_out)   # (B, T, d_out)
 
 
 def sinusoidal(T, d_model, base, dtype):
@@ -376,9 +382,3 @@ def sinusoidal(T, d_model, base, dtype):
     PE = cuda.device_array((T, d_model), dtype=np.dtype(dtype))
     _sinusoidal_kernel[_blocks(T * d_model, THREADS), THREADS](float(base), PE)
     return PE.copy_to_host()
-
-
-def _mask_to_device(mask, dtype):
-    """The additive mask on the device, in the computation's dtype (a float64 mask would
-    silently promote float32 arithmetic)."""
-    return cuda.to_device(np.ascontiguousarray(mask, dtype=dtype))

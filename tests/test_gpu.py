@@ -12,7 +12,7 @@ from core import reference as ref
 
 TOL = {np.float32: 1e-5, np.float64: 1e-12}
 
-# (B, H, Tq, Tk, d_k, d_v); with TILE = THREADS = 4: several query blocks and key tiles, partial ones
+# (B, H, Tq, Tk, d_k, d_v); with TILE = THREADS = 4: several query blocks, key tiles, some partial
 SHAPES = {
     "T1": (1, 1, 1, 1, 2, 3),
     "square": (1, 2, 6, 6, 4, 3),        # T not a multiple of the tile
@@ -54,7 +54,7 @@ def make_mask(name, B, H, Tq, Tk, rng, dtype):
     elif name == "rows_per_head":                 # (1, H, Tq, 1): head 0, query 1 sees nothing
         M = np.zeros((1, H, Tq, 1))
         M[0, 0, 1, 0] = -np.inf
-    elif name == "random":                        # (B, H, Tq, Tk): finite biases, holes, one dead row
+    elif name == "random":                        # (B, H, Tq, Tk): finite values, holes, a dead row
         M = rng.normal(scale=2.0, size=(B, H, Tq, Tk))
         M[rng.random(M.shape) < 0.3] = -np.inf
         M[-1, -1, 0, :] = -np.inf
@@ -156,6 +156,15 @@ def test_fused_attention_wide_heads_get_shorter_tiles(monkeypatch):
     Q, K, V, mask, scale = make_case("square", "causal", np.float32)
     assert_close(gpu.fused_attention(Q, K, V, mask, scale), ref.attention(Q, K, V, mask, scale)[0],
                  np.float32)
+
+
+def test_float64_mask_does_not_promote_float32():
+    """The mask is brought to the data's dtype, so float32 stays float32 end to end."""
+    Q, K, V, mask, scale = make_case("square", "causal", np.float32)
+    mask64 = mask.astype(np.float64)
+    assert_close(gpu.attention_weights(Q, K, mask64, scale),
+                 gpu.attention_weights(Q, K, mask, scale), np.float32)
+    assert gpu.fused_attention(Q, K, V, mask64, scale).dtype == np.float32
 
 
 def test_huge_finite_scores_are_stable(dtype):
