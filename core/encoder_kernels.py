@@ -54,53 +54,88 @@ def embed_backward(tokens, dh, d_embed, d_pos):
 # 1. multi-head attention core (between the packed QKV projection and W_O)
 # ----------------------------------------------------------------------------------------------
 @njit(cache=True)
+def _gather_head(qkv, base, T, col, out):
+    """Copy rows ``base..base+T`` of columns ``col..col+d_k`` into a contiguous (T, d_k) block."""
+    dk = out.shape[1]
+    for t in range(T):
+        for c in range(dk):
+            out[t, c] = qkv[base + t, col + c]
+
+
+@njit(cache=True)
+def _gather_head_transposed(qkv, base, T, col, out):
+    """Like :func:`_gather_head` but transposed: ``out`` is (d_k, T)."""
+    dk = out.shape[0]
+    for t in range(T):
+        for c in range(dk):
+            out[c, t] = qkv[base + t, col + c]
+
+
+@njit(cache=True)
+def _matmul_nt_into(A, Bt, out, scale):
+    """``out = scale * A @ Bt`` for small blocks, ordered so the innermost loop runs over ``out``'s
+    columns (independent sums that vectorise) rather than along one long dependency chain."""
+    n, k = A.shape
+    m = Bt.shape[1]
+    for i in range(n):
+        for j in range(m):
+            out[i, j] = 0.0
+        for c in range(k):
+            a = A[i, c] * scale
+            for j in range(m):
+                out[i, j] += a * Bt[c, j]
+
+
+@njit(cache=True)
 def attention_forward(qkv, b_q, b_k, b_v, B, T, H, ctx, P):
     """Per-head scaled dot-product attention on a packed ``qkv = X [W_Q | W_K | W_V]`` of (N, 3d).
 
     Adds the biases into ``qkv`` in place (the backward pass needs Q, K, V with biases), then for
     every batch row and head ``P = softmax(Q_h K_h^T / sqrt(d_k))`` (stored in ``P`` (B, H, T, T))
     and ``ctx[:, head h columns] = P V_h`` (the concatenated head outputs, (N, d)).
+    Each head's Q, K, V are first copied into small contiguous blocks so the inner loops vectorise.
     """
     N = qkv.shape[0]
     d = qkv.shape[1] // 3
     dk = d // H
-    scale = 1.0 / math.sqrt(dk)
+    scale = qkv.dtype.type(1.0 / math.sqrt(dk))
     for n in range(N):
         for j in range(d):
             qkv[n, j] += b_q[j]
             qkv[n, d + j] += b_k[j]
             qkv[n, 2 * d + j] += b_v[j]
-    s = np.empty(T, dtype=np.float64)
+    Qh = np.empty((T, dk), dtype=qkv.dtype)
+    Kt = np.empty((dk, T), dtype=qkv.dtype)
+    Vh = np.empty((T, dk), dtype=qkv.dtype)
+    S = np.empty((T, T), dtype=qkv.dtype)
     for b in range(B):
         base = b * T
         for h in range(H):
             off = h * dk
+            _gather_head(qkv, base, T, off, Qh)
+            _gather_head_transposed(qkv, base, T, d + off, Kt)
+            _gather_head(qkv, base, T, 2 * d + off, Vh)
+            _matmul_nt_into(Qh, Kt, S, scale)                       # (T, T) scaled scores
             for i in range(T):
-                qi = base + i
-                # scores of query i against every key, and their max for a stable softmax
-                m = -np.inf
+                m = S[i, 0]                                          # row max: a stable softmax
+                for j in range(1, T):
+                    if S[i, j] > m:
+                        m = S[i, j]
+                total = S[i, 0] * 0
                 for j in range(T):
-                    kj = base + j
-                    acc = 0.0
-                    for c in range(dk):
-                        acc += qkv[qi, off + c] * qkv[kj, d + off + c]
-                    acc *= scale
-                    s[j] = acc
-                    if acc > m:
-                        m = acc
-                total = 0.0
-                for j in range(T):
-                    e = math.exp(s[j] - m)
-                    s[j] = e
+                    e = math.exp(S[i, j] - m)
+                    S[i, j] = e
                     total += e
-                for c in range(dk):
-                    ctx[qi, off + c] = 0.0
+                inv = 1 / total
                 for j in range(T):
-                    p = s[j] / total
-                    P[b, h, i, j] = p
-                    kj = base + j
+                    P[b, h, i, j] = S[i, j] * inv
+            for i in range(T):
+                for c in range(dk):
+                    ctx[base + i, off + c] = 0.0
+                for j in range(T):
+                    p = P[b, h, i, j]
                     for c in range(dk):
-                        ctx[qi, off + c] += p * qkv[kj, 2 * d + off + c]
+                        ctx[base + i, off + c] += p * Vh[j, c]
 
 
 @njit(cache=True)
@@ -111,35 +146,47 @@ def attention_backward(qkv, P, dctx, B, T, H, dqkv, db_qkv):
     ``dV = P^T dO``, ``dP = dO V^T``, ``dS = P * (dP - rowsum(dP * P))``,
     ``dQ = dS K / sqrt(d_k)``, ``dK = dS^T Q / sqrt(d_k)``. Overwrites both outputs.
     """
-    N = qkv.shape[0]
     d = qkv.shape[1] // 3
     dk = d // H
-    scale = 1.0 / math.sqrt(dk)
-    dqkv[:, :] = 0.0
-    dp = np.empty(T, dtype=np.float64)
+    scale = qkv.dtype.type(1.0 / math.sqrt(dk))
+    one = qkv.dtype.type(1.0)
+    Qh = np.empty((T, dk), dtype=qkv.dtype)
+    Kh = np.empty((T, dk), dtype=qkv.dtype)
+    Vt = np.empty((dk, T), dtype=qkv.dtype)
+    dOh = np.empty((T, dk), dtype=qkv.dtype)
+    dS = np.empty((T, T), dtype=qkv.dtype)
     for b in range(B):
         base = b * T
         for h in range(H):
             off = h * dk
+            _gather_head(qkv, base, T, off, Qh)
+            _gather_head(qkv, base, T, d + off, Kh)
+            _gather_head_transposed(qkv, base, T, 2 * d + off, Vt)
+            _gather_head(dctx, base, T, off, dOh)
+            _matmul_nt_into(dOh, Vt, dS, one)                        # dP = dO V^T  (T, T)
+            for i in range(T):
+                rowdot = dS[i, 0] * 0
+                for j in range(T):
+                    rowdot += dS[i, j] * P[b, h, i, j]
+                for j in range(T):
+                    dS[i, j] = P[b, h, i, j] * (dS[i, j] - rowdot) * scale
+            # dQ = dS K, dK = dS^T Q, dV = P^T dO, written straight into the packed gradient
             for i in range(T):
                 qi = base + i
-                rowdot = 0.0
+                for c in range(dk):
+                    dqkv[qi, off + c] = 0.0
+                    dqkv[qi, d + off + c] = 0.0
+                    dqkv[qi, 2 * d + off + c] = 0.0
+            for i in range(T):
+                qi = base + i
                 for j in range(T):
                     kj = base + j
+                    ds = dS[i, j]
                     p = P[b, h, i, j]
-                    acc = 0.0
                     for c in range(dk):
-                        g = dctx[qi, off + c]
-                        acc += g * qkv[kj, 2 * d + off + c]
-                        dqkv[kj, 2 * d + off + c] += p * g          # dV
-                    dp[j] = acc
-                    rowdot += p * acc
-                for j in range(T):
-                    kj = base + j
-                    ds = P[b, h, i, j] * (dp[j] - rowdot) * scale
-                    for c in range(dk):
-                        dqkv[qi, off + c] += ds * qkv[kj, d + off + c]      # dQ
-                        dqkv[kj, d + off + c] += ds * qkv[qi, off + c]      # dK
+                        dqkv[qi, off + c] += ds * Kh[j, c]
+                        dqkv[kj, d + off + c] += ds * Qh[i, c]
+                        dqkv[kj, 2 * d + off + c] += p * dOh[i, c]
     column_sums(dqkv, db_qkv)
 
 
