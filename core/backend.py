@@ -37,12 +37,23 @@ def cuda_usable() -> bool:
     return gpu_present() or simulator_enabled()
 
 
+_env_choice = os.environ.get("ATTN_BACKEND")
+
+
+def refresh() -> None:
+    """Re-read ``ATTN_BACKEND`` and look for a GPU again (both are read once, as calls are hot)."""
+    global _env_choice
+    _env_choice = os.environ.get("ATTN_BACKEND")
+    gpu_present.cache_clear()
+
+
 def resolve(name: str | None = None) -> str:
     """Return ``"cpu"`` or ``"cuda"`` for a requested backend name.
 
-    ``name`` wins, then ``ATTN_BACKEND``, then auto-detection.
+    ``name`` wins, then ``ATTN_BACKEND`` (as read at import or by :func:`refresh`), then
+    auto-detection.
     """
-    requested = (name or os.environ.get("ATTN_BACKEND") or "auto").strip().lower()
+    requested = (name or _env_choice or "auto").strip().lower()
     if requested not in CHOICES:
         raise ValueError(f"Unknown backend {requested!r}: choose one of {', '.join(CHOICES)}.")
     if requested == "auto":
@@ -57,13 +68,14 @@ def resolve(name: str | None = None) -> str:
 
 def kernels(name: str | None = None):
     """The kernel module (``core.cpu`` or ``core.gpu``) for a backend name."""
-    if resolve(name) == "cuda":
-        from core import gpu
+    return _kernel_module(resolve(name))
 
-        return gpu
-    from core import cpu
 
-    return cpu
+@functools.lru_cache(maxsize=2)
+def _kernel_module(chosen: str):
+    import importlib
+
+    return importlib.import_module(f"core.{'gpu' if chosen == 'cuda' else 'cpu'}")
 
 
 def describe(name: str | None = None) -> str:

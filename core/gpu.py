@@ -337,6 +337,18 @@ def weighted_sum(A, V):
     return out.copy_to_host()
 
 
+def attention_with_weights(Q, K, V, mask, scale):
+    """``A = softmax(Q K^T * scale + mask)`` and ``out = A V``; A stays on the device in between."""
+    B, H, Tq, _ = Q.shape
+    Tk, dv, dt = K.shape[2], V.shape[3], Q.dtype
+    A = cuda.device_array((B, H, Tq, Tk), dtype=dt)
+    _attention_weights_kernel(dt)[_blocks(B * H * Tq, THREADS), THREADS](
+        _to_device(Q, dt), _to_device(K, dt), _to_device(mask, dt), dt.type(scale), A)
+    out = cuda.device_array((B, H, Tq, dv), dtype=dt)
+    _weighted_sum_kernel(dt)[_blocks(B * H * Tq * dv, THREADS), THREADS](A, _to_device(V, dt), out)
+    return out.copy_to_host(), A.copy_to_host()
+
+
 def fused_attention(Q, K, V, mask, scale):
     """``softmax(Q K^T * scale + mask) V`` with an online softmax over key tiles -> (B,H,Tq,dv).
 

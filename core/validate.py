@@ -15,6 +15,11 @@ def as_float_array(x, name: str, dtype=None) -> np.ndarray:
     Integers and booleans are converted (to float64, or ``dtype``); complex, text and objects are
     refused; NaN and infinity are refused with the name of the offending input.
     """
+    return as_float_array_with_peak(x, name, dtype)[0]
+
+
+def as_float_array_with_peak(x, name: str, dtype=None) -> tuple[np.ndarray, float]:
+    """:func:`as_float_array`, also returning ``max |x|`` (found by the same pass)."""
     try:
         arr = np.asarray(x)
     except Exception as err:  # ragged lists and the like
@@ -26,10 +31,11 @@ def as_float_array(x, name: str, dtype=None) -> np.ndarray:
     if dtype is None:
         dtype = arr.dtype if arr.dtype in FLOAT_DTYPES else np.float64
     arr = np.ascontiguousarray(arr, dtype=dtype)
-    if arr.size and not math.isfinite(max_abs(arr)):
+    peak = max_abs(arr) if arr.size else 0.0
+    if not math.isfinite(peak):
         bad = "NaN" if np.isnan(arr).any() else "an infinite value"
         raise ValueError(f"{name} contains {bad}; every entry must be a finite number.")
-    return arr
+    return arr, peak
 
 
 @njit(cache=True)
@@ -45,7 +51,7 @@ def _max_abs_flat(x):
 
 def max_abs(arr: np.ndarray) -> float:
     """``max |arr|`` for a contiguous float array; non-finite when any entry is NaN or infinite."""
-    return float(_max_abs_flat(arr.reshape(-1)))
+    return _max_abs_flat(arr.reshape(-1))
 
 
 def common_dtype(*arrays) -> np.dtype:

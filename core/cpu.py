@@ -1,0 +1,314 @@
+"""Numba CPU kernels (``@njit``) for attention, masking, multi-head projection and positional encoding.
+
+Host drivers here and in ``core/gpu.py`` share names and signatures; ``core/attention.py`` picks one.
+Drivers take validated, C-contiguous arrays of one float dtype and return new arrays:
+
+- ``Q (B, H, Tq, d_k)``, ``K (B, H, Tk, d_k)``, ``V (B, H, Tk, d_v)``;
+- ``mask (Bm, Hm, Tqm, Tkm)``, additive, each axis either 1 (broadcast) or full size, never None;
+- biases are arrays (zeros for "no bias"), never None.
+
+Every kernel is compiled twice from one row function: a serial loop for the small shapes of the
+lesson pages (a parallel region costs microseconds to start) and a ``prange`` loop for big ones.
+"""
+from __future__ import annotations
+
+import math
+import types
+
+import numpy as np
+from numba import njit, prange
+
+# Reassociation lets LLVM vectorise the dot products; no flag here touches inf/NaN semantics,
+# which the -inf masks rely on (so no 'nnan', 'ninf' or plain fastmath=True).
+FASTMATH = {"reassoc", "contract", "nsz", "arcp"}
+# Below this many multiply-adds a call runs serially (tunable, and patched by tests).
+PARALLEL_MIN_WORK = 1 << 16
+# Rows of queries handled together and keys per tile in the fused (online softmax) kernel.
+QUERY_BLOCK = 16
+KEY_TILE = 64
+
+_jit = dict(cache=True, fastmath=FASTMATH)
+
+
+# --- device-side helpers -----------------------------------------------------------------
+
+
+@njit(inline="always", **_jit)
+def _mask_value(mask, b, h, i, j):
+    """The additive mask entry for (b, h, i, j), honouring broadcast axes of length 1."""
+    return mask[b if mask.shape[0] > 1 else 0, h if mask.shape[1] > 1 else 0,
+                i if mask.shape[2] > 1 else 0, j if mask.shape[3] > 1 else 0]
+
+
+@njit(inline="always", **_jit)
+def _score(Q, K, mask, scale, b, h, i, j):
+    """``Q[b,h,i] . K[b,h,j] * scale + M[b,h,i,j]``."""
+    acc = Q[b, h, i, 0] * K[b, h, j, 0]
+    for d in range(1, Q.shape[3]):
+        acc += Q[b, h, i, d] * K[b, h, j, d]
+    return acc * scale + _mask_value(mask, b, h, i, j)
+
+
+@njit(inline="always", **_jit)
+def _softmax_inplace(A, b, h, i):
+    """Stable softmax of the row ``A[b, h, i]``; a row with nothing allowed becomes all zeros."""
+    n = A.shape[3]
+    m = -np.inf
+    for j in range(n):
+        m = max(m, A[b, h, i, j])
+    if m == -np.inf:
+        for j in range(n):
+            A[b, h, i, j] = 0.0
+        return
+    total = 0.0
+    for j in range(n):
+        e = math.exp(A[b, h, i, j] - m)
+        A[b, h, i, j] = e
+        total += e
+    inv = 1.0 / total
+    for j in range(n):
+        A[b, h, i, j] *= inv
+
+
+@njit(inline="always", **_jit)
+def _weighted_sum_row(A, V, out, b, h, i):
+    """``out[b,h,i] = sum_j A[b,h,i,j] V[b,h,j]``."""
+    for d in range(V.shape[3]):
+        out[b, h, i, d] = 0.0
+    for j in range(V.shape[2]):
+        a = A[b, h, i, j]
+        if a != 0.0:  # masked keys cost nothing
+            for d in range(V.shape[3]):
+                out[b, h, i, d] += a * V[b, h, j, d]
+
+
+# --- kernels: one function per operation, serial and parallel builds ----------------------
+
+
+def _scores_rows(Q, K, mask, scale, S):
+    B, H, Tq, Tk = S.shape
+    for r in prange(B * H * Tq):
+        b, h, i = r // (H * Tq), (r // Tq) % H, r % Tq
+        for j in range(Tk):
+            S[b, h, i, j] = _score(Q, K, mask, scale, b, h, i, j)
+
+
+def _softmax_rows(S, A):
+    B, H, Tq, Tk = S.shape
+    for r in prange(B * H * Tq):
+        b, h, i = r // (H * Tq), (r // Tq) % H, r % Tq
+        for j in range(Tk):
+            A[b, h, i, j] = S[b, h, i, j]
+        _softmax_inplace(A, b, h, i)
+
+
+def _weights_rows(Q, K, mask, scale, A):
+    B, H, Tq, Tk = A.shape
+    for r in prange(B * H * Tq):
+        b, h, i = r // (H * Tq), (r // Tq) % H, r % Tq
+        for j in range(Tk):
+            A[b, h, i, j] = _score(Q, K, mask, scale, b, h, i, j)
+        _softmax_inplace(A, b, h, i)
+
+
+def _attention_rows(Q, K, V, mask, scale, A, out):
+    B, H, Tq, Tk = A.shape
+    for r in prange(B * H * Tq):
+        b, h, i = r // (H * Tq), (r // Tq) % H, r % Tq
+        for j in range(Tk):
+            A[b, h, i, j] = _score(Q, K, mask, scale, b, h, i, j)
+        _softmax_inplace(A, b, h, i)
+        _weighted_sum_row(A, V, out, b, h, i)
+
+
+def _weighted_sum_rows(A, V, out):
+    B, H, Tq = A.shape[0], A.shape[1], A.shape[2]
+    for r in prange(B * H * Tq):
+        b, h, i = r // (H * Tq), (r // Tq) % H, r % Tq
+        _weighted_sum_row(A, V, out, b, h, i)
+
+
+def _fused_blocks(Q, K, V, mask, scale, out, query_block, key_tile):
+    """Online softmax over key tiles, FlashAttention-style: per query keep the running max ``m``,
+    the running normaliser ``l`` and the unnormalised output ``acc``; rescale both by
+    ``exp(m_old - m_new)`` when a tile raises the max. Memory: O(query_block * (key_tile + d_v))."""
+    B, H, Tq, Tk, dv = Q.shape[0], Q.shape[1], Q.shape[2], K.shape[2], V.shape[3]
+    n_qblocks = (Tq + query_block - 1) // query_block
+    for u in prange(B * H * n_qblocks):
+        b, h, qb = u // (H * n_qblocks), (u // n_qblocks) % H, u % n_qblocks
+        i0 = qb * query_block
+        i1 = min(i0 + query_block, Tq)
+        s = np.empty(key_tile, dtype=Q.dtype)          # scores of one query against one tile
+        m = np.full(i1 - i0, -np.inf, dtype=Q.dtype)   # running max per query
+        l = np.zeros(i1 - i0, dtype=Q.dtype)           # running sum of exp(score - m)
+        acc = np.zeros((i1 - i0, dv), dtype=Q.dtype)   # running sum of exp(score - m) * v
+        for j0 in range(0, Tk, key_tile):
+            j1 = min(j0 + key_tile, Tk)
+            for i in range(i0, i1):
+                r = i - i0
+                tile_max = -np.inf
+                for j in range(j0, j1):
+                    v = _score(Q, K, mask, scale, b, h, i, j)
+                    s[j - j0] = v
+                    tile_max = max(tile_max, v)
+                m_new = max(m[r], tile_max)
+                if m_new == -np.inf:
+                    continue  # every key so far is masked for this query
+                correction = math.exp(m[r] - m_new)  # exp(-inf) = 0 on the first live tile
+                l[r] *= correction
+                for d in range(dv):
+                    acc[r, d] *= correction
+                for j in range(j0, j1):
+                    p = math.exp(s[j - j0] - m_new)
+                    if p != 0.0:
+                        l[r] += p
+                        for d in range(dv):
+                            acc[r, d] += p * V[b, h, j, d]
+                m[r] = m_new
+        for i in range(i0, i1):
+            r = i - i0
+            inv = 1.0 / l[r] if l[r] > 0.0 else 0.0  # nothing allowed: zeros, never NaN
+            for d in range(dv):
+                out[b, h, i, d] = acc[r, d] * inv
+
+
+def _project_rows(X, W, bias, out):
+    """``(X W + b)`` stored head-split: column ``c`` goes to head ``c // d``, feature ``c % d``."""
+    B, T, d_in = X.shape
+    H, d = out.shape[1], out.shape[3]
+    for r in prange(B * T):
+        b, t = r // T, r % T
+        for c in range(H * d):
+            out[b, c // d, t, c % d] = bias[c]
+        for k in range(d_in):
+            x = X[b, t, k]
+            if x != 0.0:
+                for c in range(H * d):
+                    out[b, c // d, t, c % d] += x * W[k, c]
+
+
+def _merge_project_rows(O, W_O, bias, out):
+    """``Concat(O) W_O + b``, reading head ``h``'s row block of ``W_O`` directly (no concat copy)."""
+    B, H, T, dv = O.shape
+    for r in prange(B * T):
+        b, t = r // T, r % T
+        for c in range(out.shape[2]):
+            out[b, t, c] = bias[c]
+        for h in range(H):
+            for k in range(dv):
+                x = O[b, h, t, k]
+                if x != 0.0:
+                    for c in range(out.shape[2]):
+                        out[b, t, c] += x * W_O[h * dv + k, c]
+
+
+def _sinusoid_rows(base, PE):
+    T, d_model = PE.shape
+    for p in prange(T):
+        for c in range(d_model):
+            two_i = c - (c % 2)
+            angle = p / base ** (two_i / d_model)
+            PE[p, c] = math.sin(angle) if c % 2 == 0 else math.cos(angle)
+
+
+def _build(fn):
+    """(serial, parallel) builds of one kernel body, both cached on disk.
+
+    Numba's cache key ignores compile options, so the parallel build compiles a renamed twin of
+    ``fn``: otherwise one build could load the other's machine code from the cache.
+    """
+    serial = njit(**_jit)(fn)
+    twin = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__ + "_parallel",
+                              fn.__defaults__, fn.__closure__)
+    twin.__qualname__ = fn.__qualname__ + "_parallel"
+    parallel = njit(parallel=True, **_jit)(twin)
+    return serial, parallel
+
+
+_scores_kernel = _build(_scores_rows)
+_softmax_kernel = _build(_softmax_rows)
+_weights_kernel = _build(_weights_rows)
+_weighted_sum_kernel = _build(_weighted_sum_rows)
+_attention_kernel = _build(_attention_rows)
+_fused_kernel = _build(_fused_blocks)
+_project_kernel = _build(_project_rows)
+_merge_project_kernel = _build(_merge_project_rows)
+_sinusoid_kernel = _build(_sinusoid_rows)
+
+
+def _pick(kernel_pair, work: int):
+    return kernel_pair[1] if work >= PARALLEL_MIN_WORK else kernel_pair[0]
+
+
+# --- host drivers ----------------------------------------------------------------------------
+
+
+def scaled_scores(Q, K, mask, scale):
+    """``S = Q K^T * scale + M`` -> (B, H, Tq, Tk)."""
+    B, H, Tq, dk = Q.shape
+    S = np.empty((B, H, Tq, K.shape[2]), dtype=Q.dtype)
+    _pick(_scores_kernel, S.size * dk)(Q, K, mask, Q.dtype.type(scale), S)
+    return S
+
+
+def softmax_rows(S):
+    """Row-wise softmax over the last axis; all -inf rows give zeros."""
+    A = np.empty_like(S)
+    _pick(_softmax_kernel, S.size * 8)(S, A)
+    return A
+
+
+def attention_weights(Q, K, mask, scale):
+    """``A = softmax(Q K^T * scale + M)`` -> (B, H, Tq, Tk)."""
+    B, H, Tq, dk = Q.shape
+    A = np.empty((B, H, Tq, K.shape[2]), dtype=Q.dtype)
+    _pick(_weights_kernel, A.size * (dk + 8))(Q, K, mask, Q.dtype.type(scale), A)
+    return A
+
+
+def weighted_sum(A, V):
+    """``out = A V`` -> (B, H, Tq, d_v)."""
+    out = np.empty(A.shape[:3] + (V.shape[3],), dtype=V.dtype)
+    _pick(_weighted_sum_kernel, A.size * V.shape[3])(A, V, out)
+    return out
+
+
+def attention_with_weights(Q, K, V, mask, scale):
+    """``A = softmax(Q K^T * scale + M)`` and ``out = A V`` in one pass over each row."""
+    B, H, Tq, dk = Q.shape
+    A = np.empty((B, H, Tq, K.shape[2]), dtype=Q.dtype)
+    out = np.empty((B, H, Tq, V.shape[3]), dtype=V.dtype)
+    _pick(_attention_kernel, A.size * (dk + V.shape[3] + 8))(Q, K, V, mask, Q.dtype.type(scale), A, out)
+    return out, A
+
+
+def fused_attention(Q, K, V, mask, scale):
+    """``softmax(Q K^T * scale + M) V`` without materialising the (Tq, Tk) weights."""
+    B, H, Tq, dk = Q.shape
+    out = np.empty((B, H, Tq, V.shape[3]), dtype=V.dtype)
+    work = B * H * Tq * K.shape[2] * (dk + V.shape[3] + 8)
+    _pick(_fused_kernel, work)(Q, K, V, mask, Q.dtype.type(scale), out, QUERY_BLOCK, KEY_TILE)
+    return out
+
+
+def project_heads(X, W, b, n_heads):
+    """``X W + b`` split into heads -> (B, H, T, d)."""
+    B, T, _ = X.shape
+    out = np.empty((B, n_heads, T, W.shape[1] // n_heads), dtype=X.dtype)
+    _pick(_project_kernel, X.size * W.shape[1])(X, W, b, out)
+    return out
+
+
+def merge_heads_project(O, W_O, b_O):
+    """``Concat(O_1..O_H) W_O + b_O`` -> (B, T, d_out)."""
+    B, H, T, dv = O.shape
+    out = np.empty((B, T, W_O.shape[1]), dtype=O.dtype)
+    _pick(_merge_project_kernel, O.size * W_O.shape[1])(O, W_O, b_O, out)
+    return out
+
+
+def sinusoidal(T, d_model, base, dtype):
+    """``PE[p, 2i] = sin(p / base**(2i/d))``, ``PE[p, 2i+1] = cos(p / base**(2i/d))`` -> (T, d_model)."""
+    PE = np.empty((T, d_model), dtype=dtype)
+    _pick(_sinusoid_kernel, T * d_model * 16)(PE.dtype.type(base), PE)
+    return PE
