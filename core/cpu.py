@@ -236,6 +236,16 @@ _merge_project_kernel = _build(_merge_project_rows)
 _sinusoid_kernel = _build(_sinusoid_rows)
 
 
+# Which kernel body each driver launches (its Python source is shown on the pages).
+KERNELS = {
+    "scaled_scores": _scores_kernel[0], "softmax_rows": _softmax_kernel[0],
+    "attention_weights": _weights_kernel[0], "weighted_sum": _weighted_sum_kernel[0],
+    "attention_with_weights": _attention_kernel[0], "fused_attention": _fused_kernel[0],
+    "project_heads": _project_kernel[0], "merge_heads_project": _merge_project_kernel[0],
+    "sinusoidal": _sinusoid_kernel[0],
+}
+
+
 def _pick(kernel_pair, work: int):
     return kernel_pair[1] if work >= PARALLEL_MIN_WORK else kernel_pair[0]
 

@@ -289,6 +289,16 @@ def _sinusoidal_kernel(base, PE):
         PE[p, c] = math.sin(angle) if c % 2 == 0 else math.cos(angle)
 
 
+# Which kernel (or kernel factory) each driver launches; its source is shown on the pages.
+KERNELS = {
+    "scaled_scores": _scaled_scores_kernel, "softmax_rows": _softmax_rows_kernel,
+    "attention_weights": _attention_weights_kernel, "weighted_sum": _weighted_sum_kernel,
+    "attention_with_weights": _attention_weights_kernel, "fused_attention": _fused_attention_kernel,
+    "project_heads": _project_heads_kernel, "merge_heads_project": _merge_heads_project_kernel,
+    "sinusoidal": _sinusoidal_kernel,
+}
+
+
 # --------------------------------------------------------------------------- host drivers
 
 def _to_device(arr, dtype):

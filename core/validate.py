@@ -82,3 +82,34 @@ def check_heads(d_model: int, n_heads: int) -> int:
             f"({d_model} / {n_heads} is not a whole number); pick a head count that divides d_model."
         )
     return d_model // n_heads
+
+
+def parse_matrix(table, name: str, shape: tuple[int, int] | None = None, limit: float = 1e6) -> np.ndarray:
+    """Read a matrix typed by a person (an editor's table, lists, strings) into a float64 array.
+
+    Every cell must be a number with ``|x| <= limit``; the message names the first bad cell
+    (1-based row and column) and what is wrong with it: blank, not a number, NaN, infinite, too large.
+    """
+    values = getattr(table, "values", table)      # a pandas DataFrame gives its cells
+    rows = np.asarray(values, dtype=object)
+    if rows.ndim != 2:
+        raise ValueError(f"{name} must be a table of rows and columns, got {rows.ndim} dimension(s).")
+    if shape is not None and rows.shape != tuple(shape):
+        raise ValueError(f"{name} must be {shape[0]} x {shape[1]}, got {rows.shape[0]} x {rows.shape[1]}.")
+    out = np.empty(rows.shape, dtype=np.float64)
+    for (i, j), cell in np.ndenumerate(rows):
+        where = f"{name}, row {i + 1}, column {j + 1}"
+        if cell is None or (isinstance(cell, str) and not cell.strip()):
+            raise ValueError(f"{where} is blank: type a number.")
+        try:
+            x = float(cell.strip() if isinstance(cell, str) else cell)
+        except (TypeError, ValueError):
+            raise ValueError(f"{where} holds {cell!r}, which is not a number.") from None
+        if math.isnan(x):
+            raise ValueError(f"{where} is blank or NaN: type a number.")
+        if math.isinf(x):
+            raise ValueError(f"{where} is infinite: type a finite number.")
+        if abs(x) > limit:
+            raise ValueError(f"{where} is {x:g}, beyond the limit of ±{limit:g}.")
+        out[i, j] = x
+    return out

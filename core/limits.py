@@ -1,0 +1,19 @@
+"""Caps on the work one session may ask for, in one place.
+
+A hosted demo serves a whole class from one or two CPU cores: these bounds keep every page's
+redraw well under a second and stop one student's training run from holding the server.
+Pages state them next to the widgets they bound.
+"""
+MAX_TOKENS = 16            # sentence length / sequence length on the lesson pages
+MAX_HEADS = 8
+MAX_D_K = 8                # width of a hand-set head
+MAX_D_MODEL = 512          # parameter/positional pages (pure arithmetic or one small kernel)
+MAX_PE_POSITIONS = 512
+MAX_MATRIX_ENTRY = 1e3     # |x| of a typed matrix cell
+# training
+MAX_TRAIN_LAYERS = 4
+MAX_TRAIN_D_MODEL = 64
+MAX_TRAIN_HEADS = 8
+MAX_TRAIN_STEPS = 2000
+MAX_TRAIN_SECONDS = 60.0
+MAX_UPLOAD_MB = 5
