@@ -20,7 +20,11 @@ launch and transfer overhead on a GPU, so there is deliberately no CUDA path.
 """
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import dataclasses
+import functools
+import glob
 import io
 import math
 import os
@@ -376,6 +380,39 @@ def _loss_and_grads_into(params, tok, lab, cfg, grads):
     return float(loss), int(n_correct)
 
 
+@functools.lru_cache(maxsize=1)
+def _openblas_local_threads():
+    """``openblas_set_num_threads_local`` of NumPy's bundled OpenBLAS, or None where there is none."""
+    folder = os.path.join(os.path.dirname(np.__file__), os.pardir, "numpy.libs")
+    for path in sorted(glob.glob(os.path.join(folder, "lib*openblas*.so*"))):
+        try:
+            fn = ctypes.CDLL(path).openblas_set_num_threads_local
+        except (OSError, AttributeError):
+            continue
+        fn.restype, fn.argtypes = ctypes.c_int, [ctypes.c_int]
+        return fn
+    return None
+
+
+@contextlib.contextmanager
+def single_threaded_blas():
+    """Run NumPy's matrix products on one thread, for the calling thread only, then restore.
+
+    The encoder's products are tiny (1024 x 32 by 32 x 32): a second BLAS thread saves little,
+    and when the cores are shared (Streamlit sessions, other processes) spinning BLAS threads can
+    make a step ten times slower. A no-op where NumPy's BLAS offers no per-thread setting.
+    """
+    fn = _openblas_local_threads()
+    if fn is None:
+        yield
+        return
+    previous = fn(1)
+    try:
+        yield
+    finally:
+        fn(previous)
+
+
 # ----------------------------------------------------------------------------------------------
 # Adam
 # ----------------------------------------------------------------------------------------------
@@ -446,25 +483,44 @@ def load(path_or_file, cfg: EncoderConfig | None = None) -> dict[str, np.ndarray
     is inferred (:func:`infer_config`) and the parameters are checked against that. A file that is
     not a valid archive, or holds the wrong arrays, raises ``ValueError`` saying what is wrong.
     """
+    raw = _read_bytes(path_or_file)
+    if not raw.startswith(b"PK"):
+        what = "a single .npy array" if raw.startswith(b"\x93NUMPY") else "it does not start like a zip file"
+        raise ValueError(f"Could not read the parameter file: it is not a valid .npz archive ({what}).")
     try:
-        if isinstance(path_or_file, (bytes, bytearray)):
-            path_or_file = io.BytesIO(path_or_file)
-        with np.load(path_or_file, allow_pickle=False) as archive:
-            if not isinstance(archive, np.lib.npyio.NpzFile):
-                raise ValueError("the file holds a single array, not an .npz archive of named parameters")
+        with np.load(io.BytesIO(raw), allow_pickle=False) as archive:
             params = {name: np.ascontiguousarray(archive[name]) for name in archive.files}
-    except ValueError as err:
-        raise ValueError(f"Could not read the parameter file: {err}.") from None
-    except (OSError, EOFError, zipfile.BadZipFile, KeyError) as err:
+    except ValueError as err:   # e.g. an object array, which would need unpickling
+        raise ValueError(f"Could not read the parameter file: {err}") from None
+    except (OSError, EOFError, zipfile.BadZipFile, KeyError, RuntimeError) as err:
         reason = str(err) or type(err).__name__
-        if isinstance(path_or_file, (str, os.PathLike)) and not os.path.exists(path_or_file):
-            raise ValueError(f"Could not read the parameter file: {path_or_file} does not exist.") from None
         raise ValueError(f"Could not read the parameter file: it is not a valid .npz archive ({reason}).") from None
     if cfg is None:
         cfg = infer_config(params)
     else:
         check_params(params, cfg)
     return params
+
+
+def _read_bytes(path_or_file) -> bytes:
+    """The whole file: from a path, raw bytes, or a binary file object (e.g. a Streamlit upload)."""
+    if isinstance(path_or_file, (bytes, bytearray)):
+        return bytes(path_or_file)
+    if isinstance(path_or_file, (str, os.PathLike)):
+        try:
+            with open(path_or_file, "rb") as fh:
+                return fh.read()
+        except FileNotFoundError:
+            raise ValueError(f"Could not read the parameter file: {os.fspath(path_or_file)} does not exist.") from None
+        except OSError as err:
+            raise ValueError(f"Could not read the parameter file: {err}.") from None
+    if hasattr(path_or_file, "read"):
+        if hasattr(path_or_file, "seek"):
+            path_or_file.seek(0)
+        data = path_or_file.read()
+        if isinstance(data, (bytes, bytearray)):
+            return bytes(data)
+    raise ValueError("Could not read the parameter file: expected a path, bytes or a binary file object.")
 
 
 def infer_config(params: dict, *, positional: str | None = None, ln_eps: float = 1e-5) -> EncoderConfig:

@@ -94,8 +94,9 @@ def train(state: TrainState, data: Dataset, *, max_steps: int = 300, max_seconds
         idx = state.rng.integers(0, n, size=bs)
         if state.decay_steps:
             state.optimizer.lr = state.base_lr * max(0.1, 1.0 - 0.9 * state.step / state.decay_steps)
-        loss, correct = encoder._loss_and_grads_into(state.params, X[idx], y[idx], state.cfg, state.grads)
-        state.optimizer.step(state.flat, state.grad_flat)
+        with encoder.single_threaded_blas():
+            loss, correct = encoder._loss_and_grads_into(state.params, X[idx], y[idx], state.cfg, state.grads)
+            state.optimizer.step(state.flat, state.grad_flat)
         state.step += 1
         state.train_seconds += time.perf_counter() - t0
         out_of_time = max_seconds is not None and state.train_seconds - started >= max_seconds
