@@ -360,3 +360,47 @@ MODEL_PRESETS: dict[str, TransformerSpec] = {
     "transformer_big": TRANSFORMER_BIG,
     "bert_base": BERT_BASE,
 }
+
+
+# ---------------------------------------------------------------------------------------------
+# checks and readings used by the lesson pages
+# ---------------------------------------------------------------------------------------------
+
+
+def max_row_sum_error(A) -> float:
+    """``max_t |sum_i A[t, i] - 1|``: how far a weight matrix is from row-stochastic (0 for softmax)."""
+    A = as_float_array(A, "The attention weights")
+    if A.ndim < 1 or A.size == 0:
+        raise ValueError("The attention weights must have at least one row.")
+    return float(np.max(np.abs(A.sum(axis=-1) - 1.0)))
+
+
+def entropy_ceiling_bits(T: int, causal: bool = True) -> np.ndarray:
+    """Largest possible row entropy, ``log2`` of the keys a row may see: ``log2 t`` (causal) or ``log2 T``; ``(T,)``."""
+    if int(T) != T or T < 1:
+        raise ValueError(f"T must be a positive whole number, got {T}.")
+    visible = np.arange(1, int(T) + 1) if causal else np.full(int(T), int(T))
+    return np.log2(visible.astype(np.float64))
+
+
+def heads_per_channel(W_O, n_heads: int, tol: float = 0.0) -> np.ndarray:
+    """For each output channel (column of ``W_O``), how many heads write to it; ``(d_model,)`` of int.
+
+    Head ``h`` writes to channel ``j`` when its row block ``W_O[h d_v:(h+1) d_v, j]`` has an entry
+    with ``|w| > tol``.
+    """
+    W_O = as_float_array(W_O, "W_O")
+    if W_O.ndim != 2:
+        raise ValueError(f"W_O must be a matrix (H*d_v, d_model), got shape {W_O.shape}.")
+    d_v = check_heads(W_O.shape[0], n_heads)
+    blocks = np.abs(W_O).reshape(n_heads, d_v, W_O.shape[1])       # (H, d_v, d_model)
+    return (blocks.max(axis=1) > tol).sum(axis=0)
+
+
+def channels_mixing_heads(W_O, n_heads: int, tol: float = 0.0) -> list[int]:
+    """The output channels (0-based) that read more than one head: ``heads_per_channel(...) > 1``.
+
+    Empty for ``W_O = I`` or a block permutation: each channel then copies one head, and the
+    heads never meet.
+    """
+    return [int(j) for j in np.flatnonzero(heads_per_channel(W_O, n_heads, tol) > 1)]
