@@ -321,3 +321,98 @@ def alibi_scores(Q, K, n_heads: int, scale: float | None = None) -> np.ndarray:
     scale = 1.0 / np.sqrt(Q.shape[-1]) if scale is None else scale
     S = (Q @ np.swapaxes(K, -1, -2)) * scale                          # (Tq, Tk) or (H, Tq, Tk)
     return S + alibi_bias(n_heads, Q.shape[-2], K.shape[-2])         # (H, Tq, Tk)
+
+
+# ---------------------------------------------------------------------------------------------
+# order blindness: one attention layer, two word orders
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OrderBlindness:
+    """One attention layer run on two orderings of the same words (see :func:`order_blindness`).
+
+    ``permutation[i]`` is the position in sentence A of the word at position ``i`` of sentence B,
+    so ``outputs_a[permutation]`` is A's outputs put into B's order. ``gap`` is
+    ``max |outputs_b - outputs_a[permutation]|``: rounding-level when attention is blind to the
+    order, clearly non-zero when position is encoded.
+    """
+
+    words_a: tuple[str, ...]
+    words_b: tuple[str, ...]
+    permutation: np.ndarray     # (T,)
+    inputs_a: np.ndarray        # (T, d_model), embeddings (+ PE)
+    inputs_b: np.ndarray
+    outputs_a: np.ndarray       # (T, d_model)
+    outputs_b: np.ndarray
+    weights_a: np.ndarray       # (H, T, T)
+    weights_b: np.ndarray
+    gap: float
+    tolerance: float
+    with_pe: bool
+
+    @property
+    def is_permutation(self) -> bool:
+        """True when B's outputs are A's outputs reordered (up to rounding)."""
+        return self.gap <= self.tolerance
+
+
+def _word_permutation(words_a, words_b) -> np.ndarray:
+    """``perm`` with ``words_b[i] == words_a[perm[i]]`` (repeated words matched left to right)."""
+    if sorted(words_a) != sorted(words_b):
+        raise ValueError("The second sentence must use exactly the same words as the first, in another "
+                         f"order; got {' '.join(words_a)!r} and {' '.join(words_b)!r}.")
+    unused: dict[str, list[int]] = {}
+    for i, w in enumerate(words_a):
+        unused.setdefault(w, []).append(i)
+    return np.array([unused[w].pop(0) for w in words_b], dtype=int)
+
+
+def order_blindness(words_a, words_b, *, with_pe: bool, d_model: int = 8, n_heads: int = 2,
+                    seed: int = 0, base: float = 10000.0, backend: str | None = None,
+                    dtype=np.float64) -> OrderBlindness:
+    r"""Run one multi-head attention layer on two orderings of the same words.
+
+    Each word gets a fixed random embedding (seeded; the same word always gets the same vector);
+    the projections ``W_Q, W_K, W_V, W_O`` are fixed random ``(d, d)`` matrices. Then
+
+    .. math:: O = \mathrm{MHA}(E + P), \qquad P = PE \text{ (sinusoidal) or } 0.
+
+    Without positions, attention is permutation-equivariant: ``O_B = \Pi O_A`` for the
+    permutation ``\Pi`` that reorders the words, so "dog bites man" and "man bites dog" give the
+    same set of output vectors. With positions added, the same word at another position is a
+    different input and the outputs change.
+
+    Parameters
+    ----------
+    words_a, words_b : sequences of str; ``words_b`` must be a reordering of ``words_a``.
+    with_pe : add the sinusoidal code (computed by the chosen backend) to the embeddings.
+    d_model, n_heads : layer size; ``n_heads`` must divide ``d_model``.
+
+    Returns
+    -------
+    OrderBlindness
+    """
+    from core.attention import multi_head_attention   # attention does not import this module
+
+    words_a, words_b = tuple(str(w) for w in words_a), tuple(str(w) for w in words_b)
+    if not words_a:
+        raise ValueError("The sentence is empty: give at least one word.")
+    perm = _word_permutation(words_a, words_b)
+    T, d_model = _check_length_width(len(words_a), d_model)
+    dtype = np.dtype(dtype)
+    rng = np.random.default_rng(seed)
+    vocab = sorted(set(words_a))
+    table = dict(zip(vocab, rng.normal(0.0, 1.0, size=(len(vocab), d_model))))   # word -> (d,)
+    W_Q, W_K, W_V, W_O = (rng.normal(0.0, 1.0 / np.sqrt(d_model), size=(d_model, d_model)).astype(dtype)
+                          for _ in range(4))
+    P = sinusoidal(T, d_model, base, backend=backend, dtype=dtype) if with_pe else np.zeros((T, d_model), dtype)
+    X_a = np.stack([table[w] for w in words_a]).astype(dtype) + P          # (T, d)
+    X_b = np.stack([table[w] for w in words_b]).astype(dtype) + P          # (T, d)
+    res_a = multi_head_attention(X_a, W_Q, W_K, W_V, W_O, n_heads, backend=backend)
+    res_b = multi_head_attention(X_b, W_Q, W_K, W_V, W_O, n_heads, backend=backend)
+    gap = float(np.max(np.abs(res_b.output - res_a.output[perm])))
+    scale = max(1.0, float(np.max(np.abs(res_a.output))))
+    tolerance = 1e3 * float(np.finfo(dtype).eps) * scale
+    return OrderBlindness(words_a, words_b, perm, X_a, X_b, res_a.output, res_b.output,
+                          res_a.weights, res_b.weights, gap, tolerance, bool(with_pe))
