@@ -1,0 +1,115 @@
+"""One head: scaled dot-product attention on a sentence you type."""
+import numpy as np
+import streamlit as st
+
+from core import analysis, heads, masks
+from core.attention import attention, scores
+from core.limits import MAX_D_K, MAX_MATRIX_ENTRY, MAX_TOKENS
+from ui import charts, state
+from ui.widgets import chosen_backend, chosen_dtype, kernel_source, timed, tokens_from
+
+PAGE = "one_head"
+SPEC = {
+    "sentence": state.text_field("The tired cat sat on the warm mat"),
+    "source": state.choice_field("random", ("random", "hand")),
+    "seed": state.int_field(0, 0, 9999),
+    "d_k": state.int_field(2, 1, MAX_D_K),
+    "scaled": state.bool_field(True),
+    "temperature": state.float_field(1.0, 0.1, 5.0),
+    "causal": state.bool_field(True),
+    "query": state.int_field(4, 1, MAX_TOKENS),
+    "Q": state.matrix_field(),
+    "K": state.matrix_field(),
+}
+k = lambda name: state.key(PAGE, name)  # noqa: E731
+
+st.title("One head: scaled dot-product attention")
+state.restore(PAGE, SPEC)
+st.latex(r"S = \frac{Q K^\top}{\sqrt{d_k}\,\tau} + M, \qquad A = \mathrm{softmax}_{\text{row}}(S), "
+         r"\qquad \mathrm{out} = A V")
+
+# 1. the sentence becomes the token labels
+st.text_input(f"Sentence (at most {MAX_TOKENS} words; each word is one token)", key=k("sentence"))
+try:
+    tokens = tokens_from(st.session_state[k("sentence")], max_tokens=MAX_TOKENS)
+except ValueError as err:
+    st.error(str(err))
+    state.publish(PAGE, SPEC)
+    st.stop()
+T, labels = len(tokens), charts.position_labels(tokens)
+
+# 2. queries and keys, and how the scores are turned into weights
+left, right = st.columns(2)
+left.radio("Queries and keys", ["random", "hand"], key=k("source"), horizontal=True,
+           format_func={"random": "drawn at random (seeded)", "hand": "typed by hand"}.get)
+left.number_input("d_k (width of a query or key)", 1, MAX_D_K, key=k("d_k"))
+left.number_input("Random seed", 0, 9999, key=k("seed"))
+right.toggle("Divide by √d_k", key=k("scaled"))
+right.slider("Temperature τ (large: flatter; small: sharper)", 0.1, 5.0, step=0.1, key=k("temperature"))
+right.toggle("Causal mask (no looking at later words)", key=k("causal"))
+d_k = int(st.session_state[k("d_k")])
+rng = np.random.default_rng(int(st.session_state[k("seed")]))
+drawn_Q, drawn_K = rng.normal(size=(T, d_k)), rng.normal(size=(T, d_k))
+Q, K = drawn_Q, drawn_K
+if st.session_state[k("source")] == "hand":
+    cols = [f"f{j + 1}" for j in range(d_k)]
+    a, b = st.columns(2)
+    with a:
+        st.caption("Q (one row per token)")
+        Q = state.matrix_input(PAGE, "Q", drawn_Q, labels, cols, limit=MAX_MATRIX_ENTRY)
+    with b:
+        st.caption("K (one row per token)")
+        K = state.matrix_input(PAGE, "K", drawn_K, labels, cols, limit=MAX_MATRIX_ENTRY)
+scale = (1.0 / np.sqrt(d_k) if st.session_state[k("scaled")] else 1.0) / st.session_state[k("temperature")]
+mask = masks.causal(T) if st.session_state[k("causal")] else None
+hand = st.session_state[k("source")] == "hand"
+state.publish(PAGE, SPEC, extra={"Q": Q if hand and not np.array_equal(Q, drawn_Q) else None,
+                                  "K": K if hand and not np.array_equal(K, drawn_K) else None})
+
+# 3. scores and weights (values are one-hot, so each output row is its weight row)
+dtype, backend = chosen_dtype(), chosen_backend()
+try:
+    S = scores(Q.astype(dtype), K.astype(dtype), mask, scale=scale, backend=backend)
+    (out, A), seconds = timed(attention, Q.astype(dtype), K.astype(dtype), np.eye(T, dtype=dtype), mask,
+                              scale=scale, backend=backend)
+except ValueError as err:
+    st.error(str(err))
+    st.stop()
+S_shown = np.where(np.isfinite(S), S, np.nan)  # masked cells stay blank
+c1, c2 = st.columns(2)
+c1.altair_chart(charts.heatmap(S_shown, labels, labels, title="Scores S (masked cells blank)", kind="signed",
+                               value_name="score"))
+c2.altair_chart(charts.heatmap(A, labels, labels, title="Weights A = softmax(S)"))
+st.metric("max |row sum − 1| over all rows", f"{analysis.max_row_sum_error(A):.1e}")
+
+# 4. one query's weights
+st.session_state[k("query")] = min(int(st.session_state[k("query")]), T)
+if T > 1:
+    st.slider("Query row to read", 1, T, key=k("query"))
+q = int(st.session_state[k("query")])
+st.altair_chart(charts.bar(A[q - 1], labels, title=f"Weights of query {q} ({tokens[q - 1]!r})"))
+entropy = analysis.row_entropy_bits(A)[q - 1]
+st.write(f"Query {q} blends its values with {entropy:.3f} bits of entropy, "
+         f"about {2 ** entropy:.2f} effective positions.")
+
+# 5. one softmax is one convex combination
+st.subheader("Asking one head for two things at once")
+st.markdown("A head whose query row asks for two positions gets **one** probability vector: the two "
+            "positions share the weight, and the output is one blend of their values, not two values.")
+if T < 3:
+    st.info("Type at least three words to try this.")
+else:
+    qa = max(q, 3)
+    pair = heads.two_positions(T, d_k, heads.DEFAULT_GAIN, query=qa, targets=(1, qa - 1))
+    _, A2 = attention(*(m.astype(dtype) for m in pair), np.eye(T, dtype=dtype), mask, backend=backend)
+    row = A2[qa - 1]
+    st.altair_chart(charts.bar(row, labels, title=f"Query {qa} asks for positions 1 and {qa - 1}"))
+    st.write(f"Weight on position 1: **{row[0]:.3f}**, on position {qa - 1}: **{row[qa - 2]:.3f}**, "
+             f"left for the rest: {1 - row[0] - row[qa - 2]:.3f}; the row sums to {row.sum():.6f}. "
+             f"Entropy {analysis.row_entropy_bits(row):.2f} bits, against 0 for a head that takes one position.")
+
+st.markdown("""**What to look for.** Without √d_k the scores grow with d_k and the weights go nearly
+one-hot; the temperature does the same by hand. The causal mask blanks the upper triangle and the
+weights there are exactly 0. Every row sums to 1, so raising one weight lowers the others: asking
+for two positions halves what each gets, and the head hands back their average.""")
+kernel_source(["scaled_scores", "attention_with_weights"], seconds)
