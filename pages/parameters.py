@@ -1,0 +1,139 @@
+"""Parameters and cost: what multi-head attention, a block, and a whole model weigh."""
+import dataclasses
+import math
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from core import analysis
+from core.limits import MAX_D_MODEL, MAX_TOKENS
+from ui import charts
+
+st.title("Parameters and cost")
+st.markdown(
+    "Count the numbers a Transformer has to learn. Pick the sizes below; every count on this page is "
+    "plain arithmetic on shapes (no kernel runs here)."
+)
+with st.expander("What to look for"):
+    st.markdown(
+        "- The number of heads **H** never enters the attention count: more heads are narrower heads.\n"
+        "- One wide head and H narrow heads cost the same to score; the narrow ones give H separate patterns.\n"
+        "- In a block, the feed-forward network holds about twice the weights of attention (with d_ff = 4·d_model).\n"
+        "- In a whole model, the embedding table can rival the layers."
+    )
+
+# 1. sizes ----------------------------------------------------------------------------------------
+c1, c2, c3 = st.columns(3)
+d_model = c1.slider("d_model", 8, MAX_D_MODEL, 64, step=8, key="p_d_model",
+                    help=f"Model width (at most {MAX_D_MODEL} on this page).")
+n_heads = c2.number_input("Heads H", 1, 64, 8, key="p_heads", help="Must divide d_model.")
+d_ff = c3.slider("d_ff (feed-forward width)", 8, 4 * MAX_D_MODEL, 4 * 64, step=8, key="p_d_ff")
+c4, c5, c6 = st.columns(3)
+n_layers = c4.slider("Layers", 1, 48, 6, key="p_layers")
+vocab = c5.number_input("Vocabulary size", 1, 1_000_000, 10_000, step=1000, key="p_vocab")
+T = c6.slider("Sequence length T", 1, 4096, 128, key="p_T", help="Only the FLOPs depend on it.")
+bias = st.checkbox("Biases on the projections", value=False, key="p_bias")
+st.caption(f"Caps: d_model ≤ {MAX_D_MODEL} here (the whole-model calculator below goes further); "
+           f"the attention pages draw at most {MAX_TOKENS} tokens.")
+
+try:
+    shapes = analysis.mha_param_shapes(d_model, int(n_heads), bias=bias)
+    mha = analysis.mha_param_count(d_model, int(n_heads), bias=bias)
+except ValueError as err:
+    divisors = [h for h in range(1, d_model + 1) if d_model % h == 0 and h <= 64]
+    st.error(f"{err} Head counts that divide {d_model}: {', '.join(map(str, divisors))}.")
+    st.stop()
+d_k = d_model // int(n_heads)
+
+# 2. one multi-head attention block --------------------------------------------------------------
+st.header("Multi-head attention: 4·d_model²")
+st.latex(r"\underbrace{3\,d_{\text{model}}^2}_{W_Q,\,W_K,\,W_V} + \underbrace{d_{\text{model}}^2}_{W_O}"
+         r" \;(+\,4\,d_{\text{model}} \text{ biases}) \quad\text{with } d_k = d_v = d_{\text{model}}/H")
+size = lambda prefix: sum(math.prod(s) for name, s in shapes.items() if name.startswith(prefix))
+table = pd.DataFrame(
+    [(f"W_{p}", f"{int(n_heads)} heads × ({d_model} × {d_k})" if p != "O" else f"({int(n_heads) * d_k} × {d_model})",
+      size(f"W_{p}"), size(f"b_{p}")) for p in "QKVO"],
+    columns=["projection", "shape", "weights", "biases"])
+st.dataframe(table, hide_index=True)
+built = sum(np.zeros(s).size for s in shapes.values())   # allocate every array and count its entries
+st.metric("Attention parameters", f"{mha:,}",
+          help="4·d_model² (+ 4·d_model): the sum of the table, and of the sizes of the arrays themselves.")
+st.caption(f"Check: allocating every weight array with these shapes gives {built:,} numbers "
+           f"({'equal to' if built == mha else 'DIFFERENT from'} 4·{d_model}²{' + 4·' + str(d_model) if bias else ''}).")
+
+# 3. every H that divides d_model -----------------------------------------------------------------
+st.subheader("Change H, keep d_model: d_k moves, the count does not")
+divisors = [h for h in range(1, d_model + 1) if d_model % h == 0 and h <= 64]
+sweep = pd.DataFrame({"H": divisors, "d_k": [d_model // h for h in divisors],
+                      "parameters": [analysis.mha_param_count(d_model, h, bias) for h in divisors]})
+left, right = st.columns([1, 2])
+left.dataframe(sweep, hide_index=True, height=260)
+long = sweep.melt(id_vars="H", value_vars=["d_k", "parameters"], var_name="quantity")
+right.altair_chart(charts.lines(long[long.quantity == "d_k"], "H", "value", title="d_k = d_model / H",
+                                y_title="d_k", points=True), width="stretch")
+right.altair_chart(charts.lines(long[long.quantity == "parameters"], "H", "value", title="parameters (flat)",
+                                y_title="parameters", points=True), width="stretch")
+
+# 4. score FLOPs ----------------------------------------------------------------------------------
+st.subheader("Scoring cost: one wide head against H narrow ones")
+st.latex(r"2\,T^2 d_{\text{model}} \;=\; H \cdot 2\,T^2 \frac{d_{\text{model}}}{H}")
+cost = analysis.wide_vs_narrow_score_flops(T, d_model, int(n_heads))
+f1, f2 = st.columns(2)
+f1.metric("One head of width d_model", f"{cost.one_wide_head:,} FLOPs")
+f2.metric(f"{cost.n_heads} heads of width {cost.d_k}", f"{cost.narrow_heads:,} FLOPs")
+st.caption("Same arithmetic; the narrow heads buy H attention patterns, each with a score matrix of rank at most d_k.")
+
+# 5. one block ------------------------------------------------------------------------------------
+st.header("One Transformer block")
+st.latex(r"\underbrace{4d^2 + 4d}_{\text{attention}} + \underbrace{2\,d\,d_{ff} + d_{ff} + d}_{\text{FFN}}"
+         r" + \underbrace{2 \cdot 2d}_{\text{2 LayerNorms}}")
+block = analysis.block_param_count(d_model, int(n_heads), d_ff, bias=bias)
+parts = {"attention": block.self_attention, "FFN": block.ffn, "LayerNorms": block.layernorms}
+st.altair_chart(charts.bar(list(parts.values()), list(parts), title="parameters per sublayer",
+                           x_title="sublayer", y_title="parameters", y_domain=None), width="stretch")
+st.markdown(f"Block total **{block.total:,}**: the FFN holds **{block.ffn / block.total:.0%}**, attention "
+            f"{block.self_attention / block.total:.0%}, LayerNorms {block.layernorms / block.total:.1%}. "
+            f"{n_layers} layers: {n_layers * block.total:,}; a {vocab:,} × {d_model} embedding adds "
+            f"{vocab * d_model:,}.")
+
+# 6. whole models ---------------------------------------------------------------------------------
+st.header("A whole model")
+labels = {"custom": "Custom (the sizes above)"} | {k: s.name for k, s in analysis.MODEL_PRESETS.items()}
+preset = st.selectbox("Start from", list(labels), format_func=labels.get, key="p_preset")
+base = analysis.MODEL_PRESETS.get(preset) or analysis.TransformerSpec(
+    architecture="encoder-only", d_model=d_model, n_heads=int(n_heads), d_ff=d_ff, n_encoder_layers=n_layers,
+    n_decoder_layers=0, vocab_size=int(vocab), max_positions=max(T, 1), bias=bias, lm_head=False)
+k = f"p_{preset}_"  # one set of widgets per preset, so switching presets resets them
+a1, a2, a3 = st.columns(3)
+arch = a1.radio("Architecture", analysis.ARCHITECTURES, index=analysis.ARCHITECTURES.index(base.architecture),
+                key=k + "arch")
+positional = a2.radio("Positions", analysis.POSITIONAL, index=analysis.POSITIONAL.index(base.positional),
+                      key=k + "pos", help="sinusoidal: fixed, 0 parameters; learned: one vector per position.")
+lm_head = a3.checkbox("Output projection to the vocabulary", base.lm_head, key=k + "lm")
+tied = a3.checkbox("Tied to the token embedding", base.tied_output, key=k + "tied", disabled=not lm_head)
+n_enc = base.n_encoder_layers or base.n_decoder_layers
+n_dec = base.n_decoder_layers or base.n_encoder_layers
+layers_by_arch = {"encoder-only": (n_enc, 0), "decoder-only": (0, n_dec), "encoder-decoder": (n_enc, n_dec)}
+try:
+    spec = dataclasses.replace(base, architecture=arch, positional=positional, lm_head=lm_head,
+                               tied_output=tied, n_encoder_layers=layers_by_arch[arch][0],
+                               n_decoder_layers=layers_by_arch[arch][1])
+    counted = analysis.model_param_count(spec)
+except ValueError as err:
+    st.error(str(err))
+    st.stop()
+st.dataframe(pd.DataFrame(counted.rows(), columns=["part", "parameters", "share"]),
+             hide_index=True, column_config={"share": st.column_config.NumberColumn(format="percent")})
+m1, m2 = st.columns(2)
+m1.metric("Our count", f"{counted.total:,}", help=f"{counted.total / 1e6:.1f}M")
+changed = spec != base
+if base.published_total and not changed:
+    err = analysis.relative_error_to_published(spec)
+    m2.metric("Published", f"{base.published_total / 1e6:.0f}M", delta=f"{err:+.1%} ours vs published",
+              delta_color="off")
+    st.caption(f"Source: {base.source}. The published figures are rounded, and papers omit small details "
+               "(exact vocabulary, which biases), so a few percent apart is agreement.")
+elif base.published_total:
+    m2.metric("Published (unchanged preset)", f"{base.published_total / 1e6:.0f}M")
+    st.caption("You changed the preset, so the published figure no longer describes this model.")

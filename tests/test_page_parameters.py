@@ -1,0 +1,78 @@
+"""The Parameters and cost page: counts on screen match the arrays the core builds."""
+from pathlib import Path
+
+import numpy as np
+from streamlit.testing.v1 import AppTest
+
+from core import analysis, encoder
+
+PAGE = str(Path(__file__).resolve().parents[1] / "pages" / "parameters.py")
+
+
+def _metrics(at):
+    return [m.value for m in at.metric]
+
+
+def test_page_runs_and_shows_the_attention_count():
+    at = AppTest.from_file(PAGE, default_timeout=60).run()
+    assert not at.exception
+    headings = [h.value for h in at.header]
+    assert any("4·d_model²" in h for h in headings) and "One Transformer block" in headings
+    assert _metrics(at)[0] == f"{4 * 64 ** 2:,}"                       # default d_model = 64
+    # one wide head and H narrow heads: the same FLOPs on screen
+    assert _metrics(at)[1] == _metrics(at)[2] == f"{2 * 128 ** 2 * 64:,} FLOPs"
+    assert any("FFN holds" in m.value for m in at.markdown)
+
+
+def test_count_equals_the_sizes_of_the_encoders_attention_arrays():
+    at = AppTest.from_file(PAGE, default_timeout=60).run()
+    at.slider(key="p_d_model").set_value(32)
+    at.number_input(key="p_heads").set_value(4)
+    at.checkbox(key="p_bias").check().run()
+    assert not at.exception
+    params = encoder.init_params(encoder.EncoderConfig(d_model=32, n_heads=4), dtype=np.float64)
+    built = sum(params[f"layers.0.{n}"].size for n in ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O"))
+    assert built == analysis.mha_param_count(32, 4, bias=True) == 4 * 32 ** 2 + 4 * 32
+    assert _metrics(at)[0] == f"{built:,}"
+    # and the per-head shapes the page tabulates add up to the same
+    assert sum(np.zeros(s).size for s in analysis.mha_param_shapes(32, 4, bias=True).values()) == built
+    assert any(f"gives {built:,} numbers (equal to" in c.value for c in at.caption)
+
+
+def test_every_divisor_is_tabulated_with_a_flat_count():
+    at = AppTest.from_file(PAGE, default_timeout=60).run()
+    at.slider(key="p_d_model").set_value(48).run()
+    at.number_input(key="p_heads").set_value(6).run()
+    sweep = at.dataframe[1].value
+    assert sweep["H"].tolist() == [1, 2, 3, 4, 6, 8, 12, 16, 24, 48]
+    assert (sweep["d_k"] * sweep["H"] == 48).all()
+    assert sweep["parameters"].nunique() == 1 and sweep["parameters"].iloc[0] == 4 * 48 ** 2
+
+
+def test_a_head_count_that_does_not_divide_gives_a_message():
+    at = AppTest.from_file(PAGE, default_timeout=60).run()
+    at.number_input(key="p_heads").set_value(7).run()
+    assert not at.exception
+    assert at.error and "cannot be split evenly into 7 heads" in at.error[0].value
+    assert "1, 2, 4, 8, 16, 32, 64" in at.error[0].value
+
+
+def test_presets_show_our_count_next_to_the_published_one():
+    at = AppTest.from_file(PAGE, default_timeout=60).run()
+    for key, spec in analysis.MODEL_PRESETS.items():
+        at.selectbox(key="p_preset").set_value(key).run()
+        assert not at.exception
+        ours = analysis.model_param_count(spec).total
+        values = _metrics(at)
+        assert f"{ours:,}" in values and f"{spec.published_total / 1e6:.0f}M" in values
+        assert abs(ours - spec.published_total) / spec.published_total < 0.03
+    # untie the Transformer's output projection: the count grows by V·d and the page says why
+    at.selectbox(key="p_preset").set_value("transformer_base").run()
+    at.checkbox(key="p_transformer_base_tied").uncheck().run()
+    untied = analysis.model_param_count(analysis.TransformerSpec(
+        **{**analysis.TRANSFORMER_BASE.__dict__, "tied_output": False})).total
+    assert f"{untied:,}" in _metrics(at)
+    assert untied - analysis.model_param_count(analysis.TRANSFORMER_BASE).total == 37000 * 512
+    assert any("no longer describes" in c.value for c in at.caption)
+    at.radio(key="p_transformer_base_arch").set_value("decoder-only").run()
+    assert not at.exception
