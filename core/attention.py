@@ -40,6 +40,13 @@ def _as_4d(x: np.ndarray) -> np.ndarray:
     return x.reshape((1,) * (4 - x.ndim) + x.shape)
 
 
+def _broadcasts(shape: tuple, target: tuple) -> bool:
+    try:
+        return len(shape) <= len(target) and np.broadcast_shapes(shape, target) == target
+    except ValueError:
+        return False
+
+
 def _prepare_mask(mask, target: tuple, dtype) -> np.ndarray:
     """An additive mask as a compact 4-D array whose axes are 1 (broadcast) or full size.
 
@@ -52,7 +59,7 @@ def _prepare_mask(mask, target: tuple, dtype) -> np.ndarray:
         m = np.where(m, 0.0, -np.inf)
     elif m.dtype.kind not in "iuf":
         raise ValueError(f"The mask must be numeric (0 where allowed, -inf where not), got {m.dtype}.")
-    if m.ndim > 4 or np.broadcast_shapes(m.shape, target) != tuple(target):
+    if not _broadcasts(m.shape, tuple(target)):
         raise ValueError(f"The mask has shape {m.shape}, which does not broadcast to the attention "
                          f"scores' shape {tuple(target)} (..., queries, keys).")
     m = np.ascontiguousarray(m, dtype=dtype)
