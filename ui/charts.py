@@ -129,3 +129,98 @@ def lines(df: pd.DataFrame, x: str, y: str, color: str | None = None, *, title: 
         enc["color"] = alt.Color(f"{color}:N", title=color)
         enc["tooltip"] = [alt.Tooltip(f"{color}:N")] + enc["tooltip"]
     return alt.Chart(df).mark_line(point=points).encode(**enc).properties(title=title, height=260)
+
+
+# ---------------------------------------------------------------------------------------------
+# Plain Vega-Lite dicts for pages that redraw on every widget change: building a dict costs
+# microseconds, where Altair's objects and schema checks cost tens of milliseconds per chart.
+# Render with ``st.vega_lite_chart(spec)``. Same colour conventions as above.
+# ---------------------------------------------------------------------------------------------
+
+
+def _scale_dict(kind: str, values) -> dict:
+    if kind == "weights":
+        return {"scheme": SEQUENTIAL, "domain": [0.0, 1.0]}
+    peak = float(np.nanmax(np.abs(values))) if np.size(values) and not np.all(np.isnan(values)) else 1.0
+    peak = peak if np.isfinite(peak) and peak > 0 else 1.0
+    return {"scheme": DIVERGING, "domain": [-peak, peak], "domainMid": 0.0, "reverse": True}
+
+
+def _cells(matrix, row_labels, col_labels, value_name, **extra) -> list[dict]:
+    M = np.asarray(matrix, dtype=float)
+    return [{"row": r, "col": c, value_name: (None if np.isnan(M[i, j]) else float(M[i, j])), **extra}
+            for i, r in enumerate(row_labels) for j, c in enumerate(col_labels)]
+
+
+def _heat_layers(row_labels, col_labels, *, kind, value_name, row_title, col_title, scale, annotate,
+                 extra_tooltip=()) -> list[dict]:
+    tooltip = [*extra_tooltip, {"field": "row", "type": "nominal", "title": row_title},
+               {"field": "col", "type": "nominal", "title": col_title},
+               {"field": value_name, "type": "quantitative", "format": ".4f"}]
+    enc = {"x": {"field": "col", "type": "nominal", "sort": list(col_labels), "title": col_title,
+                 "axis": {"labelAngle": -45}},
+           "y": {"field": "row", "type": "nominal", "sort": list(row_labels), "title": row_title}}
+    layers = [{"mark": "rect", "encoding": {**enc, "tooltip": tooltip, "color": {
+        "field": value_name, "type": "quantitative", "scale": scale, "title": value_name}}}]
+    if annotate:
+        text = {**enc, "text": {"field": value_name, "type": "quantitative", "format": ".2f"}}
+        if kind == "weights":
+            text["color"] = {"condition": {"test": f"datum['{value_name}'] < 0.5", "value": "white"},
+                             "value": "black"}
+        layers.append({"mark": {"type": "text", "fontSize": 10}, "encoding": text})
+    return layers
+
+
+def heatmap_spec(matrix, row_labels, col_labels, *, title: str = "", kind: str = "weights",
+                 value_name: str = "weight", row_title: str = "query", col_title: str = "key",
+                 size: int = 260, annotate: bool | None = None, domain_values=None) -> dict:
+    """:func:`heatmap` as a Vega-Lite dict (masked cells: pass NaN, they stay blank)."""
+    M = np.asarray(matrix, dtype=float)
+    annotate = M.size <= 100 if annotate is None else annotate
+    scale = _scale_dict(kind, M if domain_values is None else np.asarray(domain_values, dtype=float))
+    return {"$schema": "https://vega.github.io/schema/vega-lite/v5.json", "title": title,
+            "width": max(120, min(size, 36 * M.shape[1])), "height": max(60, min(size, 36 * M.shape[0])),
+            "data": {"values": _cells(M, row_labels, col_labels, value_name)},
+            "layer": _heat_layers(row_labels, col_labels, kind=kind, value_name=value_name,
+                                  row_title=row_title, col_title=col_title, scale=scale, annotate=annotate)}
+
+
+def heatmap_grid_spec(matrices, row_labels, col_labels, titles, *, kind: str = "weights",
+                      value_name: str = "weight", columns: int = 4, size: int = 160,
+                      annotate: bool | None = None, row_title: str = "query", col_title: str = "key") -> dict:
+    """:func:`heatmap_grid` as one faceted Vega-Lite dict: one panel per matrix, one shared scale."""
+    mats = [np.asarray(m, dtype=float) for m in matrices]
+    annotate = mats[0].size <= 100 if annotate is None else annotate
+    values = [cell for m, t in zip(mats, titles)
+              for cell in _cells(m, row_labels, col_labels, value_name, panel=t)]
+    scale = _scale_dict(kind, np.concatenate([m.ravel() for m in mats]))
+    n_rows, n_cols = mats[0].shape
+    return {"$schema": "https://vega.github.io/schema/vega-lite/v5.json",
+            "data": {"values": values}, "columns": columns,
+            "facet": {"field": "panel", "type": "nominal", "sort": list(titles), "title": None},
+            "spec": {"width": max(100, min(size, 30 * n_cols)), "height": max(60, min(size, 30 * n_rows)),
+                     "layer": _heat_layers(row_labels, col_labels, kind=kind, value_name=value_name,
+                                           row_title=row_title, col_title=col_title, scale=scale,
+                                           annotate=annotate,
+                                           extra_tooltip=({"field": "panel", "type": "nominal",
+                                                           "title": "head"},))},
+            "resolve": {"scale": {"color": "shared"}}}
+
+
+def stem_spec(values, positions=None, *, title: str = "", x_title: str = "key position",
+              y_title: str = "weight") -> dict:
+    """:func:`stem` as a Vega-Lite dict."""
+    values = np.asarray(values, dtype=float)
+    positions = np.arange(1, values.size + 1) if positions is None else np.asarray(positions)
+    data = [{"position": int(p), "value": float(v), "zero": 0.0} for p, v in zip(positions, values)]
+    x = {"field": "position", "type": "quantitative", "title": x_title, "axis": {"tickMinStep": 1}}
+    return {"$schema": "https://vega.github.io/schema/vega-lite/v5.json", "title": title, "height": 200,
+            "data": {"values": data},
+            "layer": [{"mark": {"type": "rule", "strokeWidth": 2},
+                       "encoding": {"x": x, "y": {"field": "zero", "type": "quantitative", "title": y_title},
+                                    "y2": {"field": "value"}}},
+                      {"mark": {"type": "point", "filled": True, "size": 60},
+                       "encoding": {"x": x, "y": {"field": "value", "type": "quantitative"},
+                                    "tooltip": [{"field": "position", "type": "quantitative"},
+                                                {"field": "value", "type": "quantitative",
+                                                 "format": ".4f"}]}}]}
