@@ -1,0 +1,107 @@
+"""Concatenation, the output projection W_O, and multi-head attention read as a filter bank."""
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from core import analysis, heads, masks
+from core.attention import filter_bank, multi_head_attention
+from core.limits import MAX_MATRIX_ENTRY
+from ui import charts, state
+from ui.widgets import chosen_backend, chosen_dtype, kernel_source, timed
+
+PAGE = "filter_bank"
+H, D_V, D = 2, 2, 4                                # the lesson's pipeline: T = d_model = 4
+VALUE_CHOICES = {"lesson": "lesson: head 1 reads x3, x4; head 2 reads x1, x2",
+                 "in_order": "in order: head 1 reads x1, x2; head 2 reads x3, x4",
+                 "random": "random (seeded)", "custom": "typed by hand"}
+SPEC = {"wv": state.choice_field("lesson", tuple(VALUE_CHOICES)),
+        "wo": state.choice_field("lesson_mixing", tuple(heads.W_O_PRESETS)),
+        "seed": state.int_field(0, 0, 9999), "gain": state.float_field(heads.DEFAULT_GAIN, 0.0, 10.0),
+        "causal": state.bool_field(True), "WV": state.matrix_field(), "WO": state.matrix_field()}
+k = lambda name: state.key(PAGE, name)  # noqa: E731
+ss = st.session_state
+tokens, xs = [f"t{i + 1}" for i in range(D)], [f"x{i + 1}" for i in range(D)]
+concat_cols = [f"h{h + 1}.{j + 1}" for h in range(H) for j in range(D_V)]
+out_cols = [f"d{j + 1}" for j in range(D)]
+
+st.title("Concat, W_O and the filter bank")
+state.restore(PAGE, SPEC)
+st.latex(r"\mathrm{Concat} = [O_1, O_2], \qquad O = \mathrm{Concat}\, W_O "
+         r"= \sum_{h} A_h\, X\, W_V^h\, W_O^{(h)}")
+st.markdown("The lesson's two-head pipeline: T = 4 one-hot tokens (X = I), head 1 attends to itself "
+            "(circle code), head 2 averages the past; d_k = d_v = 2, d_model = 4.")
+
+# 1. the student's value projections and output projection
+c = st.columns(4)
+c[0].selectbox("Value projections W_V", list(VALUE_CHOICES), key=k("wv"), format_func=VALUE_CHOICES.get)
+c[1].selectbox("W_O preset", list(heads.W_O_PRESETS), key=k("wo"))
+c[2].number_input("Seed (random choices)", 0, 9999, key=k("seed"))
+c[3].slider("Gain of head 1", 0.0, 10.0, step=0.5, key=k("gain"))
+st.toggle("Causal mask", key=k("causal"))
+st.caption(heads.W_O_PRESETS[ss[k("wo")]])
+pipe = heads.two_head_pipeline(gain=ss[k("gain")])
+eye, rng = np.eye(D), np.random.default_rng(int(ss[k("seed")]))
+W_V = {"lesson": pipe.W_V, "in_order": eye, "random": rng.normal(size=(D, H * D_V)), "custom": pipe.W_V}[ss[k("wv")]]
+left, right = st.columns(2)
+if ss[k("wv")] == "custom":
+    with left:
+        st.caption("W_V (rows: input features; columns: head value dimensions)")
+        W_V = state.matrix_input(PAGE, "WV", pipe.W_V, xs, concat_cols, limit=MAX_MATRIX_ENTRY)
+preset_W_O = heads.output_projection(ss[k("wo")], H, D_V, seed=int(ss[k("seed")]))
+with right:
+    st.caption("W_O, editable (rows: the concat column read; columns: the output channel written)")
+    W_O = state.matrix_input(PAGE, "WO", preset_W_O, concat_cols, out_cols,
+                             editor_key=k(f"WO.{ss[k('wo')]}"), limit=MAX_MATRIX_ENTRY)
+state.publish(PAGE, SPEC, extra={"WV": W_V if ss[k("wv")] == "custom" and not np.array_equal(W_V, pipe.W_V) else None,
+                                 "WO": None if np.array_equal(W_O, preset_W_O) else W_O})
+
+# 2. run the block, then its filter-bank decomposition
+dtype, backend = chosen_dtype(), chosen_backend()
+mask = masks.causal(D) if ss[k("causal")] else None
+try:
+    args = [m.astype(dtype) for m in (pipe.X, pipe.W_Q, pipe.W_K, W_V, W_O)]
+    res, seconds = timed(multi_head_attention, *args, H, mask, backend=backend)
+    terms = filter_bank(args[0], args[3], args[4], res.weights, H, backend=backend)   # (H, T, d_model)
+except ValueError as err:
+    st.error(str(err))
+    st.stop()
+signed = dict(kind="signed", value_name="value", size=200)
+c = st.columns(3)
+c[0].vega_lite_chart(charts.heatmap_spec(W_O, concat_cols, out_cols, title="W_O (H·d_v × d_model)",
+                                         row_title="concat column", col_title="output channel", **signed))
+c[1].vega_lite_chart(charts.heatmap_spec(res.concat, tokens, concat_cols, title="Concat = [O_1, O_2]",
+                                         row_title="token", col_title="concat column", **signed))
+c[2].vega_lite_chart(charts.heatmap_spec(res.output, tokens, out_cols, title="O = Concat · W_O",
+                                         row_title="token", col_title="output channel", **signed))
+with st.expander("Concat and O as numbers", expanded=True):
+    n = st.columns(2)
+    n[0].dataframe(pd.DataFrame(res.concat, index=tokens, columns=concat_cols).round(6))
+    n[1].dataframe(pd.DataFrame(res.output, index=tokens, columns=out_cols).round(6))
+
+st.subheader("The filter bank: one term per head")
+total = terms.sum(axis=0)
+panels = [*terms, total, res.output]
+titles = [f"head {h + 1}: A_{h + 1} X W_V^{h + 1} W_O^({h + 1})" for h in range(H)] + ["sum of the terms",
+                                                                                     "Concat · W_O"]
+st.vega_lite_chart(charts.heatmap_grid_spec(panels, tokens, out_cols, titles, kind="signed", value_name="value",
+                                            columns=4, row_title="token", col_title="output channel"))
+deviation = float(np.max(np.abs(total - res.output)))
+st.metric("max |Σ_h term_h − Concat·W_O|", f"{deviation:.2e}")
+
+# 3. which output channels listen to more than one head
+mixing = analysis.channels_mixing_heads(W_O, H)
+per_channel = analysis.heads_per_channel(W_O, H)
+st.subheader("Which output channels read more than one head")
+st.write(", ".join(f"{c}: {n} head(s)" for c, n in zip(out_cols, per_channel)))
+st.markdown(f"Channels mixing heads: **{', '.join(out_cols[j] for j in mixing) or 'none'}**")
+identity = multi_head_attention(*args[:4], np.eye(H * D_V, dtype=dtype), H, mask, backend=backend)
+st.info(f"With W_O = I (exercise 1): O equals Concat (max |O − Concat| = "
+        f"{np.max(np.abs(identity.output - identity.concat)):.1e}) and channels mixing heads: "
+        f"{analysis.channels_mixing_heads(np.eye(H * D_V), H) or 'none'} — each channel copies one head, "
+        "so the heads never meet. Swapping the head blocks only relabels channels; it mixes nothing either.")
+st.markdown("""**What to look for.** Each head's term is its own attention pattern (the analysis
+filter A_h, along the tokens) followed by its own row block of W_O (the synthesis filter, across the
+channels); the terms add up to the block's output to rounding error. A channel whose column of W_O
+has entries in both row blocks carries information from both heads: that is what W_O is for. Signed
+entries (d3 = −h2.1 in the lesson's W_O) show in blue and red around a white zero.""")
+kernel_source(["project_heads", "attention_with_weights", "merge_heads_project"], seconds)
