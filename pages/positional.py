@@ -1,0 +1,149 @@
+"""Positional encoding: why attention needs it, the sinusoidal code, and other ways to tell position."""
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from core import masks, positional
+from core.limits import MAX_D_MODEL, MAX_PE_POSITIONS, MAX_TOKENS
+from ui import charts
+from ui.widgets import chosen_backend, chosen_dtype, kernel_source, timed, tokens_from
+
+DRAW_POSITIONS = 128   # heatmaps draw at most this many positions (the numbers use all of them)
+DRAW_DIMS = 64
+
+st.title("Positional encoding")
+st.markdown("Attention compares every token with every other, but nothing in it says *where* a token "
+            "sits. This page measures that blindness, then looks at the codes that cure it.")
+with st.expander("What to look for"):
+    st.markdown(
+        "- Without positions, swapping words only swaps the output rows: the set of outputs is the same.\n"
+        "- In the sinusoidal code, the left columns spin fast and the right ones slowly; together they "
+        "fingerprint each position.\n"
+        "- PE_p · PE_(p+k) is one number for every p: the code carries the offset k on its own.\n"
+        "- With a tiny d_model, far-apart positions get nearly the same code.\n"
+        "- RoPE and ALiBi put position into the scores instead of the inputs.")
+
+# 1. order blindness ------------------------------------------------------------------------------
+st.header("Attention alone is blind to order")
+c1, c2 = st.columns(2)
+sentence_a = c1.text_input("Sentence A", "dog bites man", key="pe_a")
+sentence_b = c2.text_input("Sentence B (the same words, reordered)", "man bites dog", key="pe_b")
+st.caption(f"At most {MAX_TOKENS} words. One layer: d_model = 8, 2 heads, fixed seeded embeddings and weights.")
+try:
+    words_a = tokens_from(sentence_a, max_tokens=MAX_TOKENS)
+    words_b = tokens_from(sentence_b, max_tokens=MAX_TOKENS)
+    (plain, t_plain) = timed(positional.order_blindness, words_a, words_b, with_pe=False,
+                             backend=chosen_backend(), dtype=chosen_dtype())
+    (coded, t_coded) = timed(positional.order_blindness, words_a, words_b, with_pe=True,
+                             backend=chosen_backend(), dtype=chosen_dtype())
+except ValueError as err:
+    st.error(str(err))
+else:
+    st.latex(r"\text{gap} = \max\,\bigl|O_B - \Pi\,O_A\bigr|, \qquad \Pi = \text{the reordering of the words}")
+    m1, m2 = st.columns(2)
+    m1.metric("gap without PE", f"{plain.gap:.2e}",
+              help="Rounding level: B's outputs are A's outputs, reordered.")
+    m2.metric("gap with sinusoidal PE", f"{coded.gap:.2e}")
+    st.markdown(f"Without positions the outputs are **{'a permutation' if plain.is_permutation else 'not a permutation'}** "
+                f"of each other; with positions they are **{'a permutation' if coded.is_permutation else 'different'}**.")
+    dims = [f"d{i + 1}" for i in range(plain.outputs_a.shape[1])]
+    for res, name in ((plain, "without PE"), (coded, "with PE")):
+        st.altair_chart(charts.heatmap_grid(
+            [res.outputs_a[res.permutation], res.outputs_b], charts.position_labels(words_b), dims,
+            [f"A's outputs, in B's order ({name})", f"B's outputs ({name})"], kind="signed",
+            value_name="output", columns=2, row_title="token", col_title="feature"))
+    kernel_source(["sinusoidal", "project_heads", "attention_with_weights", "merge_heads_project"],
+                  t_plain + t_coded)
+
+# 2. the sinusoidal code ---------------------------------------------------------------------------
+st.header("The sinusoidal code")
+st.latex(r"PE_{p,\,2i} = \sin\!\left(\frac{p}{b^{2i/d}}\right), \qquad "
+         r"PE_{p,\,2i+1} = \cos\!\left(\frac{p}{b^{2i/d}}\right), \qquad b = 10000")
+s1, s2, s3 = st.columns(3)
+T = s1.slider("Positions T", 2, MAX_PE_POSITIONS, 50, key="pe_T")
+d_model = s2.slider("d_model", 2, MAX_D_MODEL, 128, step=2, key="pe_d")
+base = s3.number_input("Base b", 2.0, 1e6, 10000.0, key="pe_base")
+st.caption(f"Caps: T ≤ {MAX_PE_POSITIONS}, d_model ≤ {MAX_D_MODEL}; heatmaps draw the first "
+           f"{DRAW_POSITIONS} positions and {DRAW_DIMS} dimensions.")
+try:
+    PE, t_pe = timed(positional.sinusoidal, T, d_model, base, backend=chosen_backend(), dtype=chosen_dtype())
+except ValueError as err:
+    st.error(str(err))
+    st.stop()
+shown = PE[:DRAW_POSITIONS, :DRAW_DIMS]
+pos_labels = [str(p) for p in range(shown.shape[0])]
+left, right = st.columns(2)
+left.altair_chart(charts.heatmap(shown, pos_labels, [str(i) for i in range(shown.shape[1])],
+                                 title="PE (positions × dimensions)", kind="signed", value_name="PE",
+                                 row_title="position", col_title="dimension", size=360, annotate=False))
+C = positional.cosine_similarity_matrix(PE)
+right.altair_chart(charts.heatmap(C[:DRAW_POSITIONS, :DRAW_POSITIONS], pos_labels, pos_labels,
+                                  title="cosine similarity between positions", kind="signed",
+                                  value_name="cosine", row_title="position", col_title="position",
+                                  size=360, annotate=False))
+kernel_source(["sinusoidal"], t_pe)
+
+origin = st.slider("Similarity from position", 0, T - 1, 0, key="pe_from")
+curve = pd.DataFrame({"position": np.arange(T), "cosine": positional.similarity_from(PE, origin)})
+st.altair_chart(charts.lines(curve, "position", "cosine", title=f"cosine similarity to position {origin}",
+                             y_domain=(-1, 1)), width="stretch")
+
+st.subheader("The dot product depends only on the offset")
+st.latex(r"PE_p \cdot PE_{p+k} = \sum_i \bigl[\sin(p\omega_i)\sin((p{+}k)\omega_i) + "
+         r"\cos(p\omega_i)\cos((p{+}k)\omega_i)\bigr] = \sum_i \cos(k\,\omega_i)")
+k = st.slider("Offset k", 1, max(1, T - 1), min(5, T - 1), key="pe_k")
+learned = positional.learned(T, d_model, seed=0)
+sin_dots = positional.offset_dot_products(PE, k)
+learned_dots = positional.offset_dot_products(learned, k)
+frame = pd.concat([  # each divided by its mean squared norm, so both are on one scale
+    pd.DataFrame({"p": np.arange(len(sin_dots)), "dot": sin_dots / np.mean((PE ** 2).sum(1)), "code": "sinusoidal"}),
+    pd.DataFrame({"p": np.arange(len(learned_dots)), "dot": learned_dots / np.mean((learned ** 2).sum(1)),
+                  "code": "learned (random init)"})])
+st.altair_chart(charts.lines(frame, "p", "dot", color="code", title=f"PE_p · PE_(p+{k}) / mean |PE|², for every p", y_title="normalised dot product"),
+                width="stretch")
+st.markdown(f"Sinusoidal: every p gives {sin_dots.mean():.6f}; spread max − min = **{np.ptp(sin_dots):.1e}**. "
+            f"A random (untrained, learned-style) code: spread {np.ptp(learned_dots):.1e} on values of "
+            f"size {np.abs(learned_dots).max():.1e}, no such rule.")
+
+st.subheader("Too narrow a code: positions that nearly collide")
+T_c = st.slider("Positions searched", 16, MAX_PE_POSITIONS, 100, key="pe_Tc")
+widths = [2, 4, 8, 16, 32, 64]
+pairs = positional.collisions_by_width(T_c, widths, base, backend=chosen_backend())
+st.dataframe(pd.DataFrame({
+    "d_model": widths, "closest pair": [f"{p.i} and {p.j}" for p in pairs], "apart": [p.j - p.i for p in pairs],
+    "distance": [p.distance for p in pairs], "typical |PE|": [p.typical_norm for p in pairs],
+    "cosine": [p.cosine for p in pairs]}), hide_index=True)
+st.markdown("Where *apart* is 1, the nearest code to a position is its neighbour's: fine. Where it is "
+            "large, two distant positions look alike, and the model cannot tell them apart.")
+
+# 3. other ways to tell position -----------------------------------------------------------------
+st.header("Other codes, seen in the scores")
+T_s = st.slider("Positions for the score maps", 4, MAX_TOKENS, 8, key="pe_Ts")
+labels = [str(p) for p in range(T_s)]
+st.markdown("**Learned positions** (BERT): one trainable vector per position. Before training they are "
+            "random, so position-only scores P Pᵀ/√d have no structure, and a position beyond the table "
+            "has no vector at all.")
+P_sin = positional.sinusoidal(T_s, d_model, base, backend=chosen_backend())
+P_learned = positional.learned(T_s, d_model, seed=0)
+st.altair_chart(charts.heatmap_grid([P_sin @ P_sin.T / np.sqrt(d_model), P_learned @ P_learned.T / np.sqrt(d_model)],
+                                    labels, labels, ["sinusoidal: P Pᵀ/√d", "learned (random init): P Pᵀ/√d"],
+                                    kind="signed", value_name="score", columns=2))
+st.markdown("**RoPE** rotates each pair of query and key features by an angle proportional to the "
+            "position, so the score sees only the offset n − m: with the same content at every position, "
+            "each diagonal is constant.")
+st.latex(r"S_{mn} = \bigl(R(m)\,q_m\bigr)\cdot\bigl(R(n)\,k_n\bigr) = q_m \cdot R(n-m)\,k_n")
+rng = np.random.default_rng(0)
+d_rope = 8
+q, kk = rng.normal(size=d_rope), rng.normal(size=d_rope)
+S_rope = positional.rope_scores(np.tile(q, (T_s, 1)), np.tile(kk, (T_s, 1)), base=base)
+st.altair_chart(charts.heatmap(S_rope, labels, labels, title="RoPE scores, same q and k everywhere",
+                               kind="signed", value_name="score"))
+st.markdown("**ALiBi** adds no code to the inputs; each head subtracts a penalty proportional to distance, "
+            "with its own slope (steep heads look near, shallow heads far).")
+st.latex(r"S^{(h)}_{ij} = \frac{q_i \cdot k_j}{\sqrt{d_k}} - m_h\,|i-j|, \qquad m_h = 2^{-8h/H}")
+H_alibi = 4
+S_alibi = positional.alibi_scores(np.zeros((T_s, 2)), np.zeros((T_s, 2)), H_alibi) + masks.causal(T_s)
+st.altair_chart(charts.heatmap_grid([np.where(np.isinf(S), np.nan, S) for S in S_alibi], labels, labels,
+                                    [f"head {h + 1}: slope {m:.3f}" for h, m in enumerate(positional.alibi_slopes(H_alibi))],
+                                    kind="signed", value_name="score", columns=4, size=180))
+st.caption("ALiBi maps use Q = K = 0 under a causal mask, so what you see is the bias alone; masked cells are blank.")
