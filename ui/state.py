@@ -101,7 +101,10 @@ def parse_value(field: Field, raw, name: str = "value"):
             raise ValueError(f"'{name}' should be one of {', '.join(map(str, field.choices))}, got {text!r}.")
         return text
     if field.kind == "matrix":
-        rows = raw if isinstance(raw, (list, tuple, np.ndarray)) else matrix_from_text(text)
+        try:
+            rows = raw if isinstance(raw, (list, tuple, np.ndarray)) else matrix_from_text(text)
+        except ValueError as err:
+            raise ValueError(f"'{name}': {err}") from None
         return parse_matrix(rows, name, limit=1e3)
     try:
         number = float(text)
