@@ -1,0 +1,138 @@
+"""Masks and cross-attention: who may look at whom, and attention between two sequences."""
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from core import attention, masks, positional
+from core.limits import MAX_HEADS, MAX_TOKENS
+from ui import charts
+from ui.widgets import chosen_backend, chosen_dtype, kernel_source, timed, tokens_from
+
+D_MODEL = 8
+st.title("Masks and cross-attention")
+st.markdown("A mask decides which keys each query may see; cross-attention lets one sequence read "
+            "another. All weights below come from our kernels, with fixed seeded inputs and weights.")
+with st.expander("What to look for"):
+    st.markdown(
+        "- Under the causal mask the weights are lower-triangular and every row still sums to 1.\n"
+        "- A padded key gets exactly 0 weight, however large its score would have been.\n"
+        "- Cross-attention maps are rectangular: one row per decoder token, one column per encoder token.")
+
+
+def seeded_layer(d_model: int, n_heads: int, seed: int = 0):
+    """Fixed random projections ``(d, d)``: the same on every rerun."""
+    rng = np.random.default_rng(seed)
+    dtype = chosen_dtype()
+    return [rng.normal(0.0, 1.0 / np.sqrt(d_model), (d_model, d_model)).astype(dtype) for _ in range(4)]
+
+
+def embed(words, d_model: int, seed: int = 1):
+    """One fixed vector per distinct word plus the sinusoidal code; ``(T, d_model)``."""
+    table = {w: np.random.default_rng([seed, *map(ord, w)]).normal(size=d_model) for w in set(words)}
+    PE = positional.sinusoidal(len(words), d_model, backend=chosen_backend(), dtype=chosen_dtype())
+    return np.stack([table[w] for w in words]).astype(chosen_dtype()) + PE
+
+
+# 1. causal ---------------------------------------------------------------------------------------
+st.header("The causal mask")
+st.latex(r"M_{ij} = \begin{cases} 0 & j \le i \\ -\infty & j > i \end{cases} \qquad "
+         r"A = \mathrm{softmax}\!\left(\frac{QK^\top}{\sqrt{d_k}} + M\right)")
+sentence = st.text_input("Sentence", "the tired cat sat on the warm mat", key="m_sentence")
+st.caption(f"At most {MAX_TOKENS} words; one head, d_model = {D_MODEL}.")
+try:
+    words = tokens_from(sentence, max_tokens=MAX_TOKENS)
+    X = embed(words, D_MODEL)
+    W_Q, W_K, W_V, W_O = seeded_layer(D_MODEL, 1)
+    free, t_free = timed(attention.multi_head_attention, X, W_Q, W_K, W_V, W_O, 1, backend=chosen_backend())
+    causal, t_causal = timed(attention.multi_head_attention, X, W_Q, W_K, W_V, W_O, 1,
+                             mask=masks.causal(len(words)), backend=chosen_backend())
+except ValueError as err:
+    st.error(str(err))
+else:
+    labels = charts.position_labels(words)
+    M = masks.causal(len(words))
+    st.dataframe(pd.DataFrame(np.where(np.isinf(M), "−∞", "0"), index=labels, columns=labels))
+    st.altair_chart(charts.heatmap_grid([free.weights[0], causal.weights[0]], labels, labels,
+                                        ["no mask", "causal mask"], columns=2, size=300))
+    A = causal.weights[0]
+    st.markdown(f"Measured: largest weight above the diagonal **{np.triu(A, 1).max():.1f}**; row sums between "
+                f"{A.sum(1).min():.15f} and {A.sum(1).max():.15f}. Row 1 can only see itself, so it "
+                "copies its own value.")
+    kernel_source(["project_heads", "attention_with_weights", "merge_heads_project"], t_free + t_causal)
+
+# 2. padding --------------------------------------------------------------------------------------
+st.header("Padding masks in a batch")
+st.markdown("Sequences of different lengths share one array by padding the short ones. The padding "
+            "mask hides the padded keys of each sequence; it has one row per sequence and broadcasts "
+            "over queries and heads.")
+st.latex(r"M^{(b)}_{ij} = \begin{cases} 0 & j < \ell_b \\ -\infty & j \ge \ell_b \end{cases}")
+p1, p2, p3 = st.columns(3)
+typed = p1.text_input("Lengths in the batch", "6, 3, 5", key="m_lengths")
+T_pad = p2.slider("Padded length T", 1, MAX_TOKENS, 6, key="m_T")
+n_heads = p3.select_slider("Heads", [h for h in (1, 2, 4, 8) if h <= MAX_HEADS], 2, key="m_heads")
+also_causal = st.checkbox("Also causal (a decoder's batch)", key="m_causal")
+try:
+    try:
+        lengths = [int(x) for x in typed.replace(",", " ").split()]
+    except ValueError:
+        raise ValueError(f"Type whole numbers separated by commas, e.g. 6, 3, 5; got {typed!r}.") from None
+    if len(lengths) > 4:
+        raise ValueError(f"This page shows at most 4 sequences; got {len(lengths)}.")
+    pad = masks.padding(lengths, T_pad)                                   # (B, 1, T)
+    mask = masks.combine(pad, masks.causal(T_pad) if also_causal else None)
+    rng = np.random.default_rng(2)
+    Xb = rng.normal(size=(len(lengths), T_pad, D_MODEL)).astype(chosen_dtype())   # (B, T, d)
+    res, t_pad = timed(attention.multi_head_attention, Xb, *seeded_layer(D_MODEL, n_heads), n_heads,
+                       mask=mask, backend=chosen_backend())
+except ValueError as err:
+    st.error(str(err))
+else:
+    pos = [str(i + 1) for i in range(T_pad)]
+    st.altair_chart(charts.heatmap_grid([res.weights[b, 0] for b in range(len(lengths))], pos, pos,
+                                        [f"sequence {b + 1}: length {n}" for b, n in enumerate(lengths)],
+                                        columns=4, size=200))
+    leaked = max((res.weights[b, :, :, n:].max(initial=0.0) for b, n in enumerate(lengths)), default=0.0)
+    st.markdown(f"Head 1 of each sequence is drawn. Measured over all heads: the largest weight on a padded "
+                f"key is **{leaked:.1f}**. Padded *queries* still produce rows (they read the real keys); "
+                "a model ignores them later, in the loss or the pooling. A sequence of length 0 gets all-zero "
+                "weights, not NaN.")
+    kernel_source(["attention_with_weights"], t_pad)
+
+# 3. cross-attention ------------------------------------------------------------------------------
+st.header("Cross-attention: the decoder reads the encoder")
+st.latex(r"\mathrm{CrossAttn}(Y, H^{enc}) = \mathrm{softmax}\!\left(\frac{(Y W_Q)(H^{enc} W_K)^\top}{\sqrt{d_k}}"
+         r"\right) H^{enc} W_V, \qquad A \in \mathbb{R}^{T_q \times T_k}")
+c1, c2 = st.columns(2)
+source = c1.text_input("Source (encoder side)", "je suis étudiant", key="m_source")
+target = c2.text_input("Target so far (decoder side)", "i am a student", key="m_target")
+try:
+    src = tokens_from(source, max_tokens=MAX_TOKENS)
+    tgt = tokens_from(target, max_tokens=MAX_TOKENS)
+    H_enc, Y = embed(src, D_MODEL, seed=3), embed(tgt, D_MODEL, seed=4)
+    cross, t_cross = timed(attention.multi_head_attention, Y, *seeded_layer(D_MODEL, 2, seed=5), 2,
+                           X_kv=H_enc, backend=chosen_backend())
+except ValueError as err:
+    st.error(str(err))
+else:
+    st.markdown(f"Queries come from the {len(tgt)} decoder tokens, keys and values from the {len(src)} "
+                f"encoder tokens: weights of shape **{cross.weights.shape[1]} × {cross.weights.shape[2]}** "
+                "per head. No causal mask here: the whole source is known before decoding starts.")
+    st.altair_chart(charts.heatmap_grid(list(cross.weights), charts.position_labels(tgt),
+                                        charts.position_labels(src), ["head 1", "head 2"], columns=2,
+                                        row_title="decoder query", col_title="encoder key", size=260))
+    kernel_source(["project_heads", "attention_with_weights"], t_cross)
+
+# 4. the three families ---------------------------------------------------------------------------
+st.header("Encoder-only, decoder-only, encoder-decoder")
+st.dataframe(pd.DataFrame({
+    "family": ["encoder-only", "decoder-only", "encoder-decoder"],
+    "attention it uses": ["self-attention, no causal mask (padding only)",
+                          "causal self-attention",
+                          "encoder: unmasked self-attention; decoder: causal self-attention + cross-attention"],
+    "good for": ["understanding a given text: classify, tag, embed",
+                 "generating text one token at a time",
+                 "turning one sequence into another: translate, summarise"],
+    "example": ["BERT", "GPT", "original Transformer, T5"],
+}), hide_index=True)
+st.markdown("Rule of thumb: read a sequence, use an encoder; write one from scratch, a decoder; rewrite "
+            "one sequence as another, both, joined by cross-attention.")

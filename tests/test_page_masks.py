@@ -1,0 +1,61 @@
+"""The Masks and cross-attention page: causal, padding and rectangular cross-attention on screen."""
+from pathlib import Path
+
+import numpy as np
+from streamlit.testing.v1 import AppTest
+
+from core import attention, masks
+
+PAGE = str(Path(__file__).resolve().parents[1] / "pages" / "masks.py")
+
+
+def _text(at):
+    return " ".join(m.value for m in at.markdown)
+
+
+def test_page_runs_with_its_sections_and_measurements():
+    at = AppTest.from_file(PAGE, default_timeout=60).run()
+    assert not at.exception and not at.error
+    assert [h.value for h in at.header] == [
+        "The causal mask", "Padding masks in a batch", "Cross-attention: the decoder reads the encoder",
+        "Encoder-only, decoder-only, encoder-decoder"]
+    text = _text(at)
+    assert "largest weight above the diagonal **0.0**" in text
+    assert "largest weight on a padded key is **0.0**" in text
+    assert "weights of shape **4 × 3** per head" in text                 # Tq = 4 target, Tk = 3 source words
+    mask_table = at.dataframe[0].value
+    assert mask_table.shape == (8, 8) and mask_table.iloc[0, 1] == "−∞" and mask_table.iloc[1, 0] == "0"
+    assert at.dataframe[1].value["example"].tolist() == ["BERT", "GPT", "original Transformer, T5"]
+
+
+def test_cross_attention_is_rectangular_and_follows_the_inputs():
+    at = AppTest.from_file(PAGE, default_timeout=60).run()
+    at.text_input(key="m_source").set_value("a b c d e f g")
+    at.text_input(key="m_target").set_value("x y").run()
+    assert not at.exception
+    assert "weights of shape **2 × 7** per head" in _text(at)
+    # the same operation, directly: X_kv sets the key axis
+    rng = np.random.default_rng(0)
+    W = [rng.normal(size=(8, 8)) for _ in range(4)]
+    res = attention.multi_head_attention(rng.normal(size=(2, 8)), *W, 2, X_kv=rng.normal(size=(7, 8)), backend="cpu")
+    assert res.weights.shape == (2, 2, 7) and res.output.shape == (2, 8)
+    np.testing.assert_allclose(res.weights.sum(-1), 1.0, atol=1e-12)
+
+
+def test_padding_with_a_causal_mask_an_empty_sequence_and_bad_lengths():
+    at = AppTest.from_file(PAGE, default_timeout=60).run()
+    at.text_input(key="m_lengths").set_value("6, 2, 0")
+    at.checkbox(key="m_causal").check().run()
+    assert not at.exception and not at.error
+    assert "largest weight on a padded key is **0.0**" in _text(at)
+    # what the page computes: padded keys get exactly 0, an empty sequence gets zero rows (not NaN)
+    mask = masks.combine(masks.padding([6, 2, 0], 6), masks.causal(6))
+    X = np.random.default_rng(2).normal(size=(3, 6, 8))
+    W = [np.eye(8)] * 4
+    A = attention.multi_head_attention(X, *W, 2, mask=mask, backend="cpu").weights   # (B, H, T, T)
+    assert A[1, :, :, 2:].max() == 0.0 and np.all(A[2] == 0.0)
+    assert np.all(np.triu(A[0, 0], 1) == 0.0)
+    # bad lengths: a message, never a traceback
+    for typed, message in (("6, 9", "between 0 and T = 6"), ("a, b", "whole numbers")):
+        at.text_input(key="m_lengths").set_value(typed).run()
+        assert not at.exception and message in at.error[0].value
