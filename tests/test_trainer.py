@@ -1,0 +1,237 @@
+"""The background trainer behind the training page, driven as a plain object (no Streamlit)."""
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from core import encoder, limits
+from ui import trainer as trainer_module
+from ui.trainer import DONE, ERROR, IDLE, LOADED, PAUSED, RUNNING, RunSpec, Trainer, TrainerBusy
+
+TINY = dict(task="sum", n_layers=1, d_model=16, n_heads=2, n_train=200, n_val=40, n_test=40, eval_every=5)
+
+
+def tiny(**overrides) -> RunSpec:
+    return RunSpec(**{**TINY, **overrides})
+
+
+def workers_alive() -> list:
+    return [t for t in threading.enumerate() if t.name == "encoder-trainer" and t.is_alive()]
+
+
+@pytest.fixture
+def trainer():
+    t = Trainer(snapshot_every=5)
+    yield t
+    t.reset()
+    assert t.join(10)
+
+
+def wait_for(predicate, timeout=20.0):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def test_start_runs_to_the_step_count_and_the_thread_ends(trainer):
+    trainer.start(tiny(steps=30))
+    assert trainer.status in (RUNNING, DONE)
+    assert trainer.join(30)
+    view = trainer.view()
+    assert view.status == DONE and not workers_alive()
+    run = view.runs[0]
+    assert run.finished and run.step == 30 and "step count" in run.stop_reason
+    assert [m["step"] for m in run.metrics] == list(range(1, 31))
+    assert run.metrics[-1]["val_acc"] is not None and run.metrics[-1]["evaluated"]
+    assert all(np.isfinite(m["loss"]) and m["steps_per_s"] >= 0 for m in run.metrics)
+    elapsed = [m["elapsed"] for m in run.metrics]
+    assert elapsed == sorted(elapsed)
+    # the end: test accuracy and a confusion table over the whole test split
+    assert 0.0 <= run.test_acc <= 1.0
+    assert run.confusion.shape == (2, 2) and run.confusion.sum() == 40
+    assert np.isclose(np.trace(run.confusion) / 40, run.test_acc)
+    # attention maps of every layer and head for the chosen example, rows summing to 1
+    assert run.attention.shape == (1, 2, 16, 16) and run.attention_step == 30
+    np.testing.assert_allclose(run.attention.sum(axis=-1), 1.0, atol=1e-5)
+
+
+def test_metrics_grow_while_it_trains(trainer):
+    trainer.start(tiny(steps=400))
+    assert wait_for(lambda: len(trainer.view().runs[0].metrics) >= 3)
+    first = len(trainer.view().runs[0].metrics)
+    assert wait_for(lambda: len(trainer.view().runs[0].metrics) > first or not trainer.running)
+    trainer.pause()
+    assert trainer.status == PAUSED
+
+
+def test_pause_and_resume_give_the_same_model_as_a_straight_run(trainer):
+    straight = Trainer()
+    straight.start(tiny(steps=40))
+    assert straight.join(30)
+    expected, _ = straight.params()
+
+    trainer.start(tiny(steps=40))
+    assert wait_for(lambda: trainer.view().runs[0].step >= 5)
+    trainer.pause()
+    view = trainer.view()
+    assert view.status == PAUSED and not workers_alive()
+    paused_at = view.runs[0].step
+    assert 5 <= paused_at < 40, "the run should pause part-way"
+    assert view.runs[0].test_acc is not None          # evaluated where it paused
+    time.sleep(0.1)
+    assert trainer.view().runs[0].step == paused_at    # nothing trains while paused
+    trainer.resume()
+    assert trainer.join(30) and trainer.status == DONE
+    got, _ = trainer.params()
+    assert got.keys() == expected.keys()
+    for name in expected:
+        np.testing.assert_array_equal(got[name], expected[name], err_msg=name)
+    steps = [m["step"] for m in trainer.view().runs[0].metrics]
+    assert steps == list(range(1, 41))
+
+
+def test_same_seed_same_final_state_and_another_seed_differs():
+    finals = []
+    for seed in (3, 3, 4):
+        t = Trainer()
+        t.start(tiny(steps=15, seed=seed))
+        assert t.join(30)
+        finals.append(t.params()[0])
+    for name in finals[0]:
+        np.testing.assert_array_equal(finals[0][name], finals[1][name])
+    assert not np.array_equal(finals[0]["embed"], finals[2]["embed"])
+
+
+def test_steps_are_capped():
+    t = Trainer(max_steps=7)
+    t.start(tiny(steps=50))
+    assert t.join(30)
+    run = t.view().runs[0]
+    assert run.step == 7 and run.target_steps == 7
+    with pytest.raises(ValueError, match=str(limits.MAX_TRAIN_STEPS)):
+        Trainer().start(tiny(steps=limits.MAX_TRAIN_STEPS + 1))
+
+
+def test_seconds_are_capped():
+    t = Trainer(max_seconds=0.3)
+    started = time.monotonic()
+    t.start(tiny(steps=limits.MAX_TRAIN_STEPS))
+    assert t.join(30)
+    assert time.monotonic() - started < 10
+    run = t.view().runs[0]
+    assert t.status == DONE and run.step < limits.MAX_TRAIN_STEPS
+    assert "time cap" in run.stop_reason
+    assert run.metrics[-1]["val_acc"] is not None and run.test_acc is not None
+    assert run.metrics[-1]["elapsed"] < 0.3 + 1.0
+
+
+def test_reset_stops_and_forgets(trainer):
+    trainer.start(tiny(steps=limits.MAX_TRAIN_STEPS))
+    assert wait_for(lambda: len(trainer.view().runs[0].metrics) > 0)
+    trainer.reset()
+    assert trainer.join(10) and not workers_alive()
+    view = trainer.view()
+    assert view.status == IDLE and view.runs == []
+    with pytest.raises(ValueError, match="no model"):
+        trainer.params()
+    with pytest.raises(ValueError, match="Nothing to resume"):
+        trainer.resume()
+
+
+def test_bad_specs_are_refused_and_change_nothing(trainer):
+    trainer.start(tiny(steps=5))
+    assert trainer.join(30)
+    before = trainer.view()
+    with pytest.raises(ValueError, match="cannot be split evenly"):
+        trainer.start(tiny(d_model=16, n_heads=3))
+    with pytest.raises(ValueError, match="Layers"):
+        trainer.start(tiny(n_layers=limits.MAX_TRAIN_LAYERS + 1))
+    with pytest.raises(ValueError, match="d_model"):
+        trainer.start(tiny(d_model=limits.MAX_TRAIN_D_MODEL + 8, n_heads=1))
+    with pytest.raises(ValueError, match="learning rate"):
+        trainer.start(tiny(lr=0.0))
+    with pytest.raises(ValueError, match="Unknown task"):
+        trainer.start(tiny(task="sort"))
+    after = trainer.view()
+    assert after.status == DONE and after.version == before.version and after.runs[0].step == 5
+
+
+def test_an_ablation_runs_its_specs_one_after_the_other(trainer):
+    specs = [tiny(task="increasing", steps=12, label="with PE"),
+             tiny(task="increasing", steps=12, positional="none", label="no PE"),
+             tiny(task="increasing", steps=12, n_heads=1, label="1 head")]
+    trainer.start(specs)
+    assert trainer.join(60) and trainer.status == DONE
+    runs = trainer.view().runs
+    assert [r.label for r in runs] == ["with PE", "no PE", "1 head"]
+    assert all(r.finished and r.step == 12 and r.test_acc is not None for r in runs)
+    assert runs[2].attention.shape == (1, 1, 8, 8)
+    # the runs share one data set, so the chosen example is the same sequence in each
+    np.testing.assert_array_equal(runs[0].example_tokens, runs[1].example_tokens)
+
+
+def test_the_time_cap_is_shared_between_ablation_runs():
+    t = Trainer(max_seconds=0.4)
+    t.start([tiny(steps=limits.MAX_TRAIN_STEPS, label="a"), tiny(steps=limits.MAX_TRAIN_STEPS, label="b")])
+    assert t.join(30)
+    runs = t.view().runs
+    assert all(r.finished and "time cap" in r.stop_reason for r in runs)
+    assert all(r.metrics[-1]["elapsed"] < 0.2 + 1.0 for r in runs)
+
+
+def test_choosing_an_example_refreshes_the_attention_maps(trainer):
+    trainer.start(tiny(steps=10))
+    assert trainer.join(30)
+    first = trainer.view().runs[0]
+    trainer.set_example(7)
+    second = trainer.view().runs[0]
+    assert trainer.view().example_index == 7
+    assert not np.array_equal(first.example_tokens, second.example_tokens)
+    assert not np.allclose(first.attention, second.attention)
+    trainer.set_example(10_000)              # clipped to the validation set
+    assert trainer.view().example_index == 39
+
+
+def test_weights_download_and_upload_round_trip(trainer):
+    trainer.start(tiny(steps=20, positional="learned"))
+    assert trainer.join(30)
+    trained = trainer.view().runs[0]
+    raw = trainer.weights_npz()
+    params, cfg = trainer.params()
+    loaded = encoder.load(raw, cfg)
+    assert set(loaded) == set(encoder.param_shapes(cfg)) and "pos" in loaded
+    other = Trainer()
+    other.load(loaded, cfg, tiny())
+    view = other.view()
+    assert view.status == LOADED and view.runs[0].test_acc == trained.test_acc
+    np.testing.assert_allclose(view.runs[0].attention, trained.attention, atol=1e-6)
+    other.resume()                            # an uploaded model can train further
+    assert other.join(30) and other.status == DONE
+
+
+def test_a_busy_server_refuses_a_new_run(monkeypatch, trainer):
+    monkeypatch.setattr(trainer_module, "_slots", threading.BoundedSemaphore(1))
+    trainer_module._slots.acquire()
+    with pytest.raises(TrainerBusy, match="already training"):
+        trainer.start(tiny(steps=5))
+    assert trainer.status == IDLE and trainer.view().runs == []
+
+
+def test_an_error_in_the_worker_is_reported_not_raised(monkeypatch, trainer):
+    def broken(*args, **kwargs):
+        raise FloatingPointError("the loss became NaN")
+        yield  # pragma: no cover
+
+    monkeypatch.setattr(trainer_module.training, "train", broken)
+    trainer.start(tiny(steps=5))
+    assert trainer.join(10)
+    view = trainer.view()
+    assert view.status == ERROR and "NaN" in view.message and not workers_alive()
+    # the slot came back: a fresh run can start
+    monkeypatch.undo()
+    trainer.start(tiny(steps=3))
+    assert trainer.join(30) and trainer.status == DONE

@@ -1,0 +1,452 @@
+"""Training in the background, for the Streamlit page: a worker thread and a thread-safe record.
+
+Streamlit runs the page script on every click; a training run takes seconds to a minute. So the
+page keeps one :class:`Trainer` in ``st.session_state``; ``start()`` hands the work to a thread,
+and the page's ``st.fragment(run_every=...)`` reads :meth:`Trainer.view` a few times a second and
+redraws. The thread never calls Streamlit: it only appends to lists behind a lock.
+
+    trainer = Trainer()
+    trainer.start(RunSpec(task="increasing", steps=800))     # or a list of specs: an ablation
+    trainer.view().runs[0].metrics                             # grows while it trains
+    trainer.pause(); trainer.resume(); trainer.reset()
+
+One trainer runs its specs one after the other (a single run, or the runs of an ablation). Each
+run is bounded by ``core.limits``: at most ``MAX_TRAIN_STEPS`` steps, and all runs together at most
+``MAX_TRAIN_SECONDS`` of wall-clock time, split evenly between them; and at most
+``MAX_CONCURRENT_RUNS`` workers train at once in the whole server process, so a class sharing one
+or two cores stays responsive. Nothing here imports Streamlit: tests drive it as a plain object.
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import io
+import threading
+import time
+
+import numpy as np
+
+from core import encoder, limits, training
+from core.encoder import EncoderConfig
+from core.tasks import Dataset, make_dataset
+from core.validate import check_heads
+
+MAX_CONCURRENT_RUNS = 3       # worker threads training at once, over all sessions of the server
+RATE_WINDOW = 25              # steps per second is measured over the last this-many steps
+
+IDLE, RUNNING, PAUSED, DONE, LOADED, ERROR = "idle", "running", "paused", "done", "loaded", "error"
+
+_slots = threading.BoundedSemaphore(MAX_CONCURRENT_RUNS)
+
+
+class TrainerBusy(ValueError):
+    """Every training slot of the server is taken; try again in a moment."""
+
+
+# ----------------------------------------------------------------------------------------------
+# what to train
+# ----------------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class RunSpec:
+    """One training run: the task, the model's sizes and the optimiser's settings."""
+
+    task: str = "sum"
+    n_layers: int = 2
+    n_heads: int = 4
+    d_model: int = 32
+    positional: str = "sinusoidal"
+    lr: float = 3e-3
+    steps: int = 300
+    seed: int = 0
+    label: str = "run"
+    n_train: int = 4000
+    n_val: int = 1000
+    n_test: int = 1000
+    batch_size: int = 64
+    eval_every: int = 25
+
+    def check(self) -> "RunSpec":
+        """Refuse sizes beyond ``core.limits`` or a head count that does not divide d_model."""
+        if not 1 <= int(self.n_layers) <= limits.MAX_TRAIN_LAYERS:
+            raise ValueError(f"Layers must be between 1 and {limits.MAX_TRAIN_LAYERS}, got {self.n_layers}.")
+        if not 1 <= int(self.d_model) <= limits.MAX_TRAIN_D_MODEL:
+            raise ValueError(f"d_model must be between 1 and {limits.MAX_TRAIN_D_MODEL}, got {self.d_model}.")
+        if not 1 <= int(self.n_heads) <= limits.MAX_TRAIN_HEADS:
+            raise ValueError(f"Heads must be between 1 and {limits.MAX_TRAIN_HEADS}, got {self.n_heads}.")
+        check_heads(int(self.d_model), int(self.n_heads))
+        if not 1 <= int(self.steps) <= limits.MAX_TRAIN_STEPS:
+            raise ValueError(f"Steps must be between 1 and {limits.MAX_TRAIN_STEPS}, got {self.steps}.")
+        if not (np.isfinite(self.lr) and 0 < self.lr <= 1):
+            raise ValueError(f"The learning rate must be in (0, 1], got {self.lr}.")
+        return self
+
+    def config(self) -> EncoderConfig:
+        """The encoder this spec trains (feed-forward width 2 d_model, as the default 32 -> 64)."""
+        return training.config_for(self.task, d_model=int(self.d_model), n_heads=int(self.n_heads),
+                                   d_ff=2 * int(self.d_model), n_layers=int(self.n_layers),
+                                   positional=self.positional)
+
+
+@dataclasses.dataclass
+class _Run:
+    """A run's live objects; only the worker thread touches ``state`` while the trainer runs."""
+
+    spec: RunSpec
+    cfg: EncoderConfig
+    data: Dataset
+    state: training.TrainState
+    metrics: list = dataclasses.field(default_factory=list)
+    attention: np.ndarray | None = None        # (L, H, T, T) for the chosen validation example
+    attention_step: int = -1
+    wall_seconds: float = 0.0
+    finished: bool = False
+    stop_reason: str = ""
+    test_acc: float | None = None
+    confusion: np.ndarray | None = None
+
+
+# ----------------------------------------------------------------------------------------------
+# what the page reads
+# ----------------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class RunView:
+    """A copy of one run's record, safe to read while the worker carries on."""
+
+    label: str
+    spec: RunSpec
+    step: int
+    target_steps: int
+    metrics: list                  # one dict per step: step, loss, train_acc, val_acc, elapsed, steps_per_s
+    attention: np.ndarray | None   # (L, H, T, T)
+    attention_step: int
+    example_tokens: np.ndarray     # the chosen validation sequence (T,)
+    example_label: int
+    finished: bool
+    stop_reason: str
+    test_acc: float | None
+    confusion: np.ndarray | None   # confusion[true, predicted]
+
+    @property
+    def last(self) -> dict | None:
+        return self.metrics[-1] if self.metrics else None
+
+    @property
+    def final_val_acc(self) -> float | None:
+        return self.metrics[-1]["val_acc"] if self.metrics else None
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainerView:
+    status: str
+    message: str
+    runs: list
+    example_index: int
+    version: int                   # grows whenever anything changes
+
+    @property
+    def running(self) -> bool:
+        return self.status == RUNNING
+
+
+# ----------------------------------------------------------------------------------------------
+# the trainer
+# ----------------------------------------------------------------------------------------------
+class Trainer:
+    """Runs one or more :class:`RunSpec` in a background thread; every method is thread-safe.
+
+    Parameters
+    ----------
+    max_steps, max_seconds : caps (default ``core.limits``); a spec asking for more steps is cut
+        to ``max_steps``, and all runs together get ``max_seconds`` of wall-clock time.
+    snapshot_every : steps between two snapshots of the attention maps (also at step 1 and at
+        the end of a run).
+    """
+
+    def __init__(self, *, max_steps: int = limits.MAX_TRAIN_STEPS,
+                 max_seconds: float = limits.MAX_TRAIN_SECONDS, snapshot_every: int = 25):
+        self.max_steps = int(max_steps)
+        self.max_seconds = float(max_seconds)
+        self.snapshot_every = max(1, int(snapshot_every))
+        self._lock = threading.RLock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._runs: list[_Run] = []
+        self._current = 0
+        self._status = IDLE
+        self._message = ""
+        self._example = 0
+        self._version = 0
+        self._generation = 0          # bumped by start/reset/load: a stale worker's writes are ignored
+
+    # -- control ---------------------------------------------------------------------------------
+    def start(self, specs) -> None:
+        """Build the data and fresh models for ``specs`` (one or a list) and start training.
+
+        Raises ``ValueError`` (in the user's terms) for a bad spec, or :class:`TrainerBusy`; in
+        both cases nothing changes.
+        """
+        specs = [specs] if isinstance(specs, RunSpec) else list(specs)
+        if not specs:
+            raise ValueError("Nothing to train: give at least one run.")
+        with self._lock:
+            if self._status == RUNNING:
+                raise ValueError("A run is already training: pause or reset it first.")
+        runs, datasets = [], {}
+        for spec in specs:
+            spec = spec.check()
+            if spec.steps > self.max_steps:
+                spec = dataclasses.replace(spec, steps=self.max_steps)
+            cfg = spec.config()
+            key = (spec.task, spec.n_train, spec.n_val, spec.n_test, spec.seed)
+            if key not in datasets:
+                datasets[key] = make_dataset(spec.task, spec.n_train, spec.n_val, spec.n_test, seed=spec.seed)
+            data = datasets[key]
+            state = training.new_state(cfg, data, seed=spec.seed, lr=spec.lr, batch_size=spec.batch_size,
+                                       decay_steps=spec.steps)
+            runs.append(_Run(spec, cfg, data, state))
+        self._join()
+        with self._lock:
+            self._generation += 1
+            self._runs, self._current = runs, 0
+            self._example = min(self._example, max(len(runs[0].data.y_val) - 1, 0))
+            self._status, self._message = IDLE, ""
+            self._bump()
+        self._launch()
+
+    def resume(self) -> None:
+        """Carry on from where :meth:`pause` stopped (or train an uploaded model further)."""
+        with self._lock:
+            if self._status not in (PAUSED, LOADED):
+                raise ValueError(f"Nothing to resume: the trainer is {self._status}.")
+        self._join()
+        self._launch()
+
+    def pause(self, timeout: float = 10.0) -> None:
+        """Stop after the current step and wait for the thread to end; the model is kept."""
+        self._stop.set()
+        self._join(timeout)
+
+    def reset(self, timeout: float = 10.0) -> None:
+        """Stop, and forget every run."""
+        self._stop.set()
+        self._join(timeout)
+        with self._lock:
+            self._generation += 1
+            self._runs, self._current = [], 0
+            self._status, self._message = IDLE, ""
+            self._bump()
+
+    def join(self, timeout: float | None = None) -> bool:
+        """Wait for the worker to end; True when no worker is left."""
+        return self._join(timeout)
+
+    def set_example(self, index: int) -> None:
+        """Choose the validation sequence whose attention maps are snapshotted."""
+        with self._lock:
+            n = len(self._runs[0].data.y_val) if self._runs else 0
+            self._example = int(np.clip(index, 0, max(n - 1, 0)))
+            self._bump()
+            idle = self._status != RUNNING
+        if idle:   # no worker touches the parameters: refresh now
+            for run in self._runs:
+                self._snapshot(run)
+
+    def load(self, params: dict, cfg: EncoderConfig, spec: RunSpec) -> None:
+        """Replace everything by a trained model (e.g. an uploaded file), evaluated on ``spec.task``.
+
+        ``params`` must already be checked against ``cfg`` (``core.encoder.load`` does it). Raises
+        ``ValueError`` when the model does not fit the task's data; nothing changes then.
+        """
+        spec = spec.check()
+        spec = dataclasses.replace(spec, n_layers=cfg.n_layers, n_heads=cfg.n_heads, d_model=cfg.d_model,
+                                   positional=cfg.positional)
+        with self._lock:
+            if self._status == RUNNING:
+                raise ValueError("A run is training: pause or reset it before loading a model.")
+        encoder.check_params(params, cfg)
+        data = make_dataset(spec.task, spec.n_train, spec.n_val, spec.n_test, seed=spec.seed)
+        dtype = next(iter(params.values())).dtype
+        state = training.new_state(cfg, data, seed=spec.seed, lr=spec.lr, batch_size=spec.batch_size,
+                                   decay_steps=spec.steps, dtype=dtype)
+        for name, value in params.items():
+            state.params[name][...] = value
+        run = _Run(spec, cfg, data, state)
+        self._evaluate(run)
+        self._join()
+        with self._lock:
+            self._generation += 1
+            self._runs, self._current = [run], 0
+            self._example = min(self._example, len(data.y_val) - 1)
+            self._status, self._message = LOADED, "Loaded a trained model."
+            self._bump()
+        self._snapshot(run)
+
+    # -- reading -----------------------------------------------------------------------------------
+    @property
+    def status(self) -> str:
+        with self._lock:
+            return self._status
+
+    @property
+    def running(self) -> bool:
+        return self.status == RUNNING
+
+    def view(self) -> TrainerView:
+        """A consistent copy of everything the page draws."""
+        with self._lock:
+            runs = []
+            for run in self._runs:
+                i = min(self._example, len(run.data.y_val) - 1)
+                runs.append(RunView(
+                    label=run.spec.label, spec=run.spec, step=run.state.step, target_steps=run.spec.steps,
+                    metrics=list(run.metrics),
+                    attention=None if run.attention is None else run.attention.copy(),
+                    attention_step=run.attention_step,
+                    example_tokens=run.data.X_val[i].copy(), example_label=int(run.data.y_val[i]),
+                    finished=run.finished, stop_reason=run.stop_reason, test_acc=run.test_acc,
+                    confusion=None if run.confusion is None else run.confusion.copy()))
+            return TrainerView(self._status, self._message, runs, self._example, self._version)
+
+    def params(self, index: int = 0) -> tuple[dict, EncoderConfig]:
+        """A copy of run ``index``'s parameters and its config (not while training)."""
+        with self._lock:
+            if self._status == RUNNING:
+                raise ValueError("The model is still training: pause it to take a copy.")
+            if not self._runs:
+                raise ValueError("There is no model yet: start a run or upload one.")
+            run = self._runs[index]
+            return {k: v.copy() for k, v in run.state.params.items()}, run.cfg
+
+    def weights_npz(self, index: int = 0) -> bytes:
+        """Run ``index``'s parameters as ``.npz`` bytes, one array per design name."""
+        params, _ = self.params(index)
+        buffer = io.BytesIO()
+        encoder.save(params, buffer)
+        return buffer.getvalue()
+
+    # -- the worker ----------------------------------------------------------------------------------
+    def _launch(self) -> None:
+        if not _slots.acquire(blocking=False):
+            raise TrainerBusy(f"{MAX_CONCURRENT_RUNS} runs are already training on this server; "
+                              "try again in a minute.")
+        self._stop.clear()
+        with self._lock:
+            self._status, self._message = RUNNING, ""
+            self._bump()
+        self._thread = threading.Thread(target=self._work, args=(self._generation,),
+                                        name="encoder-trainer", daemon=True)
+        try:
+            self._thread.start()
+        except BaseException:
+            _slots.release()
+            raise
+
+    def _join(self, timeout: float | None = None) -> bool:
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+            if thread.is_alive():
+                return False
+            self._thread = None
+        return True
+
+    def _work(self, generation: int) -> None:
+        def set_status(status, message=""):
+            with self._lock:
+                if self._generation == generation:   # else a reset or a new start owns the record
+                    self._status, self._message = status, message
+                    self._bump()
+
+        try:
+            with self._lock:
+                runs = list(self._runs)
+            budget = self.max_seconds / max(len(runs), 1)   # wall seconds per run
+            while self._current < len(runs):
+                run = runs[self._current]
+                if not run.finished and not self._train(run, budget):
+                    set_status(PAUSED)
+                    return
+                with self._lock:
+                    if self._generation != generation:
+                        return
+                    self._current += 1
+            set_status(DONE)
+        except Exception as err:   # the page shows the message; the thread must end cleanly
+            set_status(ERROR, f"Training stopped: {err}")
+        finally:
+            _slots.release()
+
+    def _train(self, run: _Run, budget: float) -> bool:
+        """Train ``run`` until it ends (True) or a pause is asked for (False)."""
+        state, spec = run.state, run.spec
+        if state.step == 0:
+            self._snapshot(run)
+        segment_start = time.perf_counter()
+        wall_before = run.wall_seconds
+        recent = collections.deque(maxlen=RATE_WINDOW + 1)
+        recent.append((state.step, segment_start))
+        reason = ""
+        if state.step < spec.steps and wall_before < budget:
+            for m in training.train(state, run.data, max_steps=spec.steps,
+                                    max_seconds=budget - state.train_seconds, eval_every=spec.eval_every):
+                now = time.perf_counter()
+                recent.append((m["step"], now))
+                (s0, t0), (s1, t1) = recent[0], recent[-1]
+                record = {"run": spec.label, "step": m["step"], "loss": float(m["loss"]),
+                          "train_acc": float(m["train_acc"]),
+                          "val_acc": None if m["val_acc"] is None else float(m["val_acc"]),
+                          "evaluated": bool(m["evaluated"]), "elapsed": wall_before + now - segment_start,
+                          "steps_per_s": (s1 - s0) / (t1 - t0) if t1 > t0 else 0.0}
+                with self._lock:
+                    run.metrics.append(record)
+                    run.wall_seconds = record["elapsed"]
+                    self._bump()
+                if m["step"] % self.snapshot_every == 0:
+                    self._snapshot(run)
+                if run.wall_seconds >= budget:
+                    reason = "time"
+                    break
+                if self._stop.is_set():
+                    self._snapshot(run)
+                    self._evaluate(run)
+                    return False
+        else:
+            reason = "time" if state.step < spec.steps else ""
+        if state.step < spec.steps and not reason:
+            reason = "time"   # the generator stopped on its own clock
+        if reason == "time":
+            # the last step may not have evaluated: do it so every run ends with a validation accuracy
+            if run.metrics and not run.metrics[-1]["evaluated"]:
+                val = training.accuracy(state, run.data.X_val, run.data.y_val)
+                with self._lock:
+                    run.metrics[-1] = {**run.metrics[-1], "val_acc": val, "evaluated": True}
+        self._snapshot(run)
+        self._evaluate(run)
+        with self._lock:
+            run.finished = True
+            run.stop_reason = (f"stopped at step {state.step} of {spec.steps}: the time cap "
+                               f"({budget:.0f} s for this run) was reached" if reason == "time" else
+                               f"reached the step count ({spec.steps})")
+            self._bump()
+        return True
+
+    def _snapshot(self, run: _Run) -> None:
+        """Attention maps of every layer and head for the chosen validation example."""
+        with self._lock:
+            i = min(self._example, len(run.data.y_val) - 1)
+        tokens = run.data.X_val[i:i + 1]
+        _, cache = encoder.forward(run.state.params, tokens, run.cfg)
+        attn = np.array(cache["attn"][:, 0], dtype=np.float64)       # (L, H, T, T)
+        with self._lock:
+            run.attention, run.attention_step = attn, run.state.step
+            self._bump()
+
+    def _evaluate(self, run: _Run) -> None:
+        acc = training.test_accuracy(run.state, run.data)
+        table = training.confusion_table(run.state, run.data.X_test, run.data.y_test)
+        with self._lock:
+            run.test_acc, run.confusion = acc, table
+            self._bump()
+
+    def _bump(self) -> None:
+        self._version += 1
