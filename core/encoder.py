@@ -232,29 +232,36 @@ def forward(params: dict, tokens, cfg: EncoderConfig, *, backend=None):
     tok = check_tokens(tokens, cfg)
     logits, cache = _forward(params, tok, cfg)
     B, T = tok.shape
-    cache["hidden"] = cache["h_out"].reshape(B, T, cfg.d_model)   # (B, T, d)
+    cache["attn"] = np.ascontiguousarray(cache["P"].transpose(0, 4, 1, 2, 3))        # (L, B, H, T, T)
+    cache["hidden"] = np.ascontiguousarray(
+        cache["h_out"].reshape(T, B, cfg.d_model).transpose(1, 0, 2))               # (B, T, d)
     return logits, cache
 
 
 def _forward(params: dict, tok: np.ndarray, cfg: EncoderConfig):
-    """Forward pass without checks (training loop); ``tok`` is int64 (B, T)."""
+    """Forward pass without checks (training loop); ``tok`` is int64 (B, T).
+
+    Rows of the activations are time-major (``t * B + b``), see ``core/encoder_kernels.py``; the
+    internal attention weights ``cache["P"]`` are (L, H, T, T, B).
+    """
     B, T = tok.shape
     N, d, H, L = B * T, cfg.d_model, cfg.n_heads, cfg.n_layers
     dtype = params["embed"].dtype
     eps = float(cfg.ln_eps)
     # 1. embed and add positions
-    h = np.empty((N, d), dtype=dtype)                                      # (B*T, d)
+    h = np.empty((N, d), dtype=dtype)                                      # (T*B, d)
     K.embed_forward(tok, params["embed"], positional_table(params, cfg, T), h)
-    attn = np.empty((L, B, H, T, T), dtype=dtype)
+    P = np.empty((L, H, T, T, B), dtype=dtype)
     layers = []
     for i in range(L):
         p = _layer(params, i)
         x = h
-        # 2. multi-head attention: one packed projection, then the fused per-head kernel
+        # 2. multi-head attention: one packed projection (transposed), then the fused kernel
         W_qkv = np.concatenate((p["W_Q"], p["W_K"], p["W_V"]), axis=1)    # (d, 3d)
-        qkv = x @ W_qkv                                                    # (N, 3d)
-        ctx = np.empty((N, d), dtype=dtype)                                # heads concatenated
-        K.attention_forward(qkv, p["b_Q"], p["b_K"], p["b_V"], B, T, H, ctx, attn[i])
+        qkvT = (W_qkv.T @ x.T).reshape(3 * d, T, B)                        # (3d, T, B)
+        ctxT = np.empty((d, T, B), dtype=dtype)                            # heads concatenated
+        K.attention_forward(qkvT, p["b_Q"], p["b_K"], p["b_V"], H, ctxT, P[i])
+        ctx = ctxT.reshape(d, N).T                                         # (N, d) view
         mha = ctx @ p["W_O"]                                               # (N, d), b_O added in LN1
         # 3. h1 = LN1(x + MHA(x))
         h1 = np.empty((N, d), dtype=dtype)
@@ -269,15 +276,14 @@ def _forward(params: dict, tok: np.ndarray, cfg: EncoderConfig):
         xhat2 = np.empty((N, d), dtype=dtype)
         rstd2 = np.empty(N, dtype=dtype)
         K.residual_layernorm_forward(h1, ffn, p["b_2"], p["ln2_g"], p["ln2_b"], eps, h2, xhat2, rstd2)
-        layers.append({"x": x, "W_qkv": W_qkv, "qkv": qkv, "ctx": ctx, "h1": h1, "xhat1": xhat1,
+        layers.append({"x": x, "W_qkv": W_qkv, "qkvT": qkvT, "ctx": ctx, "h1": h1, "xhat1": xhat1,
                        "rstd1": rstd1, "a": a, "xhat2": xhat2, "rstd2": rstd2})
         h = h2
     # 5. mean over positions, then the classifier
     pooled = np.empty((B, d), dtype=dtype)
     K.mean_pool(h, B, T, pooled)
     logits = pooled @ params["W_cls"] + params["b_cls"]                    # (B, C)
-    cache = {"attn": attn, "tokens": tok, "layers": layers, "h_out": h, "pooled": pooled,
-             "logits": logits}
+    cache = {"P": P, "tokens": tok, "layers": layers, "h_out": h, "pooled": pooled, "logits": logits}
     return logits, cache
 
 
@@ -336,9 +342,8 @@ def _loss_and_grads_into(params, tok, lab, cfg, grads):
     dpooled = dlogits @ params["W_cls"].T                                   # (B, d)
     dh = np.empty((N, d), dtype=dtype)
     K.mean_pool_backward(dpooled, T, dh)
-    dx = np.empty((N, d), dtype=dtype)
     dres = np.empty((N, d), dtype=dtype)
-    dqkv = np.empty((N, 3 * d), dtype=dtype)
+    dqkvT = np.empty((3 * d, T, B), dtype=dtype)
     db_qkv = np.empty(3 * d, dtype=dtype)
     for i in reversed(range(cfg.n_layers)):
         p = _layer(params, i)
@@ -358,19 +363,18 @@ def _loss_and_grads_into(params, tok, lab, cfg, grads):
         K.layernorm_backward(dh1, c["xhat1"], c["rstd1"], p["ln1_g"], dres, g["ln1_g"], g["ln1_b"])
         K.column_sums(dres, g["b_O"])
         np.matmul(c["ctx"].T, dres, out=g["W_O"])
-        dctx = dres @ p["W_O"].T                                            # (N, d)
+        dctxT = (p["W_O"] @ dres.T).reshape(d, T, B)                        # (d, T, B)
         # 2'. attention core, then the packed projection
-        K.attention_backward(c["qkv"], cache["attn"][i], dctx, B, T, H, dqkv, db_qkv)
+        K.attention_backward(c["qkvT"], cache["P"][i], dctxT, H, dqkvT, db_qkv)
         g["b_Q"][:] = db_qkv[:d]
         g["b_K"][:] = db_qkv[d:2 * d]
         g["b_V"][:] = db_qkv[2 * d:]
-        dW_qkv = c["x"].T @ dqkv                                            # (d, 3d)
-        g["W_Q"][:] = dW_qkv[:, :d]
-        g["W_K"][:] = dW_qkv[:, d:2 * d]
-        g["W_V"][:] = dW_qkv[:, 2 * d:]
-        dx = dqkv @ c["W_qkv"].T
-        dx += dres                                                          # the residual path
-        dh = dx
+        dqkv_rows = dqkvT.reshape(3 * d, N)                                  # (3d, N)
+        dW_qkvT = dqkv_rows @ c["x"]                                        # (3d, d)
+        g["W_Q"][:] = dW_qkvT[:d].T
+        g["W_K"][:] = dW_qkvT[d:2 * d].T
+        g["W_V"][:] = dW_qkvT[2 * d:].T
+        dh = dres + (c["W_qkv"] @ dqkv_rows).T                              # + the residual path
     # 1'. embeddings and positions
     d_pos = grads["pos"] if cfg.positional == "learned" else np.empty((T, d), dtype=dtype)
     if cfg.positional == "learned" and T < cfg.seq_len:

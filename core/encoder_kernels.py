@@ -5,8 +5,9 @@ spend more time in Python than in arithmetic. Each kernel here fuses everything 
 two matrix products, forward or backward; the products themselves stay with NumPy's BLAS (``@``),
 called from ``core/encoder.py``.
 
-Layout: activations are flattened to ``(N, d)`` rows with ``N = B * T`` (row ``b * T + t``);
-attention weights are ``(B, H, T, T)``. Every kernel writes into arrays the caller passes, so the
+Layout: activations are flattened to ``(N, d)`` rows with ``N = T * B``, time-major (row
+``t * B + b``); inside the attention kernels projections are ``(features, T, B)`` and the weights
+``(H, T, T, B)``, so the innermost loops run over the batch. Every kernel writes into arrays the caller passes, so the
 training loop allocates nothing it does not have to. No ``fastmath``: the softmax relies on
 ``-inf``/``exp`` behaving exactly. No ``parallel``: at these sizes threads cost more than they save.
 """
@@ -18,17 +19,22 @@ import numpy as np
 from numba import njit
 
 
+# Activations are stored time-major: row ``t * B + b`` holds position t of sequence b. The
+# attention kernels work on transposed projections, ``(features, T, B)``, so their innermost loops
+# run over the batch (64 contiguous numbers) instead of over a head's 8 features: at these sizes
+# short inner loops cost more in loop overhead than in arithmetic.
+
 # ----------------------------------------------------------------------------------------------
 # 0. embedding
 # ----------------------------------------------------------------------------------------------
 @njit(cache=True)
 def embed_forward(tokens, embed, pos, out):
-    """``out[b*T + t] = embed[tokens[b, t]] + pos[t]``; ``pos`` is (T, d) (zeros when unused)."""
+    """``out[t*B + b] = embed[tokens[b, t]] + pos[t]``; ``pos`` is (T, d) (zeros when unused)."""
     B, T = tokens.shape
     d = embed.shape[1]
-    for b in range(B):
-        for t in range(T):
-            row = b * T + t
+    for t in range(T):
+        for b in range(B):
+            row = t * B + b
             tok = tokens[b, t]
             for j in range(d):
                 out[row, j] = embed[tok, j] + pos[t, j]
@@ -41,9 +47,9 @@ def embed_backward(tokens, dh, d_embed, d_pos):
     d = d_embed.shape[1]
     d_embed[:, :] = 0.0
     d_pos[:, :] = 0.0
-    for b in range(B):
-        for t in range(T):
-            row = b * T + t
+    for t in range(T):
+        for b in range(B):
+            row = t * B + b
             tok = tokens[b, t]
             for j in range(d):
                 d_embed[tok, j] += dh[row, j]
@@ -54,140 +60,110 @@ def embed_backward(tokens, dh, d_embed, d_pos):
 # 1. multi-head attention core (between the packed QKV projection and W_O)
 # ----------------------------------------------------------------------------------------------
 @njit(cache=True)
-def _gather_head(qkv, base, T, col, out):
-    """Copy rows ``base..base+T`` of columns ``col..col+d_k`` into a contiguous (T, d_k) block."""
-    dk = out.shape[1]
-    for t in range(T):
-        for c in range(dk):
-            out[t, c] = qkv[base + t, col + c]
+def attention_forward(qkvT, b_q, b_k, b_v, H, ctxT, P):
+    """Per-head scaled dot-product attention on packed, transposed projections.
 
-
-@njit(cache=True)
-def _gather_head_transposed(qkv, base, T, col, out):
-    """Like :func:`_gather_head` but transposed: ``out`` is (d_k, T)."""
-    dk = out.shape[0]
-    for t in range(T):
-        for c in range(dk):
-            out[c, t] = qkv[base + t, col + c]
-
-
-@njit(cache=True)
-def _matmul_nt_into(A, Bt, out, scale):
-    """``out = scale * A @ Bt`` for small blocks, ordered so the innermost loop runs over ``out``'s
-    columns (independent sums that vectorise) rather than along one long dependency chain."""
-    n, k = A.shape
-    m = Bt.shape[1]
-    for i in range(n):
-        for j in range(m):
-            out[i, j] = 0.0
-        for c in range(k):
-            a = A[i, c] * scale
-            for j in range(m):
-                out[i, j] += a * Bt[c, j]
-
-
-@njit(cache=True)
-def attention_forward(qkv, b_q, b_k, b_v, B, T, H, ctx, P):
-    """Per-head scaled dot-product attention on a packed ``qkv = X [W_Q | W_K | W_V]`` of (N, 3d).
-
-    Adds the biases into ``qkv`` in place (the backward pass needs Q, K, V with biases), then for
-    every batch row and head ``P = softmax(Q_h K_h^T / sqrt(d_k))`` (stored in ``P`` (B, H, T, T))
-    and ``ctx[:, head h columns] = P V_h`` (the concatenated head outputs, (N, d)).
-    Each head's Q, K, V are first copied into small contiguous blocks so the inner loops vectorise.
+    ``qkvT`` (3d, T, B) holds ``(X [W_Q | W_K | W_V])^T``; the biases are added into it in place
+    (the backward pass needs Q, K, V with biases). For every head ``P = softmax(Q_h K_h^T / sqrt(d_k))``
+    is stored in ``P`` (H, T, T, B) and the head outputs ``(P V_h)^T`` in ``ctxT`` (d, T, B).
     """
-    N = qkv.shape[0]
-    d = qkv.shape[1] // 3
+    d3, T, B = qkvT.shape
+    d = d3 // 3
     dk = d // H
-    scale = qkv.dtype.type(1.0 / math.sqrt(dk))
-    for n in range(N):
-        for j in range(d):
-            qkv[n, j] += b_q[j]
-            qkv[n, d + j] += b_k[j]
-            qkv[n, 2 * d + j] += b_v[j]
-    Qh = np.empty((T, dk), dtype=qkv.dtype)
-    Kt = np.empty((dk, T), dtype=qkv.dtype)
-    Vh = np.empty((T, dk), dtype=qkv.dtype)
-    S = np.empty((T, T), dtype=qkv.dtype)
-    for b in range(B):
-        base = b * T
-        for h in range(H):
-            off = h * dk
-            _gather_head(qkv, base, T, off, Qh)
-            _gather_head_transposed(qkv, base, T, d + off, Kt)
-            _gather_head(qkv, base, T, 2 * d + off, Vh)
-            _matmul_nt_into(Qh, Kt, S, scale)                       # (T, T) scaled scores
-            for i in range(T):
-                m = S[i, 0]                                          # row max: a stable softmax
-                for j in range(1, T):
-                    if S[i, j] > m:
-                        m = S[i, j]
-                total = S[i, 0] * 0
+    scale = 1.0 / math.sqrt(dk)
+    for r in range(d):
+        for t in range(T):
+            for b in range(B):
+                qkvT[r, t, b] += b_q[r]
+                qkvT[d + r, t, b] += b_k[r]
+                qkvT[2 * d + r, t, b] += b_v[r]
+    mx = np.empty(B, dtype=qkvT.dtype)
+    tot = np.empty(B, dtype=qkvT.dtype)
+    for h in range(H):
+        for i in range(T):
+            # 1. scaled scores of query i against every key, for all sequences at once
+            for j in range(T):
+                for b in range(B):
+                    P[h, i, j, b] = 0.0
+                for c in range(h * dk, (h + 1) * dk):
+                    for b in range(B):
+                        P[h, i, j, b] += qkvT[c, i, b] * qkvT[d + c, j, b]
+                for b in range(B):
+                    P[h, i, j, b] *= scale
+            # 2. softmax over keys j (minus the row max, so exp never overflows)
+            for b in range(B):
+                mx[b] = P[h, i, 0, b]
+                tot[b] = 0.0
+            for j in range(1, T):
+                for b in range(B):
+                    if P[h, i, j, b] > mx[b]:
+                        mx[b] = P[h, i, j, b]
+            for j in range(T):
+                for b in range(B):
+                    e = math.exp(P[h, i, j, b] - mx[b])
+                    P[h, i, j, b] = e
+                    tot[b] += e
+            for b in range(B):
+                tot[b] = 1.0 / tot[b]
+            for j in range(T):
+                for b in range(B):
+                    P[h, i, j, b] *= tot[b]
+            # 3. weighted sum of the values
+            for c in range(h * dk, (h + 1) * dk):
+                for b in range(B):
+                    ctxT[c, i, b] = 0.0
                 for j in range(T):
-                    e = math.exp(S[i, j] - m)
-                    S[i, j] = e
-                    total += e
-                inv = 1 / total
-                for j in range(T):
-                    P[b, h, i, j] = S[i, j] * inv
-            for i in range(T):
-                for c in range(dk):
-                    ctx[base + i, off + c] = 0.0
-                for j in range(T):
-                    p = P[b, h, i, j]
-                    for c in range(dk):
-                        ctx[base + i, off + c] += p * Vh[j, c]
+                    for b in range(B):
+                        ctxT[c, i, b] += P[h, i, j, b] * qkvT[2 * d + c, j, b]
 
 
 @njit(cache=True)
-def attention_backward(qkv, P, dctx, B, T, H, dqkv, db_qkv):
-    """Backward of :func:`attention_forward`: ``dqkv`` (N, 3d) and the bias gradients ``db_qkv`` (3d,).
+def attention_backward(qkvT, P, dctxT, H, dqkvT, db_qkv):
+    """Backward of :func:`attention_forward`: ``dqkvT`` (3d, T, B) and bias gradients ``db_qkv`` (3d,).
 
     With ``S = Q K^T / sqrt(d_k)``, ``P = softmax(S)``, ``O = P V``:
     ``dV = P^T dO``, ``dP = dO V^T``, ``dS = P * (dP - rowsum(dP * P))``,
     ``dQ = dS K / sqrt(d_k)``, ``dK = dS^T Q / sqrt(d_k)``. Overwrites both outputs.
     """
-    d = qkv.shape[1] // 3
+    d3, T, B = qkvT.shape
+    d = d3 // 3
     dk = d // H
-    scale = qkv.dtype.type(1.0 / math.sqrt(dk))
-    one = qkv.dtype.type(1.0)
-    Qh = np.empty((T, dk), dtype=qkv.dtype)
-    Kh = np.empty((T, dk), dtype=qkv.dtype)
-    Vt = np.empty((dk, T), dtype=qkv.dtype)
-    dOh = np.empty((T, dk), dtype=qkv.dtype)
-    dS = np.empty((T, T), dtype=qkv.dtype)
-    for b in range(B):
-        base = b * T
-        for h in range(H):
-            off = h * dk
-            _gather_head(qkv, base, T, off, Qh)
-            _gather_head(qkv, base, T, d + off, Kh)
-            _gather_head_transposed(qkv, base, T, 2 * d + off, Vt)
-            _gather_head(dctx, base, T, off, dOh)
-            _matmul_nt_into(dOh, Vt, dS, one)                        # dP = dO V^T  (T, T)
-            for i in range(T):
-                rowdot = dS[i, 0] * 0
+    scale = 1.0 / math.sqrt(dk)
+    dqkvT[:, :, :] = 0.0
+    dS = np.empty((T, B), dtype=qkvT.dtype)
+    rowdot = np.empty(B, dtype=qkvT.dtype)
+    for h in range(H):
+        for i in range(T):
+            # dP[j] = dO_i . V_j and dV_j += P_ij dO_i
+            for j in range(T):
+                for b in range(B):
+                    dS[j, b] = 0.0
+                for c in range(h * dk, (h + 1) * dk):
+                    for b in range(B):
+                        g = dctxT[c, i, b]
+                        dS[j, b] += g * qkvT[2 * d + c, j, b]
+                        dqkvT[2 * d + c, j, b] += P[h, i, j, b] * g
+            # through the softmax
+            for b in range(B):
+                rowdot[b] = 0.0
+            for j in range(T):
+                for b in range(B):
+                    rowdot[b] += P[h, i, j, b] * dS[j, b]
+            for j in range(T):
+                for b in range(B):
+                    dS[j, b] = P[h, i, j, b] * (dS[j, b] - rowdot[b]) * scale
+            # dQ_i = sum_j dS_ij K_j ; dK_j += dS_ij Q_i
+            for c in range(h * dk, (h + 1) * dk):
                 for j in range(T):
-                    rowdot += dS[i, j] * P[b, h, i, j]
-                for j in range(T):
-                    dS[i, j] = P[b, h, i, j] * (dS[i, j] - rowdot) * scale
-            # dQ = dS K, dK = dS^T Q, dV = P^T dO, written straight into the packed gradient
-            for i in range(T):
-                qi = base + i
-                for c in range(dk):
-                    dqkv[qi, off + c] = 0.0
-                    dqkv[qi, d + off + c] = 0.0
-                    dqkv[qi, 2 * d + off + c] = 0.0
-            for i in range(T):
-                qi = base + i
-                for j in range(T):
-                    kj = base + j
-                    ds = dS[i, j]
-                    p = P[b, h, i, j]
-                    for c in range(dk):
-                        dqkv[qi, off + c] += ds * Kh[j, c]
-                        dqkv[kj, d + off + c] += ds * Qh[i, c]
-                        dqkv[kj, 2 * d + off + c] += p * dOh[i, c]
-    column_sums(dqkv, db_qkv)
+                    for b in range(B):
+                        dqkvT[c, i, b] += dS[j, b] * qkvT[d + c, j, b]
+                        dqkvT[d + c, j, b] += dS[j, b] * qkvT[c, i, b]
+    for r in range(d3):
+        acc = 0.0
+        for t in range(T):
+            for b in range(B):
+                acc += dqkvT[r, t, b]
+        db_qkv[r] = acc
 
 
 # ----------------------------------------------------------------------------------------------
@@ -282,25 +258,26 @@ def column_sums(x, out):
 # ----------------------------------------------------------------------------------------------
 @njit(cache=True)
 def mean_pool(h, B, T, out):
-    """``out[b] = mean_t h[b*T + t]`` (overwrites ``out`` (B, d))."""
+    """``out[b] = mean_t h[t*B + b]`` (overwrites ``out`` (B, d))."""
     d = h.shape[1]
     out[:, :] = 0.0
-    for b in range(B):
-        for t in range(T):
+    for t in range(T):
+        for b in range(B):
             for j in range(d):
-                out[b, j] += h[b * T + t, j]
+                out[b, j] += h[t * B + b, j]
+    for b in range(B):
         for j in range(d):
             out[b, j] /= T
 
 
 @njit(cache=True)
 def mean_pool_backward(dpooled, T, dh):
-    """Each position receives ``dpooled[b] / T`` (overwrites ``dh`` (B*T, d))."""
+    """Each position receives ``dpooled[b] / T`` (overwrites ``dh`` (T*B, d))."""
     B, d = dpooled.shape
-    for b in range(B):
-        for t in range(T):
+    for t in range(T):
+        for b in range(B):
             for j in range(d):
-                dh[b * T + t, j] = dpooled[b, j] / T
+                dh[t * B + b, j] = dpooled[b, j] / T
 
 
 @njit(cache=True)
