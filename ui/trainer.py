@@ -205,6 +205,7 @@ class Trainer:
                                        decay_steps=spec.steps)
             runs.append(_Run(spec, cfg, data, state))
         self._join()
+        self._take_slot()      # before anything changes: a busy server leaves the old record alone
         with self._lock:
             self._generation += 1
             self._runs, self._current = runs, 0
@@ -219,6 +220,7 @@ class Trainer:
             if self._status not in (PAUSED, LOADED):
                 raise ValueError(f"Nothing to resume: the trainer is {self._status}.")
         self._join()
+        self._take_slot()
         self._launch()
 
     def pause(self, timeout: float = 10.0) -> None:
@@ -325,10 +327,14 @@ class Trainer:
         return buffer.getvalue()
 
     # -- the worker ----------------------------------------------------------------------------------
-    def _launch(self) -> None:
+    @staticmethod
+    def _take_slot() -> None:
         if not _slots.acquire(blocking=False):
             raise TrainerBusy(f"{MAX_CONCURRENT_RUNS} runs are already training on this server; "
                               "try again in a minute.")
+
+    def _launch(self) -> None:
+        """Start the worker; the caller holds a slot, which the worker gives back when it ends."""
         self._stop.clear()
         with self._lock:
             self._status, self._message = RUNNING, ""
@@ -450,3 +456,43 @@ class Trainer:
 
     def _bump(self) -> None:
         self._version += 1
+
+
+# ----------------------------------------------------------------------------------------------
+# an uploaded weights file
+# ----------------------------------------------------------------------------------------------
+def weights_from_upload(raw: bytes, *, n_heads: int, positional: str,
+                        max_mb: float = limits.MAX_UPLOAD_MB) -> tuple[dict, EncoderConfig, list[str]]:
+    """Check an uploaded ``.npz`` and rebuild its config: ``(params, cfg, notes)``.
+
+    The archive is read by ``core.encoder.load`` (no pickles; every name, shape and value
+    checked). The file records neither the head count nor, without a ``pos`` array, the kind of
+    positional encoding: those come from the page's settings (``n_heads`` when it divides the
+    file's d_model) and are listed in ``notes``. Anything wrong raises ``ValueError``.
+    """
+    size = len(raw)
+    if size > max_mb * 2 ** 20:
+        raise ValueError(f"The file is {size / 2 ** 20:.1f} MB; weight files may be at most {max_mb:g} MB.")
+    if size == 0:
+        raise ValueError("The file is empty.")
+    params = encoder.load(raw)                         # infers a config and checks everything
+    cfg = encoder.infer_config(params)
+    notes = []
+    heads = int(n_heads)
+    if heads < 1 or cfg.d_model % heads:
+        notes.append(f"The file does not record the number of heads, and {heads} does not divide its "
+                     f"d_model = {cfg.d_model}: using {cfg.n_heads}.")
+        heads = cfg.n_heads
+    else:
+        notes.append(f"The file does not record the number of heads: using {heads} from the settings.")
+    if cfg.positional == "learned":
+        kind = "learned"
+    elif positional in ("sinusoidal", "none"):
+        kind = positional
+        notes.append(f"The file has no learned position table: using the '{kind}' encoding from the settings.")
+    else:
+        kind = "sinusoidal"
+        notes.append("The settings ask for learned positions but the file has no 'pos' array: using sinusoidal.")
+    cfg = dataclasses.replace(cfg, n_heads=heads, positional=kind)
+    encoder.check_params(params, cfg)
+    return params, cfg, notes
