@@ -1,0 +1,161 @@
+"""The training page through Streamlit's AppTest: tiny data and step counts via session state."""
+import io
+import time
+
+import numpy as np
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from core import encoder, limits
+from ui.trainer import RunSpec, Trainer
+
+SIZES = (200, 40, 40)   # train / validation / test sequences: fast enough for a test
+
+
+def page() -> AppTest:
+    at = AppTest.from_file("../pages/training.py", default_timeout=60)
+    at.session_state["training.data_sizes"] = SIZES
+    at.session_state["training.poll_seconds"] = 0.2
+    return at
+
+
+def trainer_of(at) -> Trainer:
+    return at.session_state["training.trainer"]
+
+
+def texts(elements) -> str:
+    return " ".join(str(e.value) for e in elements)
+
+
+def button(at, label):
+    return next(b for b in at.button if b.label == label)
+
+
+def rerun_until(at, predicate, timeout=30.0):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        at.run()
+        if predicate(at):
+            return True
+        time.sleep(0.1)
+    return False
+
+
+@pytest.fixture
+def at():
+    app = page()
+    yield app
+    for key in ("training.trainer", "training.ablation_trainer"):
+        if key in app.session_state:
+            app.session_state[key].reset()
+
+
+def test_page_renders_with_caps_formulas_and_controls(at):
+    at.run()
+    assert not at.exception and not at.error
+    labels = [b.label for b in at.button]
+    for label in ("Start training", "Pause", "Resume", "Reset", "Run the ablations"):
+        assert label in labels
+    assert len(at.latex) >= 5
+    captions = texts(at.caption)
+    assert str(limits.MAX_TRAIN_STEPS) in captions and f"{limits.MAX_TRAIN_SECONDS:.0f} s" in captions
+    assert "median" in captions            # the chosen task's one-line description
+    assert at.selectbox(key="training.task").options == ["sum", "increasing", "repeat"]
+
+
+def test_a_short_run_shows_metrics_then_results_and_reset_clears(at):
+    at.run()
+    at.number_input(key="training.steps").set_value(30)
+    at.number_input(key="training.d_model").set_value(16)
+    at.slider(key="training.layers").set_value(1)
+    at.run()
+    button(at, "Start training").click().run()
+    assert not at.exception and not at.error
+    assert rerun_until(at, lambda a: any(m.label == "Loss (last batch)" and m.value != "–" for m in a.metric))
+    assert rerun_until(at, lambda a: trainer_of(a).status == "done")
+    at.run()
+    assert not at.exception and not at.error
+    run = trainer_of(at).view().runs[0]
+    assert run.step == 30 and run.spec.d_model == 16 and run.spec.n_layers == 1
+    metrics = {m.label: m.value for m in at.metric}
+    assert float(metrics["Validation accuracy"]) == pytest.approx(run.final_val_acc, abs=1e-3)
+    assert any(label.startswith("Test accuracy") for label in metrics)
+    assert len(at.table) >= 1                       # the confusion table
+    assert "reached the step count" in texts(at.caption)
+    button(at, "Reset").click().run()
+    assert trainer_of(at).view().runs == [] and not at.exception
+    assert not any(label.startswith("Test accuracy") for label in (m.label for m in at.metric))
+
+
+def test_pause_and_resume_from_the_page(at):
+    at.run()
+    at.number_input(key="training.steps").set_value(limits.MAX_TRAIN_STEPS)
+    at.run()
+    button(at, "Start training").click().run()
+    assert rerun_until(at, lambda a: trainer_of(a).view().runs[0].step > 0)
+    button(at, "Pause").click().run()
+    assert trainer_of(at).status == "paused" and not at.exception
+    step = trainer_of(at).view().runs[0].step
+    at.run()
+    assert trainer_of(at).view().runs[0].step == step
+    button(at, "Resume").click().run()
+    assert rerun_until(at, lambda a: trainer_of(a).view().runs[0].step > step)
+    button(at, "Reset").click().run()
+    assert trainer_of(at).status == "idle"
+
+
+def test_heads_that_do_not_divide_d_model_give_a_message_and_no_start(at):
+    at.run()
+    at.number_input(key="training.d_model").set_value(30).run()
+    assert "cannot be split evenly" in texts(at.error)
+    assert button(at, "Start training").disabled
+    assert not at.exception
+
+
+def test_bad_upload_bytes_give_a_message_and_change_nothing(at):
+    at.run()
+    at.session_state["training.upload_bytes"] = b"this is not an npz file"
+    at.run()
+    assert "not a valid .npz" in texts(at.error) and "Nothing was changed" in texts(at.error)
+    assert trainer_of(at).view().runs == [] and not at.exception
+    at.session_state["training.upload_bytes"] = b"x" * (limits.MAX_UPLOAD_MB * 2 ** 20 + 1)
+    at.run()
+    assert f"at most {limits.MAX_UPLOAD_MB:g} MB" in texts(at.error)
+    # an archive with the wrong arrays
+    buffer = io.BytesIO()
+    np.savez(buffer, embed=np.zeros((10, 8)), something_else=np.ones(3))
+    at.session_state["training.upload_bytes"] = buffer.getvalue()
+    at.run()
+    assert at.error and trainer_of(at).view().runs == [] and not at.exception
+
+
+def test_good_upload_is_loaded_and_evaluated(at):
+    source = Trainer()
+    source.start(RunSpec(task="sum", n_layers=1, d_model=16, n_heads=4, steps=10, n_train=SIZES[0],
+                         n_val=SIZES[1], n_test=SIZES[2]))
+    assert source.join(30)
+    at.run()
+    at.session_state["training.upload_bytes"] = source.weights_npz()
+    at.run()
+    assert not at.exception and not at.error
+    view = trainer_of(at).view()
+    assert view.status == "loaded" and view.runs[0].test_acc == source.view().runs[0].test_acc
+    assert any(m.label.startswith("Test accuracy") for m in at.metric)
+    params, _ = trainer_of(at).params()
+    np.testing.assert_array_equal(params["embed"], source.params()[0]["embed"])
+    assert set(encoder.load(trainer_of(at).weights_npz())) == set(params)
+
+
+def test_ablations_run_in_the_worker_and_show_side_by_side(at):
+    at.run()
+    at.number_input(key="training.ablation_steps").set_value(8).run()
+    button(at, "Run the ablations").click().run()
+    abl = at.session_state["training.ablation_trainer"]
+    assert rerun_until(at, lambda a: abl.status == "done", timeout=40)
+    at.run()
+    assert not at.exception and not at.error
+    labels = [r.label for r in abl.view().runs]
+    assert labels == ["PE, 4 heads", "no PE, 4 heads", "PE, 1 head"]
+    assert all(r.spec.task == "increasing" and r.step == 8 for r in abl.view().runs)
+    tables = " ".join(t.value.to_string() for t in at.table)
+    assert "no PE, 4 heads" in tables and "PE, 1 head" in tables
