@@ -254,24 +254,12 @@ def matrix_input(page: str, name: str, default: np.ndarray, row_labels, col_labe
     A pending matrix (from the URL, or a test setting ``st.session_state[pending_key(page, name)]``)
     is checked first; when good it replaces what the editor holds.
     """
-    import pandas as pd
     import streamlit as st
 
+    from ui.widgets import matrix_editor
+
     editor_key = editor_key or key(page, name)
-    good_key = f"{editor_key}__good"
     loaded = take_pending_matrix(page, name, np.shape(default), limit)
     if loaded is not None:
-        st.session_state[good_key] = loaded
-    # Same contract as ui.widgets.matrix_editor (keep the last good value), which cannot be used
-    # as it stands: it passes help= to st.data_editor, which Streamlit 1.67 does not accept.
-    if good_key not in st.session_state or np.shape(st.session_state[good_key]) != np.shape(default):
-        st.session_state[good_key] = np.asarray(default, dtype=float)
-    frame = pd.DataFrame(st.session_state[good_key], index=list(row_labels), columns=list(col_labels))
-    edited = st.data_editor(frame, key=editor_key, width="content")
-    try:
-        value = parse_matrix(edited, name, shape=np.shape(default), limit=limit)
-    except ValueError as err:
-        st.warning(f"{err} Keeping the last good values.")
-        return st.session_state[good_key]
-    st.session_state[good_key] = value
-    return value
+        st.session_state[f"{editor_key}__good"] = loaded
+    return matrix_editor(editor_key, default, row_labels, col_labels, limit=limit)

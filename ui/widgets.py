@@ -49,17 +49,17 @@ def kernel_source(operations: Sequence[str], seconds: float | None = None) -> No
 
 
 def matrix_editor(key: str, default: np.ndarray, row_labels: Sequence[str], col_labels: Sequence[str],
-                  *, limit: float = 1e3, help: str | None = None) -> np.ndarray:
+                  *, limit: float = 1e3) -> np.ndarray:
     """An editable matrix that keeps its last good value.
 
     A bad cell (blank, text, NaN, inf, beyond ``±limit``) shows an inline message naming the cell,
     and the previous good matrix is returned, so the page keeps drawing.
     """
-    good_key = f"{key}__good"
+    good_key = f"{key}__good"   # ui.state.matrix_input loads matrices from links here
     if good_key not in st.session_state or np.shape(st.session_state[good_key]) != np.shape(default):
         st.session_state[good_key] = np.asarray(default, dtype=float)
     frame = pd.DataFrame(st.session_state[good_key], index=list(row_labels), columns=list(col_labels))
-    edited = st.data_editor(frame, key=key, help=help, width="content")
+    edited = st.data_editor(frame, key=key, width="content")
     try:
         value = parse_matrix(edited, key, shape=np.shape(default), limit=limit)
     except ValueError as err:

@@ -1,0 +1,29 @@
+"""Run every benchmark and print its tables: ``python -m bench [section ...]``.
+
+Sections: attention, training, pages, coldstart. Each prints ratios measured side by side in one
+run; copy the output into ``bench/RESULTS.md`` together with the machine it ran on.
+"""
+import importlib
+import platform
+import sys
+
+import numba
+import numpy as np
+
+SECTIONS = ["attention", "training", "pages", "coldstart"]
+
+
+def main(argv: list[str]) -> None:
+    chosen = argv or SECTIONS
+    unknown = [s for s in chosen if s not in SECTIONS]
+    if unknown:
+        sys.exit(f"unknown section(s) {unknown}; choose from {SECTIONS}")
+    print(f"# Benchmarks\n\nPython {platform.python_version()}, NumPy {np.__version__}, Numba {numba.__version__}, "
+          f"{platform.machine()}, {numba.config.NUMBA_NUM_THREADS} CPU threads available\n")
+    for name in chosen:
+        importlib.import_module(f"bench.{name}").main()
+        print()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

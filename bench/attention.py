@@ -1,0 +1,132 @@
+"""Attention speed and memory, measured side by side in one run.
+
+Compares, at float32 and with Python dispatch included:
+- ours: ``core.attention.attention`` on the CPU backend (weights returned, and fused without weights);
+- NumPy as a user would write it: ``softmax(Q @ K^T / sqrt(d_k)) @ V`` with BLAS matmuls;
+- PyTorch's ``scaled_dot_product_attention``, only when torch happens to be installed.
+
+Run: ``python -m bench.attention`` (or ``python -m bench``).
+"""
+from __future__ import annotations
+
+import gc
+import os
+import subprocess
+import sys
+import textwrap
+import timeit
+
+import numba
+import numpy as np
+
+from core import attention as at
+from core import masks
+
+SIZES = [(4, 6, 2), (8, 64, 16), (8, 128, 32), (8, 512, 64)]   # (H, T, d_k); batch 1
+
+
+def numpy_attention(Q, K, V, mask=None):
+    """The textbook NumPy version: two BLAS matmuls and a max-subtracted softmax."""
+    S = Q @ np.swapaxes(K, -1, -2) / np.sqrt(Q.shape[-1])
+    if mask is not None:
+        S = S + mask
+    S = S - S.max(axis=-1, keepdims=True)
+    E = np.exp(S)
+    return (E / E.sum(axis=-1, keepdims=True)) @ V
+
+
+def median_seconds(fn, budget: float = 0.4, repeats: int = 9) -> float:
+    """Median over ``repeats`` runs of a loop sized to take about ``budget / repeats`` seconds each."""
+    fn()
+    one = timeit.timeit(fn, number=1)
+    number = max(1, int(budget / repeats / max(one, 1e-7)))
+    runs = timeit.repeat(fn, number=number, repeat=repeats)
+    return float(np.median(runs)) / number
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError:
+        return None
+    torch.set_num_threads(numba.get_num_threads())
+    return torch
+
+
+def speed_table() -> str:
+    torch = _torch()
+    rng = np.random.default_rng(0)
+    rows = ["| H | T | d_k | causal | NumPy µs | ours µs | ours fused µs | ours vs NumPy | "
+            + ("torch SDPA µs | ours vs torch |" if torch else ""),
+            "|---|---|---|---|---|---|---|---|" + ("---|---|" if torch else "")]
+    for H, T, d_k in SIZES:
+        Q, K, V = (rng.standard_normal((1, H, T, d_k)).astype(np.float32) for _ in range(3))
+        for causal in (False, True):
+            mask = masks.causal(T, np.float32) if causal else None
+            t_np = median_seconds(lambda: numpy_attention(Q, K, V, mask))
+            t_ours = median_seconds(lambda: at.attention(Q, K, V, mask, backend="cpu"))
+            t_fused = median_seconds(lambda: at.attention(Q, K, V, mask, backend="cpu", return_weights=False))
+            best = min(t_ours, t_fused)
+            row = (f"| {H} | {T} | {d_k} | {'yes' if causal else 'no'} | {t_np * 1e6:.1f} | {t_ours * 1e6:.1f} "
+                   f"| {t_fused * 1e6:.1f} | {t_np / t_ours:.2f}x |")
+            if torch:
+                tq, tk, tv = (torch.from_numpy(x) for x in (Q, K, V))
+                with torch.inference_mode():
+                    t_torch = median_seconds(lambda: torch.nn.functional.scaled_dot_product_attention(
+                        tq, tk, tv, is_causal=causal))
+                row += f" {t_torch * 1e6:.1f} | {t_torch / best:.2f}x |"
+            rows.append(row)
+    return "\n".join(rows)
+
+
+_MEMORY_PROBE = textwrap.dedent("""
+    import numpy as np
+    from core import attention as at
+
+    def status(field):
+        for line in open("/proc/self/status"):
+            if line.startswith(field):
+                return int(line.split()[1]) * 1024
+    H, T, d = 8, {T}, 64
+    rng = np.random.default_rng(0)
+    Q, K, V = (rng.standard_normal((H, T, d)).astype(np.float32) for _ in range(3))
+    small = Q[:, :200]
+    at.attention(small, small, small, return_weights=False, backend="cpu")   # compile and warm up
+    before = status("VmRSS")
+    open("/proc/self/clear_refs", "w").write("5")                           # reset the peak (VmHWM)
+    out, w = at.attention(Q, K, V, return_weights=False, backend="cpu")
+    peak = status("VmHWM")
+    print((peak - before) / 2**20, out.nbytes / 2**20, H * T * T * 4 / 2**20)
+""")
+
+
+def memory_row(T: int = 8192) -> str:
+    """Extra resident memory of one fused call at H=8, T, d_k=64 float32, in a fresh process.
+
+    Measured as the peak RSS during the call (``VmHWM`` after resetting it through
+    ``/proc/self/clear_refs``) minus the RSS just before; the output array itself is included.
+    """
+    env = dict(os.environ, PYTHONPATH=os.getcwd())
+    result = subprocess.run([sys.executable, "-c", _MEMORY_PROBE.format(T=T)], capture_output=True,
+                            text=True, env=env, timeout=600)
+    if result.returncode != 0:
+        return f"memory probe failed: {result.stderr.strip().splitlines()[-1:]}"
+    extra, out_mb, weights_mb = (float(x) for x in result.stdout.split())
+    return (f"| 8 | {T} | 64 | {extra:.1f} MiB | {out_mb:.1f} MiB | {weights_mb:.0f} MiB |")
+
+
+def main() -> None:
+    print(f"## Attention (CPU backend, float32, {numba.get_num_threads()} Numba threads, "
+          f"threading layer set to {numba.config.THREADING_LAYER})\n")
+    print(speed_table())
+    print("\nRatios above 1 mean ours is faster. 'ours' returns the weights; 'fused' does not "
+          "(online softmax, no (T, T) tensor). 'ours vs torch' uses the faster of the two.\n")
+    gc.collect()
+    print("## Memory of attention with return_weights=False\n")
+    print("| H | T | d_k | extra peak RSS during the call | of which the output | weights it did not build |")
+    print("|---|---|---|---|---|---|")
+    print(memory_row())
+
+
+if __name__ == "__main__":
+    main()
