@@ -1,0 +1,378 @@
+"""Shared helpers for the page, browser and load tests.
+
+- ``discover_pages()`` reads the page list out of ``app.py`` (its ``st.Page(...)`` calls) without
+  running Streamlit, so a page added to the router later is tested without touching the tests.
+- ``StreamlitServer`` starts ``streamlit run`` on 127.0.0.1 (a free port) as a subprocess, waits for
+  ``/_stcore/health`` and reads the server's memory from ``/proc``.
+- ``chromium_or_skip()`` finds Debian's Chromium and the ``playwright`` package, or skips with a
+  reason; with ``REQUIRE_BROWSER=1`` (set by ``.ci/run``) a missing browser is a failure instead.
+- DOM helpers: wait for a script run to end, collect error boxes, operate the first controls.
+
+Streamlit's DOM hooks used here (Streamlit >= 1.45): ``[data-testid="stApp"]`` carries
+``data-test-script-state`` (``running`` / ``notRunning``); errors are ``stException`` (a traceback)
+and ``stAlertContentError`` (``st.error``); Altair charts are ``stVegaLiteChart``.
+"""
+from __future__ import annotations
+
+import ast
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+APP = ROOT / "app.py"
+ARTIFACTS = ROOT / "artifacts"
+SCREENSHOTS = ARTIFACTS / "screenshots"
+CHROMIUM_PATHS = ("/usr/bin/chromium", "/usr/bin/chromium-browser")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+# CI (.ci/run) sets this: there a missing browser or a missing page fails instead of skipping.
+STRICT = os.environ.get("REQUIRE_BROWSER") == "1"
+
+ERROR_SELECTORS = ('[data-testid="stException"]', '[data-testid="stAlertContentError"]')
+MAIN = '[data-testid="stMain"]'
+CHART = '[data-testid="stVegaLiteChart"]'
+
+
+# --- the pages app.py lists --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PageInfo:
+    path: str          # as written in app.py, relative to the repository root ("pages/one_head.py")
+    title: str
+    url_path: str      # "" for the default page (served at "/")
+    default: bool
+
+    @property
+    def name(self) -> str:
+        """File stem, used for test ids and screenshot names ("one_head")."""
+        return Path(self.path).stem
+
+    @property
+    def file(self) -> Path:
+        return ROOT / self.path
+
+    @property
+    def exists(self) -> bool:
+        return self.file.is_file()
+
+
+def _inferred_url_path(path: str) -> str:
+    """The URL path Streamlit infers from a page file's name (its own helper when importable)."""
+    try:
+        from streamlit.source_util import page_icon_and_name
+        return page_icon_and_name(Path(path))[1]
+    except Exception:  # noqa: BLE001 - fall back to the plain file stem
+        return Path(path).stem
+
+
+def discover_pages(app: Path = APP) -> list[PageInfo]:
+    """Every ``st.Page("<file>.py", ...)`` call in ``app.py``, in order of appearance."""
+    tree = ast.parse(app.read_text(encoding="utf-8"))
+    pages = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", None)) == "Page"):
+            continue
+        if not (node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+            continue
+        path = node.args[0].value
+        kw = {k.arg: k.value.value for k in node.keywords if isinstance(k.value, ast.Constant)}
+        default = bool(kw.get("default", False))
+        url_path = "" if default else (kw.get("url_path") or _inferred_url_path(path)).strip("/")
+        title = kw.get("title") or _inferred_url_path(path).replace("_", " ")
+        pages.append(((node.lineno, node.col_offset),
+                      PageInfo(path=path, title=title, url_path=url_path, default=default)))
+    return [page for _, page in sorted(pages, key=lambda item: item[0])]
+
+
+def missing_page_files(pages: list[PageInfo] | None = None) -> list[str]:
+    return [p.path for p in (pages if pages is not None else discover_pages()) if not p.exists]
+
+
+def skip_or_fail(reason: str) -> None:
+    """Skip locally; fail in CI (``REQUIRE_BROWSER=1``), where nothing may be skipped."""
+    if STRICT:
+        pytest.fail(f"{reason} (REQUIRE_BROWSER=1: required in CI)", pytrace=False)
+    pytest.skip(reason)
+
+
+def router_script(workdir: Path) -> Path:
+    """``app.py`` itself when every page it lists exists; otherwise a copy without the missing pages.
+
+    Pages are written by several people at once: a router naming a file that is not there yet
+    fails as a whole, so while that is so the tests run a copy (with absolute page paths) that
+    lists only the pages present. In CI every page must exist (``test_pages`` checks it).
+    """
+    pages = discover_pages()
+    missing = {p.path for p in pages if not p.exists}
+    if not missing:
+        return APP
+    tree = ast.parse(APP.read_text(encoding="utf-8"))
+
+    class _Filter(ast.NodeTransformer):
+        def visit_List(self, node):
+            self.generic_visit(node)
+            node.elts = [e for e in node.elts if not _page_call_for(e, missing)]
+            return node
+
+        def visit_Dict(self, node):
+            self.generic_visit(node)
+            keep = [(k, v) for k, v in zip(node.keys, node.values)
+                    if not (isinstance(v, ast.List) and not v.elts)]
+            node.keys, node.values = [k for k, _ in keep], [v for _, v in keep]
+            return node
+
+        def visit_Constant(self, node):
+            if isinstance(node.value, str) and node.value.endswith(".py") and (ROOT / node.value).is_file():
+                return ast.copy_location(ast.Constant(str(ROOT / node.value)), node)
+            return node
+
+    tree = ast.fix_missing_locations(_Filter().visit(tree))
+    script = workdir / "app.py"
+    script.write_text(ast.unparse(tree), encoding="utf-8")
+    return script
+
+
+def _page_call_for(node, paths) -> bool:
+    return (isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant)
+            and node.args[0].value in paths)
+
+
+# --- the server ----------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _proc_status_kb(pid: int, field: str) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def _descendants(pid: int) -> list[int]:
+    """``pid`` and every process below it (from /proc/<pid>/task/*/children)."""
+    found, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        found.append(p)
+        for task in Path(f"/proc/{p}/task").glob("*") if Path(f"/proc/{p}/task").exists() else []:
+            try:
+                todo.extend(int(c) for c in (task / "children").read_text().split())
+            except OSError:
+                pass
+    return found
+
+
+class StreamlitServer:
+    """``streamlit run <script>`` on 127.0.0.1:<free port>, for the life of a ``with`` block."""
+
+    def __init__(self, *, numba_cache_dir: str | None = None, extra_env: dict | None = None,
+                 start_timeout: float = 90.0):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._workdir = Path(tempfile.mkdtemp(prefix="attn-server-"))
+        self.log_path = self._workdir / "server.log"
+        self.numba_cache_dir = numba_cache_dir
+        self.extra_env = extra_env or {}
+        self.start_timeout = start_timeout
+        self.proc: subprocess.Popen | None = None
+        self.peak_rss_kb = 0
+
+    def __enter__(self) -> "StreamlitServer":
+        script = router_script(self._workdir)
+        env = dict(os.environ)
+        # A hosted server has no CUDA simulator; the tests' conftest sets it for the kernels' tests.
+        env.pop("NUMBA_ENABLE_CUDASIM", None)
+        env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+        env["STREAMLIT_BROWSER_GATHER_USAGE_STATS"] = "false"
+        if self.numba_cache_dir:
+            env["NUMBA_CACHE_DIR"] = self.numba_cache_dir
+        env.update(self.extra_env)
+        cmd = [sys.executable, "-m", "streamlit", "run", str(script),
+               "--server.headless", "true", "--server.address", "127.0.0.1",
+               "--server.port", str(self.port), "--server.fileWatcherType", "none",
+               "--server.runOnSave", "false", "--browser.gatherUsageStats", "false"]
+        self._log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + self.start_timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"streamlit exited with {self.proc.returncode}:\n{self.log()}")
+            try:
+                with urllib.request.urlopen(self.url + "/_stcore/health", timeout=2) as r:
+                    if r.status == 200:
+                        return self
+            except OSError:
+                time.sleep(0.25)
+        self.__exit__(None, None, None)
+        raise RuntimeError(f"streamlit did not answer /_stcore/health within {self.start_timeout:.0f} s:\n{self.log()}")
+
+    def __exit__(self, *exc) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.sample_rss()
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=15)
+        if getattr(self, "_log", None):
+            self._log.close()
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-4000:]
+        except OSError:
+            return ""
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def sample_rss(self) -> int:
+        """Peak resident memory (VmHWM, kB) of the server and its children, updated on each call.
+
+        Sums each process's own high-water mark: an upper bound on the tree's true joint peak.
+        """
+        if not self.alive():
+            return self.peak_rss_kb
+        pids = _descendants(self.proc.pid)
+        hwm = sum(_proc_status_kb(p, "VmHWM") for p in pids)
+        rss = sum(_proc_status_kb(p, "VmRSS") for p in pids)
+        self.peak_rss_kb = max(self.peak_rss_kb, hwm, rss)
+        return self.peak_rss_kb
+
+    def page_url(self, page: PageInfo, query: str = "") -> str:
+        return f"{self.url}/{page.url_path}" + (f"?{query}" if query else "")
+
+
+# --- the browser ----------------------------------------------------------------------------------
+
+
+def chromium_or_skip() -> str:
+    """Path of Debian's Chromium, after checking that the ``playwright`` package imports."""
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError as err:
+        skip_or_fail(f"the Python package 'playwright' is not installed ({err}); pip install playwright")
+    for path in CHROMIUM_PATHS:
+        if Path(path).exists():
+            return path
+    found = shutil.which("chromium")
+    if found:
+        return found
+    skip_or_fail("Chromium is not installed (apt-get install -y chromium); Playwright's own browser "
+                 "download is not used here")
+    return ""
+
+
+def launch_options(executable: str) -> dict:
+    return {"executable_path": executable, "headless": True, "args": CHROMIUM_ARGS}
+
+
+_IDLE_JS = """() => {
+    const app = document.querySelector('[data-testid="stApp"]');
+    if (!app || app.getAttribute('data-test-connection-state') !== 'CONNECTED') return false;
+    if (app.getAttribute('data-test-script-state') !== 'notRunning') return false;
+    if (!document.querySelector('[data-testid="stMainBlockContainer"] [data-testid="stElementContainer"]')) return false;
+    // lazily loaded widgets and charts show a skeleton until their code has arrived
+    if (document.querySelector('[data-testid="stMain"] [data-testid="stSkeleton"]')) return false;
+    const status = document.querySelector('[data-testid="stStatusWidget"]');
+    return !(status && /Running/.test(status.innerText));
+}"""
+
+
+def wait_idle(page, timeout_ms: float = 90_000, settle_ms: int = 400) -> None:
+    """Wait until the session is connected, its script run has ended and the page holds content.
+
+    Checked twice, ``settle_ms`` apart: between the connection and the first run, and between a
+    widget change and the rerun it triggers, the state reads "notRunning" for a moment. Widgets
+    and charts whose code is loaded on demand show a skeleton first: none may be left.
+    """
+    page.wait_for_function(_IDLE_JS, timeout=timeout_ms, polling=100)
+    page.wait_for_timeout(settle_ms)
+    page.wait_for_function(_IDLE_JS, timeout=timeout_ms, polling=100)
+
+
+def error_texts(page) -> list[str]:
+    """Text of every traceback box and every ``st.error`` box on the page."""
+    texts = []
+    for selector in ERROR_SELECTORS:
+        for el in page.query_selector_all(selector):
+            texts.append(f"{selector}: {el.inner_text()[:500]}")
+    return texts
+
+
+def charts_drawn(page) -> tuple[int, int]:
+    """(number of Altair charts, number of them with a drawn canvas or svg)."""
+    charts = page.query_selector_all(CHART)
+    drawn = sum(1 for c in charts if c.query_selector("canvas, svg"))
+    return len(charts), drawn
+
+
+def operate_first_slider(page, back: bool = False) -> bool:
+    """Move the first slider in the main area one step right (``back``: left), if there is one."""
+    thumbs = page.query_selector_all(f'{MAIN} [data-testid="stSlider"] input[type="range"], '
+                                     f'{MAIN} [data-testid="stSlider"] [role="slider"]')
+    if not thumbs:
+        return False
+    thumb = thumbs[0]
+    thumb.focus()
+    forward, reverse = ("ArrowLeft", "ArrowRight") if back else ("ArrowRight", "ArrowLeft")
+    before = thumb.get_attribute("aria-valuetext") or thumb.get_attribute("aria-valuenow")
+    page.keyboard.press(forward)
+    page.wait_for_timeout(150)
+    after = thumb.get_attribute("aria-valuetext") or thumb.get_attribute("aria-valuenow")
+    if after == before:  # already at the end: go the other way
+        page.keyboard.press(reverse)
+    return True
+
+
+def operate_first_selectbox(page, back: bool = False) -> bool:
+    """Choose the second option of the first selectbox in the main area (``back``: the first)."""
+    boxes = page.query_selector_all(f'{MAIN} [data-testid="stSelectbox"]')
+    if not boxes:
+        return False
+    box = boxes[0]
+    box.scroll_into_view_if_needed()
+    box.click()
+    options = page.locator('[role="listbox"] [role="option"]')
+    try:
+        options.first.wait_for(timeout=5_000)
+    except Exception:  # noqa: BLE001 - a disabled box opens nothing
+        page.keyboard.press("Escape")
+        return False
+    count = options.count()
+    options.nth(0 if back or count < 2 else 1).click()
+    return True
+
+
+def operate_first_number_input(page, back: bool = False) -> bool:
+    """Press "+" (``back``: "-") on the first number input in the main area, if there is one."""
+    ids = ("stNumberInputStepDown", "stNumberInputStepUp") if back else ("stNumberInputStepUp", "stNumberInputStepDown")
+    first = page.query_selector(f'{MAIN} [data-testid="stNumberInput"]')
+    if first is None:
+        return False
+    for test_id in ids:
+        button = first.query_selector(f'[data-testid="{test_id}"]')
+        if button is not None and button.is_enabled():
+            button.click()
+            return True
+    return False
