@@ -322,3 +322,21 @@ def sinusoidal(T, d_model, base, dtype):
     PE = np.empty((T, d_model), dtype=dtype)
     _pick(_sinusoid_kernel, T * d_model * 16)(PE.dtype.type(base), PE)
     return PE
+
+
+def warm_up(dtype) -> None:
+    """Compile (or load from the on-disk cache) both builds of every kernel for one dtype."""
+    dtype = np.dtype(dtype)
+    X4 = np.ones((1, 1, 2, 2), dtype)                   # Q, K, V, scores, weights, outputs
+    X3, W, b = np.ones((1, 2, 2), dtype), np.ones((2, 2), dtype), np.zeros(2, dtype)
+    mask, scale = np.zeros((1, 1, 1, 1), dtype), dtype.type(1.0)
+    for build in (0, 1):
+        _scores_kernel[build](X4, X4, mask, scale, X4.copy())
+        _softmax_kernel[build](X4, X4.copy())
+        _weights_kernel[build](X4, X4, mask, scale, X4.copy())
+        _weighted_sum_kernel[build](X4, X4, X4.copy())
+        _attention_kernel[build](X4, X4, X4, mask, scale, X4.copy(), X4.copy())
+        _fused_kernel[build](X4, X4, X4, mask, scale, X4.copy(), QUERY_BLOCK, KEY_TILE)
+        _project_kernel[build](X3, W, b, X4.copy())
+        _merge_project_kernel[build](X4, W, b, X3.copy())
+        _sinusoid_kernel[build](scale, W.copy())

@@ -404,3 +404,18 @@ def sinusoidal(T, d_model, base, dtype):
     PE = cuda.device_array((T, d_model), dtype=np.dtype(dtype))
     _sinusoidal_kernel[_blocks(T * d_model, THREADS), THREADS](float(base), PE)
     return PE.copy_to_host()
+
+
+def warm_up(dtype) -> None:
+    """Compile every kernel for one dtype by running each driver once on tiny inputs."""
+    dtype = np.dtype(dtype)
+    X4 = np.ones((1, 1, 2, 2), dtype)
+    X3, W, b = np.ones((1, 2, 2), dtype), np.ones((2, 2), dtype), np.zeros(2, dtype)
+    mask = np.zeros((1, 1, 1, 1), dtype)
+    attention_with_weights(X4, X4, X4, mask, 1.0)
+    scaled_scores(X4, X4, mask, 1.0)
+    softmax_rows(X4)
+    fused_attention(X4, X4, X4, mask, 1.0)
+    project_heads(X3, W, b, 1)
+    merge_heads_project(X4, W, b)
+    sinusoidal(2, 2, 10000.0, dtype)

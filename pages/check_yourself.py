@@ -6,9 +6,10 @@ from core import analysis, exercises, heads
 from core.limits import MAX_MATRIX_ENTRY
 from ui import charts
 from ui.state import matrix_input
-from ui.widgets import chosen_backend, kernel_source, timed
+from ui.widgets import chosen_backend, ensure_kernels, kernel_source, timed
 
 st.title("Check yourself")
+ensure_kernels()
 st.markdown("Answer, then press **Check**: the app marks the answer and says why. The exercises at the "
             "bottom are marked by running your settings through the same kernels as the other pages.")
 with st.expander("What to look for"):

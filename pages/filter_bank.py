@@ -7,7 +7,7 @@ from core import analysis, heads, masks
 from core.attention import filter_bank, multi_head_attention
 from core.limits import MAX_MATRIX_ENTRY
 from ui import charts, state
-from ui.widgets import chosen_backend, chosen_dtype, kernel_source, timed
+from ui.widgets import chosen_backend, chosen_dtype, ensure_kernels, kernel_source, timed
 
 PAGE = "filter_bank"
 H, D_V, D = 2, 2, 4                                # the lesson's pipeline: T = d_model = 4
@@ -25,6 +25,7 @@ concat_cols = [f"h{h + 1}.{j + 1}" for h in range(H) for j in range(D_V)]
 out_cols = [f"d{j + 1}" for j in range(D)]
 
 st.title("Concat, W_O and the filter bank")
+ensure_kernels()
 state.restore(PAGE, SPEC)
 st.latex(r"\mathrm{Concat} = [O_1, O_2], \qquad O = \mathrm{Concat}\, W_O "
          r"= \sum_{h} A_h\, X\, W_V^h\, W_O^{(h)}")

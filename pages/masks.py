@@ -6,10 +6,11 @@ import streamlit as st
 from core import attention, masks, positional
 from core.limits import MAX_HEADS, MAX_TOKENS
 from ui import charts
-from ui.widgets import chosen_backend, chosen_dtype, kernel_source, timed, tokens_from
+from ui.widgets import chosen_backend, chosen_dtype, ensure_kernels, kernel_source, timed, tokens_from
 
 D_MODEL = 8
 st.title("Masks and cross-attention")
+ensure_kernels()
 st.markdown("A mask decides which keys each query may see; cross-attention lets one sequence read "
             "another. All weights below come from our kernels, with fixed seeded inputs and weights.")
 with st.expander("What to look for"):

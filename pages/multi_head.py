@@ -7,7 +7,7 @@ from core import analysis, heads, masks
 from core.attention import attention, scores
 from core.limits import MAX_D_K, MAX_HEADS, MAX_MATRIX_ENTRY, MAX_TOKENS
 from ui import charts, state
-from ui.widgets import chosen_backend, chosen_dtype, kernel_source, timed
+from ui.widgets import chosen_backend, chosen_dtype, ensure_kernels, kernel_source, timed
 
 PAGE = "multi_head"
 FILTERS = {"first_token": "first-sample hold", "previous_token": "unit delay z⁻¹", "self": "identity",
@@ -23,6 +23,7 @@ k = lambda name: state.key(PAGE, name)  # noqa: E731
 ss = st.session_state
 
 st.title("Multi-head attention, set by hand")
+ensure_kernels()
 state.restore(PAGE, SPEC)
 st.latex(r"A_h = \mathrm{softmax}\!\left(\frac{Q_h K_h^\top}{\sqrt{d_k}} + M\right), \quad h = 1..H, "
          r"\qquad M \text{ shared by every head}")

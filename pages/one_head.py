@@ -6,7 +6,7 @@ from core import analysis, heads, masks
 from core.attention import attention, scores
 from core.limits import MAX_D_K, MAX_MATRIX_ENTRY, MAX_TOKENS
 from ui import charts, state
-from ui.widgets import chosen_backend, chosen_dtype, kernel_source, timed, tokens_from
+from ui.widgets import chosen_backend, chosen_dtype, ensure_kernels, kernel_source, timed, tokens_from
 
 PAGE = "one_head"
 SPEC = {
@@ -24,6 +24,7 @@ SPEC = {
 k = lambda name: state.key(PAGE, name)  # noqa: E731
 
 st.title("One head: scaled dot-product attention")
+ensure_kernels()
 state.restore(PAGE, SPEC)
 st.latex(r"S = \frac{Q K^\top}{\sqrt{d_k}\,\tau} + M, \qquad A = \mathrm{softmax}_{\text{row}}(S), "
          r"\qquad \mathrm{out} = A V")

@@ -6,12 +6,13 @@ import streamlit as st
 from core import masks, positional
 from core.limits import MAX_D_MODEL, MAX_PE_POSITIONS, MAX_TOKENS
 from ui import charts
-from ui.widgets import chosen_backend, chosen_dtype, kernel_source, timed, tokens_from
+from ui.widgets import chosen_backend, chosen_dtype, ensure_kernels, kernel_source, timed, tokens_from
 
 DRAW_POSITIONS = 128   # heatmaps draw at most this many positions (the numbers use all of them)
 DRAW_DIMS = 64
 
 st.title("Positional encoding")
+ensure_kernels()
 st.markdown("Attention compares every token with every other, but nothing in it says *where* a token "
             "sits. This page measures that blindness, then looks at the codes that cure it.")
 with st.expander("What to look for"):

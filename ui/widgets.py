@@ -27,6 +27,25 @@ def chosen_dtype():
     return np.float32 if st.session_state.get(PRECISION_KEY) == "float32" else np.float64
 
 
+@st.cache_resource(show_spinner="Compiling the kernels for this backend and precision (once per server)…")
+def _kernels_ready(backend_name: str, dtype_name: str) -> bool:
+    core_backend.kernels(backend_name).warm_up(np.dtype(dtype_name))
+    return True
+
+
+def ensure_kernels() -> None:
+    """Compile (or load from the disk cache) the kernels a page is about to use, behind a spinner.
+
+    Numba compiles on first call; doing it here, once per process, keeps that cost off the redraws.
+    """
+    try:
+        name = core_backend.resolve(chosen_backend())
+    except ValueError as err:   # e.g. CUDA chosen in the sidebar on a machine without a GPU
+        st.error(f"{err} Choose another backend in the sidebar.")
+        st.stop()
+    _kernels_ready(name, np.dtype(chosen_dtype()).name)
+
+
 def timed(fn: Callable, *args, **kwargs):
     """``(result, seconds)`` of one call."""
     start = time.perf_counter()
