@@ -17,12 +17,13 @@ SPEC = {
     "positional": state.choice_field("sinusoidal", POSITIONAL_CHOICES),
     "lr": state.choice_field("0.003", ("0.0003", "0.001", "0.003", "0.01", "0.03")),
     "steps": state.int_field(300, 1, limits.MAX_TRAIN_STEPS),
-    "ablation_steps": state.int_field(800, 1, limits.MAX_TRAIN_STEPS),
+    "ablation_steps": state.int_field(1000, 1, limits.MAX_TRAIN_STEPS),
 }
 k = lambda name: state.key(PAGE, name)  # noqa: E731
 # test hooks: tests put tiny data-set sizes and a faster poll here
 SIZES_KEY, POLL_KEY = k("data_sizes"), k("poll_seconds")
 UPLOAD_BYTES_KEY = k("upload_bytes")     # raw bytes treated like an uploaded file (tests)
+UPLOAD_NOTE_KEY = k("upload_note")
 TRAINER_KEY, ABLATION_KEY = k("trainer"), k("ablation_trainer")
 
 if TRAINER_KEY not in st.session_state:
@@ -83,7 +84,6 @@ right.select_slider("Learning rate (Adam; falls to a tenth by the last step)",
 right.number_input(f"Steps (at most {limits.MAX_TRAIN_STEPS})", 1, limits.MAX_TRAIN_STEPS, key=k("steps"))
 right.caption(f"Caps per run: {limits.MAX_TRAIN_STEPS} steps and {limits.MAX_TRAIN_SECONDS:.0f} s of "
               "training, whichever comes first, so one run cannot hold the server.")
-state.publish(PAGE, SPEC)
 
 spec = RunSpec(task=task, n_layers=int(st.session_state[k("layers")]), n_heads=int(st.session_state[k("heads")]),
                d_model=int(st.session_state[k("d_model")]), positional=st.session_state[k("positional")],
@@ -99,11 +99,13 @@ except ValueError as err:
 
 
 def act(fn, *args) -> None:
-    """Run a trainer command; a refusal becomes a message on the page."""
+    """Run a trainer command; a refusal (or anything unexpected) becomes a message on the page."""
     try:
         fn(*args)
     except ValueError as err:
         st.error(str(err))
+    except Exception as err:   # no traceback on the page
+        st.error(f"That did not work: {type(err).__name__}: {err}")
 
 
 # 2. controls -------------------------------------------------------------------------------------
@@ -163,7 +165,7 @@ def show_attention(run, example_index: int) -> None:
     titles = [f"layer {l + 1}, head {h + 1}" for l in range(L) for h in range(H)]
     mats = [run.attention[l, h] for l in range(L) for h in range(H)]
     # the dict builder: Altair's objects cost most of a second per redraw at 8 panels of 16 x 16
-    st.vega_lite_chart(charts.heatmap_grid_spec(mats, pos, pos, titles, columns=min(H, 4), size=150,
+    st.vega_lite_chart(charts.heatmap_grid(mats, pos, pos, titles, columns=min(H, 4), size=150,
                                                 annotate=False))
 
 
@@ -192,9 +194,9 @@ def live() -> None:
     c[3].metric("Seconds", f"{last['elapsed']:.1f}" if last else "–")
     if run.metrics:
         a, b = st.columns(2)
-        a.altair_chart(charts.lines(loss_frame([run]), "step", "loss", title="Loss (cross-entropy of each batch)"),
+        a.vega_lite_chart(charts.lines(loss_frame([run]), "step", "loss", title="Loss (cross-entropy of each batch)"),
                        width="stretch")
-        b.altair_chart(charts.lines(accuracy_frame([run], "train"), "step", "accuracy", "curve",
+        b.vega_lite_chart(charts.lines(accuracy_frame([run], "train"), "step", "accuracy", "curve",
                                     title="Accuracy", y_domain=(0.0, 1.0)), width="stretch")
     show_attention(run, current.example_index)
     if polling and not current.running:
@@ -244,12 +246,19 @@ if raw is not None:
                                               n_val=n_val, n_test=n_test, label="uploaded"))
         except ValueError as err:
             st.error(f"{name}: {err} Nothing was changed.")
-        else:
-            st.success(f"Loaded {name}: {cfg.n_layers} layers, d_model {cfg.d_model}, {cfg.n_heads} heads, "
-                       f"{cfg.positional} positions; evaluated on the '{task}' task.")
-            for note in notes:
-                st.caption(note)
+        except Exception as err:   # a file we did not foresee: still a message, never a traceback
+            st.error(f"{name}: could not read it as encoder weights ({type(err).__name__}: {err}). "
+                     "Nothing was changed.")
+        else:   # redraw the whole page with the loaded model; say what happened after the rerun
+            st.session_state[UPLOAD_NOTE_KEY] = (
+                f"Loaded {name}: {cfg.n_layers} layers, d_model {cfg.d_model}, {cfg.n_heads} heads, "
+                f"{cfg.positional} positions; evaluated on the '{task}' task.", notes)
             st.rerun()
+if UPLOAD_NOTE_KEY in st.session_state:
+    message, notes = st.session_state.pop(UPLOAD_NOTE_KEY)
+    st.success(message)
+    for note in notes:
+        st.caption(note)
 
 # 4. ablations ------------------------------------------------------------------------------------
 st.header("4. Ablations, side by side")
@@ -295,7 +304,7 @@ def live_ablations() -> None:
             st.markdown(f"**{title}**")
             frame = accuracy_frame(runs)
             if len(frame):
-                st.altair_chart(charts.lines(frame, "step", "accuracy", "curve", title="Validation accuracy",
+                st.vega_lite_chart(charts.lines(frame, "step", "accuracy", "curve", title="Validation accuracy",
                                              y_domain=(0.0, 1.0)), width="stretch")
             st.table(pd.DataFrame({
                 "run": [r.label for r in runs],
@@ -311,3 +320,5 @@ try:
     live_ablations()
 except Exception as err:
     st.error(f"Could not draw the ablations: {err}")
+
+state.publish(PAGE, SPEC)

@@ -138,6 +138,7 @@ def test_good_upload_is_loaded_and_evaluated(at):
     at.session_state["training.upload_bytes"] = source.weights_npz()
     at.run()
     assert not at.exception and not at.error
+    assert "Loaded test upload" in texts(at.success) and "number of heads" in texts(at.caption)
     view = trainer_of(at).view()
     assert view.status == "loaded" and view.runs[0].test_acc == source.view().runs[0].test_acc
     assert any(m.label.startswith("Test accuracy") for m in at.metric)
@@ -159,3 +160,14 @@ def test_ablations_run_in_the_worker_and_show_side_by_side(at):
     assert all(r.spec.task == "increasing" and r.step == 8 for r in abl.view().runs)
     tables = " ".join(t.value.to_string() for t in at.table)
     assert "no PE, 4 heads" in tables and "PE, 1 head" in tables
+
+
+def test_a_compressed_bomb_is_refused_before_unpacking(at):
+    buffer = io.BytesIO()
+    np.savez_compressed(buffer, embed=np.zeros((limits.MAX_UPLOAD_MB * 2 ** 18 + 1,), dtype=np.float32))
+    assert len(buffer.getvalue()) < limits.MAX_UPLOAD_MB * 2 ** 20
+    at.run()
+    at.session_state["training.upload_bytes"] = buffer.getvalue()
+    at.run()
+    assert "once unpacked" in texts(at.error) and not at.exception
+    assert trainer_of(at).view().runs == []

@@ -23,6 +23,7 @@ import dataclasses
 import io
 import threading
 import time
+import zipfile
 
 import numpy as np
 
@@ -475,6 +476,7 @@ def weights_from_upload(raw: bytes, *, n_heads: int, positional: str,
         raise ValueError(f"The file is {size / 2 ** 20:.1f} MB; weight files may be at most {max_mb:g} MB.")
     if size == 0:
         raise ValueError("The file is empty.")
+    _check_unpacked_size(raw, max_mb)
     params = encoder.load(raw)                         # infers a config and checks everything
     cfg = encoder.infer_config(params)
     notes = []
@@ -496,3 +498,15 @@ def weights_from_upload(raw: bytes, *, n_heads: int, positional: str,
     cfg = dataclasses.replace(cfg, n_heads=heads, positional=kind)
     encoder.check_params(params, cfg)
     return params, cfg, notes
+
+
+def _check_unpacked_size(raw: bytes, max_mb: float) -> None:
+    """Refuse an archive whose arrays would unpack to more than ``max_mb`` (a compressed bomb)."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(raw)) as archive:
+            unpacked = sum(info.file_size for info in archive.infolist())
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError):
+        return   # not a zip archive: core.encoder.load says so in its own words
+    if unpacked > max_mb * 2 ** 20:
+        raise ValueError(f"The arrays in the file would take {unpacked / 2 ** 20:.1f} MB once unpacked; "
+                         f"weight files may hold at most {max_mb:g} MB.")
