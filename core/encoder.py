@@ -374,7 +374,8 @@ def _loss_and_grads_into(params, tok, lab, cfg, grads):
         g["W_Q"][:] = dW_qkvT[:d].T
         g["W_K"][:] = dW_qkvT[d:2 * d].T
         g["W_V"][:] = dW_qkvT[2 * d:].T
-        dh = dres + (c["W_qkv"] @ dqkv_rows).T                              # + the residual path
+        dh = dqkv_rows.T @ c["W_qkv"].T                                    # (N, d)
+        dh += dres                                                          # the residual path
     # 1'. embeddings and positions
     d_pos = grads["pos"] if cfg.positional == "learned" else np.empty((T, d), dtype=dtype)
     if cfg.positional == "learned" and T < cfg.seq_len:

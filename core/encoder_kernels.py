@@ -8,8 +8,8 @@ called from ``core/encoder.py``.
 Layout: activations are flattened to ``(N, d)`` rows with ``N = T * B``, time-major (row
 ``t * B + b``); inside the attention kernels projections are ``(features, T, B)`` and the weights
 ``(H, T, T, B)``, so the innermost loops run over the batch. Every kernel writes into arrays the caller passes, so the
-training loop allocates nothing it does not have to. No ``fastmath``: the softmax relies on
-``-inf``/``exp`` behaving exactly. No ``parallel``: at these sizes threads cost more than they save.
+training loop allocates nothing it does not have to. No full ``fastmath``: the softmax relies on
+``-inf``/``exp`` behaving exactly (the layer norms only reassociate their sums, see ``REDUCE``). No ``parallel``: at these sizes threads cost more than they save.
 """
 from __future__ import annotations
 
@@ -17,6 +17,11 @@ import math
 
 import numpy as np
 from numba import njit
+
+# Reductions (layer-norm means and variances, bias gradients) are sums whose every add waits for the
+# previous one; letting LLVM reassociate them (and fuse multiply-adds) vectorises them. These two
+# flags change rounding only, never how NaN or infinity behave, unlike full ``fastmath``.
+REDUCE = {"reassoc", "contract"}
 
 
 # Activations are stored time-major: row ``t * B + b`` holds position t of sequence b. The
@@ -59,7 +64,7 @@ def embed_backward(tokens, dh, d_embed, d_pos):
 # ----------------------------------------------------------------------------------------------
 # 1. multi-head attention core (between the packed QKV projection and W_O)
 # ----------------------------------------------------------------------------------------------
-@njit(cache=True)
+@njit(cache=True, fastmath=REDUCE)
 def attention_forward(qkvT, b_q, b_k, b_v, H, ctxT, P):
     """Per-head scaled dot-product attention on packed, transposed projections.
 
@@ -117,7 +122,7 @@ def attention_forward(qkvT, b_q, b_k, b_v, H, ctxT, P):
                         ctxT[c, i, b] += P[h, i, j, b] * qkvT[2 * d + c, j, b]
 
 
-@njit(cache=True)
+@njit(cache=True, fastmath=REDUCE)
 def attention_backward(qkvT, P, dctxT, H, dqkvT, db_qkv):
     """Backward of :func:`attention_forward`: ``dqkvT`` (3d, T, B) and bias gradients ``db_qkv`` (3d,).
 
@@ -169,7 +174,7 @@ def attention_backward(qkvT, P, dctxT, H, dqkvT, db_qkv):
 # ----------------------------------------------------------------------------------------------
 # 2. residual + layer norm, feed-forward activation
 # ----------------------------------------------------------------------------------------------
-@njit(cache=True)
+@njit(cache=True, fastmath=REDUCE)
 def residual_layernorm_forward(x, r, bias, gain, shift, eps, y, xhat, rstd):
     """``y = LN(x + r + bias)`` row by row: ``xhat = (v - mean) / sqrt(var + eps)``, ``y = gain * xhat + shift``.
 
@@ -196,7 +201,7 @@ def residual_layernorm_forward(x, r, bias, gain, shift, eps, y, xhat, rstd):
             y[n, j] = gain[j] * xh + shift[j]
 
 
-@njit(cache=True)
+@njit(cache=True, fastmath=REDUCE)
 def layernorm_backward(dy, xhat, rstd, gain, dx, dgain, dshift):
     """Backward of the layer norm: ``dx = rstd * (g - mean(g) - xhat * mean(g * xhat))`` with ``g = dy * gain``.
 
