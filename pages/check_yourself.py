@@ -49,8 +49,8 @@ A, t_gain = timed(exercises.first_token_weights, gain, backend=chosen_backend())
 T = exercises.FIRST_TOKEN_T
 labels = [str(i + 1) for i in range(T)]
 left, right = st.columns([1, 1])
-left.altair_chart(charts.heatmap(A, labels, labels, title=f"first-token head, gain {gain:g}"))
-right.altair_chart(charts.bar(analysis.effective_positions(A), labels, title="effective positions 2^H per row",
+left.vega_lite_chart(charts.heatmap(A, labels, labels, title=f"first-token head, gain {gain:g}"))
+right.vega_lite_chart(charts.bar(analysis.effective_positions(A), labels, title="effective positions 2^H per row",
                               x_title="query t", y_title="2^H", y_domain=(0, T)), width="stretch")
 if st.button("Check my gain", key="cy_gain_check"):
     show(exercises.check_first_token_gain(gain, backend=chosen_backend()))
@@ -79,8 +79,8 @@ try:
 except ValueError as err:
     st.error(str(err))
 else:
-    st.altair_chart(charts.heatmap(result.weights, pos, pos, title="your head's weights (causal)"))
-    st.altair_chart(charts.stem(result.weights[3], title="row 4: the impulse response"), width="stretch")
+    st.vega_lite_chart(charts.heatmap(result.weights, pos, pos, title="your head's weights (causal)"))
+    st.vega_lite_chart(charts.stem(result.weights[3], title="row 4: the impulse response"), width="stretch")
     if st.button("Check my head", key="cy_two_check"):
         show(result)
     kernel_source(["attention_with_weights"], t_two)

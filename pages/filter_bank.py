@@ -68,11 +68,11 @@ except ValueError as err:
     st.stop()
 signed = dict(kind="signed", value_name="value", size=200)
 c = st.columns(3)
-c[0].vega_lite_chart(charts.heatmap_spec(W_O, concat_cols, out_cols, title="W_O (H·d_v × d_model)",
+c[0].vega_lite_chart(charts.heatmap(W_O, concat_cols, out_cols, title="W_O (H·d_v × d_model)",
                                          row_title="concat column", col_title="output channel", **signed))
-c[1].vega_lite_chart(charts.heatmap_spec(res.concat, tokens, concat_cols, title="Concat = [O_1, O_2]",
+c[1].vega_lite_chart(charts.heatmap(res.concat, tokens, concat_cols, title="Concat = [O_1, O_2]",
                                          row_title="token", col_title="concat column", **signed))
-c[2].vega_lite_chart(charts.heatmap_spec(res.output, tokens, out_cols, title="O = Concat · W_O",
+c[2].vega_lite_chart(charts.heatmap(res.output, tokens, out_cols, title="O = Concat · W_O",
                                          row_title="token", col_title="output channel", **signed))
 with st.expander("Concat and O as numbers", expanded=True):
     n = st.columns(2)
@@ -84,7 +84,7 @@ total = terms.sum(axis=0)
 panels = [*terms, total, res.output]
 titles = [f"head {h + 1}: A_{h + 1} X W_V^{h + 1} W_O^({h + 1})" for h in range(H)] + ["sum of the terms",
                                                                                      "Concat · W_O"]
-st.vega_lite_chart(charts.heatmap_grid_spec(panels, tokens, out_cols, titles, kind="signed", value_name="value",
+st.vega_lite_chart(charts.heatmap_grid(panels, tokens, out_cols, titles, kind="signed", value_name="value",
                                             columns=4, row_title="token", col_title="output channel"))
 deviation = float(np.max(np.abs(total - res.output)))
 st.metric("max |Σ_h term_h − Concat·W_O|", f"{deviation:.2e}")

@@ -53,7 +53,7 @@ else:
     labels = charts.position_labels(words)
     M = masks.causal(len(words))
     st.dataframe(pd.DataFrame(np.where(np.isinf(M), "−∞", "0"), index=labels, columns=labels))
-    st.altair_chart(charts.heatmap_grid([free.weights[0], causal.weights[0]], labels, labels,
+    st.vega_lite_chart(charts.heatmap_grid([free.weights[0], causal.weights[0]], labels, labels,
                                         ["no mask", "causal mask"], columns=2, size=300))
     A = causal.weights[0]
     st.markdown(f"Measured: largest weight above the diagonal **{np.triu(A, 1).max():.1f}**; row sums between "
@@ -89,7 +89,7 @@ except ValueError as err:
     st.error(str(err))
 else:
     pos = [str(i + 1) for i in range(T_pad)]
-    st.altair_chart(charts.heatmap_grid([res.weights[b, 0] for b in range(len(lengths))], pos, pos,
+    st.vega_lite_chart(charts.heatmap_grid([res.weights[b, 0] for b in range(len(lengths))], pos, pos,
                                         [f"sequence {b + 1}: length {n}" for b, n in enumerate(lengths)],
                                         columns=4, size=200))
     leaked = max((res.weights[b, :, :, n:].max(initial=0.0) for b, n in enumerate(lengths)), default=0.0)
@@ -118,7 +118,7 @@ else:
     st.markdown(f"Queries come from the {len(tgt)} decoder tokens, keys and values from the {len(src)} "
                 f"encoder tokens: weights of shape **{cross.weights.shape[1]} × {cross.weights.shape[2]}** "
                 "per head. No causal mask here: the whole source is known before decoding starts.")
-    st.altair_chart(charts.heatmap_grid(list(cross.weights), charts.position_labels(tgt),
+    st.vega_lite_chart(charts.heatmap_grid(list(cross.weights), charts.position_labels(tgt),
                                         charts.position_labels(src), ["head 1", "head 2"], columns=2,
                                         row_title="decoder query", col_title="encoder key", size=260))
     kernel_source(["project_heads", "attention_with_weights"], t_cross)

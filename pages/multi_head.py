@@ -73,7 +73,7 @@ except ValueError as err:
     st.error(str(err))
     st.stop()
 titles = [f"Head {h + 1}: {heads.PRESETS[ss[k(f'p{h + 1}')]].label}" for h in range(H)]
-st.vega_lite_chart(charts.heatmap_grid_spec(list(A), labels, labels, titles, annotate=T <= 8))
+st.vega_lite_chart(charts.heatmap_grid(list(A), labels, labels, titles, annotate=T <= 8))
 
 # 4. one head opened up
 st.subheader("Open one head")
@@ -85,11 +85,11 @@ state.publish(PAGE, SPEC, active, extra)
 h, t = int(ss[k("open")]), int(ss[k("row")])
 preset = ss[k(f"p{h}")]
 c = st.columns(3)
-c[0].vega_lite_chart(charts.heatmap_spec(np.where(np.isfinite(S[h - 1]), S[h - 1], np.nan), labels, labels,
+c[0].vega_lite_chart(charts.heatmap(np.where(np.isfinite(S[h - 1]), S[h - 1], np.nan), labels, labels,
                                  title=f"Scores of head {h} (masked: blank)", kind="signed",
                                  value_name="score", size=220))
-c[1].vega_lite_chart(charts.heatmap_spec(A[h - 1], labels, labels, title=f"Weights of head {h}", size=220))
-c[2].vega_lite_chart(charts.stem_spec(A[h - 1, t - 1], title=f"Row {t}: {FILTERS[preset]}"))
+c[1].vega_lite_chart(charts.heatmap(A[h - 1], labels, labels, title=f"Weights of head {h}", size=220))
+c[2].vega_lite_chart(charts.stem(A[h - 1, t - 1], title=f"Row {t}: {FILTERS[preset]}"))
 bits = analysis.row_entropy_bits(A[h - 1])
 ceiling = analysis.entropy_ceiling_bits(T, causal=mask is not None)
 st.markdown(f"Row {t} of head {h}: `[{', '.join(f'{w:.4f}' for w in A[h - 1, t - 1])}]`  \n"

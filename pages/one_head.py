@@ -78,9 +78,9 @@ except ValueError as err:
     st.stop()
 S_shown = np.where(np.isfinite(S), S, np.nan)  # masked cells stay blank
 c1, c2 = st.columns(2)
-c1.altair_chart(charts.heatmap(S_shown, labels, labels, title="Scores S (masked cells blank)", kind="signed",
+c1.vega_lite_chart(charts.heatmap(S_shown, labels, labels, title="Scores S (masked cells blank)", kind="signed",
                                value_name="score"))
-c2.altair_chart(charts.heatmap(A, labels, labels, title="Weights A = softmax(S)"))
+c2.vega_lite_chart(charts.heatmap(A, labels, labels, title="Weights A = softmax(S)"))
 st.metric("max |row sum − 1| over all rows", f"{analysis.max_row_sum_error(A):.1e}")
 
 # 4. one query's weights
@@ -88,7 +88,7 @@ st.session_state[k("query")] = min(int(st.session_state[k("query")]), T)
 if T > 1:
     st.slider("Query row to read", 1, T, key=k("query"))
 q = int(st.session_state[k("query")])
-st.altair_chart(charts.bar(A[q - 1], labels, title=f"Weights of query {q} ({tokens[q - 1]!r})"))
+st.vega_lite_chart(charts.bar(A[q - 1], labels, title=f"Weights of query {q} ({tokens[q - 1]!r})"))
 entropy = analysis.row_entropy_bits(A)[q - 1]
 st.write(f"Query {q} blends its values with {entropy:.3f} bits of entropy, "
          f"about {2 ** entropy:.2f} effective positions.")
@@ -104,7 +104,7 @@ else:
     pair = heads.two_positions(T, d_k, heads.DEFAULT_GAIN, query=qa, targets=(1, qa - 1))
     _, A2 = attention(*(m.astype(dtype) for m in pair), np.eye(T, dtype=dtype), mask, backend=backend)
     row = A2[qa - 1]
-    st.altair_chart(charts.bar(row, labels, title=f"Query {qa} asks for positions 1 and {qa - 1}"))
+    st.vega_lite_chart(charts.bar(row, labels, title=f"Query {qa} asks for positions 1 and {qa - 1}"))
     st.write(f"Weight on position 1: **{row[0]:.3f}**, on position {qa - 1}: **{row[qa - 2]:.3f}**, "
              f"left for the rest: {1 - row[0] - row[qa - 2]:.3f}; the row sums to {row.sum():.6f}. "
              f"Entropy {analysis.row_entropy_bits(row):.2f} bits, against 0 for a head that takes one position.")

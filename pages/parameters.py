@@ -70,9 +70,9 @@ sweep = pd.DataFrame({"H": divisors, "d_k": [d_model // h for h in divisors],
 left, right = st.columns([1, 2])
 left.dataframe(sweep, hide_index=True, height=260)
 long = sweep.melt(id_vars="H", value_vars=["d_k", "parameters"], var_name="quantity")
-right.altair_chart(charts.lines(long[long.quantity == "d_k"], "H", "value", title="d_k = d_model / H",
+right.vega_lite_chart(charts.lines(long[long.quantity == "d_k"], "H", "value", title="d_k = d_model / H",
                                 y_title="d_k", points=True), width="stretch")
-right.altair_chart(charts.lines(long[long.quantity == "parameters"], "H", "value", title="parameters (flat)",
+right.vega_lite_chart(charts.lines(long[long.quantity == "parameters"], "H", "value", title="parameters (flat)",
                                 y_title="parameters", points=True), width="stretch")
 
 # 4. score FLOPs ----------------------------------------------------------------------------------
@@ -90,7 +90,7 @@ st.latex(r"\underbrace{4d^2 + 4d}_{\text{attention}} + \underbrace{2\,d\,d_{ff} 
          r" + \underbrace{2 \cdot 2d}_{\text{2 LayerNorms}}")
 block = analysis.block_param_count(d_model, int(n_heads), d_ff, bias=bias)
 parts = {"attention": block.self_attention, "FFN": block.ffn, "LayerNorms": block.layernorms}
-st.altair_chart(charts.bar(list(parts.values()), list(parts), title="parameters per sublayer",
+st.vega_lite_chart(charts.bar(list(parts.values()), list(parts), title="parameters per sublayer",
                            x_title="sublayer", y_title="parameters", y_domain=None), width="stretch")
 st.markdown(f"Block total **{block.total:,}**: the FFN holds **{block.ffn / block.total:.0%}**, attention "
             f"{block.self_attention / block.total:.0%}, LayerNorms {block.layernorms / block.total:.1%}. "

@@ -49,7 +49,7 @@ else:
                 f"of each other; with positions they are **{'a permutation' if coded.is_permutation else 'different'}**.")
     dims = [f"d{i + 1}" for i in range(plain.outputs_a.shape[1])]
     for res, name in ((plain, "without PE"), (coded, "with PE")):
-        st.altair_chart(charts.heatmap_grid(
+        st.vega_lite_chart(charts.heatmap_grid(
             [res.outputs_a[res.permutation], res.outputs_b], charts.position_labels(words_b), dims,
             [f"A's outputs, in B's order ({name})", f"B's outputs ({name})"], kind="signed",
             value_name="output", columns=2, row_title="token", col_title="feature"))
@@ -74,11 +74,11 @@ except ValueError as err:
 shown = PE[:DRAW_POSITIONS, :DRAW_DIMS]
 pos_labels = [str(p) for p in range(shown.shape[0])]
 left, right = st.columns(2)
-left.altair_chart(charts.heatmap(shown, pos_labels, [str(i) for i in range(shown.shape[1])],
+left.vega_lite_chart(charts.heatmap(shown, pos_labels, [str(i) for i in range(shown.shape[1])],
                                  title="PE (positions × dimensions)", kind="signed", value_name="PE",
                                  row_title="position", col_title="dimension", size=360, annotate=False))
 C = positional.cosine_similarity_matrix(PE)
-right.altair_chart(charts.heatmap(C[:DRAW_POSITIONS, :DRAW_POSITIONS], pos_labels, pos_labels,
+right.vega_lite_chart(charts.heatmap(C[:DRAW_POSITIONS, :DRAW_POSITIONS], pos_labels, pos_labels,
                                   title="cosine similarity between positions", kind="signed",
                                   value_name="cosine", row_title="position", col_title="position",
                                   size=360, annotate=False))
@@ -86,7 +86,7 @@ kernel_source(["sinusoidal"], t_pe)
 
 origin = st.slider("Similarity from position", 0, T - 1, 0, key="pe_from")
 curve = pd.DataFrame({"position": np.arange(T), "cosine": positional.similarity_from(PE, origin)})
-st.altair_chart(charts.lines(curve, "position", "cosine", title=f"cosine similarity to position {origin}",
+st.vega_lite_chart(charts.lines(curve, "position", "cosine", title=f"cosine similarity to position {origin}",
                              y_domain=(-1, 1)), width="stretch")
 
 st.subheader("The dot product depends only on the offset")
@@ -100,7 +100,7 @@ frame = pd.concat([  # each divided by its mean squared norm, so both are on one
     pd.DataFrame({"p": np.arange(len(sin_dots)), "dot": sin_dots / np.mean((PE ** 2).sum(1)), "code": "sinusoidal"}),
     pd.DataFrame({"p": np.arange(len(learned_dots)), "dot": learned_dots / np.mean((learned ** 2).sum(1)),
                   "code": "learned (random init)"})])
-st.altair_chart(charts.lines(frame, "p", "dot", color="code", title=f"PE_p · PE_(p+{k}) / mean |PE|², for every p", y_title="normalised dot product"),
+st.vega_lite_chart(charts.lines(frame, "p", "dot", color="code", title=f"PE_p · PE_(p+{k}) / mean |PE|², for every p", y_title="normalised dot product"),
                 width="stretch")
 st.markdown(f"Sinusoidal: every p gives {sin_dots.mean():.6f}; spread max − min = **{np.ptp(sin_dots):.1e}**. "
             f"A random (untrained, learned-style) code: spread {np.ptp(learned_dots):.1e} on values of "
@@ -126,7 +126,7 @@ st.markdown("**Learned positions** (BERT): one trainable vector per position. Be
             "has no vector at all.")
 P_sin = positional.sinusoidal(T_s, d_model, base, backend=chosen_backend())
 P_learned = positional.learned(T_s, d_model, seed=0)
-st.altair_chart(charts.heatmap_grid([P_sin @ P_sin.T / np.sqrt(d_model), P_learned @ P_learned.T / np.sqrt(d_model)],
+st.vega_lite_chart(charts.heatmap_grid([P_sin @ P_sin.T / np.sqrt(d_model), P_learned @ P_learned.T / np.sqrt(d_model)],
                                     labels, labels, ["sinusoidal: P Pᵀ/√d", "learned (random init): P Pᵀ/√d"],
                                     kind="signed", value_name="score", columns=2))
 st.markdown("**RoPE** rotates each pair of query and key features by an angle proportional to the "
@@ -137,14 +137,14 @@ rng = np.random.default_rng(0)
 d_rope = 8
 q, kk = rng.normal(size=d_rope), rng.normal(size=d_rope)
 S_rope = positional.rope_scores(np.tile(q, (T_s, 1)), np.tile(kk, (T_s, 1)), base=base)
-st.altair_chart(charts.heatmap(S_rope, labels, labels, title="RoPE scores, same q and k everywhere",
+st.vega_lite_chart(charts.heatmap(S_rope, labels, labels, title="RoPE scores, same q and k everywhere",
                                kind="signed", value_name="score"))
 st.markdown("**ALiBi** adds no code to the inputs; each head subtracts a penalty proportional to distance, "
             "with its own slope (steep heads look near, shallow heads far).")
 st.latex(r"S^{(h)}_{ij} = \frac{q_i \cdot k_j}{\sqrt{d_k}} - m_h\,|i-j|, \qquad m_h = 2^{-8h/H}")
 H_alibi = 4
 S_alibi = positional.alibi_scores(np.zeros((T_s, 2)), np.zeros((T_s, 2)), H_alibi) + masks.causal(T_s)
-st.altair_chart(charts.heatmap_grid([np.where(np.isinf(S), np.nan, S) for S in S_alibi], labels, labels,
+st.vega_lite_chart(charts.heatmap_grid([np.where(np.isinf(S), np.nan, S) for S in S_alibi], labels, labels,
                                     [f"head {h + 1}: slope {m:.3f}" for h, m in enumerate(positional.alibi_slopes(H_alibi))],
                                     kind="signed", value_name="score", columns=4, size=180))
 st.caption("ALiBi maps use Q = K = 0 under a causal mask, so what you see is the bias alone; masked cells are blank.")
