@@ -1,5 +1,4 @@
 """Train a tiny transformer encoder live, watch its heads form, and compare ablations."""
-import numpy as np
 import pandas as pd
 import streamlit as st
 
@@ -32,7 +31,7 @@ if TRAINER_KEY not in st.session_state:
 trainer: Trainer = st.session_state[TRAINER_KEY]
 ablation: Trainer = st.session_state[ABLATION_KEY]
 n_train, n_val, n_test = st.session_state.get(SIZES_KEY, (4000, 1000, 1000))
-poll = float(st.session_state.get(POLL_KEY, 0.7))
+poll = float(st.session_state.get(POLL_KEY, 0.5))
 
 st.title("Train a tiny encoder")
 state.restore(PAGE, SPEC)

@@ -287,7 +287,7 @@ def launch_options(executable: str) -> dict:
     return {"executable_path": executable, "headless": True, "args": CHROMIUM_ARGS}
 
 
-_IDLE_JS = """() => {
+IDLE_JS = """() => {
     const app = document.querySelector('[data-testid="stApp"]');
     if (!app || app.getAttribute('data-test-connection-state') !== 'CONNECTED') return false;
     if (app.getAttribute('data-test-script-state') !== 'notRunning') return false;
@@ -306,9 +306,9 @@ def wait_idle(page, timeout_ms: float = 90_000, settle_ms: int = 400) -> None:
     widget change and the rerun it triggers, the state reads "notRunning" for a moment. Widgets
     and charts whose code is loaded on demand show a skeleton first: none may be left.
     """
-    page.wait_for_function(_IDLE_JS, timeout=timeout_ms, polling=100)
+    page.wait_for_function(IDLE_JS, timeout=timeout_ms, polling=100)
     page.wait_for_timeout(settle_ms)
-    page.wait_for_function(_IDLE_JS, timeout=timeout_ms, polling=100)
+    page.wait_for_function(IDLE_JS, timeout=timeout_ms, polling=100)
 
 
 def error_texts(page) -> list[str]:
