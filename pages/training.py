@@ -164,8 +164,7 @@ def show_attention(run, example_index: int) -> None:
     titles = [f"layer {l + 1}, head {h + 1}" for l in range(L) for h in range(H)]
     mats = [run.attention[l, h] for l in range(L) for h in range(H)]
     # the dict builder: Altair's objects cost most of a second per redraw at 8 panels of 16 x 16
-    st.vega_lite_chart(charts.heatmap_grid(mats, pos, pos, titles, columns=min(H, 4), size=150,
-                                                annotate=False))
+    st.vega_lite_chart(charts.heatmap_grid(mats, pos, pos, titles, columns=min(H, 4), size=150, annotate=False))
 
 
 polling = trainer.running
@@ -174,6 +173,14 @@ polling = trainer.running
 @st.fragment(run_every=poll if polling else None)
 def live() -> None:
     """Everything that changes while the worker trains; polls the trainer only while it runs."""
+    # a fragment's own reruns bypass any try block around its first call: guard inside
+    try:
+        draw_live()
+    except Exception as err:   # no traceback on the page
+        st.error(f"Could not draw the training view: {type(err).__name__}: {err}")
+
+
+def draw_live() -> None:
     current = trainer.view()
     if not current.runs:
         st.info("Choose the settings and press **Start training**. The curves and attention maps "
@@ -194,18 +201,15 @@ def live() -> None:
     if run.metrics:
         a, b = st.columns(2)
         a.vega_lite_chart(charts.lines(loss_frame([run]), "step", "loss", title="Loss (cross-entropy of each batch)"),
-                       width="stretch")
+                          width="stretch")
         b.vega_lite_chart(charts.lines(accuracy_frame([run], "train"), "step", "accuracy", "curve",
-                                    title="Accuracy", y_domain=(0.0, 1.0)), width="stretch")
+                                       title="Accuracy", y_domain=(0.0, 1.0)), width="stretch")
     show_attention(run, current.example_index)
     if polling and not current.running:
         st.rerun()          # the run ended: redraw the whole page once, with the results below
 
 
-try:
-    live()
-except Exception as err:   # no traceback on the page
-    st.error(f"Could not draw the training view: {err}")
+live()
 
 # 3. results, download and upload -----------------------------------------------------------------
 view = trainer.view()
@@ -285,6 +289,14 @@ abl_polling = ablation.running
 
 @st.fragment(run_every=poll if abl_polling else None)
 def live_ablations() -> None:
+    """The ablation runs' progress, curves and final accuracies; polls only while they run."""
+    try:
+        draw_ablations()
+    except Exception as err:   # no traceback on the page
+        st.error(f"Could not draw the ablations: {type(err).__name__}: {err}")
+
+
+def draw_ablations() -> None:
     current = ablation.view()
     if not current.runs:
         st.caption("Not run yet.")
@@ -304,7 +316,7 @@ def live_ablations() -> None:
             frame = accuracy_frame(runs)
             if len(frame):
                 st.vega_lite_chart(charts.lines(frame, "step", "accuracy", "curve", title="Validation accuracy",
-                                             y_domain=(0.0, 1.0)), width="stretch")
+                                                y_domain=(0.0, 1.0)), width="stretch")
             st.table(pd.DataFrame({
                 "run": [r.label for r in runs],
                 "steps": [r.step for r in runs],
@@ -315,9 +327,6 @@ def live_ablations() -> None:
         st.rerun()
 
 
-try:
-    live_ablations()
-except Exception as err:
-    st.error(f"Could not draw the ablations: {err}")
+live_ablations()
 
 state.publish(PAGE, SPEC)

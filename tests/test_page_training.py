@@ -171,3 +171,19 @@ def test_a_compressed_bomb_is_refused_before_unpacking(at):
     at.run()
     assert "once unpacked" in texts(at.error) and not at.exception
     assert trainer_of(at).view().runs == []
+
+
+def test_a_failing_chart_is_a_message_not_a_traceback(at, monkeypatch):
+    from ui import charts
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("chart builder broke")
+
+    monkeypatch.setattr(charts, "lines", broken)
+    at.run()
+    at.number_input(key="training.steps").set_value(5).run()
+    button(at, "Start training").click().run()
+    assert trainer_of(at).join(30)
+    at.run()
+    assert not at.exception
+    assert "Could not draw the training view" in texts(at.error)
