@@ -132,16 +132,26 @@ if view.runs:
 
 
 def accuracy_frame(runs, kind: str = "val") -> pd.DataFrame:
-    """Long-form accuracy points: validation where evaluated, or the training batch at every step."""
+    """Long-form accuracy points: validation where evaluated, or also the training batch (thinned).
+
+    One run: curves named "validation" / "training batch"; several: named after their runs.
+    """
     rows = []
     for run in runs:
+        train_name, val_name = ("training batch", "validation") if len(runs) == 1 else (run.label, run.label)
         stride = max(1, len(run.metrics) // 400)
         for i, m in enumerate(run.metrics):
             if kind == "train" and i % stride == 0:
-                rows.append({"step": m["step"], "accuracy": m["train_acc"], "curve": f"{run.label}: training batch"})
+                rows.append({"step": m["step"], "accuracy": m["train_acc"], "curve": train_name})
             if m["evaluated"] and m["val_acc"] is not None:
-                rows.append({"step": m["step"], "accuracy": m["val_acc"], "curve": f"{run.label}: validation"})
+                rows.append({"step": m["step"], "accuracy": m["val_acc"], "curve": val_name})
     return pd.DataFrame(rows, columns=["step", "accuracy", "curve"])
+
+
+def legend_below(spec: dict) -> dict:
+    """Put a line chart's legend under it, so two charts side by side keep their width."""
+    spec["encoding"]["color"]["legend"] = {"orient": "bottom", "title": None}
+    return spec
 
 
 def loss_frame(runs, points: int = 400) -> pd.DataFrame:
@@ -202,8 +212,8 @@ def draw_live() -> None:
         a, b = st.columns(2)
         a.vega_lite_chart(charts.lines(loss_frame([run]), "step", "loss", title="Loss (cross-entropy of each batch)"),
                           width="stretch")
-        b.vega_lite_chart(charts.lines(accuracy_frame([run], "train"), "step", "accuracy", "curve",
-                                       title="Accuracy", y_domain=(0.0, 1.0)), width="stretch")
+        b.vega_lite_chart(legend_below(charts.lines(accuracy_frame([run], "train"), "step", "accuracy", "curve",
+                                                    title="Accuracy", y_domain=(0.0, 1.0))), width="stretch")
     show_attention(run, current.example_index)
     if polling and not current.running:
         st.rerun()          # the run ended: redraw the whole page once, with the results below
@@ -315,8 +325,9 @@ def draw_ablations() -> None:
             st.markdown(f"**{title}**")
             frame = accuracy_frame(runs)
             if len(frame):
-                st.vega_lite_chart(charts.lines(frame, "step", "accuracy", "curve", title="Validation accuracy",
-                                                y_domain=(0.0, 1.0)), width="stretch")
+                st.vega_lite_chart(legend_below(charts.lines(frame, "step", "accuracy", "curve",
+                                                             title="Validation accuracy", y_domain=(0.0, 1.0))),
+                                   width="stretch")
             st.table(pd.DataFrame({
                 "run": [r.label for r in runs],
                 "steps": [r.step for r in runs],
