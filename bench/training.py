@@ -157,11 +157,15 @@ def main() -> None:
         print(f"| {name} | {ms:.2f} | {cpu:.2f} | {ms / ours:.2f}x |")
     print(f"\n{os.cpu_count()} CPUs; 1-minute load average {load_before:.1f} before the run: a load above the "
           f"CPU count means other processes competed for the cores and wall times are inflated.")
-    torch_ms = [v[0] for k, v in steps.items() if k.startswith("PyTorch")]
-    if torch_ms:
-        ratio = torch_ms[0] / ours
-        print(f"\nTarget: ours at least 2x faster than PyTorch ({list(steps)[1]}): "
-              f"{'met' if ratio >= 2 else 'not met'} ({ratio:.2f}x).")
+    torch_rows = {k: v for k, v in steps.items() if k.startswith("PyTorch")}
+    if torch_rows:
+        # judge against PyTorch's best configuration here, not the one that suffered most from load
+        best = min(torch_rows, key=lambda k: torch_rows[k][0])
+        ours_cpu = next(v for k, v in steps.items() if k.startswith("ours"))[1]
+        ratio, cpu_ratio = torch_rows[best][0] / ours, torch_rows[best][1] / ours_cpu
+        print(f"\nTarget: a step at least 2x faster than PyTorch. Against the faster PyTorch setting "
+              f"({best}): {ratio:.2f}x in wall time, {cpu_ratio:.2f}x in CPU time: "
+              f"{'met' if ratio >= 2 else 'not met'}.")
     else:
         print("\nPyTorch is not installed: no comparison.")
     first = time_to_accuracy()

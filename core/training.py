@@ -151,6 +151,7 @@ def run(task: str = "sum", steps: int = 300, *, seed: int = 0, lr: float = 3e-3,
             on_metrics(metrics)
     return {"task": task, "steps": state.step, "val_acc": state.val_acc,
             "test_acc": test_accuracy(state, data), "train_seconds": state.train_seconds,
+            "cpu_seconds": state.cpu_seconds,
             "ms_per_step": 1000.0 * state.train_seconds / max(state.step, 1), "state": state, "data": data}
 
 
