@@ -23,7 +23,7 @@ from numba import njit, prange
 FASTMATH = {"reassoc", "contract", "nsz", "arcp"}
 # Below this many multiply-adds a call runs serially (tunable, and patched by tests).
 PARALLEL_MIN_WORK = 1 << 16
-# Rows of queries handled together and keys per tile in the fused (online softmax) kernel.
+# Queries handled together by one parallel work unit, and keys per tile in the fused kernel.
 QUERY_BLOCK = 16
 KEY_TILE = 64
 
@@ -34,123 +34,157 @@ _jit = dict(cache=True, fastmath=FASTMATH)
 
 
 @njit(inline="always", **_jit)
-def _mask_value(mask, b, h, i, j):
-    """The additive mask entry for (b, h, i, j), honouring broadcast axes of length 1."""
-    return mask[b if mask.shape[0] > 1 else 0, h if mask.shape[1] > 1 else 0,
-                i if mask.shape[2] > 1 else 0, j if mask.shape[3] > 1 else 0]
+def _mask_row(mask, b, h, i):
+    """The mask's row for query (b, h, i), honouring broadcast axes of length 1: (1,) or (Tk,)."""
+    return mask[b if mask.shape[0] > 1 else 0, h if mask.shape[1] > 1 else 0, i if mask.shape[2] > 1 else 0]
 
 
 @njit(inline="always", **_jit)
-def _score(Q, K, mask, scale, b, h, i, j):
-    """``Q[b,h,i] . K[b,h,j] * scale + M[b,h,i,j]``."""
-    acc = Q[b, h, i, 0] * K[b, h, j, 0]
-    for d in range(1, Q.shape[3]):
-        acc += Q[b, h, i, d] * K[b, h, j, d]
-    return acc * scale + _mask_value(mask, b, h, i, j)
+def _transpose_keys(K, b, h, Kt):
+    """``Kt[:, j] = K[b, h, j]``: with keys along the fast axis, the score loop runs over keys,
+    several at once in SIMD lanes, instead of reducing a short dot product across lanes."""
+    for j in range(K.shape[2]):
+        for d in range(K.shape[3]):
+            Kt[d, j] = K[b, h, j, d]
 
 
 @njit(inline="always", **_jit)
-def _softmax_inplace(A, b, h, i):
-    """Stable softmax of the row ``A[b, h, i]``; a row with nothing allowed becomes all zeros."""
-    n = A.shape[3]
-    m = -np.inf
+def _scores_into(Q, Kt, mask, scale, b, h, i, j0, n, out):
+    """``out[j] = Q[b,h,i] . K[b,h,j0+j] * scale + M[b,h,i,j0+j]`` for ``j < n``, where
+    ``Kt[:, j]`` holds key ``j0 + j``."""
     for j in range(n):
-        m = max(m, A[b, h, i, j])
-    if m == -np.inf:
+        out[j] = 0.0
+    for d in range(Q.shape[3]):
+        q = Q[b, h, i, d]
         for j in range(n):
-            A[b, h, i, j] = 0.0
+            out[j] += q * Kt[d, j]
+    m = _mask_row(mask, b, h, i)
+    if m.shape[0] > 1:
+        for j in range(n):
+            out[j] = out[j] * scale + m[j0 + j]
+    else:
+        for j in range(n):
+            out[j] = out[j] * scale + m[0]
+
+
+@njit(inline="always", **_jit)
+def _softmax_inplace(row):
+    """Stable softmax of one row; a row with nothing allowed (all -inf) becomes all zeros."""
+    m = -np.inf
+    for j in range(row.shape[0]):
+        m = max(m, row[j])
+    if m == -np.inf:
+        row[:] = 0.0
         return
     total = 0.0
-    for j in range(n):
-        e = math.exp(A[b, h, i, j] - m)
-        A[b, h, i, j] = e
+    for j in range(row.shape[0]):
+        e = math.exp(row[j] - m)
+        row[j] = e
         total += e
     inv = 1.0 / total
-    for j in range(n):
-        A[b, h, i, j] *= inv
+    for j in range(row.shape[0]):
+        row[j] *= inv
 
 
 @njit(inline="always", **_jit)
-def _weighted_sum_row(A, V, out, b, h, i):
-    """``out[b,h,i] = sum_j A[b,h,i,j] V[b,h,j]``."""
-    for d in range(V.shape[3]):
-        out[b, h, i, d] = 0.0
-    for j in range(V.shape[2]):
-        a = A[b, h, i, j]
+def _weighted_sum_row(weights, V, b, h, out):
+    """``out = sum_j weights[j] V[b,h,j]``."""
+    out[:] = 0.0
+    for j in range(weights.shape[0]):
+        a = weights[j]
         if a != 0.0:  # masked keys cost nothing
-            for d in range(V.shape[3]):
-                out[b, h, i, d] += a * V[b, h, j, d]
+            for d in range(out.shape[0]):
+                out[d] += a * V[b, h, j, d]
+
+
+@njit(inline="always", **_jit)
+def _unit(u, H, n_blocks, Tq, block):
+    """Work unit ``u`` -> (batch, head, first query, end query): one block of queries of one head."""
+    b, h, qb = u // (H * n_blocks), (u // n_blocks) % H, u % n_blocks
+    return b, h, qb * block, min(qb * block + block, Tq)
 
 
 # --- kernels: one function per operation, serial and parallel builds ----------------------
+# The parallel loop runs over (batch, head, block of queries); each unit transposes its head's keys
+# once and reuses them for every query of the block.
 
 
-def _scores_rows(Q, K, mask, scale, S):
+def _scores_rows(Q, K, mask, scale, S, block):
     B, H, Tq, Tk = S.shape
-    for r in prange(B * H * Tq):
-        b, h, i = r // (H * Tq), (r // Tq) % H, r % Tq
-        for j in range(Tk):
-            S[b, h, i, j] = _score(Q, K, mask, scale, b, h, i, j)
+    n_blocks = (Tq + block - 1) // block
+    for u in prange(B * H * n_blocks):
+        b, h, i0, i1 = _unit(u, H, n_blocks, Tq, block)
+        Kt = np.empty((K.shape[3], Tk), dtype=K.dtype)
+        _transpose_keys(K, b, h, Kt)
+        for i in range(i0, i1):
+            _scores_into(Q, Kt, mask, scale, b, h, i, 0, Tk, S[b, h, i])
 
 
 def _softmax_rows(S, A):
     B, H, Tq, Tk = S.shape
     for r in prange(B * H * Tq):
         b, h, i = r // (H * Tq), (r // Tq) % H, r % Tq
-        for j in range(Tk):
-            A[b, h, i, j] = S[b, h, i, j]
-        _softmax_inplace(A, b, h, i)
+        A[b, h, i] = S[b, h, i]
+        _softmax_inplace(A[b, h, i])
 
 
-def _weights_rows(Q, K, mask, scale, A):
+def _weights_rows(Q, K, mask, scale, A, block):
     B, H, Tq, Tk = A.shape
-    for r in prange(B * H * Tq):
-        b, h, i = r // (H * Tq), (r // Tq) % H, r % Tq
-        for j in range(Tk):
-            A[b, h, i, j] = _score(Q, K, mask, scale, b, h, i, j)
-        _softmax_inplace(A, b, h, i)
+    n_blocks = (Tq + block - 1) // block
+    for u in prange(B * H * n_blocks):
+        b, h, i0, i1 = _unit(u, H, n_blocks, Tq, block)
+        Kt = np.empty((K.shape[3], Tk), dtype=K.dtype)
+        _transpose_keys(K, b, h, Kt)
+        for i in range(i0, i1):
+            _scores_into(Q, Kt, mask, scale, b, h, i, 0, Tk, A[b, h, i])
+            _softmax_inplace(A[b, h, i])
 
 
-def _attention_rows(Q, K, V, mask, scale, A, out):
+def _attention_rows(Q, K, V, mask, scale, A, out, block):
     B, H, Tq, Tk = A.shape
-    for r in prange(B * H * Tq):
-        b, h, i = r // (H * Tq), (r // Tq) % H, r % Tq
-        for j in range(Tk):
-            A[b, h, i, j] = _score(Q, K, mask, scale, b, h, i, j)
-        _softmax_inplace(A, b, h, i)
-        _weighted_sum_row(A, V, out, b, h, i)
+    n_blocks = (Tq + block - 1) // block
+    for u in prange(B * H * n_blocks):
+        b, h, i0, i1 = _unit(u, H, n_blocks, Tq, block)
+        Kt = np.empty((K.shape[3], Tk), dtype=K.dtype)
+        _transpose_keys(K, b, h, Kt)
+        for i in range(i0, i1):
+            _scores_into(Q, Kt, mask, scale, b, h, i, 0, Tk, A[b, h, i])
+            _softmax_inplace(A[b, h, i])
+            _weighted_sum_row(A[b, h, i], V, b, h, out[b, h, i])
 
 
 def _weighted_sum_rows(A, V, out):
     B, H, Tq = A.shape[0], A.shape[1], A.shape[2]
     for r in prange(B * H * Tq):
         b, h, i = r // (H * Tq), (r // Tq) % H, r % Tq
-        _weighted_sum_row(A, V, out, b, h, i)
+        _weighted_sum_row(A[b, h, i], V, b, h, out[b, h, i])
 
 
-def _fused_blocks(Q, K, V, mask, scale, out, query_block, key_tile):
+def _fused_blocks(Q, K, V, mask, scale, out, block, key_tile):
     """Online softmax over key tiles, FlashAttention-style: per query keep the running max ``m``,
     the running normaliser ``l`` and the unnormalised output ``acc``; rescale both by
-    ``exp(m_old - m_new)`` when a tile raises the max. Memory: O(query_block * (key_tile + d_v))."""
-    B, H, Tq, Tk, dv = Q.shape[0], Q.shape[1], Q.shape[2], K.shape[2], V.shape[3]
-    n_qblocks = (Tq + query_block - 1) // query_block
-    for u in prange(B * H * n_qblocks):
-        b, h, qb = u // (H * n_qblocks), (u // n_qblocks) % H, u % n_qblocks
-        i0 = qb * query_block
-        i1 = min(i0 + query_block, Tq)
-        s = np.empty(key_tile, dtype=Q.dtype)          # scores of one query against one tile
+    ``exp(m_old - m_new)`` when a tile raises the max. Extra memory per unit:
+    O(d_k * key_tile + block * d_v), whatever the sequence length."""
+    B, H, Tq, Tk, dk, dv = Q.shape[0], Q.shape[1], Q.shape[2], K.shape[2], K.shape[3], V.shape[3]
+    n_blocks = (Tq + block - 1) // block
+    for u in prange(B * H * n_blocks):
+        b, h, i0, i1 = _unit(u, H, n_blocks, Tq, block)
+        Kt = np.empty((dk, key_tile), dtype=Q.dtype)   # one tile of keys, transposed
+        s = np.empty(key_tile, dtype=Q.dtype)          # scores of one query against the tile
         m = np.full(i1 - i0, -np.inf, dtype=Q.dtype)   # running max per query
         l = np.zeros(i1 - i0, dtype=Q.dtype)           # running sum of exp(score - m)
         acc = np.zeros((i1 - i0, dv), dtype=Q.dtype)   # running sum of exp(score - m) * v
         for j0 in range(0, Tk, key_tile):
             j1 = min(j0 + key_tile, Tk)
+            for j in range(j0, j1):
+                for d in range(dk):
+                    Kt[d, j - j0] = K[b, h, j, d]
             for i in range(i0, i1):
                 r = i - i0
+                _scores_into(Q, Kt, mask, scale, b, h, i, j0, j1 - j0, s)
                 tile_max = -np.inf
-                for j in range(j0, j1):
-                    v = _score(Q, K, mask, scale, b, h, i, j)
-                    s[j - j0] = v
-                    tile_max = max(tile_max, v)
+                for j in range(j1 - j0):
+                    tile_max = max(tile_max, s[j])
                 m_new = max(m[r], tile_max)
                 if m_new == -np.inf:
                     continue  # every key so far is masked for this query
@@ -158,12 +192,12 @@ def _fused_blocks(Q, K, V, mask, scale, out, query_block, key_tile):
                 l[r] *= correction
                 for d in range(dv):
                     acc[r, d] *= correction
-                for j in range(j0, j1):
-                    p = math.exp(s[j - j0] - m_new)
+                for j in range(j1 - j0):
+                    p = math.exp(s[j] - m_new)
                     if p != 0.0:
                         l[r] += p
                         for d in range(dv):
-                            acc[r, d] += p * V[b, h, j, d]
+                            acc[r, d] += p * V[b, h, j0 + j, d]
                 m[r] = m_new
         for i in range(i0, i1):
             r = i - i0
@@ -257,7 +291,7 @@ def scaled_scores(Q, K, mask, scale):
     """``S = Q K^T * scale + M`` -> (B, H, Tq, Tk)."""
     B, H, Tq, dk = Q.shape
     S = np.empty((B, H, Tq, K.shape[2]), dtype=Q.dtype)
-    _pick(_scores_kernel, S.size * dk)(Q, K, mask, Q.dtype.type(scale), S)
+    _pick(_scores_kernel, S.size * dk)(Q, K, mask, Q.dtype.type(scale), S, QUERY_BLOCK)
     return S
 
 
@@ -272,7 +306,7 @@ def attention_weights(Q, K, mask, scale):
     """``A = softmax(Q K^T * scale + M)`` -> (B, H, Tq, Tk)."""
     B, H, Tq, dk = Q.shape
     A = np.empty((B, H, Tq, K.shape[2]), dtype=Q.dtype)
-    _pick(_weights_kernel, A.size * (dk + 8))(Q, K, mask, Q.dtype.type(scale), A)
+    _pick(_weights_kernel, A.size * (dk + 8))(Q, K, mask, Q.dtype.type(scale), A, QUERY_BLOCK)
     return A
 
 
@@ -288,7 +322,8 @@ def attention_with_weights(Q, K, V, mask, scale):
     B, H, Tq, dk = Q.shape
     A = np.empty((B, H, Tq, K.shape[2]), dtype=Q.dtype)
     out = np.empty((B, H, Tq, V.shape[3]), dtype=V.dtype)
-    _pick(_attention_kernel, A.size * (dk + V.shape[3] + 8))(Q, K, V, mask, Q.dtype.type(scale), A, out)
+    work = A.size * (dk + V.shape[3] + 8)
+    _pick(_attention_kernel, work)(Q, K, V, mask, Q.dtype.type(scale), A, out, QUERY_BLOCK)
     return out, A
 
 
@@ -331,11 +366,11 @@ def warm_up(dtype) -> None:
     X3, W, b = np.ones((1, 2, 2), dtype), np.ones((2, 2), dtype), np.zeros(2, dtype)
     mask, scale = np.zeros((1, 1, 1, 1), dtype), dtype.type(1.0)
     for build in (0, 1):
-        _scores_kernel[build](X4, X4, mask, scale, X4.copy())
+        _scores_kernel[build](X4, X4, mask, scale, X4.copy(), QUERY_BLOCK)
         _softmax_kernel[build](X4, X4.copy())
-        _weights_kernel[build](X4, X4, mask, scale, X4.copy())
+        _weights_kernel[build](X4, X4, mask, scale, X4.copy(), QUERY_BLOCK)
         _weighted_sum_kernel[build](X4, X4, X4.copy())
-        _attention_kernel[build](X4, X4, X4, mask, scale, X4.copy(), X4.copy())
+        _attention_kernel[build](X4, X4, X4, mask, scale, X4.copy(), X4.copy(), QUERY_BLOCK)
         _fused_kernel[build](X4, X4, X4, mask, scale, X4.copy(), QUERY_BLOCK, KEY_TILE)
         _project_kernel[build](X3, W, b, X4.copy())
         _merge_project_kernel[build](X4, W, b, X3.copy())

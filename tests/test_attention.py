@@ -4,19 +4,28 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from core import attention as at
-from core import gpu, masks
+from core import cpu, gpu, masks
 from core import reference as ref
 
-BACKENDS = ["cpu", "cuda"]          # cuda runs on Numba's simulator when there is no GPU
 DTYPES = [np.float32, np.float64]
 TOL = {np.float32: 1e-5, np.float64: 1e-12}
 
 
 @pytest.fixture(autouse=True)
-def small_gpu_blocks(monkeypatch):
-    """Tiny tiles and blocks, so several CUDA blocks (and partial tiles) run even at T=5."""
+def small_blocks(monkeypatch):
+    """Tiny tiles and blocks, so several blocks and partial tiles run even at T=5, on both backends."""
     monkeypatch.setattr(gpu, "TILE", 4)
     monkeypatch.setattr(gpu, "THREADS", 4)
+    monkeypatch.setattr(cpu, "QUERY_BLOCK", 2)
+    monkeypatch.setattr(cpu, "KEY_TILE", 3)
+
+
+@pytest.fixture(params=["cpu", "cpu-parallel", "cuda"])
+def backend(request, monkeypatch):
+    """Each backend: the CPU kernels' serial builds, their prange builds, and the CUDA kernels
+    (on Numba's simulator when there is no GPU)."""
+    monkeypatch.setattr(cpu, "PARALLEL_MIN_WORK", 0 if request.param == "cpu-parallel" else 1 << 62)
+    return request.param.split("-")[0]
 
 
 def close(actual, expected, dtype):
@@ -55,7 +64,6 @@ def make_mask(kind, lead, Tq, Tk, dtype):
     raise AssertionError(kind)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
 @pytest.mark.parametrize("mask_kind", [None, "causal", "padding", "full"])
@@ -90,7 +98,6 @@ def test_fully_masked_case_really_occurs():
     assert not np.isfinite(make_mask("padding", (2,), 3, 4, np.float64)[0]).any()
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_scores_match_reference(backend, dtype):
     rng = np.random.default_rng(2)
@@ -99,7 +106,6 @@ def test_scores_match_reference(backend, dtype):
     close(at.scores(Q, K, mask, scale=0.7, backend=backend), ref.scaled_scores(Q, K, mask, 0.7), dtype)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("batched", [False, True])
 @pytest.mark.parametrize("cross", [False, True])
@@ -129,7 +135,6 @@ def test_multi_head_attention_matches_reference(backend, dtype, batched, cross, 
     assert got.output.shape == lead + (Tq, d)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_filter_bank_terms_match_reference_and_sum_to_output(backend, dtype):
     rng = np.random.default_rng(4)
@@ -196,7 +201,6 @@ def test_filter_bank_identity_holds(T, H, seed, causal):
 # --- large values -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_huge_finite_scores_give_finite_weights_that_sum_to_one(backend, dtype):
     Q = np.array([[1e15], [-1e15], [1.0]], dtype)        # scores up to 1e30 (d_k = 1, scale 1)
