@@ -9,7 +9,8 @@ Layout: activations are flattened to ``(N, d)`` rows with ``N = T * B``, time-ma
 ``t * B + b``); inside the attention kernels projections are ``(features, T, B)`` and the weights
 ``(H, T, T, B)``, so the innermost loops run over the batch. Every kernel writes into arrays the caller passes, so the
 training loop allocates nothing it does not have to. No full ``fastmath``: the softmax relies on
-``-inf``/``exp`` behaving exactly (the layer norms only reassociate their sums, see ``REDUCE``). No ``parallel``: at these sizes threads cost more than they save.
+``-inf``/``exp`` behaving exactly (the layer norms only reassociate their sums, see ``REDUCE``). No ``parallel``: at these sizes threads cost more than they save; ``nogil`` instead, so two
+Streamlit sessions training at once really run side by side.
 """
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ REDUCE = {"reassoc", "contract"}
 # ----------------------------------------------------------------------------------------------
 # 0. embedding
 # ----------------------------------------------------------------------------------------------
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def embed_forward(tokens, embed, pos, out):
     """``out[t*B + b] = embed[tokens[b, t]] + pos[t]``; ``pos`` is (T, d) (zeros when unused)."""
     B, T = tokens.shape
@@ -45,7 +46,7 @@ def embed_forward(tokens, embed, pos, out):
                 out[row, j] = embed[tok, j] + pos[t, j]
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def embed_backward(tokens, dh, d_embed, d_pos):
     """Scatter-add ``dh`` rows into ``d_embed`` (by token) and ``d_pos`` (by position); overwrites both."""
     B, T = tokens.shape
@@ -64,7 +65,7 @@ def embed_backward(tokens, dh, d_embed, d_pos):
 # ----------------------------------------------------------------------------------------------
 # 1. multi-head attention core (between the packed QKV projection and W_O)
 # ----------------------------------------------------------------------------------------------
-@njit(cache=True, fastmath=REDUCE)
+@njit(cache=True, nogil=True, fastmath=REDUCE)
 def attention_forward(qkvT, b_q, b_k, b_v, H, ctxT, P):
     """Per-head scaled dot-product attention on packed, transposed projections.
 
@@ -122,7 +123,7 @@ def attention_forward(qkvT, b_q, b_k, b_v, H, ctxT, P):
                         ctxT[c, i, b] += P[h, i, j, b] * qkvT[2 * d + c, j, b]
 
 
-@njit(cache=True, fastmath=REDUCE)
+@njit(cache=True, nogil=True, fastmath=REDUCE)
 def attention_backward(qkvT, P, dctxT, H, dqkvT, db_qkv):
     """Backward of :func:`attention_forward`: ``dqkvT`` (3d, T, B) and bias gradients ``db_qkv`` (3d,).
 
@@ -174,7 +175,7 @@ def attention_backward(qkvT, P, dctxT, H, dqkvT, db_qkv):
 # ----------------------------------------------------------------------------------------------
 # 2. residual + layer norm, feed-forward activation
 # ----------------------------------------------------------------------------------------------
-@njit(cache=True, fastmath=REDUCE)
+@njit(cache=True, nogil=True, fastmath=REDUCE)
 def residual_layernorm_forward(x, r, bias, gain, shift, eps, y, xhat, rstd):
     """``y = LN(x + r + bias)`` row by row: ``xhat = (v - mean) / sqrt(var + eps)``, ``y = gain * xhat + shift``.
 
@@ -201,7 +202,7 @@ def residual_layernorm_forward(x, r, bias, gain, shift, eps, y, xhat, rstd):
             y[n, j] = gain[j] * xh + shift[j]
 
 
-@njit(cache=True, fastmath=REDUCE)
+@njit(cache=True, nogil=True, fastmath=REDUCE)
 def layernorm_backward(dy, xhat, rstd, gain, dx, dgain, dshift):
     """Backward of the layer norm: ``dx = rstd * (g - mean(g) - xhat * mean(g * xhat))`` with ``g = dy * gain``.
 
@@ -226,7 +227,7 @@ def layernorm_backward(dy, xhat, rstd, gain, dx, dgain, dshift):
             dx[n, j] = rs * (dy[n, j] * gain[j] - s1 - xhat[n, j] * s2)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def bias_relu_forward(z, bias):
     """In place: ``z = max(z + bias, 0)``."""
     N, m = z.shape
@@ -236,7 +237,7 @@ def bias_relu_forward(z, bias):
             z[n, j] = v if v > 0.0 else 0.0
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def relu_backward(da, a, dbias):
     """In place: ``da = da * (a > 0)`` (``a`` is the ReLU output); ``dbias`` = its column sums."""
     N, m = da.shape
@@ -248,7 +249,7 @@ def relu_backward(da, a, dbias):
             dbias[j] += da[n, j]
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def column_sums(x, out):
     """``out = x.sum(axis=0)`` (overwrites ``out``)."""
     N, m = x.shape
@@ -261,7 +262,7 @@ def column_sums(x, out):
 # ----------------------------------------------------------------------------------------------
 # 3. pooling and the loss
 # ----------------------------------------------------------------------------------------------
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def mean_pool(h, B, T, out):
     """``out[b] = mean_t h[t*B + b]`` (overwrites ``out`` (B, d))."""
     d = h.shape[1]
@@ -275,7 +276,7 @@ def mean_pool(h, B, T, out):
             out[b, j] /= T
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def mean_pool_backward(dpooled, T, dh):
     """Each position receives ``dpooled[b] / T`` (overwrites ``dh`` (T*B, d))."""
     B, d = dpooled.shape
@@ -285,7 +286,7 @@ def mean_pool_backward(dpooled, T, dh):
                 dh[t * B + b, j] = dpooled[b, j] / T
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def softmax_cross_entropy(logits, labels, dlogits):
     """Mean cross-entropy ``-log softmax(z)[y]`` over the batch; ``dlogits = (softmax(z) - onehot(y)) / B``.
 
@@ -317,7 +318,7 @@ def softmax_cross_entropy(logits, labels, dlogits):
 # ----------------------------------------------------------------------------------------------
 # 4. optimiser
 # ----------------------------------------------------------------------------------------------
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def adam_update(p, g, m, v, lr, beta1, beta2, eps, step):
     """One Adam step on flat arrays, in place, with bias correction (``step`` counts from 1).
 

@@ -88,3 +88,21 @@ def test_command_line_prints_json_last():
     bad = subprocess.run([sys.executable, "-m", "core.training", "--task", "nope"], cwd=ROOT,
                          capture_output=True, text=True, timeout=300)
     assert bad.returncode != 0 and "invalid choice" in bad.stderr
+
+
+def test_two_sessions_train_at_once_like_one_after_the_other(sum_data):
+    """Streamlit runs each session in its own thread: concurrent runs must not disturb each other."""
+    import threading
+
+    alone = [_run(sum_data, 15, seed=s)[0] for s in (0, 1)]
+    together = [None, None]
+
+    def work(i):
+        together[i] = _run(sum_data, 15, seed=i)[0]
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert all(_same(a, b) for a, b in zip(alone, together))
