@@ -1,0 +1,256 @@
+"""A class at once: many browser sessions on one server, and Numba's parallel kernels from many threads.
+
+``test_class_of_students``: one ``streamlit run app.py`` on 127.0.0.1 and one Chromium with
+``SESSIONS`` browser contexts (each its own Streamlit session) driven concurrently with asyncio.
+Every student types a sentence of their own on the one-head page at the same moment and must see
+only their own tokens; then walks through other pages via the sidebar; some start a training run,
+one watches the training page without starting and must not see the others' runs. Asserted: the
+server stays up, no traceback or ``st.error`` box, no JavaScript error, each student sees only their
+own state. Printed: sessions, page visits, HTTP requests, peak RSS of the server, error count.
+
+``test_parallel_kernels_from_threads``: Streamlit runs each session in its own thread, so the
+``parallel=True`` kernels are entered from several threads at once; results must still equal the
+NumPy reference (a non-thread-safe threading layer would abort the process instead).
+"""
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import pytest
+
+from browser_support import (CHART, ERROR_SELECTORS, IDLE_JS, MAIN, StreamlitServer, chromium_or_skip,
+                             discover_pages, launch_options, skip_or_fail)
+
+SESSIONS = 10
+TRAINERS = (1, 4, 7)          # students who start a training run
+OBSERVER = 9                  # watches the training page and starts nothing
+PAGES_PER_STUDENT = 2         # sidebar visits after the one-head page
+LOAD_BUDGET_S = 240           # the whole concurrent phase, hard cap
+STEP_MS = 120_000             # one page run under load, on two cores
+VIEWPORT = {"width": 1280, "height": 900}
+
+
+@dataclass
+class Stats:
+    visits: int = 0
+    requests: int = 0
+    errors: list = field(default_factory=list)
+
+
+async def _wait_idle(page, timeout_ms: float = STEP_MS) -> None:
+    await page.wait_for_function(IDLE_JS, timeout=timeout_ms, polling=150)
+    await page.wait_for_timeout(400)
+    await page.wait_for_function(IDLE_JS, timeout=timeout_ms, polling=150)
+
+
+async def _error_texts(page) -> list[str]:
+    texts = []
+    for selector in ERROR_SELECTORS:
+        for el in await page.query_selector_all(selector):
+            texts.append((await el.inner_text())[:300])
+    return texts
+
+
+async def _chart_texts(page) -> str:
+    """All text drawn inside the page's charts (axis labels carry the tokens)."""
+    return await page.evaluate(
+        """(sel) => Array.from(document.querySelectorAll(sel + ' svg text')).map(t => t.textContent).join(' ')""",
+        CHART)
+
+
+async def _check(page, who: str, where: str, stats: Stats) -> None:
+    stats.visits += 1
+    errors = await _error_texts(page)
+    if errors:
+        stats.errors.append(f"{who} on {where}: {errors}")
+
+
+async def _go(page, info, who, stats) -> None:
+    """Client-side navigation through the sidebar link: the session (and its state) is kept."""
+    link = page.locator(f'a[data-testid="stSidebarNavLink"][href$="/{info.url_path}"]').first
+    await link.click()
+    await _wait_idle(page)
+    await _check(page, who, info.name, stats)
+
+
+def _sentence(i: int) -> tuple[str, str]:
+    word = f"student{i}zq"
+    return f"{word} reads the warm mat", word
+
+
+async def _student(i, browser, server, pages, barrier, stats: Stats) -> None:
+    who = f"session {i}"
+    ctx = await browser.new_context(viewport=VIEWPORT)
+    page = await ctx.new_page()
+    page.on("request", lambda _r: setattr(stats, "requests", stats.requests + 1))
+    page.on("pageerror", lambda exc: stats.errors.append(f"{who}: JavaScript error {exc}"))
+    try:
+        by_name = {p.name: p for p in pages}
+        one_head = by_name["one_head"]
+        # 1. everyone opens the one-head page and types a sentence of their own, at the same time
+        await page.goto(server.page_url(one_head))
+        await _wait_idle(page)
+        await _check(page, who, "one_head", stats)
+        sentence, word = _sentence(i)
+        box = page.locator(f'{MAIN} [data-testid="stTextInput"] input').first
+        await barrier.wait()
+        await box.fill(sentence)
+        await box.press("Enter")
+        await _wait_idle(page)
+        try:   # the charts redraw a moment after the run ends (slower under load)
+            await page.wait_for_function(
+                """([sel, word]) => Array.from(document.querySelectorAll(sel + ' svg text'))
+                                        .some(t => t.textContent.includes(word))""",
+                arg=[CHART, word], timeout=STEP_MS, polling=250)
+        except Exception:  # noqa: BLE001 - recorded below with what the charts show
+            stats.errors.append(f"{who}: its own token {word!r} is not on its charts")
+        await barrier.wait()                      # every session has typed before anyone reads
+        drawn = await _chart_texts(page)
+        others = [w for j in range(SESSIONS) if j != i for w in [_sentence(j)[1]] if w in drawn]
+        if word not in page.url:
+            stats.errors.append(f"{who}: its address {page.url} does not hold its sentence")
+        if others:
+            stats.errors.append(f"{who}: sees other sessions' tokens {others}")
+        await _check(page, who, "one_head (typed)", stats)
+
+        # 2. a walk through other pages, different for each student
+        walk = [p for p in pages if p.name not in ("one_head", "training")]
+        for k in range(PAGES_PER_STUDENT):
+            await _go(page, walk[(i + k) % len(walk)], who, stats)
+
+        # 3. training: some start a run, one watches without starting
+        if "training" in by_name and (i in TRAINERS or i == OBSERVER):
+            training = by_name["training"]
+            await _go(page, training, who, stats)
+            if i in TRAINERS:
+                await page.get_by_role("button", name="Start training").click()
+                # the loss chart appears once the worker has reported a few steps
+                await page.wait_for_function(
+                    """(sel) => Array.from(document.querySelectorAll(sel + ' svg text'))
+                                     .some(t => /loss/i.test(t.textContent))""",
+                    arg=CHART, timeout=STEP_MS, polling=500)
+                await _check(page, who, "training (running)", stats)
+                pause = page.get_by_role("button", name="Pause")
+                if await pause.is_enabled():
+                    await pause.click()           # leave the two cores to the others
+                    await _wait_idle(page)
+            await barrier.wait()                  # trainers' runs have started
+            if i == OBSERVER:
+                await _go(page, by_name[pages[0].name], who, stats)
+                await _go(page, training, who, stats)
+                if "loss" in (await _chart_texts(page)).lower():
+                    stats.errors.append(f"{who}: sees a training run it never started")
+        elif "training" in by_name:
+            await barrier.wait()
+    except BaseException:
+        await barrier.abort()     # the others must not wait for this student forever
+        raise
+    finally:
+        await ctx.close()
+
+
+async def _class(chromium_path, server, pages, stats: Stats) -> float:
+    from playwright.async_api import async_playwright
+
+    async with async_playwright() as pw:
+        browser = await pw.chromium.launch(**launch_options(chromium_path))
+        # warm-up: one visit of every page compiles its kernels before the class arrives
+        ctx = await browser.new_context(viewport=VIEWPORT)
+        page = await ctx.new_page()
+        for info in pages:
+            await page.goto(server.page_url(info))
+            await _wait_idle(page, timeout_ms=180_000)
+        await ctx.close()
+
+        barrier = asyncio.Barrier(SESSIONS)
+        start = time.perf_counter()
+        await asyncio.wait_for(
+            asyncio.gather(*(_student(i, browser, server, pages, barrier, stats) for i in range(SESSIONS))),
+            timeout=LOAD_BUDGET_S)
+        elapsed = time.perf_counter() - start
+        await browser.close()
+        return elapsed
+
+
+def test_class_of_students():
+    chromium_path = chromium_or_skip()
+    pages = [p for p in discover_pages() if p.exists]
+    if "one_head" not in {p.name for p in pages}:
+        skip_or_fail("the one-head page (pages/one_head.py) is needed for the isolation check")
+    stats = Stats()
+    with StreamlitServer() as server:
+        idle_rss_mb = server.sample_rss() / 1024
+        stop = threading.Event()
+
+        def sample():
+            while not stop.is_set():
+                server.sample_rss()
+                stop.wait(0.5)
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        try:
+            elapsed = asyncio.run(_class(chromium_path, server, pages, stats))
+        finally:
+            stop.set()
+            sampler.join()
+        alive = server.alive()
+        peak_mb = server.sample_rss() / 1024
+        log = server.log()
+    print(f"\nload test: {SESSIONS} concurrent sessions ({len(TRAINERS)} training), "
+          f"{stats.visits} page visits, {stats.requests} HTTP requests in {elapsed:.1f} s; "
+          f"server RSS idle {idle_rss_mb:.0f} MB, peak {peak_mb:.0f} MB (VmHWM, server + children); "
+          f"errors: {len(stats.errors)}")
+    for err in stats.errors:
+        print("  ", err)
+    assert alive, f"the server died under load:\n{log}"
+    assert stats.errors == []
+    assert stats.visits >= SESSIONS * (2 + PAGES_PER_STUDENT)
+
+
+# --- Numba's parallel kernels entered from many threads at once ------------------------------------
+
+
+def test_parallel_kernels_from_threads():
+    from core import attention, cpu, reference
+
+    B, H, T, d = 2, 4, 64, 16
+    work = B * H * T * T * (2 * d + 8)
+    assert work >= cpu.PARALLEL_MIN_WORK, "the shape must take the parallel (prange) build"
+    n_threads, rounds = 8, 6
+    rng = np.random.default_rng(7)
+    inputs = [tuple(rng.normal(size=(B, H, T, d)) for _ in range(3)) for _ in range(n_threads)]
+    mask = np.where(np.tril(np.ones((T, T), dtype=bool)), 0.0, -np.inf)
+    expected = [reference.attention(Q, K, V, mask)[0] for Q, K, V in inputs]
+    attention.attention(*inputs[0], mask, return_weights=False, backend="cpu")   # compile outside the race
+
+    barrier = threading.Barrier(n_threads)
+    failures: list[str] = []
+
+    def worker(t: int) -> None:
+        Q, K, V = inputs[t]
+        try:
+            barrier.wait()
+            for r in range(rounds):
+                out, weights = attention.attention(Q, K, V, mask, return_weights=False, backend="cpu")
+                assert weights is None
+                np.testing.assert_allclose(out, expected[t], rtol=1e-10, atol=1e-12)
+                out_w, A = attention.attention(Q, K, V, mask, backend="cpu")
+                np.testing.assert_allclose(out_w, expected[t], rtol=1e-10, atol=1e-12)
+                np.testing.assert_allclose(A.sum(-1), 1.0, rtol=1e-12)
+        except BaseException as err:  # noqa: BLE001 - reported from the main thread
+            failures.append(f"thread {t}: {err}")
+
+    threads = [threading.Thread(target=worker, args=(t,)) for t in range(n_threads)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(timeout=120)
+    assert not any(th.is_alive() for th in threads), "a thread hung in a parallel kernel"
+    assert failures == []
+    import numba
+    assert numba.threading_layer() in ("omp", "tbb"), numba.threading_layer()
