@@ -1,0 +1,99 @@
+"""Cold start on a read-only install: Numba's cache falls back to a writable folder, and is reused.
+
+A hosted demo often installs the code read-only. ``core/__init__.py`` then points
+``NUMBA_CACHE_DIR`` at a writable folder (``$XDG_CACHE_HOME/attention-lab/numba``), so each kernel
+compiles once per machine, not once per process. Here a copy of ``core/`` is made read-only in a
+temporary folder and two fresh Python processes use it: the first must compile into the fallback
+folder, the second must load every kernel from there (cache hits, no misses).
+
+Root ignores permission bits, so under root the copy also gets a *file* named ``__pycache__``:
+nothing can then be written beside the sources, exactly as on a read-only file system.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+CHILD = r"""
+import json, os
+import numpy as np
+import core                      # chooses the cache folder before Numba is imported
+from core import attention, cpu, positional
+X = np.random.default_rng(0).normal(size=(6, 4))
+attention.attention(X, X, X)                           # weights kernel (serial build)
+attention.attention(X, X, X, return_weights=False)     # fused kernel (serial build)
+positional.sinusoidal(8, 6, backend="cpu")
+used = [k for k in cpu.KERNELS.values() if k.signatures]
+print(json.dumps({
+    "cache_dir": os.environ.get("NUMBA_CACHE_DIR"),
+    "threading_layer": os.environ.get("NUMBA_THREADING_LAYER"),
+    "kernels": len(used),
+    "hits": sum(sum(k.stats.cache_hits.values()) for k in used),
+    "misses": sum(sum(k.stats.cache_misses.values()) for k in used),
+}))
+"""
+
+
+def _read_only_copy(dest: Path) -> Path:
+    app = dest / "app"
+    shutil.copytree(ROOT / "core", app / "core", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    if os.geteuid() == 0:
+        (app / "core" / "__pycache__").write_text("not a folder: the install is read-only\n")
+    for path in sorted(app.rglob("*"), reverse=True) + [app]:
+        mode = path.stat().st_mode
+        path.chmod(mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
+    return app
+
+
+def _run_child(app: Path, xdg: Path) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ("NUMBA_CACHE_DIR", "NUMBA_ENABLE_CUDASIM")}
+    env.update(PYTHONPATH=str(app), XDG_CACHE_HOME=str(xdg), PYTHONDONTWRITEBYTECODE="1")
+    proc = subprocess.run([sys.executable, "-c", CHILD], cwd=app, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _cache_files(folder: Path) -> list[Path]:
+    return [p for p in folder.rglob("*") if p.suffix in (".nbi", ".nbc")]
+
+
+def test_read_only_install_falls_back_to_writable_cache(tmp_path):
+    app = _read_only_copy(tmp_path)
+    xdg = tmp_path / "xdg-cache"
+    fallback = xdg / "attention-lab" / "numba"
+    try:
+        first = _run_child(app, xdg)
+        assert first["cache_dir"] == str(fallback)
+        assert first["threading_layer"] == "threadsafe"
+        assert first["kernels"] >= 3 and first["misses"] >= first["kernels"]
+        compiled = _cache_files(fallback)
+        assert len(compiled) >= 2 * first["kernels"], compiled     # an index and a data file each
+        assert _cache_files(app) == [], "nothing may be written beside read-only sources"
+
+        second = _run_child(app, xdg)
+        assert second["cache_dir"] == str(fallback)
+        assert second["misses"] == 0, second
+        assert second["hits"] >= second["kernels"] == first["kernels"]
+    finally:
+        for path in [app] + list(app.rglob("*")):          # let pytest clean the folder up
+            if path.is_dir() and not path.is_symlink():
+                path.chmod(path.stat().st_mode | stat.S_IWUSR)
+
+
+def test_explicit_cache_dir_is_respected(tmp_path):
+    """``NUMBA_CACHE_DIR`` set by the operator (the Dockerfile, a hosted app's settings) wins."""
+    chosen = tmp_path / "chosen"
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    env.update(NUMBA_CACHE_DIR=str(chosen), PYTHONPATH=str(ROOT), PYTHONDONTWRITEBYTECODE="1")
+    proc = subprocess.run([sys.executable, "-c", "import core, os; print(os.environ['NUMBA_CACHE_DIR'])"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == str(chosen)
