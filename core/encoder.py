@@ -252,6 +252,7 @@ def _forward(params: dict, tok: np.ndarray, cfg: EncoderConfig):
     h = np.empty((N, d), dtype=dtype)                                      # (T*B, d)
     K.embed_forward(tok, params["embed"], positional_table(params, cfg, T), h)
     P = np.empty((L, H, T, T, B), dtype=dtype)
+    fast_exp = dtype == np.float32        # float64 (gradient checks, lessons) keeps math.exp
     layers = []
     for i in range(L):
         p = _layer(params, i)
@@ -260,7 +261,7 @@ def _forward(params: dict, tok: np.ndarray, cfg: EncoderConfig):
         W_qkv = np.concatenate((p["W_Q"], p["W_K"], p["W_V"]), axis=1)    # (d, 3d)
         qkvT = (W_qkv.T @ x.T).reshape(3 * d, T, B)                        # (3d, T, B)
         ctxT = np.empty((d, T, B), dtype=dtype)                            # heads concatenated
-        K.attention_forward(qkvT, p["b_Q"], p["b_K"], p["b_V"], H, ctxT, P[i])
+        K.attention_forward(qkvT, p["b_Q"], p["b_K"], p["b_V"], H, ctxT, P[i], fast_exp)
         ctx = ctxT.reshape(d, N).T                                         # (N, d) view
         mha = ctx @ p["W_O"]                                               # (N, d), b_O added in LN1
         # 3. h1 = LN1(x + MHA(x))

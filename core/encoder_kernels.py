@@ -65,13 +65,38 @@ def embed_backward(tokens, dh, d_embed, d_pos):
 # ----------------------------------------------------------------------------------------------
 # 1. multi-head attention core (between the packed QKV projection and W_O)
 # ----------------------------------------------------------------------------------------------
+@njit(cache=True, nogil=True)
+def _exp_shifted_f32(x, mx, out, bits):
+    """``exp(x - mx)`` for float32 arguments ``<= 0``, in a form the compiler vectorises.
+
+    Cephes' ``expf``: ``x = n ln2 + r`` with ``|r| <= ln2 / 2`` (ln2 split in two for exactness),
+    ``exp(r)`` by a degree-7 polynomial, ``2**n`` built from its float32 exponent bits, which the
+    caller multiplies in through ``bits.view(float32)``. Relative error about 1e-7; arguments
+    below -87 are clamped (their exponential is below 1.7e-38, i.e. zero for a softmax weight).
+    """
+    for b in range(x.shape[0]):
+        v = np.float32(x[b] - mx[b])
+        v = v if v > np.float32(-87.0) else np.float32(-87.0)
+        n = np.floor(v * np.float32(1.44269504) + np.float32(0.5))
+        r = v - n * np.float32(0.693359375) + n * np.float32(2.12194440e-4)
+        p = np.float32(1.9875691500e-4)
+        p = p * r + np.float32(1.3981999507e-3)
+        p = p * r + np.float32(8.3334519073e-3)
+        p = p * r + np.float32(4.1665795894e-2)
+        p = p * r + np.float32(1.6666665459e-1)
+        p = p * r + np.float32(5.0000001201e-1)
+        out[b] = p * r * r + r + np.float32(1.0)
+        bits[b] = (np.int32(n) + np.int32(127)) << np.int32(23)
+
+
 @njit(cache=True, nogil=True, fastmath=REDUCE)
-def attention_forward(qkvT, b_q, b_k, b_v, H, ctxT, P):
+def attention_forward(qkvT, b_q, b_k, b_v, H, ctxT, P, fast_exp=False):
     """Per-head scaled dot-product attention on packed, transposed projections.
 
     ``qkvT`` (3d, T, B) holds ``(X [W_Q | W_K | W_V])^T``; the biases are added into it in place
     (the backward pass needs Q, K, V with biases). For every head ``P = softmax(Q_h K_h^T / sqrt(d_k))``
     is stored in ``P`` (H, T, T, B) and the head outputs ``(P V_h)^T`` in ``ctxT`` (d, T, B).
+    ``fast_exp`` (float32 only): the softmax uses :func:`_exp_shifted_f32`, which vectorises.
     """
     d3, T, B = qkvT.shape
     d = d3 // 3
@@ -85,6 +110,9 @@ def attention_forward(qkvT, b_q, b_k, b_v, H, ctxT, P):
                 qkvT[2 * d + r, t, b] += b_v[r]
     mx = np.empty(B, dtype=qkvT.dtype)
     tot = np.empty(B, dtype=qkvT.dtype)
+    ex = np.empty(B, dtype=np.float32)
+    bits = np.empty(B, dtype=np.int32)
+    scale2 = bits.view(np.float32)           # 2**n, written as float32 bit patterns into ``bits``
     for h in range(H):
         for i in range(T):
             # 1. scaled scores of query i against every key, for all sequences at once
@@ -105,10 +133,17 @@ def attention_forward(qkvT, b_q, b_k, b_v, H, ctxT, P):
                     if P[h, i, j, b] > mx[b]:
                         mx[b] = P[h, i, j, b]
             for j in range(T):
-                for b in range(B):
-                    e = math.exp(P[h, i, j, b] - mx[b])
-                    P[h, i, j, b] = e
-                    tot[b] += e
+                if fast_exp:
+                    _exp_shifted_f32(P[h, i, j], mx, ex, bits)
+                    for b in range(B):
+                        e = ex[b] * scale2[b]
+                        P[h, i, j, b] = e
+                        tot[b] += e
+                else:
+                    for b in range(B):
+                        e = math.exp(P[h, i, j, b] - mx[b])
+                        P[h, i, j, b] = e
+                        tot[b] += e
             for b in range(B):
                 tot[b] = 1.0 / tot[b]
             for j in range(T):
