@@ -10,7 +10,8 @@ Markdown tables:
 2. the **warm redraw** of each page in this process: ``AppTest`` re-run after one widget change
    (the first slider, number input or toggle of the page), median of ``--repeats``.
 
-``python -m bench.coldstart --warm-only`` renders every page once and exits: the Dockerfile runs it
+``python -m bench.coldstart --warm-only`` renders every page once (float64 and float32), trains a
+few steps, and exits: the Dockerfile runs it
 at build time so that the image ships compiled kernels and the first student does not wait.
 """
 from __future__ import annotations
@@ -44,16 +45,25 @@ def _name(path: str) -> str:
 
 
 def warm_cache(timeout: float = 600) -> dict[str, float]:
-    """Render every page once (compiles and caches its kernels); seconds per page."""
+    """Compile and cache what the pages run: every page in float64 and float32, and a few
+    training steps (the encoder's kernels). Seconds per item."""
     from streamlit.testing.v1 import AppTest
 
+    from core import training
+
     seconds = {}
-    for path in page_files():
-        start = time.perf_counter()
-        at = AppTest.from_file(str(ROOT / path), default_timeout=timeout).run()
-        seconds[_name(path)] = time.perf_counter() - start
-        if at.exception:
-            raise RuntimeError(f"{path} raised while warming up: {at.exception[0].message}")
+    for precision in ("float64", "float32"):
+        for path in page_files():
+            start = time.perf_counter()
+            at = AppTest.from_file(str(ROOT / path), default_timeout=timeout)
+            at.session_state["precision_choice"] = precision    # ui.widgets.PRECISION_KEY
+            at.run()
+            seconds[f"{_name(path)} ({precision})"] = time.perf_counter() - start
+            if at.exception:
+                raise RuntimeError(f"{path} raised while warming up: {at.exception[0].message}")
+    start = time.perf_counter()
+    training.run("sum", steps=3, n_train=64, n_val=32, n_test=32, eval_every=1)
+    seconds["training steps"] = time.perf_counter() - start
     return seconds
 
 

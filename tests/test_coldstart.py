@@ -97,3 +97,27 @@ def test_explicit_cache_dir_is_respected(tmp_path):
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == str(chosen)
+
+
+def test_streamlit_config_for_hosting():
+    """``.streamlit/config.toml``: the upload cap is core.limits', nothing phones home, both themes work."""
+    import tomllib
+
+    from core import limits
+
+    config = tomllib.loads((ROOT / ".streamlit" / "config.toml").read_text(encoding="utf-8"))
+    assert config["server"]["maxUploadSize"] == limits.MAX_UPLOAD_MB
+    assert config["server"]["headless"] is True
+    assert config["server"]["runOnSave"] is False
+    assert config["browser"]["gatherUsageStats"] is False
+    assert "base" not in config.get("theme", {}), "a fixed base theme overrides students' light/dark choice"
+
+
+def test_dockerfile_serves_what_the_app_needs():
+    """The image (not buildable here: no Docker engine) keeps to the deployment notes."""
+    text = (ROOT / "Dockerfile").read_text(encoding="utf-8")
+    assert text.startswith("#") and "FROM python:3.11-slim" in text
+    assert "pip install -r requirements.txt" in text
+    assert "NUMBA_CACHE_DIR=" in text and "bench.coldstart --warm-only" in text
+    assert "EXPOSE 8501" in text and '"--server.address", "0.0.0.0"' in text
+    assert "libgomp1" in text, "Numba's thread-safe OpenMP layer needs libgomp in the slim image"
