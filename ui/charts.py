@@ -60,7 +60,8 @@ def _heat_layers(row_labels, col_labels, *, kind, value_name, row_title, col_tit
         if kind == "weights":   # light text on the dark low end of the sequential scale
             text["color"] = {"condition": {"test": f"datum['{value_name}'] < 0.5", "value": "white"},
                              "value": "black"}
-        layers.append({"mark": {"type": "text", "fontSize": 10}, "encoding": text})
+        layers.append({"mark": {"type": "text", "fontSize": 10}, "encoding": text,
+                       "transform": [{"filter": f"isValid(datum['{value_name}'])"}]})  # blank cells stay blank
     return layers
 
 
