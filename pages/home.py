@@ -25,7 +25,7 @@ st.markdown(
 | Train an encoder | train a tiny transformer live and watch its heads form |
 | Check yourself | questions and hands-on exercises the app checks for you |
 
-The sidebar picks the backend and the precision. Every page's settings live in its address, so a
-link you copy opens exactly what you see.
+The sidebar picks the backend and the precision. The three attention pages and the training page
+keep their settings in the address, so a link you copy opens exactly what you see.
 """
 )
