@@ -6,7 +6,8 @@ Every student types a sentence of their own on the one-head page at the same mom
 only their own tokens; then walks through other pages via the sidebar; some start a training run,
 one watches the training page without starting and must not see the others' runs. Asserted: the
 server stays up, no traceback or ``st.error`` box, no JavaScript error, each student sees only their
-own state. Printed: sessions, page visits, HTTP requests, peak RSS of the server, error count.
+own state. Printed (and written to ``artifacts/load_test.txt``): sessions, page visits, HTTP
+requests, peak RSS of the server, error count.
 
 ``test_parallel_kernels_from_threads``: Streamlit runs each session in its own thread, so the
 ``parallel=True`` kernels are entered from several threads at once; results must still equal the
@@ -22,7 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytest
 
-from browser_support import (CHART, ERROR_SELECTORS, IDLE_JS, MAIN, StreamlitServer, chromium_or_skip,
+from browser_support import (ARTIFACTS, CHART, ERROR_SELECTORS, IDLE_JS, MAIN, StreamlitServer, chromium_or_skip,
                              discover_pages, launch_options, skip_or_fail)
 
 SESSIONS = 10
@@ -201,12 +202,14 @@ def test_class_of_students():
         alive = server.alive()
         peak_mb = server.sample_rss() / 1024
         log = server.log()
-    print(f"\nload test: {SESSIONS} concurrent sessions ({len(TRAINERS)} training), "
-          f"{stats.visits} page visits, {stats.requests} HTTP requests in {elapsed:.1f} s; "
-          f"server RSS idle {idle_rss_mb:.0f} MB, peak {peak_mb:.0f} MB (VmHWM, server + children); "
-          f"errors: {len(stats.errors)}")
-    for err in stats.errors:
-        print("  ", err)
+    report = (f"load test: {SESSIONS} concurrent sessions ({len(TRAINERS)} training), "
+              f"{stats.visits} page visits, {stats.requests} HTTP requests in {elapsed:.1f} s; "
+              f"server RSS idle {idle_rss_mb:.0f} MB, peak {peak_mb:.0f} MB (VmHWM, server + children); "
+              f"errors: {len(stats.errors)}")
+    report += "".join(f"\n  {err}" for err in stats.errors)
+    print("\n" + report)
+    ARTIFACTS.mkdir(exist_ok=True)
+    (ARTIFACTS / "load_test.txt").write_text(report + "\n", encoding="utf-8")
     assert alive, f"the server died under load:\n{log}"
     assert stats.errors == []
     assert stats.visits >= SESSIONS * (2 + PAGES_PER_STUDENT)
