@@ -18,6 +18,8 @@ import types
 import numpy as np
 from numba import njit, prange
 
+from core.fastexp import fast_exp
+
 # Reassociation lets LLVM vectorise the dot products; no flag here touches inf/NaN semantics,
 # which the -inf masks rely on (so no 'nnan', 'ninf' or plain fastmath=True).
 FASTMATH = {"reassoc", "contract", "nsz", "arcp"}
@@ -49,52 +51,111 @@ def _transpose_keys(K, b, h, Kt):
 
 
 @njit(inline="always", **_jit)
+def _live_keys(m, j0, n):
+    """``[lo, hi)``: the keys of a tile (``j0 .. j0+n``) outside which the mask row ``m`` is all -inf.
+
+    A causal or padding mask leaves a contiguous run of live keys: scores, exps and the weighted
+    sum only visit that run, which halves the work of causal attention.
+    """
+    if m.shape[0] == 1:                        # mask broadcast along keys
+        return (0, n) if m[0] != -np.inf else (0, 0)
+    lo, hi = 0, n
+    while lo < hi and m[j0 + lo] == -np.inf:
+        lo += 1
+    while hi > lo and m[j0 + hi - 1] == -np.inf:
+        hi -= 1
+    return lo, hi
+
+
+@njit(inline="always", **_jit)
 def _scores_into(Q, Kt, mask, scale, b, h, i, j0, n, out):
-    """``out[j] = Q[b,h,i] . K[b,h,j0+j] * scale + M[b,h,i,j0+j]`` for ``j < n``, where
-    ``Kt[:, j]`` holds key ``j0 + j``."""
-    for j in range(n):
-        out[j] = 0.0
-    for d in range(Q.shape[3]):
-        q = Q[b, h, i, d]
-        for j in range(n):
-            out[j] += q * Kt[d, j]
+    """``out[j] = Q[b,h,i] . K[b,h,j0+j] * scale + M[b,h,i,j0+j]`` for ``j < n``, where ``Kt[:, j]``
+    holds key ``j0 + j``; returns the live range ``[lo, hi)`` (``out`` is -inf outside it)."""
     m = _mask_row(mask, b, h, i)
+    lo, hi = _live_keys(m, j0, n)
+    q = Q[b, h, i]
+    # Loops start at 0 over slices: LLVM then knows no index is negative (Numba's wraparound for
+    # negative indices would otherwise stop the vectoriser).
+    live = out[lo:hi]
+    live[:] = 0.0
+    # Four rows of Kt per pass over the keys: each score is loaded and stored once per four
+    # multiply-adds instead of once per one (stores, not arithmetic, bound the one-row loop).
+    dk, d = q.shape[0], 0
+    while d + 4 <= dk:
+        q0, q1, q2, q3 = q[d], q[d + 1], q[d + 2], q[d + 3]
+        k0, k1, k2, k3 = Kt[d, lo:hi], Kt[d + 1, lo:hi], Kt[d + 2, lo:hi], Kt[d + 3, lo:hi]
+        for j in range(hi - lo):
+            live[j] += q0 * k0[j] + q1 * k1[j] + q2 * k2[j] + q3 * k3[j]
+        d += 4
+    for d in range(d, dk):
+        qd, kd = q[d], Kt[d, lo:hi]
+        for j in range(hi - lo):
+            live[j] += qd * kd[j]
     if m.shape[0] > 1:
-        for j in range(n):
-            out[j] = out[j] * scale + m[j0 + j]
+        mj = m[j0 + lo:j0 + hi]
+        for j in range(hi - lo):
+            live[j] = live[j] * scale + mj[j]
     else:
-        for j in range(n):
-            out[j] = out[j] * scale + m[0]
+        for j in range(hi - lo):
+            live[j] = live[j] * scale + m[0]
+    out[:lo] = -np.inf
+    out[hi:n] = -np.inf
+    return lo, hi
 
 
 @njit(inline="always", **_jit)
 def _softmax_inplace(row):
-    """Stable softmax of one row; a row with nothing allowed (all -inf) becomes all zeros."""
-    m = -np.inf
-    for j in range(row.shape[0]):
-        m = max(m, row[j])
+    """Stable softmax of one row; a row with nothing allowed (all -inf) becomes all zeros.
+
+    Accumulators stay in the row's dtype (a float64 ``total`` would turn every float32 exp into a
+    float64 one), and ``fast_exp`` is the vectorisable polynomial for float32, exact 0 at -inf.
+    """
+    if row.shape[0] == 0:
+        return
+    m = row[0]
+    for j in range(1, row.shape[0]):
+        if row[j] > m:
+            m = row[j]
     if m == -np.inf:
         row[:] = 0.0
         return
-    total = 0.0
+    total = row.dtype.type(0)
     for j in range(row.shape[0]):
-        e = math.exp(row[j] - m)
+        e = fast_exp(row[j] - m)
         row[j] = e
         total += e
-    inv = 1.0 / total
+    inv = row.dtype.type(1) / total
     for j in range(row.shape[0]):
         row[j] *= inv
 
 
 @njit(inline="always", **_jit)
-def _weighted_sum_row(weights, V, b, h, out):
-    """``out = sum_j weights[j] V[b,h,j]``."""
-    out[:] = 0.0
-    for j in range(weights.shape[0]):
-        a = weights[j]
-        if a != 0.0:  # masked keys cost nothing
-            for d in range(out.shape[0]):
-                out[d] += a * V[b, h, j, d]
+def _accumulate_weighted(p, V, b, h, j0, lo, hi, acc):
+    """``acc += sum_{lo <= j < hi} p[j] V[b,h,j0+j]``; ``acc`` is a private (d_v,) buffer.
+
+    Four keys per pass over ``acc``: each ``acc[d]`` is loaded and stored once per four
+    multiply-adds. A private buffer, not a view of the output, so nothing may alias ``V``.
+    """
+    w, Vh = p[lo:hi], V[b, h, j0 + lo:j0 + hi]   # slices, so every loop starts at 0 (see above)
+    j, n = 0, hi - lo
+    while j + 4 <= n:
+        a0, a1, a2, a3 = w[j], w[j + 1], w[j + 2], w[j + 3]
+        v0, v1, v2, v3 = Vh[j], Vh[j + 1], Vh[j + 2], Vh[j + 3]
+        for d in range(acc.shape[0]):
+            acc[d] += a0 * v0[d] + a1 * v1[d] + a2 * v2[d] + a3 * v3[d]
+        j += 4
+    for j in range(j, n):
+        a, v = w[j], Vh[j]
+        for d in range(acc.shape[0]):
+            acc[d] += a * v[d]
+
+
+@njit(inline="always", **_jit)
+def _weighted_sum_row(weights, V, b, h, lo, hi, acc, out):
+    """``out = sum_j weights[j] V[b,h,j]`` over the live keys ``[lo, hi)``, through ``acc``."""
+    acc[:] = 0.0
+    _accumulate_weighted(weights, V, b, h, 0, lo, hi, acc)
+    out[:] = acc
 
 
 @njit(inline="always", **_jit)
@@ -128,6 +189,17 @@ def _softmax_rows(S, A):
         _softmax_inplace(A[b, h, i])
 
 
+@njit(inline="always", **_jit)
+def _weights_row_into(Q, Kt, mask, scale, b, h, i, row):
+    """``row = softmax(Q[b,h,i] K^T * scale + M[b,h,i])``; returns the live keys ``[lo, hi)``
+    (the weights are exactly 0 outside them)."""
+    lo, hi = _scores_into(Q, Kt, mask, scale, b, h, i, 0, row.shape[0], row)
+    _softmax_inplace(row[lo:hi])
+    row[:lo] = 0.0
+    row[hi:] = 0.0
+    return lo, hi
+
+
 def _weights_rows(Q, K, mask, scale, A, block):
     B, H, Tq, Tk = A.shape
     n_blocks = (Tq + block - 1) // block
@@ -136,8 +208,7 @@ def _weights_rows(Q, K, mask, scale, A, block):
         Kt = np.empty((K.shape[3], Tk), dtype=K.dtype)
         _transpose_keys(K, b, h, Kt)
         for i in range(i0, i1):
-            _scores_into(Q, Kt, mask, scale, b, h, i, 0, Tk, A[b, h, i])
-            _softmax_inplace(A[b, h, i])
+            _weights_row_into(Q, Kt, mask, scale, b, h, i, A[b, h, i])
 
 
 def _attention_rows(Q, K, V, mask, scale, A, out, block):
@@ -147,17 +218,18 @@ def _attention_rows(Q, K, V, mask, scale, A, out, block):
         b, h, i0, i1 = _unit(u, H, n_blocks, Tq, block)
         Kt = np.empty((K.shape[3], Tk), dtype=K.dtype)
         _transpose_keys(K, b, h, Kt)
+        acc = np.empty(V.shape[3], dtype=V.dtype)
         for i in range(i0, i1):
-            _scores_into(Q, Kt, mask, scale, b, h, i, 0, Tk, A[b, h, i])
-            _softmax_inplace(A[b, h, i])
-            _weighted_sum_row(A[b, h, i], V, b, h, out[b, h, i])
+            lo, hi = _weights_row_into(Q, Kt, mask, scale, b, h, i, A[b, h, i])
+            _weighted_sum_row(A[b, h, i], V, b, h, lo, hi, acc, out[b, h, i])
 
 
 def _weighted_sum_rows(A, V, out):
-    B, H, Tq = A.shape[0], A.shape[1], A.shape[2]
+    B, H, Tq, Tk = A.shape
     for r in prange(B * H * Tq):
         b, h, i = r // (H * Tq), (r // Tq) % H, r % Tq
-        _weighted_sum_row(A[b, h, i], V, b, h, out[b, h, i])
+        acc = np.empty(V.shape[3], dtype=V.dtype)
+        _weighted_sum_row(A[b, h, i], V, b, h, 0, Tk, acc, out[b, h, i])
 
 
 def _fused_blocks(Q, K, V, mask, scale, out, block, key_tile):
@@ -170,7 +242,7 @@ def _fused_blocks(Q, K, V, mask, scale, out, block, key_tile):
     for u in prange(B * H * n_blocks):
         b, h, i0, i1 = _unit(u, H, n_blocks, Tq, block)
         Kt = np.empty((dk, key_tile), dtype=Q.dtype)   # one tile of keys, transposed
-        s = np.empty(key_tile, dtype=Q.dtype)          # scores of one query against the tile
+        s = np.empty(key_tile, dtype=Q.dtype)          # scores, then exps, of one query against the tile
         m = np.full(i1 - i0, -np.inf, dtype=Q.dtype)   # running max per query
         l = np.zeros(i1 - i0, dtype=Q.dtype)           # running sum of exp(score - m)
         acc = np.zeros((i1 - i0, dv), dtype=Q.dtype)   # running sum of exp(score - m) * v
@@ -181,24 +253,29 @@ def _fused_blocks(Q, K, V, mask, scale, out, block, key_tile):
                     Kt[d, j - j0] = K[b, h, j, d]
             for i in range(i0, i1):
                 r = i - i0
-                _scores_into(Q, Kt, mask, scale, b, h, i, j0, j1 - j0, s)
-                tile_max = -np.inf
-                for j in range(j1 - j0):
-                    tile_max = max(tile_max, s[j])
+                lo, hi = _scores_into(Q, Kt, mask, scale, b, h, i, j0, j1 - j0, s)
+                if lo == hi:
+                    continue  # the whole tile is masked for this query
+                tile_max = s[lo]
+                for j in range(lo + 1, hi):
+                    if s[j] > tile_max:
+                        tile_max = s[j]
                 m_new = max(m[r], tile_max)
                 if m_new == -np.inf:
                     continue  # every key so far is masked for this query
-                correction = math.exp(m[r] - m_new)  # exp(-inf) = 0 on the first live tile
-                l[r] *= correction
-                for d in range(dv):
-                    acc[r, d] *= correction
-                for j in range(j1 - j0):
-                    p = math.exp(s[j] - m_new)
-                    if p != 0.0:
-                        l[r] += p
-                        for d in range(dv):
-                            acc[r, d] += p * V[b, h, j0 + j, d]
-                m[r] = m_new
+                if m_new > m[r]:
+                    correction = fast_exp(m[r] - m_new)  # exp(-inf) = 0 on the first live tile
+                    l[r] *= correction
+                    for d in range(dv):
+                        acc[r, d] *= correction
+                    m[r] = m_new
+                tile_sum = l.dtype.type(0)
+                for j in range(lo, hi):
+                    p = fast_exp(s[j] - m_new)
+                    s[j] = p
+                    tile_sum += p
+                l[r] += tile_sum
+                _accumulate_weighted(s, V, b, h, j0, lo, hi, acc[r])
         for i in range(i0, i1):
             r = i - i0
             inv = 1.0 / l[r] if l[r] > 0.0 else 0.0  # nothing allowed: zeros, never NaN

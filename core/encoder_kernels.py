@@ -19,6 +19,8 @@ import math
 import numpy as np
 from numba import njit
 
+from core.fastexp import exp_shifted_f32
+
 # Reductions (layer-norm means and variances, bias gradients) are sums whose every add waits for the
 # previous one; letting LLVM reassociate them (and fuse multiply-adds) vectorises them. These two
 # flags change rounding only, never how NaN or infinity behave, unlike full ``fastmath``.
@@ -65,28 +67,8 @@ def embed_backward(tokens, dh, d_embed, d_pos):
 # ----------------------------------------------------------------------------------------------
 # 1. multi-head attention core (between the packed QKV projection and W_O)
 # ----------------------------------------------------------------------------------------------
-@njit(cache=True, nogil=True)
-def _exp_shifted_f32(x, mx, out, bits):
-    """``exp(x - mx)`` for float32 arguments ``<= 0``, in a form the compiler vectorises.
-
-    Cephes' ``expf``: ``x = n ln2 + r`` with ``|r| <= ln2 / 2`` (ln2 split in two for exactness),
-    ``exp(r)`` by a degree-7 polynomial, ``2**n`` built from its float32 exponent bits, which the
-    caller multiplies in through ``bits.view(float32)``. Relative error about 1e-7; arguments
-    below -87 are clamped (their exponential is below 1.7e-38, i.e. zero for a softmax weight).
-    """
-    for b in range(x.shape[0]):
-        v = np.float32(x[b] - mx[b])
-        v = v if v > np.float32(-87.0) else np.float32(-87.0)
-        n = np.floor(v * np.float32(1.44269504) + np.float32(0.5))
-        r = v - n * np.float32(0.693359375) + n * np.float32(2.12194440e-4)
-        p = np.float32(1.9875691500e-4)
-        p = p * r + np.float32(1.3981999507e-3)
-        p = p * r + np.float32(8.3334519073e-3)
-        p = p * r + np.float32(4.1665795894e-2)
-        p = p * r + np.float32(1.6666665459e-1)
-        p = p * r + np.float32(5.0000001201e-1)
-        out[b] = p * r * r + r + np.float32(1.0)
-        bits[b] = (np.int32(n) + np.int32(127)) << np.int32(23)
+# The vectorisable float32 exp lives in core/fastexp.py, shared with the attention kernels.
+_exp_shifted_f32 = exp_shifted_f32
 
 
 @njit(cache=True, nogil=True, fastmath=REDUCE)
