@@ -3,7 +3,8 @@
 One ``streamlit run app.py`` server on 127.0.0.1 serves the module. Each page listed in ``app.py``
 (read from the file, so pages added later are covered) is opened by its URL path, left to finish
 its script run, has its first slider / selectbox / number input operated, and must show no
-traceback and no ``st.error`` box, with every chart drawn. A full-page screenshot of each page goes
+traceback and no ``st.error`` box, with every chart drawn (an SVG with data marks, a plot area at
+least ``MIN_PLOT_PX`` on a side). A full-page screenshot of each page goes
 to ``artifacts/screenshots/<page>.png``. The training page also starts a run and must show the loss
 curve growing.
 
@@ -85,6 +86,24 @@ def _charts_without_marks(page) -> list[int]:
            }).filter(i => i >= 0)""", CHART)
 
 
+MIN_PLOT_PX = 30   # a single chart's plot area smaller than this is squashed, not drawn
+
+
+def _squashed_charts(page) -> list[str]:
+    """Single (not faceted or concatenated) charts whose plot area is under MIN_PLOT_PX on a side."""
+    return page.evaluate(
+        """([sel, min]) => Array.from(document.querySelectorAll(sel)).flatMap((c, i) => {
+               const svg = c.querySelector('svg');
+               const frame = svg && svg.querySelector('path.background');
+               if (!frame) return [];
+               const box = frame.getBBox();    // composite charts' outer frame is 0 x 0: skipped
+               if (box.width === 0 || box.height === 0) return [];
+               if (box.width >= min && box.height >= min) return [];
+               const title = Array.from(svg.querySelectorAll('.role-title-text')).map(t => t.textContent).join(' ');
+               return [`chart ${i + 1} "${title}": plot area ${Math.round(box.width)} x ${Math.round(box.height)} px`];
+           })""", [CHART, MIN_PLOT_PX])
+
+
 def _failure_screenshot(page, name: str) -> None:
     """What the page showed when a check failed, for the CI log's reader."""
     try:
@@ -135,6 +154,7 @@ def test_page_in_browser(info, server, browser):
         assert drawn == total, f"{info.name}: {total - drawn} of {total} charts not drawn"
         if info.name != "training":   # the loss chart is empty until a run starts
             assert _charts_without_marks(page) == [], f"{info.name}: empty chart(s)"
+        assert _squashed_charts(page) == [], f"{info.name}: squashed chart(s)"
         assert js_errors == [], f"{info.name}: JavaScript errors {js_errors}"
         _full_page_screenshot(page, SCREENSHOTS / f"{info.name}.png")
         assert server.alive(), server.log()
