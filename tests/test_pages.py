@@ -54,7 +54,7 @@ def test_router_renders_and_reaches_every_page():
         skip_or_fail(f"app.py lists pages not written yet: {', '.join(missing)}")
     at = AppTest.from_file(str(APP), default_timeout=RUN_S).run(timeout=FIRST_RUN_S)
     assert _problems(at) == []
-    assert [s.label for s in at.sidebar.selectbox] == ["Backend"]
+    assert "Backend" in [s.label for s in at.sidebar.selectbox]
     assert at.sidebar.caption and at.sidebar.caption[0].value.startswith("Running on:")
     assert at.title, "the default page shows no title"
     for info in PAGES:
