@@ -10,11 +10,12 @@ import math
 from typing import NamedTuple
 
 import numpy as np
+from numba import njit
 
 from core import backend as _backend
 from core.reference import merge_heads, split_heads  # pure reshapes: (..., T, H*d) <-> (..., H, T, d)
 from core.validate import (as_float_array, as_float_array_with_peak, check_heads, common_dtype, max_abs,
-                           require_ndim, require_nonempty)
+                           max_abs_of_each, require_ndim, require_nonempty, same_float_arrays)
 
 __all__ = ["attention", "multi_head_attention", "filter_bank", "split_heads", "merge_heads",
            "MHAResult", "scores"]
@@ -37,6 +38,8 @@ class MHAResult(NamedTuple):
 
 def _as_4d(x: np.ndarray) -> np.ndarray:
     """Pad leading axes: (T, d) -> (1, 1, T, d); (B, T, d) -> (B, 1, T, d)."""
+    if x.ndim == 4:
+        return x
     return x.reshape((1,) * (4 - x.ndim) + x.shape)
 
 
@@ -47,6 +50,25 @@ def _broadcasts(shape: tuple, target: tuple) -> bool:
         return False
 
 
+def _broadcasts_fast(shape: tuple, target: tuple) -> bool:
+    """:func:`_broadcasts` without NumPy's machinery: each trailing axis is 1 or the target's."""
+    if len(shape) > len(target):
+        return False
+    for n, t in zip(reversed(shape), reversed(target)):
+        if n != 1 and n != t:
+            return False
+    return True
+
+
+@njit(cache=True)
+def _mask_values_ok(m):
+    """No NaN and no +inf in a flat mask (0, finite numbers and -inf are allowed)."""
+    for v in m:
+        if v != v or v == np.inf:
+            return False
+    return True
+
+
 def _prepare_mask(mask, target: tuple, dtype) -> np.ndarray:
     """An additive mask as a compact 4-D array whose axes are 1 (broadcast) or full size.
 
@@ -54,6 +76,12 @@ def _prepare_mask(mask, target: tuple, dtype) -> np.ndarray:
     """
     if mask is None:
         return _NO_MASK[np.dtype(dtype)]
+    if (type(mask) is np.ndarray and mask.dtype == dtype and mask.flags.c_contiguous
+            and _broadcasts_fast(mask.shape, target)):
+        # Hot path: already an additive mask of the right dtype; one compiled pass checks it.
+        if not _mask_values_ok(mask.ravel()):
+            raise ValueError("The mask may hold 0, finite numbers or -inf, but not NaN or +inf.")
+        return mask if mask.ndim == 4 else mask.reshape((1,) * (4 - mask.ndim) + mask.shape)
     m = np.asarray(mask)
     if m.dtype == bool:
         m = np.where(m, 0.0, -np.inf)
@@ -84,10 +112,20 @@ def _check_scores_fit(Q, K, scale, peak_Q=None, peak_K=None) -> None:
 
 
 def _prepare_qkv(Q, K, V, scale, dtype):
-    dtype = dtype or common_dtype(Q, K, V)
-    Q, peak_Q = as_float_array_with_peak(Q, "Q", dtype)
-    K, peak_K = as_float_array_with_peak(K, "K", dtype)
-    V = as_float_array(V, "V", dtype)
+    peaks = None
+    if dtype is None and same_float_arrays(Q, K, V):
+        # Hot path (the inputs are already what the kernels take): one compiled pass checks all
+        # three; on NaN/inf the full path below runs and names the offending array.
+        peaks = max_abs_of_each(Q, K, V)
+        if not (math.isfinite(peaks[0]) and math.isfinite(peaks[1]) and math.isfinite(peaks[2])):
+            peaks = None
+    if peaks is not None:
+        peak_Q, peak_K = peaks[0], peaks[1]
+    else:
+        dtype = dtype or common_dtype(Q, K, V)
+        Q, peak_Q = as_float_array_with_peak(Q, "Q", dtype)
+        K, peak_K = as_float_array_with_peak(K, "K", dtype)
+        V = as_float_array(V, "V", dtype)
     for x, name in ((Q, "Q"), (K, "K"), (V, "V")):
         require_ndim(x, name, 2, 4)
         require_nonempty(x, name)
@@ -135,8 +173,10 @@ def attention(Q, K, V, mask=None, *, return_weights=True, scale=None, backend=No
     mask4 = _prepare_mask(mask, Q4.shape[:2] + (Q.shape[-2], K.shape[-2]), Q.dtype)
     if not return_weights:
         out = kern.fused_attention(Q4, K4, V4, mask4, scale)
-        return out.reshape(lead + out.shape[-2:]), None
+        return (out if Q.ndim == 4 else out.reshape(lead + out.shape[-2:])), None
     out, A = kern.attention_with_weights(Q4, K4, V4, mask4, scale)
+    if Q.ndim == 4:
+        return out, A
     return out.reshape(lead + out.shape[-2:]), A.reshape(lead + A.shape[-2:])
 
 

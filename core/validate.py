@@ -7,6 +7,7 @@ import numpy as np
 from numba import njit
 
 FLOAT_DTYPES = (np.float32, np.float64)
+_FLOAT_DTYPE_SET = frozenset(np.dtype(t) for t in FLOAT_DTYPES)
 
 
 def as_float_array(x, name: str, dtype=None) -> np.ndarray:
@@ -47,6 +48,25 @@ def _max_abs_flat(x):
             return abs(v) if v == v else v  # inf, or NaN
         best = max(best, abs(v))
     return best
+
+
+@njit(cache=True)
+def max_abs_of_each(a, b, c):
+    """``(max |a|, max |b|, max |c|)`` for C-contiguous float arrays, in one compiled call
+    (each is non-finite when its array holds NaN or infinity)."""
+    return _max_abs_flat(a.ravel()), _max_abs_flat(b.ravel()), _max_abs_flat(c.ravel())
+
+
+def same_float_arrays(*arrays) -> bool:
+    """True when every input is already a C-contiguous float32 (or every one a float64) ndarray,
+    so conversion can be skipped."""
+    dtype = arrays[0].dtype if type(arrays[0]) is np.ndarray else None
+    if dtype not in _FLOAT_DTYPE_SET:
+        return False
+    for x in arrays:
+        if type(x) is not np.ndarray or x.dtype != dtype or not x.flags.c_contiguous:
+            return False
+    return True
 
 
 def max_abs(arr: np.ndarray) -> float:
