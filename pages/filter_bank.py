@@ -44,10 +44,13 @@ pipe = heads.two_head_pipeline(gain=ss[k("gain")])
 eye, rng = np.eye(D), np.random.default_rng(int(ss[k("seed")]))
 W_V = {"lesson": pipe.W_V, "in_order": eye, "random": rng.normal(size=(D, H * D_V)), "custom": pipe.W_V}[ss[k("wv")]]
 left, right = st.columns(2)
-if ss[k("wv")] == "custom":
-    with left:
-        st.caption("W_V (rows: input features; columns: head value dimensions)")
+with left:
+    st.caption("W_V (rows: input features; columns: head value dimensions)")
+    if ss[k("wv")] == "custom":
         W_V = state.matrix_input(PAGE, "WV", pipe.W_V, xs, concat_cols, limit=MAX_MATRIX_ENTRY)
+    else:
+        st.vega_lite_chart(charts.heatmap(W_V, xs, concat_cols, kind="signed", value_name="value",
+                                          row_title="input feature", col_title="value dimension", size=160))
 preset_W_O = heads.output_projection(ss[k("wo")], H, D_V, seed=int(ss[k("seed")]))
 with right:
     st.caption("W_O, editable (rows: the concat column read; columns: the output channel written)")

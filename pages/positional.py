@@ -92,7 +92,11 @@ st.vega_lite_chart(charts.lines(curve, "position", "cosine", title=f"cosine simi
 st.subheader("The dot product depends only on the offset")
 st.latex(r"PE_p \cdot PE_{p+k} = \sum_i \bigl[\sin(p\omega_i)\sin((p{+}k)\omega_i) + "
          r"\cos(p\omega_i)\cos((p{+}k)\omega_i)\bigr] = \sum_i \cos(k\,\omega_i)")
-k = st.slider("Offset k", 1, max(1, T - 1), min(5, T - 1), key="pe_k")
+if T > 2:
+    k = st.slider("Offset k", 1, T - 1, min(5, T - 1), key="pe_k")
+else:  # a slider needs two values to choose from
+    k = 1
+    st.caption("Offset k = 1 (the only offset two positions allow).")
 learned = positional.learned(T, d_model, seed=0)
 sin_dots = positional.offset_dot_products(PE, k)
 learned_dots = positional.offset_dot_products(learned, k)

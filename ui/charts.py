@@ -65,6 +65,11 @@ def _heat_layers(row_labels, col_labels, *, kind, value_name, row_title, col_tit
     return layers
 
 
+def _cell(size: int, n: int) -> int:
+    """Pixels per cell so that ``n`` cells span about ``size`` pixels (from 2 to 36 each)."""
+    return int(max(2, min(36, size // max(n, 1))))
+
+
 def heatmap(matrix, row_labels, col_labels, *, title: str = "", kind: str = "weights",
             value_name: str = "weight", row_title: str = "query", col_title: str = "key",
             size: int = 260, annotate: bool | None = None, domain_values=None) -> dict:
@@ -76,8 +81,10 @@ def heatmap(matrix, row_labels, col_labels, *, title: str = "", kind: str = "wei
     M = np.asarray(matrix, dtype=float)
     annotate = M.size <= 100 if annotate is None else annotate
     scale = color_scale(kind, M if domain_values is None else domain_values)
+    # Sized by cell ("step"), not by a total: a fixed total height is shrunk to fit the title, axes
+    # and legend when Streamlit fits the chart into a narrow column, squashing small matrices flat.
     return {"$schema": _SCHEMA, "title": title,
-            "width": max(120, min(size, 36 * M.shape[1])), "height": max(60, min(size, 36 * M.shape[0])),
+            "width": {"step": _cell(size, M.shape[1])}, "height": {"step": _cell(size, M.shape[0])},
             "data": {"values": _cells(M, row_labels, col_labels, value_name)},
             "layer": _heat_layers(row_labels, col_labels, kind=kind, value_name=value_name,
                                   row_title=row_title, col_title=col_title, scale=scale, annotate=annotate)}
