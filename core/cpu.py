@@ -112,13 +112,13 @@ def _scale_and_mask(live, m, j, scale):
 
 
 @njit(inline="always", **_jit)
-def _scores_pair_into(Q, Kt, mask, scale, b, h, i, n, out, out2):
-    """:func:`_scores_into` for queries ``i`` and ``i+1`` at once, over all ``n`` keys: each row of
+def _scores_pair_into(Q, Kt, mask, scale, b, h, i, j0, n, out, out2):
+    """:func:`_scores_into` for queries ``i`` and ``i+1`` at once (keys ``j0 .. j0+n``): each row of
     Kt loaded is used twice (1.6x faster than two single passes at d_k >= 32). Both rows cover
     the union of the two live ranges, which is returned (masked keys inside it get -inf anyway)."""
     m, m2 = _mask_row(mask, b, h, i), _mask_row(mask, b, h, i + 1)
-    lo, hi = _live_keys(m, 0, n)
-    lo2, hi2 = _live_keys(m2, 0, n)
+    lo, hi = _live_keys(m, j0, n)
+    lo2, hi2 = _live_keys(m2, j0, n)
     lo, hi = min(lo, lo2), max(hi, hi2)
     qa, qb = Q[b, h, i], Q[b, h, i + 1]
     la, lb = out[lo:hi], out2[lo:hi]     # zero-based slices, as in _scores_into
@@ -139,8 +139,8 @@ def _scores_pair_into(Q, Kt, mask, scale, b, h, i, n, out, out2):
         for j in range(hi - lo):
             la[j] += a * kd[j]
             lb[j] += c * kd[j]
-    _scale_and_mask(la, m, lo, scale)
-    _scale_and_mask(lb, m2, lo, scale)
+    _scale_and_mask(la, m, j0 + lo, scale)
+    _scale_and_mask(lb, m2, j0 + lo, scale)
     out[:lo] = -np.inf
     out[hi:n] = -np.inf
     out2[:lo] = -np.inf
@@ -250,7 +250,7 @@ def _weights_block(Q, Kt, mask, scale, b, h, i0, i1, A, V, acc, out, with_output
     i = i0
     while i < i1:
         if i + 1 < i1:
-            lo, hi = _scores_pair_into(Q, Kt, mask, scale, b, h, i, Tk, A[b, h, i], A[b, h, i + 1])
+            lo, hi = _scores_pair_into(Q, Kt, mask, scale, b, h, i, 0, Tk, A[b, h, i], A[b, h, i + 1])
             n_rows = 2
         else:
             lo, hi = _scores_into(Q, Kt, mask, scale, b, h, i, 0, Tk, A[b, h, i])
@@ -291,6 +291,34 @@ def _weighted_sum_rows(A, V, out):
         _weighted_sum_row(A[b, h, i], V, b, h, 0, Tk, acc, out[b, h, i])
 
 
+@njit(inline="always", **_jit)
+def _online_update(s, lo, hi, V, b, h, j0, r, m, l, acc):
+    """Fold one tile's scores ``s[lo:hi]`` (keys ``j0+lo ..``) into query ``r``'s running max
+    ``m[r]``, normaliser ``l[r]`` and unnormalised output ``acc[r]``."""
+    if lo == hi:
+        return  # the whole tile is masked for this query
+    tile_max = s[lo]
+    for j in range(lo + 1, hi):
+        if s[j] > tile_max:
+            tile_max = s[j]
+    m_new = max(m[r], tile_max)
+    if m_new == -np.inf:
+        return  # every key so far is masked for this query
+    if m_new > m[r]:
+        correction = fast_exp(m[r] - m_new)  # exp(-inf) = 0 on the first live tile
+        l[r] *= correction
+        for d in range(acc.shape[1]):
+            acc[r, d] *= correction
+        m[r] = m_new
+    tile_sum = l.dtype.type(0)
+    for j in range(lo, hi):
+        p = fast_exp(s[j] - m_new)  # exactly 0 for masked keys
+        s[j] = p
+        tile_sum += p
+    l[r] += tile_sum
+    _accumulate_weighted(s, V, b, h, j0, lo, hi, acc[r])
+
+
 def _fused_blocks(Q, K, V, mask, scale, out, block, key_tile):
     """Online softmax over key tiles, FlashAttention-style: per query keep the running max ``m``,
     the running normaliser ``l`` and the unnormalised output ``acc``; rescale both by
@@ -301,7 +329,7 @@ def _fused_blocks(Q, K, V, mask, scale, out, block, key_tile):
     for u in prange(B * H * n_blocks):
         b, h, i0, i1 = _unit(u, H, n_blocks, Tq, block)
         Kt = np.empty((dk, key_tile), dtype=Q.dtype)   # one tile of keys, transposed
-        s = np.empty(key_tile, dtype=Q.dtype)          # scores, then exps, of one query against the tile
+        s = np.empty((2, key_tile), dtype=Q.dtype)     # scores, then exps, of two queries against it
         m = np.full(i1 - i0, -np.inf, dtype=Q.dtype)   # running max per query
         l = np.zeros(i1 - i0, dtype=Q.dtype)           # running sum of exp(score - m)
         acc = np.zeros((i1 - i0, dv), dtype=Q.dtype)   # running sum of exp(score - m) * v
@@ -310,31 +338,17 @@ def _fused_blocks(Q, K, V, mask, scale, out, block, key_tile):
             for j in range(j0, j1):
                 for d in range(dk):
                     Kt[d, j - j0] = K[b, h, j, d]
-            for i in range(i0, i1):
-                r = i - i0
-                lo, hi = _scores_into(Q, Kt, mask, scale, b, h, i, j0, j1 - j0, s)
-                if lo == hi:
-                    continue  # the whole tile is masked for this query
-                tile_max = s[lo]
-                for j in range(lo + 1, hi):
-                    if s[j] > tile_max:
-                        tile_max = s[j]
-                m_new = max(m[r], tile_max)
-                if m_new == -np.inf:
-                    continue  # every key so far is masked for this query
-                if m_new > m[r]:
-                    correction = fast_exp(m[r] - m_new)  # exp(-inf) = 0 on the first live tile
-                    l[r] *= correction
-                    for d in range(dv):
-                        acc[r, d] *= correction
-                    m[r] = m_new
-                tile_sum = l.dtype.type(0)
-                for j in range(lo, hi):
-                    p = fast_exp(s[j] - m_new)
-                    s[j] = p
-                    tile_sum += p
-                l[r] += tile_sum
-                _accumulate_weighted(s, V, b, h, j0, lo, hi, acc[r])
+            i = i0
+            while i < i1:  # queries in pairs: each key row loaded serves two (see _scores_pair_into)
+                if i + 1 < i1:
+                    lo, hi = _scores_pair_into(Q, Kt, mask, scale, b, h, i, j0, j1 - j0, s[0], s[1])
+                    n_rows = 2
+                else:
+                    lo, hi = _scores_into(Q, Kt, mask, scale, b, h, i, j0, j1 - j0, s[0])
+                    n_rows = 1
+                for k in range(n_rows):
+                    _online_update(s[k], lo, hi, V, b, h, j0, i + k - i0, m, l, acc)
+                i += n_rows
         for i in range(i0, i1):
             r = i - i0
             inv = 1.0 / l[r] if l[r] > 0.0 else 0.0  # nothing allowed: zeros, never NaN
