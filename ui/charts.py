@@ -65,9 +65,10 @@ def _heat_layers(row_labels, col_labels, *, kind, value_name, row_title, col_tit
     return layers
 
 
-def _cell(size: int, n: int) -> int:
-    """Pixels per cell so that ``n`` cells span about ``size`` pixels (from 2 to 36 each)."""
-    return int(max(2, min(36, size // max(n, 1))))
+def _cell(size: int, n: int, annotate: bool = False) -> int:
+    """Pixels per cell so that ``n`` cells span about ``size`` pixels (2 to 36 each; at least 28
+    when the cells carry their numbers, so that "-0.43" fits)."""
+    return int(max(28 if annotate else 2, min(36, size // max(n, 1))))
 
 
 def heatmap(matrix, row_labels, col_labels, *, title: str = "", kind: str = "weights",
@@ -84,7 +85,7 @@ def heatmap(matrix, row_labels, col_labels, *, title: str = "", kind: str = "wei
     # Sized by cell ("step"), not by a total: a fixed total height is shrunk to fit the title, axes
     # and legend when Streamlit fits the chart into a narrow column, squashing small matrices flat.
     return {"$schema": _SCHEMA, "title": title,
-            "width": {"step": _cell(size, M.shape[1])}, "height": {"step": _cell(size, M.shape[0])},
+            "width": {"step": _cell(size, M.shape[1], annotate)}, "height": {"step": _cell(size, M.shape[0])},
             "data": {"values": _cells(M, row_labels, col_labels, value_name)},
             "layer": _heat_layers(row_labels, col_labels, kind=kind, value_name=value_name,
                                   row_title=row_title, col_title=col_title, scale=scale, annotate=annotate)}
@@ -102,7 +103,7 @@ def heatmap_grid(matrices, row_labels, col_labels, titles, *, kind: str = "weigh
     n_rows, n_cols = mats[0].shape
     return {"$schema": _SCHEMA, "data": {"values": values}, "columns": columns,
             "facet": {"field": "panel", "type": "nominal", "sort": list(titles), "title": None},
-            "spec": {"width": max(100, min(size, 30 * n_cols)), "height": max(60, min(size, 30 * n_rows)),
+            "spec": {"width": {"step": _cell(size, n_cols, annotate)}, "height": {"step": _cell(size, n_rows)},
                      "layer": _heat_layers(row_labels, col_labels, kind=kind, value_name=value_name,
                                            row_title=row_title, col_title=col_title, scale=scale,
                                            annotate=annotate,
