@@ -204,6 +204,33 @@ def _weighted_sum_row(weights, V, b, h, lo, hi, acc, out):
 
 
 @njit(inline="always", **_jit)
+def _weighted_sum_pair(wa, wb, V, b, h, lo, hi, acc, out_a, out_b):
+    """:func:`_weighted_sum_row` for two rows of weights at once: each value row loaded serves
+    both; ``acc`` is a private (2, d_v) buffer."""
+    pa, pb, Vh = wa[lo:hi], wb[lo:hi], V[b, h, lo:hi]   # zero-based slices (see _scores_into)
+    ca, cb = acc[0], acc[1]
+    ca[:] = 0.0
+    cb[:] = 0.0
+    j, n = 0, hi - lo
+    while j + 4 <= n:
+        a0, a1, a2, a3 = pa[j], pa[j + 1], pa[j + 2], pa[j + 3]
+        b0, b1, b2, b3 = pb[j], pb[j + 1], pb[j + 2], pb[j + 3]
+        v0, v1, v2, v3 = Vh[j], Vh[j + 1], Vh[j + 2], Vh[j + 3]
+        for d in range(ca.shape[0]):
+            x0, x1, x2, x3 = v0[d], v1[d], v2[d], v3[d]
+            ca[d] += a0 * x0 + a1 * x1 + a2 * x2 + a3 * x3
+            cb[d] += b0 * x0 + b1 * x1 + b2 * x2 + b3 * x3
+        j += 4
+    for j in range(j, n):
+        a, c, v = pa[j], pb[j], Vh[j]
+        for d in range(ca.shape[0]):
+            ca[d] += a * v[d]
+            cb[d] += c * v[d]
+    out_a[:] = ca
+    out_b[:] = cb
+
+
+@njit(inline="always", **_jit)
 def _unit(u, H, n_blocks, Tq, block):
     """Work unit ``u`` -> (batch, head, first query, end query): one block of queries of one head."""
     b, h, qb = u // (H * n_blocks), (u // n_blocks) % H, u % n_blocks
@@ -257,8 +284,11 @@ def _weights_block(Q, Kt, mask, scale, b, h, i0, i1, A, V, acc, out, with_output
             n_rows = 1
         for r in range(i, i + n_rows):
             _softmax_live(A[b, h, r], lo, hi)
-            if with_output:
-                _weighted_sum_row(A[b, h, r], V, b, h, lo, hi, acc, out[b, h, r])
+        if with_output:
+            if n_rows == 2:
+                _weighted_sum_pair(A[b, h, i], A[b, h, i + 1], V, b, h, lo, hi, acc, out[b, h, i], out[b, h, i + 1])
+            else:
+                _weighted_sum_row(A[b, h, i], V, b, h, lo, hi, acc[0], out[b, h, i])
         i += n_rows
 
 
@@ -269,7 +299,7 @@ def _weights_rows(Q, K, mask, scale, A, block):
         b, h, i0, i1 = _unit(u, H, n_blocks, Tq, block)
         Kt = np.empty((K.shape[3], Tk), dtype=K.dtype)
         _transpose_keys(K, b, h, Kt)
-        _weights_block(Q, Kt, mask, scale, b, h, i0, i1, A, A, A[0, 0, 0], A, False)
+        _weights_block(Q, Kt, mask, scale, b, h, i0, i1, A, A, A[0, 0], A, False)
 
 
 def _attention_rows(Q, K, V, mask, scale, A, out, block):
@@ -279,7 +309,7 @@ def _attention_rows(Q, K, V, mask, scale, A, out, block):
         b, h, i0, i1 = _unit(u, H, n_blocks, Tq, block)
         Kt = np.empty((K.shape[3], Tk), dtype=K.dtype)
         _transpose_keys(K, b, h, Kt)
-        acc = np.empty(V.shape[3], dtype=V.dtype)
+        acc = np.empty((2, V.shape[3]), dtype=V.dtype)
         _weights_block(Q, Kt, mask, scale, b, h, i0, i1, A, V, acc, out, True)
 
 
