@@ -10,6 +10,7 @@ Run: ``python -m bench.attention`` (or ``python -m bench``).
 from __future__ import annotations
 
 import gc
+import json
 import os
 import subprocess
 import sys
@@ -44,21 +45,48 @@ def median_seconds(fn, budget: float = 0.4, repeats: int = 9) -> float:
     return float(np.median(runs)) / number
 
 
-def _torch():
+_TORCH_PROBE = textwrap.dedent("""
+    import json, sys
+    import numpy as np
+    import torch
+    from bench.attention import SIZES, median_seconds
+    torch.set_num_threads(int(sys.argv[1]))
+    rng = np.random.default_rng(0)
+    times = {{}}
+    with torch.inference_mode():
+        for H, T, d_k in SIZES:
+            Q, K, V = (torch.from_numpy(rng.standard_normal((1, H, T, d_k)).astype(np.float32)) for _ in range(3))
+            for causal in (False, True):
+                sdpa = torch.nn.functional.scaled_dot_product_attention
+                times[f"{{H}},{{T}},{{d_k}},{{causal}}"] = median_seconds(lambda: sdpa(Q, K, V, is_causal=causal))
+    print(json.dumps(times))
+""")
+
+
+def torch_seconds() -> dict | None:
+    """PyTorch's SDPA timings, measured in a separate process in the same run (None without torch).
+
+    Separate because two OpenMP runtimes in one process (Numba's and PyTorch's) spin-wait against
+    each other on a small machine, which would time the contention rather than either library.
+    """
     try:
-        import torch
+        import torch  # noqa: F401
     except ImportError:
         return None
-    torch.set_num_threads(numba.get_num_threads())
-    return torch
+    env = dict(os.environ, PYTHONPATH=os.getcwd())
+    result = subprocess.run([sys.executable, "-c", _TORCH_PROBE.format(), str(numba.get_num_threads())],
+                            capture_output=True, text=True, env=env, timeout=600)
+    if result.returncode != 0:
+        raise RuntimeError(f"the PyTorch timing process failed: {result.stderr.strip()[-500:]}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
 
 
 def speed_table() -> str:
-    torch = _torch()
+    torch_times = torch_seconds()
     rng = np.random.default_rng(0)
     rows = ["| H | T | d_k | causal | NumPy µs | ours µs | ours fused µs | ours vs NumPy | "
-            + ("torch SDPA µs | ours vs torch |" if torch else ""),
-            "|---|---|---|---|---|---|---|---|" + ("---|---|" if torch else "")]
+            + ("torch SDPA µs | ours vs torch |" if torch_times else ""),
+            "|---|---|---|---|---|---|---|---|" + ("---|---|" if torch_times else "")]
     for H, T, d_k in SIZES:
         Q, K, V = (rng.standard_normal((1, H, T, d_k)).astype(np.float32) for _ in range(3))
         for causal in (False, True):
@@ -69,11 +97,8 @@ def speed_table() -> str:
             best = min(t_ours, t_fused)
             row = (f"| {H} | {T} | {d_k} | {'yes' if causal else 'no'} | {t_np * 1e6:.1f} | {t_ours * 1e6:.1f} "
                    f"| {t_fused * 1e6:.1f} | {t_np / t_ours:.2f}x |")
-            if torch:
-                tq, tk, tv = (torch.from_numpy(x) for x in (Q, K, V))
-                with torch.inference_mode():
-                    t_torch = median_seconds(lambda: torch.nn.functional.scaled_dot_product_attention(
-                        tq, tk, tv, is_causal=causal))
+            if torch_times:
+                t_torch = torch_times[f"{H},{T},{d_k},{causal}"]
                 row += f" {t_torch * 1e6:.1f} | {t_torch / best:.2f}x |"
             rows.append(row)
     return "\n".join(rows)
@@ -116,11 +141,13 @@ def memory_row(T: int = 8192) -> str:
 
 
 def main() -> None:
+    table = speed_table()     # runs parallel regions, so the threading layer is chosen by now
     print(f"## Attention (CPU backend, float32, {numba.get_num_threads()} Numba threads, "
-          f"threading layer set to {numba.config.THREADING_LAYER})\n")
-    print(speed_table())
+          f"threading layer {numba.threading_layer()})\n")
+    print(table)
     print("\nRatios above 1 mean ours is faster. 'ours' returns the weights; 'fused' does not "
-          "(online softmax, no (T, T) tensor). 'ours vs torch' uses the faster of the two.\n")
+          "(online softmax, no (T, T) tensor). 'ours vs torch' uses the faster of the two; PyTorch is "
+          "timed in a separate process of the same run, with the same thread count.\n")
     gc.collect()
     print("## Memory of attention with return_weights=False\n")
     print("| H | T | d_k | extra peak RSS during the call | of which the output | weights it did not build |")

@@ -36,5 +36,10 @@ def _choose_cache_dir() -> str | None:
 _cache_dir = _choose_cache_dir()
 if _cache_dir:
     os.environ["NUMBA_CACHE_DIR"] = _cache_dir
-# 'threadsafe' picks TBB or OpenMP, whichever is installed; never 'workqueue'.
+# 'threadsafe' picks TBB or OpenMP, whichever is installed; never 'workqueue'. Set on the config
+# too, in case Numba was imported (and read its environment) before this package.
 os.environ.setdefault("NUMBA_THREADING_LAYER", "threadsafe")
+
+import numba  # noqa: E402  (after the environment above is set)
+
+numba.config.THREADING_LAYER = os.environ["NUMBA_THREADING_LAYER"]

@@ -553,13 +553,18 @@ def sinusoidal(T, d_model, base, dtype):
     return PE
 
 
-def warm_up(dtype) -> None:
-    """Compile (or load from the on-disk cache) both builds of every kernel for one dtype."""
+def warm_up(dtype, builds=(0,)) -> None:
+    """Compile (or load from the on-disk cache) every kernel for one dtype.
+
+    Serial builds only by default: a lesson page's inputs sit below ``PARALLEL_MIN_WORK``, and
+    each parallel build costs seconds to compile, paid on the first large input instead.
+    ``builds=(0, 1)`` compiles both (for an image build that should ship every kernel compiled).
+    """
     dtype = np.dtype(dtype)
     X4 = np.ones((1, 1, 2, 2), dtype)                   # Q, K, V, scores, weights, outputs
     X3, W, b = np.ones((1, 2, 2), dtype), np.ones((2, 2), dtype), np.zeros(2, dtype)
     mask, scale = np.zeros((1, 1, 1, 1), dtype), dtype.type(1.0)
-    for build in (0, 1):
+    for build in builds:
         _scores_kernel[build](X4, X4, mask, scale, X4.copy(), QUERY_BLOCK)
         _softmax_kernel[build](X4, X4.copy())
         _weights_kernel[build](X4, X4, mask, scale, X4.copy(), QUERY_BLOCK)
