@@ -236,6 +236,7 @@ class StreamlitServer:
                 self.proc.wait(timeout=15)
         if getattr(self, "_log", None):
             self._log.close()
+        shutil.rmtree(self._workdir, ignore_errors=True)   # the router copy and the server log
 
     def log(self) -> str:
         try:
