@@ -67,8 +67,8 @@ def embed_backward(tokens, dh, d_embed, d_pos):
 # ----------------------------------------------------------------------------------------------
 # 1. multi-head attention core (between the packed QKV projection and W_O)
 # ----------------------------------------------------------------------------------------------
-# The vectorisable float32 exp lives in core/fastexp.py, shared with the attention kernels.
-_exp_shifted_f32 = exp_shifted_f32
+# The vectorisable float32 exp (exp_shifted_f32) lives in core/fastexp.py, shared with the
+# attention kernels.
 
 
 @njit(cache=True, nogil=True, fastmath=REDUCE)
@@ -78,7 +78,7 @@ def attention_forward(qkvT, b_q, b_k, b_v, H, ctxT, P, fast_exp=False):
     ``qkvT`` (3d, T, B) holds ``(X [W_Q | W_K | W_V])^T``; the biases are added into it in place
     (the backward pass needs Q, K, V with biases). For every head ``P = softmax(Q_h K_h^T / sqrt(d_k))``
     is stored in ``P`` (H, T, T, B) and the head outputs ``(P V_h)^T`` in ``ctxT`` (d, T, B).
-    ``fast_exp`` (float32 only): the softmax uses :func:`_exp_shifted_f32`, which vectorises.
+    ``fast_exp`` (float32 only): the softmax uses :func:`exp_shifted_f32`, which vectorises.
     """
     d3, T, B = qkvT.shape
     d = d3 // 3
@@ -116,7 +116,7 @@ def attention_forward(qkvT, b_q, b_k, b_v, H, ctxT, P, fast_exp=False):
                         mx[b] = P[h, i, j, b]
             for j in range(T):
                 if fast_exp:
-                    _exp_shifted_f32(P[h, i, j], mx, ex, bits)
+                    exp_shifted_f32(P[h, i, j], mx, ex, bits)
                     for b in range(B):
                         e = ex[b] * scale2[b]
                         P[h, i, j, b] = e
