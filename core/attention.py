@@ -13,6 +13,7 @@ import numpy as np
 from numba import njit
 
 from core import backend as _backend
+from core import cpu as _cpu
 from core.reference import merge_heads, split_heads  # pure reshapes: (..., T, H*d) <-> (..., H, T, d)
 from core.validate import (as_float_array, as_float_array_with_peak, check_heads, common_dtype, max_abs,
                            max_abs_of_each, require_ndim, require_nonempty, same_float_arrays)
@@ -143,6 +144,26 @@ def _prepare_qkv(Q, K, V, scale, dtype):
     return Q, K, V, float(scale)
 
 
+def _small_attention(Q, K, V, mask, scale):
+    """``(out, A)`` from :func:`core.cpu.small_attention`'s single compiled call (checks and
+    arithmetic together) when the inputs allow it, else None: then the ordinary path runs, and
+    raises its precise message for inputs that failed a check."""
+    if not (same_float_arrays(Q, K, V) and Q.ndim == K.ndim == V.ndim and 2 <= Q.ndim <= 4):
+        return None
+    if scale is None:
+        scale = math.nan                     # the kernel's "use 1/sqrt(d_k)"
+    elif type(scale) is not float or not math.isfinite(scale):
+        return None
+    if mask is None:
+        mask = _NO_MASK[Q.dtype]
+    elif not (type(mask) is np.ndarray and mask.dtype == Q.dtype and mask.ndim <= 4
+              and mask.flags.c_contiguous):
+        return None                          # boolean, other dtype, lists: converted by the ordinary path
+    status, out, A = _cpu.small_attention(Q, K, V, mask, scale, _LARGEST[Q.dtype],
+                                          _cpu.PARALLEL_MIN_WORK)
+    return (out, A) if status == _cpu.SMALL_OK else None
+
+
 # --- public operations ------------------------------------------------------------------------
 
 
@@ -167,6 +188,10 @@ def attention(Q, K, V, mask=None, *, return_weights=True, scale=None, backend=No
     weights : ``(..., Tq, Tk)`` or None
     """
     kern = _backend.kernels(backend)
+    if return_weights and kern is _cpu:
+        done = _small_attention(Q, K, V, mask, scale)
+        if done is not None:
+            return done
     Q, K, V, scale = _prepare_qkv(Q, K, V, scale, None)
     lead = Q.shape[:-2]
     Q4, K4, V4 = _as_4d(Q), _as_4d(K), _as_4d(V)

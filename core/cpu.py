@@ -17,6 +17,7 @@ import types
 
 import numpy as np
 from numba import njit, prange
+from numba.extending import overload
 
 from core.fastexp import fast_exp
 
@@ -574,3 +575,149 @@ def warm_up(dtype, builds=(0,)) -> None:
         _project_kernel[build](X3, W, b, X4.copy())
         _merge_project_kernel[build](X4, W, b, X3.copy())
         _sinusoid_kernel[build](scale, W.copy())
+    X2 = np.ones((2, 2), dtype)                         # the lesson pages' (T, d) inputs
+    small_attention(X2, X2, X2, mask, math.nan, 1.0, PARALLEL_MIN_WORK)
+
+
+# --- one-call entry for small inputs -------------------------------------------------------
+# At the lesson pages' sizes (a few heads of six tokens) the Python around a kernel (checks,
+# reshapes, allocations, dispatching eight arguments) costs more than the arithmetic. This entry
+# takes the inputs as the user gave them (C-contiguous ndarrays of one float dtype, 2-D to 4-D),
+# checks them and computes in one compiled call. It returns a status instead of raising: on any
+# non-zero status the caller runs the ordinary path, which raises the precise message (or, for
+# SMALL_TOO_BIG, computes with the big kernels). It calls no other kernel, so loading it from the
+# on-disk cache loads everything it needs.
+
+SMALL_OK, SMALL_REFUSED, SMALL_TOO_BIG = 0, 1, 2
+# Up to this many keys times d_k the simple loops below beat the transposed, unrolled kernels.
+SMALL_KEYS_WORK = 256
+
+
+def _view_4d(x):
+    """``x`` with ones prepended to four axes (as ``core.attention._as_4d``), inside kernels."""
+    return x.reshape((1,) * (4 - x.ndim) + x.shape)
+
+
+@overload(_view_4d)
+def _view_4d_overload(x):
+    if x.ndim == 4:
+        return lambda x: x
+    if x.ndim == 3:
+        return lambda x: x.reshape((1, x.shape[0], x.shape[1], x.shape[2]))
+    if x.ndim == 2:
+        return lambda x: x.reshape((1, 1, x.shape[0], x.shape[1]))
+    if x.ndim == 1:
+        return lambda x: x.reshape((1, 1, 1, x.shape[0]))
+    if x.ndim == 0:
+        return lambda x: x.reshape((1, 1, 1, 1))
+    return None
+
+
+def _view_like(x4, ref):
+    """4-D ``x4`` with its leading axes dropped to ``ref.ndim`` axes, inside kernels."""
+    return x4.reshape(x4.shape[4 - ref.ndim:])
+
+
+@overload(_view_like)
+def _view_like_overload(x4, ref):
+    if ref.ndim == 4:
+        return lambda x4, ref: x4
+    if ref.ndim == 3:
+        return lambda x4, ref: x4.reshape((x4.shape[1], x4.shape[2], x4.shape[3]))
+    if ref.ndim == 2:
+        return lambda x4, ref: x4.reshape((x4.shape[2], x4.shape[3]))
+    return None
+
+
+@njit(inline="always", **_jit)
+def _finite_peak(x):
+    """``max |x|`` over a contiguous array, or -1 as soon as an entry is NaN or infinite."""
+    best = 0.0
+    for v in x.ravel():
+        if not math.isfinite(v):
+            return -1.0
+        a = abs(v)
+        if a > best:
+            best = a
+    return best
+
+
+@njit(inline="always", **_jit)
+def _small_rows(Q, K, V, mask, scale, A, out):
+    """``A = softmax(Q K^T * scale + M)``, ``out = A V`` with plain loops and no scratch arrays:
+    for a handful of keys the key transpose and four-way unrolling of the big kernel cost more
+    than they save. Q (B, H, Tq, d_k), K (B, H, Tk, d_k), V (B, H, Tk, d_v), A (B, H, Tq, Tk)."""
+    B, H, Tq, dk = Q.shape
+    Tk, dv = K.shape[2], V.shape[3]
+    for b in range(B):
+        for h in range(H):
+            for i in range(Tq):
+                q, row, o = Q[b, h, i], A[b, h, i], out[b, h, i]
+                m = _mask_row(mask, b, h, i)
+                top = -np.inf
+                for j in range(Tk):
+                    k = K[b, h, j]
+                    s = row.dtype.type(0)
+                    for d in range(dk):
+                        s += q[d] * k[d]
+                    s = s * scale + (m[j] if m.shape[0] > 1 else m[0])
+                    row[j] = s
+                    if s > top:
+                        top = s
+                for d in range(dv):
+                    o[d] = 0.0
+                if top == -np.inf:               # nothing allowed: zero weights, zero output
+                    for j in range(Tk):
+                        row[j] = 0.0
+                    continue
+                total = row.dtype.type(0)
+                for j in range(Tk):
+                    e = fast_exp(row[j] - top)   # exactly 0 for masked keys
+                    row[j] = e
+                    total += e
+                inv = row.dtype.type(1) / total
+                for j in range(Tk):
+                    w = row[j] * inv
+                    row[j] = w
+                    v = V[b, h, j]
+                    for d in range(dv):
+                        o[d] += w * v[d]
+
+
+@njit(cache=True, fastmath=FASTMATH)
+def small_attention(Q, K, V, mask, scale, limit, min_work):
+    """Checks and attention with weights in one call: ``(status, out, A)``.
+
+    ``Q, K, V`` as the user gave them (same ndim, 2-D to 4-D, one float dtype, C-contiguous);
+    ``mask`` an additive mask of their dtype, 0-D to 4-D; ``scale`` NaN for the default
+    ``1/sqrt(d_k)``; ``limit`` the largest score allowed (see ``_check_scores_fit``). Only when
+    status is ``SMALL_OK`` are ``out`` and ``A`` the results.
+    """
+    Q4, K4, V4, M4 = _view_4d(Q), _view_4d(K), _view_4d(V), _view_4d(mask)
+    B, H, Tq, dk = Q4.shape
+    Tk, dv = K4.shape[2], V4.shape[3]
+    A4 = np.empty((B, H, Tq, Tk), dtype=Q.dtype)
+    out4 = np.empty((B, H, Tq, dv), dtype=Q.dtype)
+    status = SMALL_REFUSED
+    # shapes: nothing empty, shared batch/head axes, d_k and key counts that agree
+    ok = Q.size > 0 and K.size > 0 and V.size > 0 and K4.shape[3] == dk and V4.shape[2] == Tk
+    for a in range(2):
+        ok = ok and K4.shape[a] == Q4.shape[a] and V4.shape[a] == Q4.shape[a]
+    # the mask broadcasts to (B, H, Tq, Tk): each axis is 1 or the scores' own
+    for a, n in enumerate((B, H, Tq, Tk)):
+        ok = ok and (M4.shape[a] == 1 or M4.shape[a] == n)
+    if ok and (Tk * dk > SMALL_KEYS_WORK or A4.size * (dk + dv + 8) >= min_work):
+        status = SMALL_TOO_BIG
+    elif ok:
+        s64 = 1.0 / math.sqrt(dk) if scale != scale else scale
+        pq, pk, pv = _finite_peak(Q), _finite_peak(K), _finite_peak(V)
+        ok = pq >= 0.0 and pk >= 0.0 and pv >= 0.0 and pq * pk * dk * abs(s64) <= limit
+        for v in M4.ravel():                    # 0, finite or -inf; never NaN or +inf
+            ok = ok and v == v and v != np.inf
+        if ok:
+            _small_rows(Q4, K4, V4, M4, Q.dtype.type(s64), A4, out4)
+            status = SMALL_OK
+    return status, _view_like(out4, Q), _view_like(A4, Q)
+
+
+KERNELS["small_attention"] = small_attention
