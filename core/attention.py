@@ -150,6 +150,9 @@ def _small_attention(Q, K, V, mask, scale):
     raises its precise message for inputs that failed a check."""
     if not (same_float_arrays(Q, K, V) and Q.ndim == K.ndim == V.ndim and 2 <= Q.ndim <= 4):
         return None
+    d_k = Q.shape[-1]
+    if Q.size // d_k * K.shape[-2] * (d_k + V.shape[-1] + 8) > _cpu.SMALL_MAX_WORK:
+        return None                          # too big: the kernel's own work count, Tq*Tk*(d_k+d_v+8)
     if scale is None:
         scale = math.nan                     # the kernel's "use 1/sqrt(d_k)"
     elif type(scale) is not float or not math.isfinite(scale):
