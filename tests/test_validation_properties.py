@@ -1,0 +1,119 @@
+"""Property-based tests of every function that reads what a person typed, linked or uploaded.
+
+Whatever arrives, each either returns a value inside its stated bounds or raises a ``ValueError``
+with a message; nothing else escapes, so no traceback can reach a page.
+"""
+import io
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from core import encoder
+from core.validate import as_float_array, parse_matrix
+from ui import state
+from ui.trainer import weights_from_upload
+from ui.widgets import tokens_from
+
+LIMIT = 1e3
+finite_cells = st.floats(-LIMIT, LIMIT, allow_nan=False, allow_infinity=False)
+bad_cells = st.sampled_from([None, "", "   ", "abc", "1,5", float("nan"), float("inf"), -float("inf"),
+                             1e300, -1e7, "nan", "1e400"])
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows=st.integers(1, 5), cols=st.integers(1, 5), data=st.data())
+def test_parse_matrix_reads_good_tables_exactly(rows, cols, data):
+    M = np.array(data.draw(st.lists(st.lists(finite_cells, min_size=cols, max_size=cols),
+                                    min_size=rows, max_size=rows)))
+    as_text = [[repr(float(x)) for x in row] for row in M]
+    np.testing.assert_array_equal(parse_matrix(M, "W", shape=(rows, cols), limit=LIMIT), M)
+    np.testing.assert_array_equal(parse_matrix(as_text, "W", limit=LIMIT), M)
+
+
+@settings(max_examples=80, deadline=None)
+@given(rows=st.integers(1, 4), cols=st.integers(1, 4), bad=bad_cells, data=st.data())
+def test_parse_matrix_names_the_first_bad_cell(rows, cols, bad, data):
+    table = [[0.5] * cols for _ in range(rows)]
+    i, j = data.draw(st.integers(0, rows - 1)), data.draw(st.integers(0, cols - 1))
+    table[i][j] = bad
+    with pytest.raises(ValueError, match=f"row {i + 1}, column {j + 1}"):
+        parse_matrix(table, "W", limit=LIMIT)
+
+
+@settings(max_examples=60, deadline=None)
+@given(shape=st.lists(st.integers(1, 4), min_size=1, max_size=3), bad=st.sampled_from([np.nan, np.inf, -np.inf]),
+       data=st.data())
+def test_as_float_array_refuses_any_non_finite_entry(shape, bad, data):
+    x = np.zeros(shape)
+    x.flat[data.draw(st.integers(0, x.size - 1))] = bad
+    with pytest.raises(ValueError, match="Q contains (NaN|an infinite value)"):
+        as_float_array(x, "Q")
+
+
+@settings(max_examples=40, deadline=None)
+@given(values=st.lists(st.integers(-10**6, 10**6), min_size=1, max_size=20))
+def test_as_float_array_converts_integers(values):
+    out = as_float_array(values, "X")
+    assert out.dtype == np.float64
+    np.testing.assert_array_equal(out, np.array(values, dtype=float))
+
+
+@settings(max_examples=100, deadline=None)
+@given(text=st.text(max_size=200), cap=st.integers(1, 16))
+def test_tokens_from_any_text(text, cap):
+    try:
+        tokens = tokens_from(text, max_tokens=cap)
+    except ValueError as err:
+        assert str(err)
+        return
+    assert 1 <= len(tokens) <= cap and all(tok and not tok.isspace() for tok in tokens)
+
+
+SPEC = {
+    "T": state.int_field(6, 1, 16),
+    "gain": state.float_field(3.0, 0.0, 10.0),
+    "causal": state.bool_field(True),
+    "preset": state.choice_field("uniform", ("uniform", "self", "first_token")),
+    "sentence": state.text_field("The tired cat"),
+    "Q": state.matrix_field(),
+}
+link_values = st.one_of(st.text(max_size=40), st.lists(st.text(max_size=10), max_size=3),
+                        st.sampled_from(["nan", "inf", "-1", "1e309", "7.5", "1;2", "1,2;3", "0x10"]))
+
+
+@settings(max_examples=150, deadline=None)
+@given(params=st.dictionaries(st.sampled_from(list(SPEC) + ["other"]), link_values, max_size=7))
+def test_any_link_decodes_to_values_within_bounds(params):
+    values, problems = state.decode(params, SPEC)
+    assert 1 <= values["T"] <= 16 and isinstance(values["T"], int)
+    assert 0.0 <= values["gain"] <= 10.0 and math.isfinite(values["gain"])
+    assert isinstance(values["causal"], bool)
+    assert values["preset"] in SPEC["preset"].choices
+    assert values["Q"] is None or np.isfinite(values["Q"]).all()
+    assert all(isinstance(p, str) and p for p in problems)
+
+
+@settings(max_examples=40, deadline=None)
+@given(raw=st.binary(max_size=2048))
+def test_any_uploaded_bytes_are_refused_with_a_message(raw):
+    with pytest.raises(ValueError):
+        weights_from_upload(raw, n_heads=4, positional="sinusoidal")
+
+
+@settings(max_examples=25, deadline=None)
+@given(cut=st.integers(1, 4000), flip=st.integers(0, 255))
+def test_truncated_or_corrupted_weight_files_are_refused(cut, flip):
+    cfg = encoder.EncoderConfig()
+    buf = io.BytesIO()
+    np.savez(buf, **encoder.init_params(cfg, seed=0))
+    good = buf.getvalue()
+    weights_from_upload(good, n_heads=4, positional="sinusoidal")      # the intact file loads
+    truncated = good[: len(good) * cut // 4001]
+    with pytest.raises(ValueError):
+        weights_from_upload(truncated, n_heads=4, positional="sinusoidal")
+    corrupted = bytearray(good)
+    corrupted[:4] = bytes([flip, 0, 0, 0]) if flip != 0x50 else b"XXXX"   # break the zip signature
+    with pytest.raises(ValueError):
+        weights_from_upload(bytes(corrupted), n_heads=4, positional="sinusoidal")
