@@ -45,12 +45,14 @@ def _mask_row(mask, b, h, i):
 
 
 @njit(inline="always", **_jit)
-def _transpose_keys(K, b, h, Kt):
-    """``Kt[:, j] = K[b, h, j]``: with keys along the fast axis, the score loop runs over keys,
-    several at once in SIMD lanes, instead of reducing a short dot product across lanes."""
+def _transposed_keys(K, b, h):
+    """``Kt[:, j] = K[b, h, j]``, shape (d_k, Tk): with keys along the fast axis, the score loop runs
+    over keys, several at once in SIMD lanes, instead of reducing a short dot product across lanes."""
+    Kt = np.empty((K.shape[3], K.shape[2]), dtype=K.dtype)
     for j in range(K.shape[2]):
         for d in range(K.shape[3]):
             Kt[d, j] = K[b, h, j, d]
+    return Kt
 
 
 @njit(inline="always", **_jit)
@@ -262,8 +264,7 @@ def _scores_rows(Q, K, mask, scale, S, block):
     n_blocks = (Tq + block - 1) // block
     for u in prange(B * H * n_blocks):
         b, h, i0, i1 = _unit(u, H, n_blocks, Tq, block)
-        Kt = np.empty((K.shape[3], Tk), dtype=K.dtype)
-        _transpose_keys(K, b, h, Kt)
+        Kt = _transposed_keys(K, b, h)
         for i in range(i0, i1):
             _scores_into(Q, Kt, mask, scale, b, h, i, 0, Tk, S[b, h, i])
 
@@ -308,22 +309,20 @@ def _weights_block(Q, Kt, mask, scale, b, h, i0, i1, A, V, acc, out, with_output
 
 
 def _weights_rows(Q, K, mask, scale, A, block):
-    B, H, Tq, Tk = A.shape
+    B, H, Tq = A.shape[0], A.shape[1], A.shape[2]
     n_blocks = (Tq + block - 1) // block
     for u in prange(B * H * n_blocks):
         b, h, i0, i1 = _unit(u, H, n_blocks, Tq, block)
-        Kt = np.empty((K.shape[3], Tk), dtype=K.dtype)
-        _transpose_keys(K, b, h, Kt)
+        Kt = _transposed_keys(K, b, h)
         _weights_block(Q, Kt, mask, scale, b, h, i0, i1, A, A, A[0, 0], A, False)
 
 
 def _attention_rows(Q, K, V, mask, scale, A, out, block):
-    B, H, Tq, Tk = A.shape
+    B, H, Tq = A.shape[0], A.shape[1], A.shape[2]
     n_blocks = (Tq + block - 1) // block
     for u in prange(B * H * n_blocks):
         b, h, i0, i1 = _unit(u, H, n_blocks, Tq, block)
-        Kt = np.empty((K.shape[3], Tk), dtype=K.dtype)
-        _transpose_keys(K, b, h, Kt)
+        Kt = _transposed_keys(K, b, h)
         acc = np.empty((2, V.shape[3]), dtype=V.dtype)
         _weights_block(Q, Kt, mask, scale, b, h, i0, i1, A, V, acc, out, True)
 
