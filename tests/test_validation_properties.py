@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from core import encoder
-from core.validate import as_float_array, parse_matrix
+from core.validate import as_float_array, max_abs, parse_matrix
 from ui import state
 from ui.trainer import weights_from_upload
 from ui.widgets import tokens_from
@@ -117,3 +117,19 @@ def test_truncated_or_corrupted_weight_files_are_refused(cut, flip):
     corrupted[:4] = bytes([flip, 0, 0, 0]) if flip != 0x50 else b"XXXX"   # break the zip signature
     with pytest.raises(ValueError):
         weights_from_upload(bytes(corrupted), n_heads=4, positional="sinusoidal")
+
+
+@settings(max_examples=120, deadline=None)
+@given(dtype=st.sampled_from([np.float32, np.float64]), data=st.data())
+def test_max_abs_is_the_largest_magnitude_or_non_finite(dtype, data):
+    """``max_abs`` compares magnitudes as integers (the bits of a float with its sign cleared):
+    it must agree with NumPy on any floats, subnormals, -0.0 and the dtype's extremes included,
+    and report NaN or infinity whenever the array holds one."""
+    values = data.draw(st.lists(st.floats(width=32 if dtype == np.float32 else 64), min_size=1, max_size=40))
+    x = np.array(values, dtype=dtype)
+    peak = max_abs(x)
+    if np.isfinite(x).all():
+        assert peak == float(np.abs(x).max())
+    else:
+        assert not math.isfinite(peak)
+        assert math.isnan(peak) == bool(np.isnan(x).any())
