@@ -20,6 +20,7 @@ from numba import njit, prange
 from numba.extending import overload
 
 from core.fastexp import fast_exp
+from core.floatbits import max_of
 
 # Reassociation lets LLVM vectorise the dot products; no flag here touches inf/NaN semantics,
 # which the -inf masks rely on (so no 'nnan', 'ninf' or plain fastmath=True).
@@ -189,21 +190,6 @@ def _scores_quad_into(Q, Kt, mask, scale, b, h, i, j0, n, s0, s1, s2, s3):
 
 
 @njit(inline="always", **_jit)
-def _max_of(x, start):
-    """``max(start, max(x))`` with eight running maxima: LLVM does not vectorise a max (it must keep
-    NaN semantics), and one chain of compares waits on each; eight chains run 2x faster."""
-    m0 = m1 = m2 = m3 = m4 = m5 = m6 = m7 = start
-    n, j = x.shape[0], 0
-    while j + 8 <= n:
-        m0, m1, m2, m3 = max(m0, x[j]), max(m1, x[j + 1]), max(m2, x[j + 2]), max(m3, x[j + 3])
-        m4, m5, m6, m7 = max(m4, x[j + 4]), max(m5, x[j + 5]), max(m6, x[j + 6]), max(m7, x[j + 7])
-        j += 8
-    for j in range(j, n):
-        m0 = max(m0, x[j])
-    return max(max(max(m0, m1), max(m2, m3)), max(max(m4, m5), max(m6, m7)))
-
-
-@njit(inline="always", **_jit)
 def _softmax_inplace(row):
     """Stable softmax of one row; a row with nothing allowed (all -inf) becomes all zeros.
 
@@ -212,7 +198,7 @@ def _softmax_inplace(row):
     """
     if row.shape[0] == 0:
         return
-    m = _max_of(row, row[0])
+    m = max_of(row, row[0])
     if m == -np.inf:
         _fill(row, 0, row.shape[0], 0.0)
         return
@@ -389,7 +375,7 @@ def _online_rescale(s, lo, hi, r, m, l, acc):
     ``m[r]``, raising that max (and rescaling the normaliser ``l[r]`` and the unnormalised output
     ``acc[r]`` by ``exp(m_old - m_new)``) when the tile holds a larger score. A query with nothing
     live so far gets zeros, so the weighted sum that follows adds nothing for it."""
-    m_new = _max_of(s[lo:hi], m[r])
+    m_new = max_of(s[lo:hi], m[r])
     if m_new == -np.inf:
         _fill(s, lo, hi, 0.0)
         return

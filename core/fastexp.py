@@ -15,21 +15,10 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from llvmlite import ir
 from numba import njit, types
-from numba.extending import intrinsic, overload
+from numba.extending import overload
 
-
-@intrinsic
-def _int32_bits_as_float32(typingctx, bits):
-    """Reinterpret an int32's bits as a float32 (no conversion): a register move in SIMD code."""
-    if bits != types.int32:
-        return None
-
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], ir.FloatType())
-
-    return types.float32(types.int32), codegen
+from core.floatbits import float_from_bits
 
 
 @njit(cache=True)
@@ -57,7 +46,7 @@ def exp_f32(x):
     live = v >= np.float32(-87.0)
     v = v if live else np.float32(-87.0)   # keeps 2**n a normal number; the result is dropped below
     p, bits = _expf_parts(v)
-    e = p * _int32_bits_as_float32(bits)
+    e = p * float_from_bits(bits)
     return e if live else np.float32(0.0)
 
 

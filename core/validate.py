@@ -6,6 +6,8 @@ import math
 import numpy as np
 from numba import njit
 
+from core.floatbits import max_abs_bits
+
 FLOAT_DTYPES = (np.float32, np.float64)
 _FLOAT_DTYPE_SET = frozenset(np.dtype(t) for t in FLOAT_DTYPES)
 
@@ -39,36 +41,29 @@ def as_float_array_with_peak(x, name: str, dtype=None) -> tuple[np.ndarray, floa
     return arr, peak
 
 
-# Integer views of each float dtype, and the mask that clears the sign bit.
-_MAGNITUDE_BITS = {np.dtype(np.float32): (np.int32, 0x7FFF_FFFF),
-                   np.dtype(np.float64): (np.int64, 0x7FFF_FFFF_FFFF_FFFF)}
+@njit(cache=True)
+def _max_abs_flat(x):
+    """Largest |x| of a flat float array (0 when empty); NaN or inf when an entry is."""
+    return float(max_abs_bits(x)) if x.shape[0] else 0.0
 
 
 @njit(cache=True)
-def _largest_magnitude_bits(bits, magnitude):
-    """The largest ``bits & magnitude`` over a flat integer view of a float array.
-
-    With the sign bit cleared, IEEE floats order like their bit patterns (infinity and NaN above
-    every finite number), and an integer max vectorises where a float max does not (it must keep
-    NaN semantics): one pass finds the peak and any non-finite entry, 5-10x faster than a float loop.
-    """
-    top = bits.dtype.type(0)
-    for i in range(bits.shape[0]):   # indexed: Numba's array iterator does not vectorise
-        top = max(top, bits[i] & magnitude)
-    return top
+def _max_abs_of_each(a, b, c):
+    return _max_abs_flat(a.ravel()), _max_abs_flat(b.ravel()), _max_abs_flat(c.ravel())
 
 
 def max_abs(arr: np.ndarray) -> float:
-    """``max |arr|`` for a contiguous float array; non-finite when any entry is NaN or infinite."""
-    int_type, magnitude = _MAGNITUDE_BITS[arr.dtype]
-    top = _largest_magnitude_bits(arr.reshape(-1).view(int_type), int_type(magnitude))
-    return float(int_type(top).view(arr.dtype))
+    """``max |arr|`` for a contiguous float array; non-finite when any entry is NaN or infinite.
+
+    Magnitudes are compared as integers (see :func:`core.floatbits.max_abs_bits`): the loop
+    vectorises, 5-10x faster than a float loop that stops at the first non-finite entry."""
+    return _max_abs_flat(arr.reshape(-1))
 
 
 def max_abs_of_each(a, b, c):
-    """``(max |a|, max |b|, max |c|)`` for C-contiguous float arrays (each non-finite when its
-    array holds NaN or infinity)."""
-    return max_abs(a), max_abs(b), max_abs(c)
+    """``(max |a|, max |b|, max |c|)`` for C-contiguous float arrays, in one compiled call
+    (each non-finite when its array holds NaN or infinity)."""
+    return _max_abs_of_each(a, b, c)
 
 
 def same_float_arrays(*arrays) -> bool:
