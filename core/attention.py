@@ -108,7 +108,8 @@ def _check_scores_fit(Q, K, scale, peak_Q=None, peak_K=None) -> None:
     """Refuse inputs whose scores would overflow the dtype (inf - inf would give NaN weights)."""
     peak_Q = max_abs(Q) if peak_Q is None else peak_Q
     peak_K = max_abs(K) if peak_K is None else peak_K
-    bound = peak_Q * peak_K * Q.shape[-1] * abs(scale)
+    # The kernels scale the queries before the dot products, so Q * scale must fit as well.
+    bound = peak_Q * abs(scale) * max(peak_K * Q.shape[-1], 1.0)
     limit = _LARGEST[Q.dtype]
     if bound > limit:
         raise ValueError(

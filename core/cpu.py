@@ -50,14 +50,13 @@ def _transpose_into(X, b, h, j0, j1, Xt):
     """``Xt[:, j] = X[b, h, j0 + j]`` for ``j < j1 - j0``: keys (or values) along the fast axis,
     so the loops over keys run several keys at once in SIMD lanes.
 
-    Sixteen keys at a time: a row of Xt is often a power of two bytes long, and writing whole
-    columns would send every store of a key to the same few cache sets (3x slower).
+    Row by row of ``Xt`` (contiguous stores, strided loads): 2-4x faster than key by key, whose
+    stores, a power of two bytes apart, all fell into the same few cache sets.
     """
-    n = j1 - j0
-    for jb in range(0, n, 16):
-        for d in range(X.shape[3]):
-            for j in range(jb, min(jb + 16, n)):
-                Xt[d, j] = X[b, h, j0 + j, d]
+    for d in range(X.shape[3]):
+        row = Xt[d]
+        for j in range(j1 - j0):
+            row[j] = X[b, h, j0 + j, d]
 
 
 @njit(inline="always", **_jit)
@@ -116,31 +115,32 @@ def _scores_into(Q, Kt, mask, scale, b, h, i, j0, n, out):
     # multiply-adds instead of once per one (stores, not arithmetic, bound the one-row loop).
     dk, d = q.shape[0], 0
     while d + 4 <= dk:
-        q0, q1, q2, q3 = q[d], q[d + 1], q[d + 2], q[d + 3]
+        q0, q1, q2, q3 = q[d] * scale, q[d + 1] * scale, q[d + 2] * scale, q[d + 3] * scale
         k0, k1, k2, k3 = Kt[d, a:z], Kt[d + 1, a:z], Kt[d + 2, a:z], Kt[d + 3, a:z]
         for j in range(hi - lo):
             live[j] += q0 * k0[j] + q1 * k1[j] + q2 * k2[j] + q3 * k3[j]
         d += 4
     for d in range(d, dk):
-        qd, kd = q[d], Kt[d, a:z]
+        qd, kd = q[d] * scale, Kt[d, a:z]
         for j in range(hi - lo):
             live[j] += qd * kd[j]
-    _scale_and_mask(live, m, j0 + lo, scale)
+    _add_mask(live, m, j0 + lo)
     _fill(out, 0, lo, -np.inf)
     _fill(out, hi, n, -np.inf)
     return lo, hi
 
 
 @njit(inline="always", **_jit)
-def _scale_and_mask(live, m, j, scale):
-    """``live = live * scale + m[j:j+len(live)]`` (or ``+ m[0]`` for a mask broadcast along keys)."""
+def _add_mask(live, m, j):
+    """``live += m[j:j+len(live)]`` (or ``+= m[0]`` for a mask broadcast along keys, skipped when
+    it is 0: the scores arrive already scaled, the scale folded into the query)."""
     if m.shape[0] > 1:
         mj = m[j:j + live.shape[0]]
         for k in range(live.shape[0]):
-            live[k] = live[k] * scale + mj[k]
-    else:
+            live[k] += mj[k]
+    elif m[0] != 0.0:
         for k in range(live.shape[0]):
-            live[k] = live[k] * scale + m[0]
+            live[k] += m[0]
 
 
 @njit(inline="always", **_jit)
@@ -167,10 +167,10 @@ def _scores_quad_into(Q, Kt, mask, scale, b, h, i, j0, n, s0, s1, s2, s3):
     dk, d = q0.shape[0], 0
     while d + 4 <= dk:
         k0, k1, k2, k3 = Kt[d, a:z], Kt[d + 1, a:z], Kt[d + 2, a:z], Kt[d + 3, a:z]
-        a0, a1, a2, a3 = q0[d], q0[d + 1], q0[d + 2], q0[d + 3]
-        b0, b1, b2, b3 = q1[d], q1[d + 1], q1[d + 2], q1[d + 3]
-        c0, c1, c2, c3 = q2[d], q2[d + 1], q2[d + 2], q2[d + 3]
-        e0, e1, e2, e3 = q3[d], q3[d + 1], q3[d + 2], q3[d + 3]
+        a0, a1, a2, a3 = q0[d] * scale, q0[d + 1] * scale, q0[d + 2] * scale, q0[d + 3] * scale
+        b0, b1, b2, b3 = q1[d] * scale, q1[d + 1] * scale, q1[d + 2] * scale, q1[d + 3] * scale
+        c0, c1, c2, c3 = q2[d] * scale, q2[d + 1] * scale, q2[d + 2] * scale, q2[d + 3] * scale
+        e0, e1, e2, e3 = q3[d] * scale, q3[d + 1] * scale, q3[d + 2] * scale, q3[d + 3] * scale
         for j in range(hi - lo):
             x0, x1, x2, x3 = k0[j], k1[j], k2[j], k3[j]
             l0[j] += a0 * x0 + a1 * x1 + a2 * x2 + a3 * x3
@@ -179,7 +179,7 @@ def _scores_quad_into(Q, Kt, mask, scale, b, h, i, j0, n, s0, s1, s2, s3):
             l3[j] += e0 * x0 + e1 * x1 + e2 * x2 + e3 * x3
         d += 4
     for d in range(d, dk):
-        kd, w0, w1, w2, w3 = Kt[d, a:z], q0[d], q1[d], q2[d], q3[d]
+        kd, w0, w1, w2, w3 = Kt[d, a:z], q0[d] * scale, q1[d] * scale, q2[d] * scale, q3[d] * scale
         for j in range(hi - lo):
             x = kd[j]
             l0[j] += w0 * x
@@ -187,7 +187,7 @@ def _scores_quad_into(Q, Kt, mask, scale, b, h, i, j0, n, s0, s1, s2, s3):
             l2[j] += w2 * x
             l3[j] += w3 * x
     for r, (row, live) in enumerate(((s0, l0), (s1, l1), (s2, l2), (s3, l3))):
-        _scale_and_mask(live, _mask_row(mask, b, h, i + r), j0 + lo, scale)
+        _add_mask(live, _mask_row(mask, b, h, i + r), j0 + lo)
         _fill(row, 0, lo, -np.inf)
         _fill(row, hi, n, -np.inf)
     return lo, hi
