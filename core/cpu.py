@@ -153,7 +153,8 @@ def _scores_quad_into(Q, Kt, mask, scale, b, h, i, j0, n, s0, s1, s2, s3):
     A register tile of 4 queries x 4 features per pass over the keys: each row of Kt loaded serves
     four queries, and each score is loaded and stored once per 16 multiply-adds (about 1.5x the
     speed of two queries at a time). All four rows cover the union of their live ranges, which is
-    returned (masked keys inside it get -inf from the mask anyway).
+    returned (masked keys inside it get -inf from the mask anyway); outside it the rows are left
+    as they were, since every caller reads only the live range.
     """
     lo, hi = n, 0
     for r in range(4):
@@ -189,10 +190,8 @@ def _scores_quad_into(Q, Kt, mask, scale, b, h, i, j0, n, s0, s1, s2, s3):
             l1[j] += w1 * x
             l2[j] += w2 * x
             l3[j] += w3 * x
-    for r, (row, live) in enumerate(((s0, l0), (s1, l1), (s2, l2), (s3, l3))):
+    for r, live in enumerate((l0, l1, l2, l3)):
         _add_mask(live, _mask_row(mask, b, h, i + r), j0 + lo)
-        _fill(row, 0, lo, -np.inf)
-        _fill(row, hi, n, -np.inf)
     return lo, hi
 
 
