@@ -81,26 +81,47 @@ def torch_seconds() -> dict | None:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-def speed_table() -> str:
-    torch_times = torch_seconds()
+ROUNDS = 3
+
+
+def _ours_and_numpy_seconds() -> dict:
+    """``{(H, T, d_k, causal): (NumPy, ours with weights, ours fused)}`` in seconds."""
     rng = np.random.default_rng(0)
-    rows = ["| H | T | d_k | causal | NumPy µs | ours µs | ours fused µs | ours vs NumPy | "
-            + ("torch SDPA µs | ours vs torch |" if torch_times else ""),
-            "|---|---|---|---|---|---|---|---|" + ("---|---|" if torch_times else "")]
+    times = {}
     for H, T, d_k in SIZES:
         Q, K, V = (rng.standard_normal((1, H, T, d_k)).astype(np.float32) for _ in range(3))
         for causal in (False, True):
             mask = masks.causal(T, np.float32) if causal else None
-            t_np = median_seconds(lambda: numpy_attention(Q, K, V, mask))
-            t_ours = median_seconds(lambda: at.attention(Q, K, V, mask, backend="cpu"))
-            t_fused = median_seconds(lambda: at.attention(Q, K, V, mask, backend="cpu", return_weights=False))
-            best = min(t_ours, t_fused)
-            row = (f"| {H} | {T} | {d_k} | {'yes' if causal else 'no'} | {t_np * 1e6:.1f} | {t_ours * 1e6:.1f} "
-                   f"| {t_fused * 1e6:.1f} | {t_np / t_ours:.2f}x |")
-            if torch_times:
-                t_torch = torch_times[f"{H},{T},{d_k},{causal}"]
-                row += f" {t_torch * 1e6:.1f} | {t_torch / best:.2f}x |"
-            rows.append(row)
+            times[H, T, d_k, causal] = (
+                median_seconds(lambda: numpy_attention(Q, K, V, mask)),
+                median_seconds(lambda: at.attention(Q, K, V, mask, backend="cpu")),
+                median_seconds(lambda: at.attention(Q, K, V, mask, backend="cpu", return_weights=False)))
+    return times
+
+
+def speed_table(rounds: int = ROUNDS) -> str:
+    """The table, from ``rounds`` alternating rounds of PyTorch's process and ours.
+
+    The machine's speed drifts over seconds on a shared host; alternating the two and keeping each
+    cell's fastest round compares them at their best moments rather than at different ones.
+    """
+    ours_rounds, torch_rounds = [], []
+    for _ in range(rounds):
+        torch_rounds.append(torch_seconds())
+        ours_rounds.append(_ours_and_numpy_seconds())
+    with_torch = torch_rounds[0] is not None
+    rows = ["| H | T | d_k | causal | NumPy µs | ours µs | ours fused µs | ours vs NumPy | "
+            + ("torch SDPA µs | ours vs torch |" if with_torch else ""),
+            "|---|---|---|---|---|---|---|---|" + ("---|---|" if with_torch else "")]
+    for key in ours_rounds[0]:
+        H, T, d_k, causal = key
+        t_np, t_ours, t_fused = (min(r[key][k] for r in ours_rounds) for k in range(3))
+        row = (f"| {H} | {T} | {d_k} | {'yes' if causal else 'no'} | {t_np * 1e6:.1f} | {t_ours * 1e6:.1f} "
+               f"| {t_fused * 1e6:.1f} | {t_np / t_ours:.2f}x |")
+        if with_torch:
+            t_torch = min(r[f"{H},{T},{d_k},{causal}"] for r in torch_rounds)
+            row += f" {t_torch * 1e6:.1f} | {t_torch / min(t_ours, t_fused):.2f}x |"
+        rows.append(row)
     return "\n".join(rows)
 
 
@@ -121,7 +142,7 @@ _MEMORY_PROBE = textwrap.dedent("""
     open("/proc/self/clear_refs", "w").write("5")                           # reset the peak (VmHWM)
     out, w = at.attention(Q, K, V, return_weights=False, backend="cpu")
     peak = status("VmHWM")
-    print((peak - before) / 2**20, out.nbytes / 2**20, H * T * T * 4 / 2**20)
+    print((peak - before) / 2**20, out.nbytes / 2**20, (K.nbytes + V.nbytes) / 2**20, H * T * T * 4 / 2**20)
 """)
 
 
@@ -136,8 +157,8 @@ def memory_row(T: int = 8192) -> str:
                             text=True, env=env, timeout=600)
     if result.returncode != 0:
         return f"memory probe failed: {result.stderr.strip().splitlines()[-1:]}"
-    extra, out_mb, weights_mb = (float(x) for x in result.stdout.split())
-    return (f"| 8 | {T} | 64 | {extra:.1f} MiB | {out_mb:.1f} MiB | {weights_mb:.0f} MiB |")
+    extra, out_mb, transposed_mb, weights_mb = (float(x) for x in result.stdout.split())
+    return f"| 8 | {T} | 64 | {extra:.1f} MiB | {out_mb:.1f} MiB | {transposed_mb:.1f} MiB | {weights_mb:.0f} MiB |"
 
 
 def main() -> None:
@@ -145,13 +166,15 @@ def main() -> None:
     print(f"## Attention (CPU backend, float32, {numba.get_num_threads()} Numba threads, "
           f"threading layer {numba.threading_layer()})\n")
     print(table)
-    print("\nRatios above 1 mean ours is faster. 'ours' returns the weights; 'fused' does not "
-          "(online softmax, no (T, T) tensor). 'ours vs torch' uses the faster of the two; PyTorch is "
-          "timed in a separate process of the same run, with the same thread count.\n")
+    print(f"\nRatios above 1 mean ours is faster. 'ours' returns the weights; 'fused' does not "
+          f"(online softmax, no (T, T) tensor). 'ours vs torch' uses the faster of the two; PyTorch is "
+          f"timed in a separate process, with the same thread count, alternating with ours over {ROUNDS} "
+          f"rounds; each cell is its fastest round's median.\n")
     gc.collect()
     print("## Memory of attention with return_weights=False\n")
-    print("| H | T | d_k | extra peak RSS during the call | of which the output | weights it did not build |")
-    print("|---|---|---|---|---|---|")
+    print("| H | T | d_k | extra peak RSS during the call | the output | K and V transposed | "
+          "weights it did not build |")
+    print("|---|---|---|---|---|---|---|")
     print(memory_row())
 
 
