@@ -751,7 +751,7 @@ def small_attention(Q, K, V, mask, scale, limit, min_work):
     elif ok:
         s64 = 1.0 / math.sqrt(dk) if scale != scale else scale
         pq, pk, pv = _finite_peak(Q), _finite_peak(K), _finite_peak(V)
-        ok = pq >= 0.0 and pk >= 0.0 and pv >= 0.0 and pq * pk * dk * abs(s64) <= limit
+        ok = pq >= 0.0 and pk >= 0.0 and pv >= 0.0 and pq * abs(s64) * max(pk * dk, 1.0) <= limit
         for v in M4.ravel():                    # 0, finite or -inf; never NaN or +inf
             ok = ok and v == v and v != np.inf
         if ok:

@@ -245,6 +245,18 @@ def test_attention_refuses_bad_input_with_a_clear_message(args, message):
         at.attention(*args)
 
 
+@pytest.mark.parametrize("T", [3, 64])   # the one-call path for small inputs, and the kernels'
+def test_queries_times_scale_must_fit_on_every_path(T):
+    """The kernels scale the queries before the dot products: Q * scale beyond float32 is refused
+    (even where tiny keys would keep the scores themselves small), the same way at every size."""
+    Q = np.full((T, 2), 1e30, np.float32)
+    K = np.full((T, 2), 1e-30, np.float32)
+    with pytest.raises(ValueError, match="too large"):
+        at.attention(Q, K, K, scale=1e10, backend="cpu")
+    out, A = at.attention(Q, K, K, scale=1e5, backend="cpu")   # Q * scale = 1e35 fits
+    np.testing.assert_allclose(A.sum(-1), 1.0, rtol=1e-6)
+
+
 def test_float32_overflow_is_refused_but_float64_is_fine():
     big = np.full((2, 2), 1e20, np.float32)
     with pytest.raises(ValueError, match="float32"):
