@@ -49,27 +49,23 @@ def _mask_row(mask, b, h, i):
 
 
 @njit(inline="always", **_jit)
-def _transpose_into(X, b, h, j0, j1, Xt):
-    """``Xt[:, j] = X[b, h, j0 + j]`` for ``j < j1 - j0``: keys (or values) along the fast axis,
-    so the loops over keys run several keys at once in SIMD lanes.
-
-    Row by row of ``Xt`` (contiguous stores, strided loads): 2-4x faster than key by key, whose
-    stores, a power of two bytes apart, all fell into the same few cache sets.
-    """
-    for d in range(X.shape[3]):
-        row = Xt[d]
-        for j in range(j1 - j0):
-            row[j] = X[b, h, j0 + j, d]
-
-
-@njit(inline="always", **_jit)
 def _heads_transposed(X):
-    """``X`` (B, H, Tk, d) as (B, H, d, Tk): done once per head, before the work is split into
-    blocks of queries (each block transposing for itself cost as much as its arithmetic)."""
+    """``X`` (B, H, Tk, d) as (B, H, d, Tk): keys (or values) along the fast axis, so the loops
+    over keys run several keys at once in SIMD lanes.
+
+    Done once per head, before the work is split into blocks of queries (each block transposing
+    for itself cost as much as its arithmetic), and row by row of the result (contiguous stores,
+    strided loads): 2-4x faster than key by key, whose stores, a power of two bytes apart, all fell
+    into the same few cache sets.
+    """
     B, H, Tk, d = X.shape
     Xt = np.empty((B, H, d, Tk), dtype=X.dtype)
     for u in prange(B * H):
-        _transpose_into(X, u // H, u % H, 0, Tk, Xt[u // H, u % H])
+        b, h = u // H, u % H
+        for c in range(d):
+            row = Xt[b, h, c]
+            for j in range(Tk):
+                row[j] = X[b, h, j, c]
     return Xt
 
 
