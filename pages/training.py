@@ -238,7 +238,8 @@ if view.runs and not view.running:
                            file_name=f"encoder_{run.spec.task}_{run.step}steps.npz",
                            mime="application/octet-stream")
         st.caption("One array per parameter, named as in the design note (`embed`, `layers.0.W_Q`, ..., "
-                   "`W_cls`). The head count is not stored: set it above before uploading.")
+                   "`W_cls`), plus the head count and the positional encoding (`config.n_heads`, "
+                   "`config.positional`), so an upload rebuilds exactly this model.")
     except ValueError as err:
         st.error(str(err))
 

@@ -197,6 +197,36 @@ def test_save_load_round_trip(tmp_path):
     assert (inferred.n_layers, inferred.d_model, inferred.positional, inferred.seq_len) == (3, 16, "learned", 16)
 
 
+def test_saved_settings_rebuild_the_config(tmp_path):
+    """Heads and positional encoding are not in the weights' shapes: save stores them and a load
+    without a config rebuilds exactly the saved one; a file without them gets the defaults."""
+    cfg = EncoderConfig(positional="none", n_layers=2, d_model=12, n_heads=3)
+    params = encoder.init_params(cfg, seed=1)
+    path = tmp_path / "model.npz"
+    encoder.save(params, path, cfg)
+    loaded, rebuilt, settings = encoder.load_with_settings(path)
+    assert settings == {"n_heads": 3, "positional": "none"} and rebuilt == cfg
+    assert set(loaded) == set(params)                       # the settings are not parameters
+    assert set(encoder.load(path, cfg)) == set(params)
+    encoder.save(params, path)
+    _, plain, settings = encoder.load_with_settings(path)
+    assert settings == {} and (plain.n_heads, plain.positional) == (4, "sinusoidal")
+
+
+@pytest.mark.parametrize("bad, message", [
+    ({"config.n_heads": np.array(2.5)}, "not one this encoder knows"),
+    ({"config.n_heads": np.array([2, 2])}, "not one this encoder knows"),
+    ({"config.positional": np.array("rotary")}, "not one this encoder knows"),
+    ({"config.colour": np.array(1)}, "not one this encoder knows"),
+    ({"config.n_heads": np.array(5)}, "divide"),               # 5 does not divide d_model = 32
+    ({"config.positional": np.array("sinusoidal"), "pos": np.zeros((16, 32))}, "learned position table"),
+])
+def test_bad_saved_settings_are_refused(tmp_path, bad, message):
+    arrays = dict(encoder.init_params(EncoderConfig(), seed=0), **bad)
+    with pytest.raises(ValueError, match=message):
+        encoder.load(_save_dict(tmp_path, arrays))
+
+
 def _save_dict(tmp_path, arrays, name="bad.npz"):
     path = tmp_path / name
     np.savez(path, **arrays)

@@ -130,15 +130,17 @@ def test_bad_upload_bytes_give_a_message_and_change_nothing(at):
 
 
 def test_good_upload_is_loaded_and_evaluated(at):
-    source = Trainer()
-    source.start(RunSpec(task="sum", n_layers=1, d_model=16, n_heads=4, steps=10, n_train=SIZES[0],
-                         n_val=SIZES[1], n_test=SIZES[2]))
+    source = Trainer()        # 2 heads and no positional encoding, unlike the page's settings
+    source.start(RunSpec(task="sum", n_layers=1, d_model=16, n_heads=2, positional="none", steps=10,
+                         n_train=SIZES[0], n_val=SIZES[1], n_test=SIZES[2]))
     assert source.join(30)
     at.run()
     at.session_state["training.upload_bytes"] = source.weights_npz()
     at.run()
     assert not at.exception and not at.error
-    assert "Loaded test upload" in texts(at.success) and "number of heads" in texts(at.caption)
+    assert "Loaded test upload" in texts(at.success) and "does not record" not in texts(at.caption)
+    assert trainer_of(at).view().runs[0].spec.n_heads == 2
+    assert trainer_of(at).view().runs[0].spec.positional == "none"
     view = trainer_of(at).view()
     assert view.status == "loaded" and view.runs[0].test_acc == source.view().runs[0].test_acc
     assert any(m.label.startswith("Test accuracy") for m in at.metric)
@@ -160,6 +162,18 @@ def test_ablations_run_in_the_worker_and_show_side_by_side(at):
     assert all(r.spec.task == "increasing" and r.step == 8 for r in abl.view().runs)
     tables = " ".join(t.value.to_string() for t in at.table)
     assert "no PE, 4 heads" in tables and "PE, 1 head" in tables
+
+
+def test_upload_without_recorded_settings_takes_them_from_the_page(at):
+    cfg = encoder.EncoderConfig(n_layers=1, d_model=16, n_heads=2)
+    buffer = io.BytesIO()
+    encoder.save(encoder.init_params(cfg, seed=0), buffer)          # no cfg: weights only
+    at.run()
+    at.session_state["training.upload_bytes"] = buffer.getvalue()
+    at.run()
+    assert not at.exception and not at.error
+    assert "does not record the number of heads" in texts(at.caption)
+    assert trainer_of(at).view().runs[0].spec.n_heads == 4            # the page's setting
 
 
 def test_a_compressed_bomb_is_refused_before_unpacking(at):

@@ -321,10 +321,11 @@ class Trainer:
             return {k: v.copy() for k, v in run.state.params.items()}, run.cfg
 
     def weights_npz(self, index: int = 0) -> bytes:
-        """Run ``index``'s parameters as ``.npz`` bytes, one array per design name."""
-        params, _ = self.params(index)
+        """Run ``index``'s parameters as ``.npz`` bytes, one array per design name, with the head
+        count and the positional encoding (see :func:`core.encoder.save`)."""
+        params, cfg = self.params(index)
         buffer = io.BytesIO()
-        encoder.save(params, buffer)
+        encoder.save(params, buffer, cfg)
         return buffer.getvalue()
 
     # -- the worker ----------------------------------------------------------------------------------
@@ -466,10 +467,10 @@ def weights_from_upload(raw: bytes, *, n_heads: int, positional: str,
                         max_mb: float = limits.MAX_UPLOAD_MB) -> tuple[dict, EncoderConfig, list[str]]:
     """Check an uploaded ``.npz`` and rebuild its config: ``(params, cfg, notes)``.
 
-    The archive is read by ``core.encoder.load`` (no pickles; every name, shape and value
-    checked). The file records neither the head count nor, without a ``pos`` array, the kind of
-    positional encoding: those come from the page's settings (``n_heads`` when it divides the
-    file's d_model) and are listed in ``notes``. Anything wrong raises ``ValueError``.
+    The archive is read by ``core.encoder.load_with_settings`` (no pickles; every name, shape and
+    value checked). Files saved by this dashboard record the head count and the positional
+    encoding; for a file that does not, those come from the page's settings (``n_heads`` when it
+    divides the file's d_model) and ``notes`` says so. Anything wrong raises ``ValueError``.
     """
     size = len(raw)
     if size > max_mb * 2 ** 20:
@@ -477,18 +478,18 @@ def weights_from_upload(raw: bytes, *, n_heads: int, positional: str,
     if size == 0:
         raise ValueError("The file is empty.")
     _check_unpacked_size(raw, max_mb)
-    params = encoder.load(raw)                         # infers a config and checks everything
-    cfg = encoder.infer_config(params)
+    params, cfg, stored = encoder.load_with_settings(raw)    # infers a config and checks everything
     notes = []
-    heads = int(n_heads)
-    if heads < 1 or cfg.d_model % heads:
-        notes.append(f"The file does not record the number of heads, and {heads} does not divide its "
-                     f"d_model = {cfg.d_model}: using {cfg.n_heads}.")
-        heads = cfg.n_heads
-    else:
-        notes.append(f"The file does not record the number of heads: using {heads} from the settings.")
-    if cfg.positional == "learned":
-        kind = "learned"
+    heads = stored.get("n_heads", int(n_heads))
+    if "n_heads" not in stored:
+        if heads < 1 or cfg.d_model % heads:
+            notes.append(f"The file does not record the number of heads, and {heads} does not divide its "
+                         f"d_model = {cfg.d_model}: using {cfg.n_heads}.")
+            heads = cfg.n_heads
+        else:
+            notes.append(f"The file does not record the number of heads: using {heads} from the settings.")
+    if "positional" in stored or cfg.positional == "learned":
+        kind = cfg.positional
     elif positional in ("sinusoidal", "none"):
         kind = positional
         notes.append(f"The file has no learned position table: using the '{kind}' encoding from the settings.")
