@@ -5,12 +5,22 @@ import streamlit as st
 
 from core import attention, masks, positional
 from core.limits import MAX_HEADS, MAX_TOKENS
-from ui import charts
+from ui import charts, state
 from ui.widgets import chosen_backend, chosen_dtype, ensure_kernels, kernel_source, timed, tokens_from
 
 D_MODEL = 8
+PAGE = "masks"
+HEAD_CHOICES = tuple(str(h) for h in (1, 2, 4, 8) if h <= MAX_HEADS)
+# Every control's value, kept in the page's address so a link reopens this exact configuration.
+SPEC = {"sentence": state.text_field("the tired cat sat on the warm mat"),
+        "lengths": state.text_field("6, 3, 5"), "T": state.int_field(6, 1, MAX_TOKENS),
+        "heads": state.choice_field("2", HEAD_CHOICES), "causal": state.bool_field(False),
+        "source": state.text_field("je suis étudiant"), "target": state.text_field("i am a student")}
+k = lambda name: state.key(PAGE, name)  # noqa: E731
+
 st.title("Masks and cross-attention")
 ensure_kernels()
+state.restore(PAGE, SPEC)
 st.markdown("A mask decides which keys each query may see; cross-attention lets one sequence read "
             "another. All weights below come from our kernels, with fixed seeded inputs and weights.")
 with st.expander("What to look for"):
@@ -38,7 +48,7 @@ def embed(words, d_model: int, seed: int = 1):
 st.header("The causal mask")
 st.latex(r"M_{ij} = \begin{cases} 0 & j \le i \\ -\infty & j > i \end{cases} \qquad "
          r"A = \mathrm{softmax}\!\left(\frac{QK^\top}{\sqrt{d_k}} + M\right)")
-sentence = st.text_input("Sentence", "the tired cat sat on the warm mat", key="m_sentence")
+sentence = st.text_input("Sentence", key=k("sentence"))
 st.caption(f"At most {MAX_TOKENS} words; one head, d_model = {D_MODEL}.")
 try:
     words = tokens_from(sentence, max_tokens=MAX_TOKENS)
@@ -68,10 +78,10 @@ st.markdown("Sequences of different lengths share one array by padding the short
             "over queries and heads.")
 st.latex(r"M^{(b)}_{ij} = \begin{cases} 0 & j < \ell_b \\ -\infty & j \ge \ell_b \end{cases}")
 p1, p2, p3 = st.columns(3)
-typed = p1.text_input("Lengths in the batch", "6, 3, 5", key="m_lengths")
-T_pad = p2.slider("Padded length T", 1, MAX_TOKENS, 6, key="m_T")
-n_heads = p3.select_slider("Heads", [h for h in (1, 2, 4, 8) if h <= MAX_HEADS], 2, key="m_heads")
-also_causal = st.checkbox("Also causal (a decoder's batch)", key="m_causal")
+typed = p1.text_input("Lengths in the batch", key=k("lengths"))
+T_pad = p2.slider("Padded length T", 1, MAX_TOKENS, key=k("T"))
+n_heads = int(p3.select_slider("Heads", HEAD_CHOICES, key=k("heads")))
+also_causal = st.checkbox("Also causal (a decoder's batch)", key=k("causal"))
 try:
     try:
         lengths = [int(x) for x in typed.replace(",", " ").split()]
@@ -104,8 +114,8 @@ st.header("Cross-attention: the decoder reads the encoder")
 st.latex(r"\mathrm{CrossAttn}(Y, H^{enc}) = \mathrm{softmax}\!\left(\frac{(Y W_Q)(H^{enc} W_K)^\top}{\sqrt{d_k}}"
          r"\right) H^{enc} W_V, \qquad A \in \mathbb{R}^{T_q \times T_k}")
 c1, c2 = st.columns(2)
-source = c1.text_input("Source (encoder side)", "je suis étudiant", key="m_source")
-target = c2.text_input("Target so far (decoder side)", "i am a student", key="m_target")
+source = c1.text_input("Source (encoder side)", key=k("source"))
+target = c2.text_input("Target so far (decoder side)", key=k("target"))
 try:
     src = tokens_from(source, max_tokens=MAX_TOKENS)
     tgt = tokens_from(target, max_tokens=MAX_TOKENS)
@@ -137,3 +147,4 @@ st.dataframe(pd.DataFrame({
 }), hide_index=True)
 st.markdown("Rule of thumb: read a sequence, use an encoder; write one from scratch, a decoder; rewrite "
             "one sequence as another, both, joined by cross-attention.")
+state.publish(PAGE, SPEC)

@@ -30,8 +30,8 @@ def test_page_runs_with_its_sections_and_measurements():
 
 def test_cross_attention_is_rectangular_and_follows_the_inputs():
     at = AppTest.from_file(PAGE, default_timeout=60).run()
-    at.text_input(key="m_source").set_value("a b c d e f g")
-    at.text_input(key="m_target").set_value("x y").run()
+    at.text_input(key="masks.source").set_value("a b c d e f g")
+    at.text_input(key="masks.target").set_value("x y").run()
     assert not at.exception
     assert "weights of shape **2 × 7** per head" in _text(at)
     # the same operation, directly: X_kv sets the key axis
@@ -44,8 +44,8 @@ def test_cross_attention_is_rectangular_and_follows_the_inputs():
 
 def test_padding_with_a_causal_mask_an_empty_sequence_and_bad_lengths():
     at = AppTest.from_file(PAGE, default_timeout=60).run()
-    at.text_input(key="m_lengths").set_value("6, 2, 0")
-    at.checkbox(key="m_causal").check().run()
+    at.text_input(key="masks.lengths").set_value("6, 2, 0")
+    at.checkbox(key="masks.causal").check().run()
     assert not at.exception and not at.error
     assert "largest weight on a padded key is **0.0**" in _text(at)
     # what the page computes: padded keys get exactly 0, an empty sequence gets zero rows (not NaN)
@@ -57,5 +57,31 @@ def test_padding_with_a_causal_mask_an_empty_sequence_and_bad_lengths():
     assert np.all(np.triu(A[0, 0], 1) == 0.0)
     # bad lengths: a message, never a traceback
     for typed, message in (("6, 9", "between 0 and T = 6"), ("a, b", "whole numbers")):
-        at.text_input(key="m_lengths").set_value(typed).run()
+        at.text_input(key="masks.lengths").set_value(typed).run()
         assert not at.exception and message in at.error[0].value
+
+
+def test_a_link_restores_every_control_and_changes_are_written_back():
+    at = AppTest.from_file(PAGE, default_timeout=60)
+    for name, value in {"sentence": "a b c", "lengths": "2, 4", "T": "4", "heads": "4", "causal": "1",
+                        "source": "x y", "target": "p q r s t"}.items():
+        at.query_params[name] = value
+    at.run()
+    assert not at.exception and not at.error and not at.warning
+    assert at.text_input(key="masks.sentence").value == "a b c"
+    assert at.slider(key="masks.T").value == 4 and at.select_slider(key="masks.heads").value == "4"
+    assert at.checkbox(key="masks.causal").value
+    assert "weights of shape **5 × 2** per head" in _text(at)          # 5 target, 2 source words
+    at.slider(key="masks.T").set_value(7).run()
+    assert at.query_params["T"] == "7" and at.query_params["sentence"] == "a b c"
+    at.slider(key="masks.T").set_value(6).run()                       # back to the default: left out
+    assert "T" not in at.query_params
+
+
+def test_a_bad_link_is_a_warning_and_the_defaults():
+    at = AppTest.from_file(PAGE, default_timeout=60)
+    at.query_params["heads"] = "3"
+    at.query_params["T"] = "999"
+    at.run()
+    assert not at.exception and at.warning
+    assert at.select_slider(key="masks.heads").value == "2" and at.slider(key="masks.T").value == 6
