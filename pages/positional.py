@@ -5,14 +5,24 @@ import streamlit as st
 
 from core import masks, positional
 from core.limits import MAX_D_MODEL, MAX_PE_POSITIONS, MAX_TOKENS
-from ui import charts
+from ui import charts, state
 from ui.widgets import chosen_backend, chosen_dtype, ensure_kernels, kernel_source, timed, tokens_from
 
 DRAW_POSITIONS = 128   # heatmaps draw at most this many positions (the numbers use all of them)
 DRAW_DIMS = 64
+PAGE = "positional"
+# Every control's value, kept in the page's address so a link reopens this exact configuration.
+SPEC = {"a": state.text_field("dog bites man"), "b": state.text_field("man bites dog"),
+        "T": state.int_field(50, 2, MAX_PE_POSITIONS), "d": state.int_field(128, 2, MAX_D_MODEL),
+        "base": state.float_field(10000.0, 2.0, 1e6), "from": state.int_field(0, 0, MAX_PE_POSITIONS - 1),
+        "k": state.int_field(5, 1, MAX_PE_POSITIONS - 1), "Tc": state.int_field(100, 16, MAX_PE_POSITIONS),
+        "Ts": state.int_field(8, 4, MAX_TOKENS)}
+key = lambda name: state.key(PAGE, name)  # noqa: E731
 
 st.title("Positional encoding")
 ensure_kernels()
+state.restore(PAGE, SPEC)
+st.session_state[key("d")] -= st.session_state[key("d")] % 2    # the d_model slider moves in steps of 2
 st.markdown("Attention compares every token with every other, but nothing in it says *where* a token "
             "sits. This page measures that blindness, then looks at the codes that cure it.")
 with st.expander("What to look for"):
@@ -27,8 +37,8 @@ with st.expander("What to look for"):
 # 1. order blindness ------------------------------------------------------------------------------
 st.header("Attention alone is blind to order")
 c1, c2 = st.columns(2)
-sentence_a = c1.text_input("Sentence A", "dog bites man", key="pe_a")
-sentence_b = c2.text_input("Sentence B (the same words, reordered)", "man bites dog", key="pe_b")
+sentence_a = c1.text_input("Sentence A", key=key("a"))
+sentence_b = c2.text_input("Sentence B (the same words, reordered)", key=key("b"))
 st.caption(f"At most {MAX_TOKENS} words. One layer: d_model = 8, 2 heads, fixed seeded embeddings and weights.")
 try:
     words_a = tokens_from(sentence_a, max_tokens=MAX_TOKENS)
@@ -61,9 +71,9 @@ st.header("The sinusoidal code")
 st.latex(r"PE_{p,\,2i} = \sin\!\left(\frac{p}{b^{2i/d}}\right), \qquad "
          r"PE_{p,\,2i+1} = \cos\!\left(\frac{p}{b^{2i/d}}\right), \qquad b = 10000")
 s1, s2, s3 = st.columns(3)
-T = s1.slider("Positions T", 2, MAX_PE_POSITIONS, 50, key="pe_T")
-d_model = s2.slider("d_model", 2, MAX_D_MODEL, 128, step=2, key="pe_d")
-base = s3.number_input("Base b", 2.0, 1e6, 10000.0, key="pe_base")
+T = s1.slider("Positions T", 2, MAX_PE_POSITIONS, key=key("T"))
+d_model = s2.slider("d_model", 2, MAX_D_MODEL, step=2, key=key("d"))
+base = s3.number_input("Base b", 2.0, 1e6, key=key("base"))
 st.caption(f"Caps: T ≤ {MAX_PE_POSITIONS}, d_model ≤ {MAX_D_MODEL}; heatmaps draw the first "
            f"{DRAW_POSITIONS} positions and {DRAW_DIMS} dimensions.")
 try:
@@ -84,7 +94,8 @@ right.vega_lite_chart(charts.heatmap(C[:DRAW_POSITIONS, :DRAW_POSITIONS], pos_la
                                   size=360, annotate=False))
 kernel_source(["sinusoidal"], t_pe)
 
-origin = st.slider("Similarity from position", 0, T - 1, 0, key="pe_from")
+st.session_state[key("from")] = min(st.session_state[key("from")], T - 1)   # within this T
+origin = st.slider("Similarity from position", 0, T - 1, key=key("from"))
 curve = pd.DataFrame({"position": np.arange(T), "cosine": positional.similarity_from(PE, origin)})
 st.vega_lite_chart(charts.lines(curve, "position", "cosine", title=f"cosine similarity to position {origin}",
                              y_domain=(-1, 1)), width="stretch")
@@ -93,7 +104,8 @@ st.subheader("The dot product depends only on the offset")
 st.latex(r"PE_p \cdot PE_{p+k} = \sum_i \bigl[\sin(p\omega_i)\sin((p{+}k)\omega_i) + "
          r"\cos(p\omega_i)\cos((p{+}k)\omega_i)\bigr] = \sum_i \cos(k\,\omega_i)")
 if T > 2:
-    k = st.slider("Offset k", 1, T - 1, min(5, T - 1), key="pe_k")
+    st.session_state[key("k")] = min(st.session_state[key("k")], T - 1)
+    k = st.slider("Offset k", 1, T - 1, key=key("k"))
 else:  # a slider needs two values to choose from
     k = 1
     st.caption("Offset k = 1 (the only offset two positions allow).")
@@ -111,7 +123,7 @@ st.markdown(f"Sinusoidal: every p gives {sin_dots.mean():.6f}; spread max − mi
             f"size {np.abs(learned_dots).max():.1e}, no such rule.")
 
 st.subheader("Too narrow a code: positions that nearly collide")
-T_c = st.slider("Positions searched", 16, MAX_PE_POSITIONS, 100, key="pe_Tc")
+T_c = st.slider("Positions searched", 16, MAX_PE_POSITIONS, key=key("Tc"))
 widths = [2, 4, 8, 16, 32, 64]
 pairs = positional.collisions_by_width(T_c, widths, base, backend=chosen_backend())
 st.dataframe(pd.DataFrame({
@@ -123,7 +135,7 @@ st.markdown("Where *apart* is 1, the nearest code to a position is its neighbour
 
 # 3. other ways to tell position -----------------------------------------------------------------
 st.header("Other codes, seen in the scores")
-T_s = st.slider("Positions for the score maps", 4, MAX_TOKENS, 8, key="pe_Ts")
+T_s = st.slider("Positions for the score maps", 4, MAX_TOKENS, key=key("Ts"))
 labels = [str(p) for p in range(T_s)]
 st.markdown("**Learned positions** (BERT): one trainable vector per position. Before training they are "
             "random, so position-only scores P Pᵀ/√d have no structure, and a position beyond the table "
@@ -152,3 +164,4 @@ st.vega_lite_chart(charts.heatmap_grid([np.where(np.isinf(S), np.nan, S) for S i
                                     [f"head {h + 1}: slope {m:.3f}" for h, m in enumerate(positional.alibi_slopes(H_alibi))],
                                     kind="signed", value_name="score", columns=4, size=180))
 st.caption("ALiBi maps use Q = K = 0 under a causal mask, so what you see is the bias alone; masked cells are blank.")
+state.publish(PAGE, SPEC)

@@ -42,16 +42,33 @@ def test_offset_property_and_collisions_on_screen():
 
 def test_widgets_rerun_and_bad_input_is_a_message():
     at = AppTest.from_file(PAGE, default_timeout=60).run()
-    at.text_input(key="pe_b").set_value("man bites cat").run()
+    at.text_input(key="positional.b").set_value("man bites cat").run()
     assert not at.exception and "same words" in at.error[0].value
-    at.text_input(key="pe_a").set_value("the cat saw the dog")
-    at.text_input(key="pe_b").set_value("the dog saw the cat").run()
+    at.text_input(key="positional.a").set_value("the cat saw the dog")
+    at.text_input(key="positional.b").set_value("the dog saw the cat").run()
     assert not at.exception and not at.error
-    at.text_input(key="pe_a").set_value(" ".join(["w"] * 17)).run()
+    at.text_input(key="positional.a").set_value(" ".join(["w"] * 17)).run()
     assert "at most 16" in at.error[0].value
-    at.slider(key="pe_d").set_value(4)
-    at.slider(key="pe_k").set_value(3)
-    at.slider(key="pe_from").set_value(10).run()
+    at.slider(key="positional.d").set_value(4)
+    at.slider(key="positional.k").set_value(3)
+    at.slider(key="positional.from").set_value(10).run()
     assert not at.exception
     dots = positional.offset_dot_products(positional.sinusoidal(50, 4, backend="cpu"), 3)
     assert f"every p gives {dots.mean():.6f}" in " ".join(m.value for m in at.markdown)
+
+
+def test_a_link_restores_the_controls_and_out_of_range_positions_are_clamped():
+    at = AppTest.from_file(PAGE, default_timeout=60)
+    for name, value in {"a": "a b c", "b": "c b a", "T": "12", "d": "7", "base": "500", "from": "40",
+                        "k": "30", "Tc": "20", "Ts": "5"}.items():
+        at.query_params[name] = value
+    at.run()
+    assert not at.exception and not at.error and not at.warning
+    assert at.text_input(key="positional.a").value == "a b c"
+    assert at.slider(key="positional.T").value == 12 and at.slider(key="positional.d").value == 6   # even
+    assert at.number_input(key="positional.base").value == 500.0
+    assert at.slider(key="positional.from").value == 11 and at.slider(key="positional.k").value == 11
+    dots = positional.offset_dot_products(positional.sinusoidal(12, 6, 500.0, backend="cpu"), 11)
+    assert f"every p gives {dots.mean():.6f}" in " ".join(m.value for m in at.markdown)
+    at.slider(key="positional.T").set_value(20).run()
+    assert at.query_params["T"] == "20" and at.query_params["base"] == "500"
