@@ -10,13 +10,12 @@ import math
 from typing import NamedTuple
 
 import numpy as np
-from numba import njit
 
 from core import backend as _backend
 from core import cpu as _cpu
 from core.reference import merge_heads, split_heads  # pure reshapes: (..., T, H*d) <-> (..., H, T, d)
-from core.validate import (as_float_array, as_float_array_with_peak, check_heads, common_dtype, max_abs,
-                           max_abs_of_each, require_ndim, require_nonempty, same_float_arrays)
+from core.validate import (as_float_array, as_float_array_with_peak, check_heads, common_dtype, mask_values_ok,
+                           max_abs, max_abs_of_each, require_ndim, require_nonempty, same_float_arrays)
 
 __all__ = ["attention", "multi_head_attention", "filter_bank", "split_heads", "merge_heads",
            "MHAResult", "scores"]
@@ -61,19 +60,6 @@ def _broadcasts_fast(shape: tuple, target: tuple) -> bool:
     return True
 
 
-@njit(cache=True)
-def _mask_values_ok(m):
-    """No NaN and no +inf in a flat mask (0, finite numbers and -inf are allowed).
-
-    Counts the bad entries over the whole mask instead of stopping at the first: a loop without an
-    exit vectorises, which makes checking a (T, T) causal mask several times faster."""
-    bad = 0
-    for i in range(m.shape[0]):
-        v = m[i]
-        bad += (v != v) | (v == np.inf)
-    return bad == 0
-
-
 def _prepare_mask(mask, target: tuple, dtype) -> np.ndarray:
     """An additive mask as a compact 4-D array whose axes are 1 (broadcast) or full size.
 
@@ -84,7 +70,7 @@ def _prepare_mask(mask, target: tuple, dtype) -> np.ndarray:
     if (type(mask) is np.ndarray and mask.dtype == dtype and mask.flags.c_contiguous
             and _broadcasts_fast(mask.shape, target)):
         # Hot path: already an additive mask of the right dtype; one compiled pass checks it.
-        if not _mask_values_ok(mask.ravel()):
+        if not mask_values_ok(mask.ravel()):
             raise ValueError("The mask may hold 0, finite numbers or -inf, but not NaN or +inf.")
         return mask if mask.ndim == 4 else mask.reshape((1,) * (4 - mask.ndim) + mask.shape)
     m = np.asarray(mask)

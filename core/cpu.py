@@ -20,7 +20,8 @@ from numba import njit, prange
 from numba.extending import overload
 
 from core.fastexp import fast_exp
-from core.floatbits import max_of
+from core.floatbits import max_abs_bits, max_of
+from core.validate import mask_values_ok
 
 # Reassociation lets LLVM vectorise the dot products; no flag here touches inf/NaN semantics,
 # which the -inf masks rely on (so no 'nnan', 'ninf' or plain fastmath=True).
@@ -667,19 +668,6 @@ def _view_like_overload(x4, ref):
 
 
 @njit(inline="always", **_jit)
-def _finite_peak(x):
-    """``max |x|`` over a contiguous array, or -1 as soon as an entry is NaN or infinite."""
-    best = 0.0
-    for v in x.ravel():
-        if not math.isfinite(v):
-            return -1.0
-        a = abs(v)
-        if a > best:
-            best = a
-    return best
-
-
-@njit(inline="always", **_jit)
 def _small_rows(Q, K, V, mask, scale, A, out):
     """``A = softmax(Q K^T * scale + M)``, ``out = A V`` with plain loops and no scratch arrays:
     for a handful of keys the key transpose and four-way unrolling of the big kernel cost more
@@ -746,10 +734,9 @@ def small_attention(Q, K, V, mask, scale, limit, min_work):
         status = SMALL_TOO_BIG
     elif ok:
         s64 = 1.0 / math.sqrt(dk) if scale != scale else scale
-        pq, pk, pv = _finite_peak(Q), _finite_peak(K), _finite_peak(V)
-        ok = pq >= 0.0 and pk >= 0.0 and pv >= 0.0 and pq * abs(s64) * max(pk * dk, 1.0) <= limit
-        for v in M4.ravel():                    # 0, finite or -inf; never NaN or +inf
-            ok = ok and v == v and v != np.inf
+        pq, pk, pv = max_abs_bits(Q.ravel()), max_abs_bits(K.ravel()), max_abs_bits(V.ravel())
+        ok = (math.isfinite(pq) and math.isfinite(pk) and math.isfinite(pv)
+              and pq * abs(s64) * max(pk * dk, 1.0) <= limit and mask_values_ok(M4.ravel()))
         if ok:
             A4 = np.empty((B, H, Tq, Tk), dtype=Q.dtype)
             out4 = np.empty((B, H, Tq, dv), dtype=Q.dtype)

@@ -48,8 +48,23 @@ def _max_abs_flat(x):
 
 
 @njit(cache=True)
-def _max_abs_of_each(a, b, c):
+def max_abs_of_each(a, b, c):
+    """``(max |a|, max |b|, max |c|)`` for C-contiguous float arrays, in one compiled call
+    (each non-finite when its array holds NaN or infinity)."""
     return _max_abs_flat(a.ravel()), _max_abs_flat(b.ravel()), _max_abs_flat(c.ravel())
+
+
+@njit(cache=True)
+def mask_values_ok(m):
+    """No NaN and no +inf in a flat mask (0, finite numbers and -inf are allowed).
+
+    Counts the bad entries over the whole mask instead of stopping at the first: a loop without an
+    exit vectorises, which makes checking a (T, T) causal mask several times faster."""
+    bad = 0
+    for i in range(m.shape[0]):
+        v = m[i]
+        bad += (v != v) | (v == np.inf)
+    return bad == 0
 
 
 def max_abs(arr: np.ndarray) -> float:
@@ -58,12 +73,6 @@ def max_abs(arr: np.ndarray) -> float:
     Magnitudes are compared as integers (see :func:`core.floatbits.max_abs_bits`): the loop
     vectorises, 5-10x faster than a float loop that stops at the first non-finite entry."""
     return _max_abs_flat(arr.reshape(-1))
-
-
-def max_abs_of_each(a, b, c):
-    """``(max |a|, max |b|, max |c|)`` for C-contiguous float arrays, in one compiled call
-    (each non-finite when its array holds NaN or infinity)."""
-    return _max_abs_of_each(a, b, c)
 
 
 def same_float_arrays(*arrays) -> bool:
