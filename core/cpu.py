@@ -19,6 +19,8 @@ import numpy as np
 from numba import njit, prange
 from numba.extending import overload
 
+from core import simd
+from core.borrow import borrowed
 from core.fastexp import fast_exp
 from core.floatbits import max_abs_bits, max_of
 from core.validate import mask_values_ok
@@ -50,33 +52,59 @@ def _mask_row(mask, b, h, i):
 
 
 @njit(inline="always", **_jit)
-def _heads_transposed(X):
-    """``X`` (B, H, Tk, d) as (B, H, d, Tk): keys (or values) along the fast axis, so the loops
-    over keys run several keys at once in SIMD lanes.
+def _round_up(n, step):
+    return (n + step - 1) // step * step
+
+
+@njit(inline="always", **_jit)
+def _keys_transposed(K, Kt):
+    """``Kt[b, h, :, j] = K[b, h, j]``: keys along the fast axis, so that one SIMD vector holds
+    one feature of several keys. ``Kt`` is wider than the key count and zero beyond it, so whole
+    vectors may run past the last key.
 
     Done once per head, before the work is split into blocks of queries (each block transposing
-    for itself cost as much as its arithmetic), and row by row of the result (contiguous stores,
-    strided loads): 2-4x faster than key by key, whose stores, a power of two bytes apart, all fell
-    into the same few cache sets.
+    for itself cost as much as its arithmetic), key by key (contiguous loads, strided stores): the
+    padding keeps the stride off powers of two, whose stores all fell into the same few cache sets.
     """
-    B, H, Tk, d = X.shape
-    Xt = np.empty((B, H, d, Tk), dtype=X.dtype)
+    B, H, Tk, d = K.shape
     for u in prange(B * H):
         b, h = u // H, u % H
+        kt = Kt[b, h]
+        for j in range(Tk):
+            k = K[b, h, j]
+            for c in range(d):
+                kt[c, j] = k[c]
         for c in range(d):
-            row = Xt[b, h, c]
-            for j in range(Tk):
-                row[j] = X[b, h, j, c]
-    return Xt
+            _fill(kt[c], Tk, kt.shape[1], 0.0)
+
+
+@njit(inline="always", **_jit)
+def _values_padded(V, Vp):
+    """``Vp[b, h, j, :d_v] = V[b, h, j]``, zero beyond: value rows a whole number of vectors long."""
+    B, H, Tk, dv = V.shape
+    for u in prange(B * H):
+        b, h = u // H, u % H
+        for j in range(Tk):
+            row, v = Vp[b, h, j], V[b, h, j]
+            for c in range(dv):
+                row[c] = v[c]
+            _fill(row, dv, row.shape[0], 0.0)
 
 
 @njit(inline="always", **_jit)
 def _fill(x, lo, hi, value):
     """``x[lo:hi] = value`` as a plain loop (a slice assignment costs ~20 ns of setup, which
     dominates at the lesson pages' six-token rows)."""
-    y = x[lo:hi]                               # zero-based, so the loop vectorises (see _scores_into)
+    y = x[lo:hi]                               # zero-based, so the loop vectorises (see _add_mask)
     for j in range(hi - lo):
         y[j] = value
+
+
+@njit(inline="always", **_jit)
+def _copy(x, y, n):
+    """``y[:n] = x[:n]`` as a plain loop (see :func:`_fill`)."""
+    for j in range(n):
+        y[j] = x[j]
 
 
 @njit(inline="always", **_jit)
@@ -98,42 +126,14 @@ def _live_keys(m, j0, n):
     return (lo, hi) if lo < hi else (0, 0)
 
 
-@njit(**_jit)
-def _scores_into(Q, Kt, mask, scale, b, h, i, j0, n, out):
-    """``out[j] = Q[b,h,i] . K[b,h,j0+j] * scale + M[b,h,i,j0+j]`` for ``j < n`` (a tile of keys from
-    ``j0``), where ``Kt[:, j]`` holds key ``j``; returns the live range ``[lo, hi)`` (``out`` is -inf
-    outside it)."""
-    m = _mask_row(mask, b, h, i)
-    lo, hi = _live_keys(m, j0, n)
-    a, z = j0 + lo, j0 + hi               # the live keys' columns in Kt
-    q = Q[b, h, i]
-    # Loops start at 0 over slices: LLVM then knows no index is negative (Numba's wraparound for
-    # negative indices would otherwise stop the vectoriser).
-    live = out[lo:hi]
-    _fill(live, 0, hi - lo, 0.0)
-    # Four rows of Kt per pass over the keys: each score is loaded and stored once per four
-    # multiply-adds instead of once per one (stores, not arithmetic, bound the one-row loop).
-    dk, d = q.shape[0], 0
-    while d + 4 <= dk:
-        q0, q1, q2, q3 = q[d] * scale, q[d + 1] * scale, q[d + 2] * scale, q[d + 3] * scale
-        k0, k1, k2, k3 = Kt[d, a:z], Kt[d + 1, a:z], Kt[d + 2, a:z], Kt[d + 3, a:z]
-        for j in range(hi - lo):
-            live[j] += q0 * k0[j] + q1 * k1[j] + q2 * k2[j] + q3 * k3[j]
-        d += 4
-    for d in range(d, dk):
-        qd, kd = q[d] * scale, Kt[d, a:z]
-        for j in range(hi - lo):
-            live[j] += qd * kd[j]
-    _add_mask(live, m, j0 + lo)
-    _fill(out, 0, lo, -np.inf)
-    _fill(out, hi, n, -np.inf)
-    return lo, hi
-
-
 @njit(inline="always", **_jit)
 def _add_mask(live, m, j):
     """``live += m[j:j+len(live)]`` (or ``+= m[0]`` for a mask broadcast along keys, skipped when
-    it is 0: the scores arrive already scaled, the scale folded into the query)."""
+    it is 0: the scores arrive already scaled, the scale folded into the query).
+
+    Loops start at 0 over slices: LLVM then knows no index is negative (Numba's wraparound for
+    negative indices would otherwise stop the vectoriser).
+    """
     if m.shape[0] > 1:
         mj = m[j:j + live.shape[0]]
         for k in range(live.shape[0]):
@@ -144,143 +144,127 @@ def _add_mask(live, m, j):
 
 
 @njit(**_jit)
-def _scores_quad_into(Q, Kt, mask, scale, b, h, i, j0, n, s0, s1, s2, s3):
-    """:func:`_scores_into` for queries ``i .. i+3`` at once (keys ``j0 .. j0+n``).
+def _scores_tile(Qs, Kt, k0, lo, hi, s0, s1, s2, s3):
+    """``s_r[j] = Qs[r] . K[k0 + j]`` for four (scaled) queries ``Qs`` and the keys ``lo <= j < hi``
+    of a tile starting at key ``k0``, where ``Kt[:, k]`` holds key ``k``.
 
-    A register tile of 4 queries x 4 features per pass over the keys: each row of Kt loaded serves
-    four queries, and each score is loaded and stored once per 16 multiply-adds (about 1.5x the
-    speed of two queries at a time). All four rows cover the union of their live ranges, which is
-    returned (masked keys inside it get -inf from the mask anyway); outside it the rows are left
-    as they were, since every caller reads only the live range.
+    The register tile of a matrix product: 4 queries x 2 vectors of keys, eight vectors of running
+    sums that stay in SIMD registers for the whole loop over the features; each feature costs two
+    vector loads of keys, four broadcast query values and eight fused multiply-adds. Whole vectors
+    only: the columns from ``lo`` rounded down to a vector boundary to ``hi`` rounded up are
+    written, so the rows and ``Kt`` are padded by a vector.
     """
-    lo, hi = n, 0
-    for r in range(4):
-        a, c = _live_keys(_mask_row(mask, b, h, i + r), j0, n)
+    L, dk = simd.lanes_of(s0), Qs.shape[1]
+    q0, q1, q2, q3 = Qs[0], Qs[1], Qs[2], Qs[3]
+    j = lo - lo % L
+    while j + L < hi:                          # two vectors of keys
+        a0 = a1 = a2 = a3 = b0 = b1 = b2 = b3 = simd.zeros(s0)
+        for d in range(dk):
+            x, y = simd.load(Kt[d], k0 + j), simd.load(Kt[d], k0 + j + L)
+            w = simd.splat(q0[d], s0)
+            a0, b0 = simd.fma(w, x, a0), simd.fma(w, y, b0)
+            w = simd.splat(q1[d], s0)
+            a1, b1 = simd.fma(w, x, a1), simd.fma(w, y, b1)
+            w = simd.splat(q2[d], s0)
+            a2, b2 = simd.fma(w, x, a2), simd.fma(w, y, b2)
+            w = simd.splat(q3[d], s0)
+            a3, b3 = simd.fma(w, x, a3), simd.fma(w, y, b3)
+        simd.store(s0, j, a0), simd.store(s1, j, a1), simd.store(s2, j, a2), simd.store(s3, j, a3)
+        simd.store(s0, j + L, b0), simd.store(s1, j + L, b1)
+        simd.store(s2, j + L, b2), simd.store(s3, j + L, b3)
+        j += 2 * L
+    if j < hi:                                 # one vector left
+        a0 = a1 = a2 = a3 = simd.zeros(s0)
+        for d in range(dk):
+            x = simd.load(Kt[d], k0 + j)
+            a0 = simd.fma(simd.splat(q0[d], s0), x, a0)
+            a1 = simd.fma(simd.splat(q1[d], s0), x, a1)
+            a2 = simd.fma(simd.splat(q2[d], s0), x, a2)
+            a3 = simd.fma(simd.splat(q3[d], s0), x, a3)
+        simd.store(s0, j, a0), simd.store(s1, j, a1), simd.store(s2, j, a2), simd.store(s3, j, a3)
+
+
+@njit(**_jit)
+def _scores_group(Q, Kt, mask, scale, b, h, i, n, k0, n_keys, Qs, S):
+    """Scores of the ``n`` (1 to 4) queries ``i .. i+n-1`` against the keys ``k0 .. k0+n_keys``, in
+    rows ``0 .. n-1`` of the scratch ``S``; returns the live range ``[lo, hi)``, the union of the
+    rows' own (masked keys inside it get -inf from the mask). Only that range of ``S`` is valid.
+
+    ``Qs`` (4, d_k) receives the queries times the scale (rows past ``n`` repeat the last query,
+    so the tile always computes four).
+    """
+    lo, hi = n_keys, 0
+    for r in range(n):
+        a, c = _live_keys(_mask_row(mask, b, h, i + r), k0, n_keys)
         if a < c:
             lo, hi = min(lo, a), max(hi, c)
-    if lo > hi:
-        lo, hi = 0, 0                      # nothing live for any of the four
-    a, z = j0 + lo, j0 + hi               # the live keys' columns in Kt
-    q0, q1, q2, q3 = Q[b, h, i], Q[b, h, i + 1], Q[b, h, i + 2], Q[b, h, i + 3]
-    l0, l1, l2, l3 = s0[lo:hi], s1[lo:hi], s2[lo:hi], s3[lo:hi]   # zero-based slices, as in _scores_into
-    for live in (l0, l1, l2, l3):
-        _fill(live, 0, hi - lo, 0.0)
-    dk, d = q0.shape[0], 0
-    while d + 4 <= dk:
-        k0, k1, k2, k3 = Kt[d, a:z], Kt[d + 1, a:z], Kt[d + 2, a:z], Kt[d + 3, a:z]
-        a0, a1, a2, a3 = q0[d] * scale, q0[d + 1] * scale, q0[d + 2] * scale, q0[d + 3] * scale
-        b0, b1, b2, b3 = q1[d] * scale, q1[d + 1] * scale, q1[d + 2] * scale, q1[d + 3] * scale
-        c0, c1, c2, c3 = q2[d] * scale, q2[d + 1] * scale, q2[d + 2] * scale, q2[d + 3] * scale
-        e0, e1, e2, e3 = q3[d] * scale, q3[d + 1] * scale, q3[d + 2] * scale, q3[d + 3] * scale
-        for j in range(hi - lo):
-            x0, x1, x2, x3 = k0[j], k1[j], k2[j], k3[j]
-            l0[j] += a0 * x0 + a1 * x1 + a2 * x2 + a3 * x3
-            l1[j] += b0 * x0 + b1 * x1 + b2 * x2 + b3 * x3
-            l2[j] += c0 * x0 + c1 * x1 + c2 * x2 + c3 * x3
-            l3[j] += e0 * x0 + e1 * x1 + e2 * x2 + e3 * x3
-        d += 4
-    for d in range(d, dk):
-        kd, w0, w1, w2, w3 = Kt[d, a:z], q0[d] * scale, q1[d] * scale, q2[d] * scale, q3[d] * scale
-        for j in range(hi - lo):
-            x = kd[j]
-            l0[j] += w0 * x
-            l1[j] += w1 * x
-            l2[j] += w2 * x
-            l3[j] += w3 * x
-    for r, live in enumerate((l0, l1, l2, l3)):
-        _add_mask(live, _mask_row(mask, b, h, i + r), j0 + lo)
+    if lo >= hi:
+        return 0, 0                            # nothing live for any of them
+    for r in range(4):
+        q, qs = Q[b, h, i + min(r, n - 1)], Qs[r]
+        for d in range(q.shape[0]):
+            qs[d] = q[d] * scale
+    _scores_tile(Qs, Kt, k0, lo, hi, S[0], S[1], S[2], S[3])
+    for r in range(n):
+        _add_mask(S[r, lo:hi], _mask_row(mask, b, h, i + r), k0 + lo)
     return lo, hi
 
 
 @njit(**_jit)
-def _softmax_inplace(row):
-    """Stable softmax of one row; a row with nothing allowed (all -inf) becomes all zeros.
+def _softmax_into(x, out):
+    """``out = softmax(x)`` (same length; may be the same array); a row with nothing allowed (all
+    -inf) gives zeros.
 
     Accumulators stay in the row's dtype (a float64 ``total`` would turn every float32 exp into a
     float64 one), and ``fast_exp`` is the vectorisable polynomial for float32, exact 0 at -inf.
     """
-    if row.shape[0] == 0:
+    if x.shape[0] == 0:
         return
-    m = max_of(row, row[0])
+    m = max_of(x, x[0])
     if m == -np.inf:
-        _fill(row, 0, row.shape[0], 0.0)
+        _fill(out, 0, out.shape[0], 0.0)
         return
-    total = row.dtype.type(0)
-    for j in range(row.shape[0]):
-        e = fast_exp(row[j] - m)
-        row[j] = e
+    total = x.dtype.type(0)
+    for j in range(x.shape[0]):
+        e = fast_exp(x[j] - m)
+        out[j] = e
         total += e
-    inv = row.dtype.type(1) / total
-    for j in range(row.shape[0]):
-        row[j] *= inv
-
-
-@njit(**_jit)
-def _weighted_sum_quad(p0, p1, p2, p3, Vt, j0, lo, hi, o0, o1, o2, o3):
-    """``o_r += sum_{lo <= j < hi} p_r[j] V[j0 + j]`` for four rows of weights ``p_r`` over a tile of
-    keys from ``j0``, where ``Vt[:, j]`` holds value row ``j``.
-
-    A register tile of 4 rows x 4 value features, each entry a dot product over the keys: LLVM
-    keeps the 16 running sums in vector registers for the whole pass (nothing is stored until the
-    end), which runs at 2-3x the speed of adding weighted value rows into the output row by row.
-    """
-    w0, w1, w2, w3 = p0[lo:hi], p1[lo:hi], p2[lo:hi], p3[lo:hi]   # zero-based slices (see _scores_into)
-    a, z = j0 + lo, j0 + hi               # the live keys' columns in Vt
-    zero = p0.dtype.type(0)
-    dv, c = Vt.shape[0], 0
-    while c + 4 <= dv:
-        v0, v1, v2, v3 = Vt[c, a:z], Vt[c + 1, a:z], Vt[c + 2, a:z], Vt[c + 3, a:z]
-        s00 = s01 = s02 = s03 = s10 = s11 = s12 = s13 = zero
-        s20 = s21 = s22 = s23 = s30 = s31 = s32 = s33 = zero
-        for j in range(hi - lo):
-            x0, x1, x2, x3 = v0[j], v1[j], v2[j], v3[j]
-            y0, y1, y2, y3 = w0[j], w1[j], w2[j], w3[j]
-            s00 += y0 * x0; s01 += y0 * x1; s02 += y0 * x2; s03 += y0 * x3  # noqa: E702
-            s10 += y1 * x0; s11 += y1 * x1; s12 += y1 * x2; s13 += y1 * x3  # noqa: E702
-            s20 += y2 * x0; s21 += y2 * x1; s22 += y2 * x2; s23 += y2 * x3  # noqa: E702
-            s30 += y3 * x0; s31 += y3 * x1; s32 += y3 * x2; s33 += y3 * x3  # noqa: E702
-        o0[c] += s00; o0[c + 1] += s01; o0[c + 2] += s02; o0[c + 3] += s03  # noqa: E702
-        o1[c] += s10; o1[c + 1] += s11; o1[c + 2] += s12; o1[c + 3] += s13  # noqa: E702
-        o2[c] += s20; o2[c + 1] += s21; o2[c + 2] += s22; o2[c + 3] += s23  # noqa: E702
-        o3[c] += s30; o3[c + 1] += s31; o3[c + 2] += s32; o3[c + 3] += s33  # noqa: E702
-        c += 4
-    for c in range(c, dv):
-        v = Vt[c, a:z]
-        t0 = t1 = t2 = t3 = zero
-        for j in range(hi - lo):
-            x = v[j]
-            t0 += w0[j] * x
-            t1 += w1[j] * x
-            t2 += w2[j] * x
-            t3 += w3[j] * x
-        o0[c] += t0
-        o1[c] += t1
-        o2[c] += t2
-        o3[c] += t3
-
-
-@njit(**_jit)
-def _weighted_sum_one(p, Vt, j0, lo, hi, o):
-    """:func:`_weighted_sum_quad` for a single row of weights (the rows left over after quads)."""
-    w = p[lo:hi]
-    for c in range(Vt.shape[0]):
-        v, t = Vt[c, j0 + lo:j0 + hi], p.dtype.type(0)
-        for j in range(hi - lo):
-            t += w[j] * v[j]
-        o[c] += t
+    inv = x.dtype.type(1) / total
+    for j in range(x.shape[0]):
+        out[j] *= inv
 
 
 @njit(inline="always", **_jit)
-def _weighted_sum_at(A, Vt, b, h, i, n_rows, lo, hi, out):
-    """``out[b,h,r] = A[b,h,r] V`` for rows ``r = i .. i+n_rows-1`` (``n_rows`` 4 or 1), summing
-    over the keys ``[lo, hi)`` only (the weights are 0 outside them)."""
-    for r in range(i, i + n_rows):
-        _fill(out[b, h, r], 0, out.shape[3], 0.0)
-    if n_rows == 4:
-        _weighted_sum_quad(A[b, h, i], A[b, h, i + 1], A[b, h, i + 2], A[b, h, i + 3], Vt, 0, lo, hi,
-                           out[b, h, i], out[b, h, i + 1], out[b, h, i + 2], out[b, h, i + 3])
-    else:
-        _weighted_sum_one(A[b, h, i], Vt, 0, lo, hi, out[b, h, i])
+def _softmax_live(scores, lo, hi, weights):
+    """``weights`` = the softmax of ``scores`` over the live keys ``[lo, hi)``, exactly 0 outside."""
+    _softmax_into(scores[lo:hi], weights[lo:hi])
+    _fill(weights, 0, lo, 0.0)
+    _fill(weights, hi, weights.shape[0], 0.0)
+
+
+@njit(**_jit)
+def _weighted_sum_tile(p0, p1, p2, p3, Vp, k0, lo, hi, o0, o1, o2, o3):
+    """``o_r += sum_{lo <= j < hi} p_r[j] V[k0 + j]`` for four rows of weights ``p_r`` over a tile of
+    keys from ``k0``; ``Vp`` holds the value rows padded to whole vectors, as wide as the ``o_r``.
+
+    The register tile of a matrix product again: four vectors of running sums (one per row, over
+    one vector of value features) stay in SIMD registers along the loop over keys, each key
+    costing one vector load of its values, four broadcast weights and four multiply-adds.
+    """
+    L = simd.lanes_of(o0)
+    w0, w1, w2, w3 = p0[lo:hi], p1[lo:hi], p2[lo:hi], p3[lo:hi]   # zero-based (see _add_mask)
+    for c in range(0, o0.shape[0], L):
+        a0 = a1 = a2 = a3 = simd.zeros(o0)
+        for j in range(hi - lo):
+            v = simd.load(Vp[k0 + lo + j], c)
+            a0 = simd.fma(simd.splat(w0[j], o0), v, a0)
+            a1 = simd.fma(simd.splat(w1[j], o0), v, a1)
+            a2 = simd.fma(simd.splat(w2[j], o0), v, a2)
+            a3 = simd.fma(simd.splat(w3[j], o0), v, a3)
+        simd.store(o0, c, simd.add(simd.load(o0, c), a0))
+        simd.store(o1, c, simd.add(simd.load(o1, c), a1))
+        simd.store(o2, c, simd.add(simd.load(o2, c), a2))
+        simd.store(o3, c, simd.add(simd.load(o3, c), a3))
 
 
 @njit(inline="always", **_jit)
@@ -291,86 +275,110 @@ def _unit(u, H, n_blocks, Tq, block):
 
 
 # --- kernels: one function per operation, serial and parallel builds ----------------------
-# The parallel loop runs over (batch, head, block of queries), after one pass has transposed every
-# head's keys (and values) for the loops over keys.
+# The parallel loop runs over (batch, head, block of queries), after one pass has laid out every
+# head's keys (and values) for the SIMD tiles. Each unit's loops run in a function of their own
+# that borrows its array arguments (see core/borrow.py): the unit allocates its scratch, the
+# function uses it without reference counting.
 
 
-def _scores_rows(Q, K, mask, scale, S, block):
+@njit(**_jit)
+def _scores_unit(Q, Kt, mask, scale, b, h, i0, i1, S, Qs, S4):
+    Q, Kt, mask, S, Qs, S4 = borrowed(Q), borrowed(Kt), borrowed(mask), borrowed(S), borrowed(Qs), borrowed(S4)
+    Tk = S.shape[3]
+    for i in range(i0, i1, 4):
+        n = min(4, i1 - i)
+        lo, hi = _scores_group(Q, Kt[b, h], mask, scale, b, h, i, n, 0, Tk, Qs, S4)
+        for r in range(n):
+            row = S[b, h, i + r]
+            _copy(S4[r, lo:hi], row[lo:hi], hi - lo)
+            _fill(row, 0, lo, -np.inf)
+            _fill(row, hi, Tk, -np.inf)
+
+
+def _scores_rows(Q, K, mask, scale, S, Kt, block):
     B, H, Tq, Tk = S.shape
     n_blocks = (Tq + block - 1) // block
-    Kt = _heads_transposed(K)
+    _keys_transposed(K, Kt)
     for u in prange(B * H * n_blocks):
         b, h, i0, i1 = _unit(u, H, n_blocks, Tq, block)
-        for i in range(i0, i1):
-            _scores_into(Q, Kt[b, h], mask, scale, b, h, i, 0, Tk, S[b, h, i])
+        _scores_unit(Q, Kt, mask, scale, b, h, i0, i1, S,
+                     np.empty((4, Q.shape[3]), Q.dtype), np.empty((4, Kt.shape[3]), Q.dtype))
 
 
 def _softmax_rows(S, A):
     B, H, Tq, Tk = S.shape
     for r in prange(B * H * Tq):
         b, h, i = r // (H * Tq), (r // Tq) % H, r % Tq
-        A[b, h, i] = S[b, h, i]
-        _softmax_inplace(A[b, h, i])
+        _softmax_into(S[b, h, i], A[b, h, i])
 
 
-@njit(inline="always", **_jit)
-def _softmax_live(row, lo, hi):
-    """Softmax over the live keys ``[lo, hi)``; the weights are exactly 0 outside them."""
-    _softmax_inplace(row[lo:hi])
-    _fill(row, 0, lo, 0.0)
-    _fill(row, hi, row.shape[0], 0.0)
-
-
-@njit(inline="always", **_jit)
-def _weights_block(Q, Kt, Vt, mask, scale, b, h, i0, i1, A, out, with_output):
-    """Rows ``i0..i1`` of ``A = softmax(Q K^T * scale + M)`` (queries four at a time, see
-    :func:`_scores_quad_into`; one at a time for the rest), and ``out = A V`` for them when
-    ``with_output``."""
-    Tk = A.shape[3]
-    i = i0
-    while i < i1:
-        n_rows = 4 if i + 4 <= i1 else 1
-        if n_rows == 4:
-            lo, hi = _scores_quad_into(Q, Kt, mask, scale, b, h, i, 0, Tk,
-                                       A[b, h, i], A[b, h, i + 1], A[b, h, i + 2], A[b, h, i + 3])
-        else:
-            lo, hi = _scores_into(Q, Kt, mask, scale, b, h, i, 0, Tk, A[b, h, i])
-        for r in range(i, i + n_rows):
-            _softmax_live(A[b, h, r], lo, hi)
+@njit(**_jit)
+def _weights_unit(Q, Kt, Vp, mask, scale, b, h, i0, i1, A, out, with_output, Qs, S4, O4):
+    """Rows ``i0..i1`` of ``A = softmax(Q K^T * scale + M)``, four queries at a time (see
+    :func:`_scores_tile`), and ``out = A V`` for them when ``with_output``."""
+    Q, Kt, Vp, mask, A, out = borrowed(Q), borrowed(Kt), borrowed(Vp), borrowed(mask), borrowed(A), borrowed(out)
+    Qs, S4, O4 = borrowed(Qs), borrowed(S4), borrowed(O4)
+    Tk, dv = A.shape[3], out.shape[3]
+    for i in range(i0, i1, 4):
+        n = min(4, i1 - i)
+        lo, hi = _scores_group(Q, Kt[b, h], mask, scale, b, h, i, n, 0, Tk, Qs, S4)
+        for r in range(n):
+            _softmax_live(S4[r], lo, hi, A[b, h, i + r])
         if with_output:
-            _weighted_sum_at(A, Vt, b, h, i, n_rows, lo, hi, out)
-        i += n_rows
+            for r in range(4):
+                _fill(O4[r], 0, O4.shape[1], 0.0)
+            last = i + n - 1                   # rows past n repeat the last one, into O4 only
+            _weighted_sum_tile(A[b, h, i], A[b, h, min(i + 1, last)], A[b, h, min(i + 2, last)],
+                               A[b, h, min(i + 3, last)], Vp[b, h], 0, lo, hi, O4[0], O4[1], O4[2], O4[3])
+            for r in range(n):
+                _copy(O4[r], out[b, h, i + r], dv)
 
 
-def _weights_rows(Q, K, mask, scale, A, block):
+def _weights_rows(Q, K, mask, scale, A, Kt, block):
     B, H, Tq = A.shape[0], A.shape[1], A.shape[2]
     n_blocks = (Tq + block - 1) // block
-    Kt = _heads_transposed(K)
+    _keys_transposed(K, Kt)
     for u in prange(B * H * n_blocks):
         b, h, i0, i1 = _unit(u, H, n_blocks, Tq, block)
-        _weights_block(Q, Kt[b, h], Kt[b, h], mask, scale, b, h, i0, i1, A, A, False)
+        _weights_unit(Q, Kt, Kt, mask, scale, b, h, i0, i1, A, A, False,
+                      np.empty((4, Q.shape[3]), Q.dtype), np.empty((4, Kt.shape[3]), Q.dtype),
+                      np.empty((4, 1), Q.dtype))
 
 
-def _attention_rows(Q, K, V, mask, scale, A, out, block):
+def _attention_rows(Q, K, V, mask, scale, A, out, Kt, Vp, block):
     B, H, Tq = A.shape[0], A.shape[1], A.shape[2]
     n_blocks = (Tq + block - 1) // block
-    Kt, Vt = _heads_transposed(K), _heads_transposed(V)
+    _keys_transposed(K, Kt)
+    _values_padded(V, Vp)
     for u in prange(B * H * n_blocks):
         b, h, i0, i1 = _unit(u, H, n_blocks, Tq, block)
-        _weights_block(Q, Kt[b, h], Vt[b, h], mask, scale, b, h, i0, i1, A, out, True)
+        _weights_unit(Q, Kt, Vp, mask, scale, b, h, i0, i1, A, out, True,
+                      np.empty((4, Q.shape[3]), Q.dtype), np.empty((4, Kt.shape[3]), Q.dtype),
+                      np.empty((4, Vp.shape[3]), Q.dtype))
 
 
-def _weighted_sum_rows(A, V, out, block):
+@njit(**_jit)
+def _weighted_sum_unit(A, Vp, b, h, i0, i1, out, O4):
+    A, Vp, out, O4 = borrowed(A), borrowed(Vp), borrowed(out), borrowed(O4)
+    Tk, dv = A.shape[3], out.shape[3]
+    for i in range(i0, i1, 4):
+        n = min(4, i1 - i)
+        last = i + n - 1
+        for r in range(4):
+            _fill(O4[r], 0, O4.shape[1], 0.0)
+        _weighted_sum_tile(A[b, h, i], A[b, h, min(i + 1, last)], A[b, h, min(i + 2, last)],
+                           A[b, h, min(i + 3, last)], Vp[b, h], 0, 0, Tk, O4[0], O4[1], O4[2], O4[3])
+        for r in range(n):
+            _copy(O4[r], out[b, h, i + r], dv)
+
+
+def _weighted_sum_rows(A, V, out, Vp, block):
     B, H, Tq, Tk = A.shape
     n_blocks = (Tq + block - 1) // block
-    Vt = _heads_transposed(V)
+    _values_padded(V, Vp)
     for u in prange(B * H * n_blocks):
         b, h, i0, i1 = _unit(u, H, n_blocks, Tq, block)
-        i = i0
-        while i < i1:
-            n_rows = 4 if i + 4 <= i1 else 1
-            _weighted_sum_at(A, Vt[b, h], b, h, i, n_rows, 0, Tk, out)
-            i += n_rows
+        _weighted_sum_unit(A, Vp, b, h, i0, i1, out, np.empty((4, Vp.shape[3]), A.dtype))
 
 
 @njit(**_jit)
@@ -379,7 +387,7 @@ def _online_rescale(s, lo, hi, r, m, l, acc):
     ``m[r]``, raising that max (and rescaling the normaliser ``l[r]`` and the unnormalised output
     ``acc[r]`` by ``exp(m_old - m_new)``) when the tile holds a larger score. A query with nothing
     live so far gets zeros, so the weighted sum that follows adds nothing for it."""
-    live = s[lo:hi]                           # zero-based, so the loops vectorise (see _scores_into)
+    live = s[lo:hi]                           # zero-based, so the loops vectorise (see _add_mask)
     m_new = max_of(live, m[r])
     if m_new == -np.inf:
         _fill(live, 0, hi - lo, 0.0)
@@ -398,43 +406,46 @@ def _online_rescale(s, lo, hi, r, m, l, acc):
     l[r] += tile_sum
 
 
-def _fused_blocks(Q, K, V, mask, scale, out, block, key_tile):
+@njit(**_jit)
+def _fused_unit(Q, Kt, Vp, mask, scale, b, h, i0, i1, out, key_tile, Qs, S4, m, l, acc):
+    """Queries ``i0..i1`` of the fused kernel: per query the running max ``m``, normaliser ``l`` and
+    unnormalised output ``acc`` over the key tiles; ``acc`` has three spare rows past the block's
+    for the repeated rows of a last group of fewer than four queries."""
+    Q, Kt, Vp, mask, out = borrowed(Q), borrowed(Kt), borrowed(Vp), borrowed(mask), borrowed(out)
+    Qs, S4, m, l, acc = borrowed(Qs), borrowed(S4), borrowed(m), borrowed(l), borrowed(acc)
+    Tk, dv = Vp.shape[2], out.shape[3]
+    for j0 in range(0, Tk, key_tile):
+        n_keys = min(key_tile, Tk - j0)
+        for i in range(i0, i1, 4):
+            n, r = min(4, i1 - i), i - i0
+            lo, hi = _scores_group(Q, Kt[b, h], mask, scale, b, h, i, n, j0, n_keys, Qs, S4)
+            for k in range(n):
+                _online_rescale(S4[k], lo, hi, r + k, m, l, acc)
+            _weighted_sum_tile(S4[0], S4[1], S4[2], S4[3], Vp[b, h], j0, lo, hi,
+                               acc[r], acc[r + 1], acc[r + 2], acc[r + 3])
+    for i in range(i0, i1):
+        r = i - i0
+        inv = 1.0 / l[r] if l[r] > 0.0 else 0.0  # nothing allowed: zeros, never NaN
+        for d in range(dv):
+            out[b, h, i, d] = acc[r, d] * inv
+
+
+def _fused_blocks(Q, K, V, mask, scale, out, Kt, Vp, block, key_tile):
     """Online softmax over key tiles, FlashAttention-style: per query keep the running max ``m``,
     the running normaliser ``l`` and the unnormalised output ``acc``; rescale both by
-    ``exp(m_old - m_new)`` when a tile raises the max. Extra memory: the transposed keys and values
-    (the size of K and V) and, per unit, O(key_tile + block * d_v); never (Tq, Tk)."""
-    B, H, Tq, Tk, dv = Q.shape[0], Q.shape[1], Q.shape[2], K.shape[2], V.shape[3]
+    ``exp(m_old - m_new)`` when a tile raises the max. Extra memory: the laid-out keys and values
+    (``Kt``, ``Vp``: about the size of K and V) and, per unit, O(key_tile + block * d_v); never
+    (Tq, Tk)."""
+    B, H, Tq, dk = Q.shape
     n_blocks = (Tq + block - 1) // block
-    Kt, Vt = _heads_transposed(K), _heads_transposed(V)
+    _keys_transposed(K, Kt)
+    _values_padded(V, Vp)
     for u in prange(B * H * n_blocks):
         b, h, i0, i1 = _unit(u, H, n_blocks, Tq, block)
-        s = np.empty((4, key_tile), dtype=Q.dtype)     # scores, then exps, of four queries against a tile
-        m = np.full(i1 - i0, -np.inf, dtype=Q.dtype)   # running max per query
-        l = np.zeros(i1 - i0, dtype=Q.dtype)           # running sum of exp(score - m)
-        acc = np.zeros((i1 - i0, dv), dtype=Q.dtype)   # running sum of exp(score - m) * v
-        for j0 in range(0, Tk, key_tile):
-            j1 = min(j0 + key_tile, Tk)
-            i = i0
-            while i < i1:
-                r = i - i0
-                if i + 4 <= i1:
-                    lo, hi = _scores_quad_into(Q, Kt[b, h], mask, scale, b, h, i, j0, j1 - j0,
-                                               s[0], s[1], s[2], s[3])
-                    for k in range(4):
-                        _online_rescale(s[k], lo, hi, r + k, m, l, acc)
-                    _weighted_sum_quad(s[0], s[1], s[2], s[3], Vt[b, h], j0, lo, hi,
-                                       acc[r], acc[r + 1], acc[r + 2], acc[r + 3])
-                    i += 4
-                else:
-                    lo, hi = _scores_into(Q, Kt[b, h], mask, scale, b, h, i, j0, j1 - j0, s[0])
-                    _online_rescale(s[0], lo, hi, r, m, l, acc)
-                    _weighted_sum_one(s[0], Vt[b, h], j0, lo, hi, acc[r])
-                    i += 1
-        for i in range(i0, i1):
-            r = i - i0
-            inv = 1.0 / l[r] if l[r] > 0.0 else 0.0  # nothing allowed: zeros, never NaN
-            for d in range(dv):
-                out[b, h, i, d] = acc[r, d] * inv
+        _fused_unit(Q, Kt, Vp, mask, scale, b, h, i0, i1, out, key_tile,
+                    np.empty((4, dk), Q.dtype), np.empty((4, _round_up(key_tile, simd.lanes_of(Q))), Q.dtype),
+                    np.full(i1 - i0, -np.inf, Q.dtype), np.zeros(i1 - i0, Q.dtype),
+                    np.zeros((i1 - i0 + 3, Vp.shape[3]), Q.dtype))
 
 
 def _project_rows(X, W, bias, out):
@@ -518,11 +529,24 @@ def _pick(kernel_pair, work: int):
 # --- host drivers ----------------------------------------------------------------------------
 
 
+def _keys_layout(K):
+    """Room for the keys transposed, a vector wider than the key count (see _keys_transposed)."""
+    B, H, Tk, dk = K.shape
+    return np.empty((B, H, dk, Tk + simd.lanes(K.dtype)), dtype=K.dtype)
+
+
+def _values_layout(V):
+    """Room for the value rows padded to whole vectors (see _values_padded)."""
+    B, H, Tk, dv = V.shape
+    L = simd.lanes(V.dtype)
+    return np.empty((B, H, Tk, (dv + L - 1) // L * L), dtype=V.dtype)
+
+
 def scaled_scores(Q, K, mask, scale):
     """``S = Q K^T * scale + M`` -> (B, H, Tq, Tk)."""
     B, H, Tq, dk = Q.shape
     S = np.empty((B, H, Tq, K.shape[2]), dtype=Q.dtype)
-    _pick(_scores_kernel, S.size * dk)(Q, K, mask, Q.dtype.type(scale), S, QUERY_BLOCK)
+    _pick(_scores_kernel, S.size * dk)(Q, K, mask, Q.dtype.type(scale), S, _keys_layout(K), QUERY_BLOCK)
     return S
 
 
@@ -537,14 +561,14 @@ def attention_weights(Q, K, mask, scale):
     """``A = softmax(Q K^T * scale + M)`` -> (B, H, Tq, Tk)."""
     B, H, Tq, dk = Q.shape
     A = np.empty((B, H, Tq, K.shape[2]), dtype=Q.dtype)
-    _pick(_weights_kernel, A.size * (dk + 8))(Q, K, mask, Q.dtype.type(scale), A, QUERY_BLOCK)
+    _pick(_weights_kernel, A.size * (dk + 8))(Q, K, mask, Q.dtype.type(scale), A, _keys_layout(K), QUERY_BLOCK)
     return A
 
 
 def weighted_sum(A, V):
     """``out = A V`` -> (B, H, Tq, d_v)."""
     out = np.empty(A.shape[:3] + (V.shape[3],), dtype=V.dtype)
-    _pick(_weighted_sum_kernel, A.size * V.shape[3])(A, V, out, QUERY_BLOCK)
+    _pick(_weighted_sum_kernel, A.size * V.shape[3])(A, V, out, _values_layout(V), QUERY_BLOCK)
     return out
 
 
@@ -554,7 +578,8 @@ def attention_with_weights(Q, K, V, mask, scale):
     A = np.empty((B, H, Tq, K.shape[2]), dtype=Q.dtype)
     out = np.empty((B, H, Tq, V.shape[3]), dtype=V.dtype)
     work = A.size * (dk + V.shape[3] + 8)
-    _pick(_attention_kernel, work)(Q, K, V, mask, Q.dtype.type(scale), A, out, QUERY_BLOCK)
+    _pick(_attention_kernel, work)(Q, K, V, mask, Q.dtype.type(scale), A, out, _keys_layout(K), _values_layout(V),
+                                   QUERY_BLOCK)
     return out, A
 
 
@@ -563,7 +588,8 @@ def fused_attention(Q, K, V, mask, scale):
     B, H, Tq, dk = Q.shape
     out = np.empty((B, H, Tq, V.shape[3]), dtype=V.dtype)
     work = B * H * Tq * K.shape[2] * (dk + V.shape[3] + 8)
-    _pick(_fused_kernel, work)(Q, K, V, mask, Q.dtype.type(scale), out, QUERY_BLOCK, KEY_TILE)
+    _pick(_fused_kernel, work)(Q, K, V, mask, Q.dtype.type(scale), out, _keys_layout(K), _values_layout(V),
+                               QUERY_BLOCK, KEY_TILE)
     return out
 
 
@@ -602,12 +628,13 @@ def warm_up(dtype, builds=(0,)) -> None:
     X3, W, b = np.ones((1, 2, 2), dtype), np.ones((2, 2), dtype), np.zeros(2, dtype)
     mask, scale = np.zeros((1, 1, 1, 1), dtype), dtype.type(1.0)
     for build in builds:
-        _scores_kernel[build](X4, X4, mask, scale, X4.copy(), QUERY_BLOCK)
+        Kt, Vp = _keys_layout(X4), _values_layout(X4)
+        _scores_kernel[build](X4, X4, mask, scale, X4.copy(), Kt, QUERY_BLOCK)
         _softmax_kernel[build](X4, X4.copy())
-        _weights_kernel[build](X4, X4, mask, scale, X4.copy(), QUERY_BLOCK)
-        _weighted_sum_kernel[build](X4, X4, X4.copy(), QUERY_BLOCK)
-        _attention_kernel[build](X4, X4, X4, mask, scale, X4.copy(), X4.copy(), QUERY_BLOCK)
-        _fused_kernel[build](X4, X4, X4, mask, scale, X4.copy(), QUERY_BLOCK, KEY_TILE)
+        _weights_kernel[build](X4, X4, mask, scale, X4.copy(), Kt, QUERY_BLOCK)
+        _weighted_sum_kernel[build](X4, X4, X4.copy(), Vp, QUERY_BLOCK)
+        _attention_kernel[build](X4, X4, X4, mask, scale, X4.copy(), X4.copy(), Kt, Vp, QUERY_BLOCK)
+        _fused_kernel[build](X4, X4, X4, mask, scale, X4.copy(), Kt, Vp, QUERY_BLOCK, KEY_TILE)
         _project_kernel[build](X3, W, b, X4.copy())
         _merge_project_kernel[build](X4, W, b, X3.copy())
         _sinusoid_kernel[build](scale, W.copy())

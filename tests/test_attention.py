@@ -43,6 +43,7 @@ SHAPES = [
     ((), 5, 5, 3, 2),
     ((2,), 9, 3, 5, 5),
     ((2, 3), 5, 7, 2, 3),
+    ((), 6, 37, 3, 20),   # keys and values over several SIMD vectors, with partial ones
 ]
 
 
@@ -91,6 +92,21 @@ def test_attention_matches_reference(backend, dtype, shape, mask_kind):
     assert not np.isnan(out).any() and not np.isnan(fused).any()
     dead = ~allowed.any(-1)
     assert np.all(out[dead] == 0.0) and np.all(fused[dead] == 0.0)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("mask_kind", [None, "causal", "full"])
+@pytest.mark.parametrize("parallel", [False, True])
+def test_fused_key_tiles_that_start_inside_a_vector(monkeypatch, dtype, mask_kind, parallel):
+    """Key tiles of 21 (neither a multiple of a SIMD vector nor smaller than one) over 50 keys."""
+    monkeypatch.setattr(cpu, "KEY_TILE", 21)
+    monkeypatch.setattr(cpu, "PARALLEL_MIN_WORK", 0 if parallel else 1 << 62)
+    rng = np.random.default_rng(3)
+    Q, K, V = rand(rng, (2, 7, 6), dtype), rand(rng, (2, 50, 6), dtype), rand(rng, (2, 50, 9), dtype)
+    mask = make_mask(mask_kind, (2,), 7, 50, dtype)
+    expected_out, _ = ref.attention(Q.astype(np.float64), K, V, mask)
+    fused, _ = at.attention(Q, K, V, mask, backend="cpu", return_weights=False)
+    close(fused, expected_out, dtype)
 
 
 def test_fully_masked_case_really_occurs():
