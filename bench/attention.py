@@ -157,8 +157,8 @@ def memory_row(T: int = 8192) -> str:
                             text=True, env=env, timeout=600)
     if result.returncode != 0:
         return f"memory probe failed: {result.stderr.strip().splitlines()[-1:]}"
-    extra, out_mb, transposed_mb, weights_mb = (float(x) for x in result.stdout.split())
-    return f"| 8 | {T} | 64 | {extra:.1f} MiB | {out_mb:.1f} MiB | {transposed_mb:.1f} MiB | {weights_mb:.0f} MiB |"
+    extra, out_mb, layout_mb, weights_mb = (float(x) for x in result.stdout.split())
+    return f"| 8 | {T} | 64 | {extra:.1f} MiB | {out_mb:.1f} MiB | {layout_mb:.1f} MiB | {weights_mb:.0f} MiB |"
 
 
 def main() -> None:
@@ -172,7 +172,7 @@ def main() -> None:
           f"rounds; each cell is its fastest round's median.\n")
     gc.collect()
     print("## Memory of attention with return_weights=False\n")
-    print("| H | T | d_k | extra peak RSS during the call | the output | K and V transposed | "
+    print("| H | T | d_k | extra peak RSS during the call | the output | K and V as laid out | "
           "weights it did not build |")
     print("|---|---|---|---|---|---|---|")
     print(memory_row())

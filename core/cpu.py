@@ -30,15 +30,15 @@ from core.validate import mask_values_ok
 FASTMATH = {"reassoc", "contract", "nsz", "arcp"}
 # Below this many multiply-adds a call runs serially (tunable, and patched by tests).
 PARALLEL_MIN_WORK = 1 << 16
-# Queries handled together by one parallel work unit (16 to 128 measured alike: keys and values
-# are transposed once per head, not per unit), and keys per tile in the fused kernel (512 ran
-# 1.3-1.6x faster than 128 at T >= 512: fewer rescales, longer dot products per weighted sum).
+# Queries handled together by one parallel work unit (16 to 64 measured alike at T = 64 and 128:
+# keys and values are laid out once per head, not per unit), and keys per tile in the fused kernel
+# (512 ran 1.3-1.6x faster than 128 at T >= 512: fewer rescales, longer loops per weighted sum).
 QUERY_BLOCK = 32
 KEY_TILE = 512
 
 _jit = dict(cache=True, fastmath=FASTMATH)
-# Small helpers are inlined into the kernels (inline="always"); the big row functions (scores,
-# softmax, weighted sums) are ordinary compiled functions the kernels call: compiled once and
+# Small helpers are inlined into the kernels (inline="always"); the big ones (the SIMD tiles,
+# softmax, the per-unit loops) are ordinary compiled functions the kernels call: compiled once and
 # cached, instead of once per kernel and build, which cut compile time about 4x at the same speed.
 
 
@@ -57,7 +57,7 @@ def _round_up(n, step):
 
 
 @njit(inline="always", **_jit)
-def _keys_transposed(K, Kt):
+def _transpose_keys(K, Kt, b, h):
     """``Kt[b, h, :, j] = K[b, h, j]``: keys along the fast axis, so that one SIMD vector holds
     one feature of several keys. ``Kt`` is wider than the key count and zero beyond it, so whole
     vectors may run past the last key.
@@ -66,29 +66,24 @@ def _keys_transposed(K, Kt):
     for itself cost as much as its arithmetic), key by key (contiguous loads, strided stores): the
     padding keeps the stride off powers of two, whose stores all fell into the same few cache sets.
     """
-    B, H, Tk, d = K.shape
-    for u in prange(B * H):
-        b, h = u // H, u % H
-        kt = Kt[b, h]
-        for j in range(Tk):
-            k = K[b, h, j]
-            for c in range(d):
-                kt[c, j] = k[c]
-        for c in range(d):
-            _fill(kt[c], Tk, kt.shape[1], 0.0)
+    kt, Tk = Kt[b, h], K.shape[2]
+    for j in range(Tk):
+        k = K[b, h, j]
+        for c in range(K.shape[3]):
+            kt[c, j] = k[c]
+    for c in range(K.shape[3]):
+        _fill(kt[c], Tk, kt.shape[1], 0.0)
 
 
 @njit(inline="always", **_jit)
-def _values_padded(V, Vp):
+def _pad_values(V, Vp, b, h):
     """``Vp[b, h, j, :d_v] = V[b, h, j]``, zero beyond: value rows a whole number of vectors long."""
-    B, H, Tk, dv = V.shape
-    for u in prange(B * H):
-        b, h = u // H, u % H
-        for j in range(Tk):
-            row, v = Vp[b, h, j], V[b, h, j]
-            for c in range(dv):
-                row[c] = v[c]
-            _fill(row, dv, row.shape[0], 0.0)
+    dv = V.shape[3]
+    for j in range(V.shape[2]):
+        row, v = Vp[b, h, j], V[b, h, j]
+        for c in range(dv):
+            row[c] = v[c]
+        _fill(row, dv, row.shape[0], 0.0)
 
 
 @njit(inline="always", **_jit)
@@ -298,7 +293,8 @@ def _scores_unit(Q, Kt, mask, scale, b, h, i0, i1, S, Qs, S4):
 def _scores_rows(Q, K, mask, scale, S, Kt, block):
     B, H, Tq, Tk = S.shape
     n_blocks = (Tq + block - 1) // block
-    _keys_transposed(K, Kt)
+    for u in prange(B * H):
+        _transpose_keys(K, Kt, u // H, u % H)
     for u in prange(B * H * n_blocks):
         b, h, i0, i1 = _unit(u, H, n_blocks, Tq, block)
         _scores_unit(Q, Kt, mask, scale, b, h, i0, i1, S,
@@ -337,7 +333,8 @@ def _weights_unit(Q, Kt, Vp, mask, scale, b, h, i0, i1, A, out, with_output, Qs,
 def _weights_rows(Q, K, mask, scale, A, Kt, block):
     B, H, Tq = A.shape[0], A.shape[1], A.shape[2]
     n_blocks = (Tq + block - 1) // block
-    _keys_transposed(K, Kt)
+    for u in prange(B * H):
+        _transpose_keys(K, Kt, u // H, u % H)
     for u in prange(B * H * n_blocks):
         b, h, i0, i1 = _unit(u, H, n_blocks, Tq, block)
         _weights_unit(Q, Kt, Kt, mask, scale, b, h, i0, i1, A, A, False,
@@ -348,8 +345,9 @@ def _weights_rows(Q, K, mask, scale, A, Kt, block):
 def _attention_rows(Q, K, V, mask, scale, A, out, Kt, Vp, block):
     B, H, Tq = A.shape[0], A.shape[1], A.shape[2]
     n_blocks = (Tq + block - 1) // block
-    _keys_transposed(K, Kt)
-    _values_padded(V, Vp)
+    for u in prange(B * H):
+        _transpose_keys(K, Kt, u // H, u % H)
+        _pad_values(V, Vp, u // H, u % H)
     for u in prange(B * H * n_blocks):
         b, h, i0, i1 = _unit(u, H, n_blocks, Tq, block)
         _weights_unit(Q, Kt, Vp, mask, scale, b, h, i0, i1, A, out, True,
@@ -375,7 +373,8 @@ def _weighted_sum_unit(A, Vp, b, h, i0, i1, out, O4):
 def _weighted_sum_rows(A, V, out, Vp, block):
     B, H, Tq, Tk = A.shape
     n_blocks = (Tq + block - 1) // block
-    _values_padded(V, Vp)
+    for u in prange(B * H):
+        _pad_values(V, Vp, u // H, u % H)
     for u in prange(B * H * n_blocks):
         b, h, i0, i1 = _unit(u, H, n_blocks, Tq, block)
         _weighted_sum_unit(A, Vp, b, h, i0, i1, out, np.empty((4, Vp.shape[3]), A.dtype))
@@ -438,8 +437,9 @@ def _fused_blocks(Q, K, V, mask, scale, out, Kt, Vp, block, key_tile):
     (Tq, Tk)."""
     B, H, Tq, dk = Q.shape
     n_blocks = (Tq + block - 1) // block
-    _keys_transposed(K, Kt)
-    _values_padded(V, Vp)
+    for u in prange(B * H):
+        _transpose_keys(K, Kt, u // H, u % H)
+        _pad_values(V, Vp, u // H, u % H)
     for u in prange(B * H * n_blocks):
         b, h, i0, i1 = _unit(u, H, n_blocks, Tq, block)
         _fused_unit(Q, Kt, Vp, mask, scale, b, h, i0, i1, out, key_tile,
@@ -530,13 +530,13 @@ def _pick(kernel_pair, work: int):
 
 
 def _keys_layout(K):
-    """Room for the keys transposed, a vector wider than the key count (see _keys_transposed)."""
+    """Room for the keys transposed, a vector wider than the key count (see _transpose_keys)."""
     B, H, Tk, dk = K.shape
     return np.empty((B, H, dk, Tk + simd.lanes(K.dtype)), dtype=K.dtype)
 
 
 def _values_layout(V):
-    """Room for the value rows padded to whole vectors (see _values_padded)."""
+    """Room for the value rows padded to whole vectors (see _pad_values)."""
     B, H, Tk, dv = V.shape
     L = simd.lanes(V.dtype)
     return np.empty((B, H, Tk, (dv + L - 1) // L * L), dtype=V.dtype)
