@@ -243,24 +243,45 @@ def _weighted_sum_tile(p0, p1, p2, p3, Vp, k0, lo, hi, o0, o1, o2, o3):
     """``o_r += sum_{lo <= j < hi} p_r[j] V[k0 + j]`` for four rows of weights ``p_r`` over a tile of
     keys from ``k0``; ``Vp`` holds the value rows padded to whole vectors, as wide as the ``o_r``.
 
-    The register tile of a matrix product again: four vectors of running sums (one per row, over
-    one vector of value features) stay in SIMD registers along the loop over keys, each key
-    costing one vector load of its values, four broadcast weights and four multiply-adds.
+    The register tile of a matrix product again: 4 rows x 2 vectors of value features, eight
+    vectors of running sums that stay in SIMD registers along the loop over keys; each key costs
+    two vector loads of its values, four broadcast weights and eight multiply-adds.
     """
-    L = simd.lanes_of(o0)
+    L, width = simd.lanes_of(o0), o0.shape[0]
     w0, w1, w2, w3 = p0[lo:hi], p1[lo:hi], p2[lo:hi], p3[lo:hi]   # zero-based (see _add_mask)
-    for c in range(0, o0.shape[0], L):
+    c = 0
+    while c + L < width:                       # two vectors of features
+        a0 = a1 = a2 = a3 = b0 = b1 = b2 = b3 = simd.zeros(o0)
+        for j in range(hi - lo):
+            row = Vp[k0 + lo + j]
+            x, y = simd.load(row, c), simd.load(row, c + L)
+            w = simd.splat(w0[j], o0)
+            a0, b0 = simd.fma(w, x, a0), simd.fma(w, y, b0)
+            w = simd.splat(w1[j], o0)
+            a1, b1 = simd.fma(w, x, a1), simd.fma(w, y, b1)
+            w = simd.splat(w2[j], o0)
+            a2, b2 = simd.fma(w, x, a2), simd.fma(w, y, b2)
+            w = simd.splat(w3[j], o0)
+            a3, b3 = simd.fma(w, x, a3), simd.fma(w, y, b3)
+        _add_vector(o0, c, a0), _add_vector(o1, c, a1), _add_vector(o2, c, a2), _add_vector(o3, c, a3)
+        _add_vector(o0, c + L, b0), _add_vector(o1, c + L, b1)
+        _add_vector(o2, c + L, b2), _add_vector(o3, c + L, b3)
+        c += 2 * L
+    if c < width:                              # one vector left
         a0 = a1 = a2 = a3 = simd.zeros(o0)
         for j in range(hi - lo):
-            v = simd.load(Vp[k0 + lo + j], c)
-            a0 = simd.fma(simd.splat(w0[j], o0), v, a0)
-            a1 = simd.fma(simd.splat(w1[j], o0), v, a1)
-            a2 = simd.fma(simd.splat(w2[j], o0), v, a2)
-            a3 = simd.fma(simd.splat(w3[j], o0), v, a3)
-        simd.store(o0, c, simd.add(simd.load(o0, c), a0))
-        simd.store(o1, c, simd.add(simd.load(o1, c), a1))
-        simd.store(o2, c, simd.add(simd.load(o2, c), a2))
-        simd.store(o3, c, simd.add(simd.load(o3, c), a3))
+            x = simd.load(Vp[k0 + lo + j], c)
+            a0 = simd.fma(simd.splat(w0[j], o0), x, a0)
+            a1 = simd.fma(simd.splat(w1[j], o0), x, a1)
+            a2 = simd.fma(simd.splat(w2[j], o0), x, a2)
+            a3 = simd.fma(simd.splat(w3[j], o0), x, a3)
+        _add_vector(o0, c, a0), _add_vector(o1, c, a1), _add_vector(o2, c, a2), _add_vector(o3, c, a3)
+
+
+@njit(inline="always", **_jit)
+def _add_vector(x, i, v):
+    """``x[i : i + lanes] += v``."""
+    simd.store(x, i, simd.add(simd.load(x, i), v))
 
 
 @njit(inline="always", **_jit)
