@@ -140,44 +140,62 @@ def _add_mask(live, m, j):
 
 
 @njit(inline="always", **_jit)
+def _product_block(a0, a1, a2, a3, B, t0, n, c, like):
+    """A 4 x (2 vectors) block of a matrix product: ``sum_{t < n} a_r[t] B[t0 + t, c : c + 2 lanes]``
+    for the four rows ``a_r``, as eight vectors (row 0's two, then row 1's, ...).
+
+    The register tile of a BLAS kernel: the eight running sums stay in SIMD registers for the
+    whole loop; each step loads two vectors of ``B``, broadcasts four numbers of ``a`` and does
+    eight fused multiply-adds. ``like`` is any array of the result's dtype.
+    """
+    L = simd.lanes_of(like)
+    x0 = x1 = x2 = x3 = y0 = y1 = y2 = y3 = simd.zeros(like)
+    for t in range(n):
+        row = B[t0 + t]
+        u, v = simd.load(row, c), simd.load(row, c + L)
+        w = simd.splat(a0[t], like)
+        x0, y0 = simd.fma(w, u, x0), simd.fma(w, v, y0)
+        w = simd.splat(a1[t], like)
+        x1, y1 = simd.fma(w, u, x1), simd.fma(w, v, y1)
+        w = simd.splat(a2[t], like)
+        x2, y2 = simd.fma(w, u, x2), simd.fma(w, v, y2)
+        w = simd.splat(a3[t], like)
+        x3, y3 = simd.fma(w, u, x3), simd.fma(w, v, y3)
+    return x0, y0, x1, y1, x2, y2, x3, y3
+
+
+@njit(inline="always", **_jit)
+def _product_vector(a0, a1, a2, a3, B, t0, n, c, like):
+    """:func:`_product_block` one vector wide (for the last vector of a row): four vectors."""
+    x0 = x1 = x2 = x3 = simd.zeros(like)
+    for t in range(n):
+        u = simd.load(B[t0 + t], c)
+        x0 = simd.fma(simd.splat(a0[t], like), u, x0)
+        x1 = simd.fma(simd.splat(a1[t], like), u, x1)
+        x2 = simd.fma(simd.splat(a2[t], like), u, x2)
+        x3 = simd.fma(simd.splat(a3[t], like), u, x3)
+    return x0, x1, x2, x3
+
+
+@njit(inline="always", **_jit)
 def _scores_tile(Qs, Kt, k0, lo, hi, s0, s1, s2, s3):
     """``s_r[j] = Qs[r] . K[k0 + j]`` for four (scaled) queries ``Qs`` and the keys ``lo <= j < hi``
-    of a tile starting at key ``k0``, where ``Kt[:, k]`` holds key ``k``.
-
-    The register tile of a matrix product: 4 queries x 2 vectors of keys, eight vectors of running
-    sums that stay in SIMD registers for the whole loop over the features; each feature costs two
-    vector loads of keys, four broadcast query values and eight fused multiply-adds. Whole vectors
-    only: the columns from ``lo`` rounded down to a vector boundary to ``hi`` rounded up are
-    written, so the rows and ``Kt`` are padded by a vector.
+    of a tile starting at key ``k0``, where ``Kt[:, k]`` holds key ``k``: blocks of ``Q K^T``
+    (:func:`_product_block`), summed over the features. Whole vectors only: the columns from ``lo``
+    rounded down to a vector boundary to ``hi`` rounded up are written, so the rows and ``Kt``
+    are padded by a vector.
     """
     L, dk = simd.lanes_of(s0), Qs.shape[1]
     q0, q1, q2, q3 = Qs[0], Qs[1], Qs[2], Qs[3]
     j = lo - lo % L
     while j + L < hi:                          # two vectors of keys
-        a0 = a1 = a2 = a3 = b0 = b1 = b2 = b3 = simd.zeros(s0)
-        for d in range(dk):
-            x, y = simd.load(Kt[d], k0 + j), simd.load(Kt[d], k0 + j + L)
-            w = simd.splat(q0[d], s0)
-            a0, b0 = simd.fma(w, x, a0), simd.fma(w, y, b0)
-            w = simd.splat(q1[d], s0)
-            a1, b1 = simd.fma(w, x, a1), simd.fma(w, y, b1)
-            w = simd.splat(q2[d], s0)
-            a2, b2 = simd.fma(w, x, a2), simd.fma(w, y, b2)
-            w = simd.splat(q3[d], s0)
-            a3, b3 = simd.fma(w, x, a3), simd.fma(w, y, b3)
-        simd.store(s0, j, a0), simd.store(s1, j, a1), simd.store(s2, j, a2), simd.store(s3, j, a3)
-        simd.store(s0, j + L, b0), simd.store(s1, j + L, b1)
-        simd.store(s2, j + L, b2), simd.store(s3, j + L, b3)
+        x0, y0, x1, y1, x2, y2, x3, y3 = _product_block(q0, q1, q2, q3, Kt, 0, dk, k0 + j, s0)
+        simd.store(s0, j, x0), simd.store(s1, j, x1), simd.store(s2, j, x2), simd.store(s3, j, x3)
+        simd.store(s0, j + L, y0), simd.store(s1, j + L, y1), simd.store(s2, j + L, y2), simd.store(s3, j + L, y3)
         j += 2 * L
     if j < hi:                                 # one vector left
-        a0 = a1 = a2 = a3 = simd.zeros(s0)
-        for d in range(dk):
-            x = simd.load(Kt[d], k0 + j)
-            a0 = simd.fma(simd.splat(q0[d], s0), x, a0)
-            a1 = simd.fma(simd.splat(q1[d], s0), x, a1)
-            a2 = simd.fma(simd.splat(q2[d], s0), x, a2)
-            a3 = simd.fma(simd.splat(q3[d], s0), x, a3)
-        simd.store(s0, j, a0), simd.store(s1, j, a1), simd.store(s2, j, a2), simd.store(s3, j, a3)
+        x0, x1, x2, x3 = _product_vector(q0, q1, q2, q3, Kt, 0, dk, k0 + j, s0)
+        simd.store(s0, j, x0), simd.store(s1, j, x1), simd.store(s2, j, x2), simd.store(s3, j, x3)
 
 
 @njit(inline="always", **_jit)
@@ -241,41 +259,21 @@ def _softmax_live(scores, lo, hi, weights):
 @njit(inline="always", **_jit)
 def _weighted_sum_tile(p0, p1, p2, p3, Vp, k0, lo, hi, o0, o1, o2, o3):
     """``o_r += sum_{lo <= j < hi} p_r[j] V[k0 + j]`` for four rows of weights ``p_r`` over a tile of
-    keys from ``k0``; ``Vp`` holds the value rows padded to whole vectors, as wide as the ``o_r``.
-
-    The register tile of a matrix product again: 4 rows x 2 vectors of value features, eight
-    vectors of running sums that stay in SIMD registers along the loop over keys; each key costs
-    two vector loads of its values, four broadcast weights and eight multiply-adds.
+    keys from ``k0``: blocks of ``A V`` (:func:`_product_block`), summed over the keys. ``Vp``
+    holds the value rows padded to whole vectors, as wide as the ``o_r``.
     """
     L, width = simd.lanes_of(o0), o0.shape[0]
     w0, w1, w2, w3 = p0[lo:hi], p1[lo:hi], p2[lo:hi], p3[lo:hi]   # zero-based (see _add_mask)
     c = 0
-    while c + L < width:                       # two vectors of features
-        a0 = a1 = a2 = a3 = b0 = b1 = b2 = b3 = simd.zeros(o0)
-        for j in range(hi - lo):
-            row = Vp[k0 + lo + j]
-            x, y = simd.load(row, c), simd.load(row, c + L)
-            w = simd.splat(w0[j], o0)
-            a0, b0 = simd.fma(w, x, a0), simd.fma(w, y, b0)
-            w = simd.splat(w1[j], o0)
-            a1, b1 = simd.fma(w, x, a1), simd.fma(w, y, b1)
-            w = simd.splat(w2[j], o0)
-            a2, b2 = simd.fma(w, x, a2), simd.fma(w, y, b2)
-            w = simd.splat(w3[j], o0)
-            a3, b3 = simd.fma(w, x, a3), simd.fma(w, y, b3)
-        _add_vector(o0, c, a0), _add_vector(o1, c, a1), _add_vector(o2, c, a2), _add_vector(o3, c, a3)
-        _add_vector(o0, c + L, b0), _add_vector(o1, c + L, b1)
-        _add_vector(o2, c + L, b2), _add_vector(o3, c + L, b3)
+    while c + L < width:                       # two vectors of value features
+        x0, y0, x1, y1, x2, y2, x3, y3 = _product_block(w0, w1, w2, w3, Vp, k0 + lo, hi - lo, c, o0)
+        _add_vector(o0, c, x0), _add_vector(o1, c, x1), _add_vector(o2, c, x2), _add_vector(o3, c, x3)
+        _add_vector(o0, c + L, y0), _add_vector(o1, c + L, y1)
+        _add_vector(o2, c + L, y2), _add_vector(o3, c + L, y3)
         c += 2 * L
     if c < width:                              # one vector left
-        a0 = a1 = a2 = a3 = simd.zeros(o0)
-        for j in range(hi - lo):
-            x = simd.load(Vp[k0 + lo + j], c)
-            a0 = simd.fma(simd.splat(w0[j], o0), x, a0)
-            a1 = simd.fma(simd.splat(w1[j], o0), x, a1)
-            a2 = simd.fma(simd.splat(w2[j], o0), x, a2)
-            a3 = simd.fma(simd.splat(w3[j], o0), x, a3)
-        _add_vector(o0, c, a0), _add_vector(o1, c, a1), _add_vector(o2, c, a2), _add_vector(o3, c, a3)
+        x0, x1, x2, x3 = _product_vector(w0, w1, w2, w3, Vp, k0 + lo, hi - lo, c, o0)
+        _add_vector(o0, c, x0), _add_vector(o1, c, x1), _add_vector(o2, c, x2), _add_vector(o3, c, x3)
 
 
 @njit(inline="always", **_jit)
