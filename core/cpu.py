@@ -329,9 +329,13 @@ def _softmax_rows(S, A):
 
 
 @njit(**_jit)
-def _weights_unit(Q, Kt, Vp, mask, scale, b, h, i0, i1, A, out, with_output, Qs, S4, O4):
+def _weights_unit(Q, Kt, Vp, mask, scale, b, h, i0, i1, A, out, Qs, S4, O4):
     """Rows ``i0..i1`` of ``A = softmax(Q K^T * scale + M)``, four queries at a time (see
-    :func:`_scores_tile`), and ``out = A V`` for them when ``with_output``."""
+    :func:`_scores_tile`), and ``out = A V`` for them unless ``Vp`` has no columns (weights only).
+
+    A run-time test rather than a constant ``with_output`` argument: Numba would compile the
+    function once for each constant, which had cost 4 s of the first page's compile.
+    """
     Q, Kt, Vp, mask, A, out = borrowed(Q), borrowed(Kt), borrowed(Vp), borrowed(mask), borrowed(A), borrowed(out)
     Qs, S4, O4 = borrowed(Qs), borrowed(S4), borrowed(O4)
     Tk, dv = A.shape[3], out.shape[3]
@@ -340,7 +344,7 @@ def _weights_unit(Q, Kt, Vp, mask, scale, b, h, i0, i1, A, out, with_output, Qs,
         lo, hi = _scores_group(Q, Kt[b, h], mask, scale, b, h, i, n, 0, Tk, Qs, S4)
         for r in range(n):
             _softmax_live(S4[r], lo, hi, A[b, h, i + r])
-        if with_output:
+        if Vp.shape[3] > 0:
             for r in range(4):
                 _fill(O4[r], 0, O4.shape[1], 0.0)
             last = i + n - 1                   # rows past n repeat the last one, into O4 only
@@ -357,9 +361,9 @@ def _weights_rows(Q, K, mask, scale, A, Kt, block):
         _transpose_keys(K, Kt, u // H, u % H)
     for u in prange(B * H * n_blocks):
         b, h, i0, i1 = _unit(u, H, n_blocks, Tq, block)
-        _weights_unit(Q, Kt, Kt, mask, scale, b, h, i0, i1, A, A, False,
+        _weights_unit(Q, Kt, np.empty((0, 0, 0, 0), Q.dtype), mask, scale, b, h, i0, i1, A, A,
                       np.empty((4, Q.shape[3]), Q.dtype), np.empty((4, Kt.shape[3]), Q.dtype),
-                      np.empty((4, 1), Q.dtype))
+                      np.empty((4, 0), Q.dtype))
 
 
 def _attention_rows(Q, K, V, mask, scale, A, out, Kt, Vp, block):
@@ -370,7 +374,7 @@ def _attention_rows(Q, K, V, mask, scale, A, out, Kt, Vp, block):
         _pad_values(V, Vp, u // H, u % H)
     for u in prange(B * H * n_blocks):
         b, h, i0, i1 = _unit(u, H, n_blocks, Tq, block)
-        _weights_unit(Q, Kt, Vp, mask, scale, b, h, i0, i1, A, out, True,
+        _weights_unit(Q, Kt, Vp, mask, scale, b, h, i0, i1, A, out,
                       np.empty((4, Q.shape[3]), Q.dtype), np.empty((4, Kt.shape[3]), Q.dtype),
                       np.empty((4, Vp.shape[3]), Q.dtype))
 
