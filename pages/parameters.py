@@ -8,9 +8,21 @@ import streamlit as st
 
 from core import analysis
 from core.limits import MAX_D_MODEL, MAX_TOKENS
-from ui import charts
+from ui import charts, state
+
+PAGE = "parameters"
+PRESET_LABELS = {"custom": "Custom (the sizes above)"} | {k: s.name for k, s in analysis.MODEL_PRESETS.items()}
+# The sizes and the preset, kept in the page's address so a link reopens this exact configuration.
+SPEC = {"d_model": state.int_field(64, 8, MAX_D_MODEL), "heads": state.int_field(8, 1, 64),
+        "d_ff": state.int_field(4 * 64, 8, 4 * MAX_D_MODEL), "layers": state.int_field(6, 1, 48),
+        "vocab": state.int_field(10_000, 1, 1_000_000), "T": state.int_field(128, 1, 4096),
+        "bias": state.bool_field(False), "preset": state.choice_field("custom", tuple(PRESET_LABELS))}
+key = lambda name: state.key(PAGE, name)  # noqa: E731
 
 st.title("Parameters and cost")
+state.restore(PAGE, SPEC)
+for name in ("d_model", "d_ff"):          # these sliders move in steps of 8
+    st.session_state[key(name)] = max(8, st.session_state[key(name)] // 8 * 8)
 st.markdown(
     "Count the numbers a Transformer has to learn. Pick the sizes below; every count on this page is "
     "plain arithmetic on shapes (no kernel runs here)."
@@ -25,15 +37,15 @@ with st.expander("What to look for"):
 
 # 1. sizes ----------------------------------------------------------------------------------------
 c1, c2, c3 = st.columns(3)
-d_model = c1.slider("d_model", 8, MAX_D_MODEL, 64, step=8, key="p_d_model",
+d_model = c1.slider("d_model", 8, MAX_D_MODEL, step=8, key=key("d_model"),
                     help=f"Model width (at most {MAX_D_MODEL} on this page).")
-n_heads = c2.number_input("Heads H", 1, 64, 8, key="p_heads", help="Must divide d_model.")
-d_ff = c3.slider("d_ff (feed-forward width)", 8, 4 * MAX_D_MODEL, 4 * 64, step=8, key="p_d_ff")
+n_heads = c2.number_input("Heads H", 1, 64, key=key("heads"), help="Must divide d_model.")
+d_ff = c3.slider("d_ff (feed-forward width)", 8, 4 * MAX_D_MODEL, step=8, key=key("d_ff"))
 c4, c5, c6 = st.columns(3)
-n_layers = c4.slider("Layers", 1, 48, 6, key="p_layers")
-vocab = c5.number_input("Vocabulary size", 1, 1_000_000, 10_000, step=1000, key="p_vocab")
-T = c6.slider("Sequence length T", 1, 4096, 128, key="p_T", help="Only the FLOPs depend on it.")
-bias = st.checkbox("Biases on the projections", value=False, key="p_bias")
+n_layers = c4.slider("Layers", 1, 48, key=key("layers"))
+vocab = c5.number_input("Vocabulary size", 1, 1_000_000, step=1000, key=key("vocab"))
+T = c6.slider("Sequence length T", 1, 4096, key=key("T"), help="Only the FLOPs depend on it.")
+bias = st.checkbox("Biases on the projections", key=key("bias"))
 st.caption(f"Caps: d_model ≤ {MAX_D_MODEL} here (the whole-model calculator below goes further); "
            f"the attention pages draw at most {MAX_TOKENS} tokens.")
 
@@ -43,6 +55,7 @@ try:
 except ValueError as err:
     divisors = [h for h in range(1, d_model + 1) if d_model % h == 0 and h <= 64]
     st.error(f"{err} Head counts that divide {d_model}: {', '.join(map(str, divisors))}.")
+    state.publish(PAGE, SPEC)
     st.stop()
 d_k = d_model // int(n_heads)
 
@@ -99,8 +112,7 @@ st.markdown(f"Block total **{block.total:,}**: the FFN holds **{block.ffn / bloc
 
 # 6. whole models ---------------------------------------------------------------------------------
 st.header("A whole model")
-labels = {"custom": "Custom (the sizes above)"} | {k: s.name for k, s in analysis.MODEL_PRESETS.items()}
-preset = st.selectbox("Start from", list(labels), format_func=labels.get, key="p_preset")
+preset = st.selectbox("Start from", list(PRESET_LABELS), format_func=PRESET_LABELS.get, key=key("preset"))
 base = analysis.MODEL_PRESETS.get(preset) or analysis.TransformerSpec(
     architecture="encoder-only", d_model=d_model, n_heads=int(n_heads), d_ff=d_ff, n_encoder_layers=n_layers,
     n_decoder_layers=0, vocab_size=int(vocab), max_positions=max(T, 1), bias=bias, lm_head=False)
@@ -122,6 +134,7 @@ try:
     counted = analysis.model_param_count(spec)
 except ValueError as err:
     st.error(str(err))
+    state.publish(PAGE, SPEC)
     st.stop()
 st.dataframe(pd.DataFrame(counted.rows(), columns=["part", "parameters", "share"]),
              hide_index=True, column_config={"share": st.column_config.NumberColumn(format="percent")})
@@ -137,3 +150,4 @@ if base.published_total and not changed:
 elif base.published_total:
     m2.metric("Published (unchanged preset)", f"{base.published_total / 1e6:.0f}M")
     st.caption("You changed the preset, so the published figure no longer describes this model.")
+state.publish(PAGE, SPEC)

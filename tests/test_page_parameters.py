@@ -26,9 +26,9 @@ def test_page_runs_and_shows_the_attention_count():
 
 def test_count_equals_the_sizes_of_the_encoders_attention_arrays():
     at = AppTest.from_file(PAGE, default_timeout=60).run()
-    at.slider(key="p_d_model").set_value(32)
-    at.number_input(key="p_heads").set_value(4)
-    at.checkbox(key="p_bias").check().run()
+    at.slider(key="parameters.d_model").set_value(32)
+    at.number_input(key="parameters.heads").set_value(4)
+    at.checkbox(key="parameters.bias").check().run()
     assert not at.exception
     params = encoder.init_params(encoder.EncoderConfig(d_model=32, n_heads=4), dtype=np.float64)
     built = sum(params[f"layers.0.{n}"].size for n in ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O"))
@@ -41,8 +41,8 @@ def test_count_equals_the_sizes_of_the_encoders_attention_arrays():
 
 def test_every_divisor_is_tabulated_with_a_flat_count():
     at = AppTest.from_file(PAGE, default_timeout=60).run()
-    at.slider(key="p_d_model").set_value(48).run()
-    at.number_input(key="p_heads").set_value(6).run()
+    at.slider(key="parameters.d_model").set_value(48).run()
+    at.number_input(key="parameters.heads").set_value(6).run()
     sweep = at.dataframe[1].value
     assert sweep["H"].tolist() == [1, 2, 3, 4, 6, 8, 12, 16, 24, 48]
     assert (sweep["d_k"] * sweep["H"] == 48).all()
@@ -51,7 +51,7 @@ def test_every_divisor_is_tabulated_with_a_flat_count():
 
 def test_a_head_count_that_does_not_divide_gives_a_message():
     at = AppTest.from_file(PAGE, default_timeout=60).run()
-    at.number_input(key="p_heads").set_value(7).run()
+    at.number_input(key="parameters.heads").set_value(7).run()
     assert not at.exception
     assert at.error and "cannot be split evenly into 7 heads" in at.error[0].value
     assert "1, 2, 4, 8, 16, 32, 64" in at.error[0].value
@@ -60,14 +60,14 @@ def test_a_head_count_that_does_not_divide_gives_a_message():
 def test_presets_show_our_count_next_to_the_published_one():
     at = AppTest.from_file(PAGE, default_timeout=60).run()
     for key, spec in analysis.MODEL_PRESETS.items():
-        at.selectbox(key="p_preset").set_value(key).run()
+        at.selectbox(key="parameters.preset").set_value(key).run()
         assert not at.exception
         ours = analysis.model_param_count(spec).total
         values = _metrics(at)
         assert f"{ours:,}" in values and f"{spec.published_total / 1e6:.0f}M" in values
         assert abs(ours - spec.published_total) / spec.published_total < 0.03
     # untie the Transformer's output projection: the count grows by V·d and the page says why
-    at.selectbox(key="p_preset").set_value("transformer_base").run()
+    at.selectbox(key="parameters.preset").set_value("transformer_base").run()
     at.checkbox(key="p_transformer_base_tied").uncheck().run()
     untied = analysis.model_param_count(analysis.TransformerSpec(
         **{**analysis.TRANSFORMER_BASE.__dict__, "tied_output": False})).total
@@ -76,3 +76,31 @@ def test_presets_show_our_count_next_to_the_published_one():
     assert any("no longer describes" in c.value for c in at.caption)
     at.radio(key="p_transformer_base_arch").set_value("decoder-only").run()
     assert not at.exception
+
+
+def test_a_link_restores_the_sizes_and_the_preset_and_changes_are_written_back():
+    at = AppTest.from_file(PAGE, default_timeout=60)
+    for name, value in {"d_model": "96", "heads": "12", "d_ff": "384", "layers": "3", "vocab": "5000",
+                        "T": "32", "bias": "1", "preset": "bert_base"}.items():
+        at.query_params[name] = value
+    at.run()
+    assert not at.exception and not at.error and not at.warning
+    assert at.slider(key="parameters.d_model").value == 96 and at.number_input(key="parameters.heads").value == 12
+    assert at.checkbox(key="parameters.bias").value and at.selectbox(key="parameters.preset").value == "bert_base"
+    assert _metrics(at)[0] == f"{4 * 96 ** 2 + 4 * 96:,}"
+    at.slider(key="parameters.layers").set_value(5).run()
+    assert at.query_params["layers"] == "5" and at.query_params["d_model"] == "96"
+    at.slider(key="parameters.layers").set_value(6).run()            # back to the default: left out
+    assert "layers" not in at.query_params
+
+
+def test_a_bad_link_is_a_warning_and_the_defaults():
+    at = AppTest.from_file(PAGE, default_timeout=60)
+    at.query_params["heads"] = "0"
+    at.query_params["preset"] = "gpt-9"
+    at.query_params["d_model"] = "50"                                  # off the slider's steps of 8
+    at.run()
+    assert not at.exception and at.warning
+    assert at.number_input(key="parameters.heads").value == 8
+    assert at.selectbox(key="parameters.preset").value == "custom"
+    assert at.slider(key="parameters.d_model").value == 48
