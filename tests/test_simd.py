@@ -1,0 +1,76 @@
+"""core/simd.py: the vector operations, and the attention kernels at another vector width."""
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+from numba import njit
+
+from core import simd
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@njit
+def _axpy_by_vectors(a, x, y, out):
+    """``out = a * x + y`` one vector at a time (lengths a multiple of the lane count)."""
+    for i in range(0, x.shape[0], simd.lanes_of(x)):
+        simd.store(out, i, simd.fma(simd.splat(a, x), simd.load(x, i), simd.load(y, i)))
+
+
+@njit
+def _sum_by_vectors(x, out):
+    """``out[:lanes] = sum over vectors of x`` plus zeros."""
+    total = simd.zeros(x)
+    for i in range(0, x.shape[0], simd.lanes_of(x)):
+        total = simd.add(total, simd.load(x, i))
+    simd.store(out, 0, total)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_vector_operations_match_numpy(dtype):
+    L = simd.lanes(np.dtype(dtype))
+    assert L * np.dtype(dtype).itemsize == simd.VECTOR_BYTES in (16, 32, 64)
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal(3 * L).astype(dtype), rng.standard_normal(3 * L).astype(dtype)
+    out = np.full(3 * L, np.nan, dtype)
+    _axpy_by_vectors(dtype(1.5), x, y, out)
+    np.testing.assert_allclose(out, 1.5 * x + y, rtol=1e-6)
+    total = np.full(L, np.nan, dtype)
+    _sum_by_vectors(x, total)
+    np.testing.assert_allclose(total, x.reshape(3, L).sum(0), rtol=1e-6)
+
+
+_NARROW = textwrap.dedent("""
+    import numpy as np
+    from core import cpu, masks, simd
+    from core import reference as ref
+    assert simd.VECTOR_BYTES == 16, simd.VECTOR_BYTES
+    rng = np.random.default_rng(0)
+    cpu.KEY_TILE = 7
+    for dtype, tol in ((np.float32, 1e-5), (np.float64, 1e-12)):
+        for Tq, Tk, dk, dv, causal in ((6, 37, 3, 5, False), (9, 9, 4, 6, True)):
+            Q = rng.standard_normal((1, 2, Tq, dk)).astype(dtype)
+            K = rng.standard_normal((1, 2, Tk, dk)).astype(dtype)
+            V = rng.standard_normal((1, 2, Tk, dv)).astype(dtype)
+            mask = masks.causal(max(Tq, Tk), dtype)[:Tq, :Tk] if causal else np.zeros((1, 1), dtype)
+            want_out, want_A = ref.attention(Q.astype(np.float64), K, V, mask)
+            out, A = cpu.attention_with_weights(Q, K, V, mask.reshape((1, 1) + mask.shape), 1 / np.sqrt(dk))
+            fused = cpu.fused_attention(Q, K, V, mask.reshape((1, 1) + mask.shape), 1 / np.sqrt(dk))
+            for got, want in ((A, want_A), (out, want_out), (fused, want_out)):
+                np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+    print("ok")
+""")
+
+
+def test_attention_kernels_are_right_with_narrow_vectors(tmp_path):
+    """Compiled for a generic CPU (16-byte vectors, as SSE or ARM NEON: 4 float32 lanes, 2 float64),
+    so the tiles run many vectors per row and the padding differs from this machine's."""
+    env = dict(os.environ, NUMBA_CPU_NAME="generic", NUMBA_CACHE_DIR=str(tmp_path), PYTHONPATH=str(ROOT))
+    result = subprocess.run([sys.executable, "-c", _NARROW], capture_output=True, text=True, env=env,
+                            timeout=600, cwd=ROOT)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip().endswith("ok")
