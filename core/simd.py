@@ -2,12 +2,12 @@
 
 LLVM's auto-vectoriser vectorises one innermost loop at a time. A matrix-product tile wants more:
 a few vectors of running sums that stay in registers while a loop over the shared axis feeds them
-(for the scores ``S = Q K^T``, four queries by 32 keys, summed over the features). Written as
+(for the scores ``S = Q K^T``, four queries by two vectors of keys, summed over the features). Written as
 scalar loops, those sums go back to memory on every pass; written with these vectors, they are
-registers, as in a hand-written BLAS kernel (1.3-1.8x faster scores here at T = 64 to 512).
+registers, as in a hand-written BLAS kernel (1.2-2x faster scores here, T = 512 to 64).
 
 A vector holds :func:`lanes` floats of one dtype: as many as fit the host's widest SIMD register
-(64 bytes with AVX-512, 32 with AVX2, else 16). LLVM splits a vector wider than the machine's
+(64 bytes with AVX-512, 32 with AVX, else 16). LLVM splits a vector wider than the machine's
 registers into several, so every width is correct everywhere; the host's width is the fast one.
 
 - :func:`load` / :func:`store`: a vector from / to ``x[i : i + lanes]`` (1-D, contiguous; the
