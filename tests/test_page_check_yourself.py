@@ -2,16 +2,17 @@
 from pathlib import Path
 
 import numpy as np
-from streamlit.testing.v1 import AppTest
 
 from core import exercises, heads
 from ui.state import pending_key
+
+from page_support import open_page
 
 PAGE = str(Path(__file__).resolve().parents[1] / "pages" / "check_yourself.py")
 
 
 def test_questions_are_marked_with_explanations():
-    at = AppTest.from_file(PAGE, default_timeout=60).run()
+    at = open_page(PAGE)
     assert not at.exception
     assert [h.value for h in at.header] == ["Questions", "Count it", "Exercise: a sharper first-token head",
                                             "Exercise: one row, two places"]
@@ -31,7 +32,7 @@ def test_questions_are_marked_with_explanations():
 
 
 def test_first_token_gain_exercise():
-    at = AppTest.from_file(PAGE, default_timeout=60).run()
+    at = open_page(PAGE)
     at.button(key="cy_gain_check").click().run()                       # the lesson's gain 3: not yet
     assert "3.542 effective positions" in at.warning[0].value
     needed = exercises.first_token_gain_needed()
@@ -41,7 +42,7 @@ def test_first_token_gain_exercise():
 
 
 def test_two_position_exercise_is_marked_from_the_typed_matrices():
-    at = AppTest.from_file(PAGE, default_timeout=60).run()
+    at = open_page(PAGE)
     at.button(key="cy_two_check").click().run()                        # zeros: a uniform row 4
     assert "Not yet" in at.warning[0].value
     Q, K = heads.two_positions(6, 2, 3.0)

@@ -3,20 +3,18 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from streamlit.testing.v1 import AppTest
 
 from core import analysis, heads
+
+from page_support import open_page
 
 PAGE = str(Path(__file__).resolve().parents[1] / "pages" / "filter_bank.py")
 CONCAT = [[0, 0, 1, 0], [0, 0, 0.5, 0.5], [0.998277, 0, 1 / 3, 1 / 3], [0.001717, 0.996564, 0.25, 0.25]]
 OUTPUT = [[1, 0, -1, 0], [0.5, 0, -0.5, 0.5], [1.331611, 0, -1 / 3, 1 / 3], [0.251717, 0.996564, -0.25, 0.25]]
 
 
-def run(**params):
-    at = AppTest.from_file(PAGE, default_timeout=60)
-    for name, value in params.items():
-        at.query_params[name] = value
-    return at.run()
+def run(**link):
+    return open_page(PAGE, link)
 
 
 def frame(at, first_column):

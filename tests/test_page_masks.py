@@ -2,9 +2,10 @@
 from pathlib import Path
 
 import numpy as np
-from streamlit.testing.v1 import AppTest
 
 from core import attention, masks
+
+from page_support import open_page
 
 PAGE = str(Path(__file__).resolve().parents[1] / "pages" / "masks.py")
 
@@ -14,7 +15,7 @@ def _text(at):
 
 
 def test_page_runs_with_its_sections_and_measurements():
-    at = AppTest.from_file(PAGE, default_timeout=60).run()
+    at = open_page(PAGE)
     assert not at.exception and not at.error
     assert [h.value for h in at.header] == [
         "The causal mask", "Padding masks in a batch", "Cross-attention: the decoder reads the encoder",
@@ -29,7 +30,7 @@ def test_page_runs_with_its_sections_and_measurements():
 
 
 def test_cross_attention_is_rectangular_and_follows_the_inputs():
-    at = AppTest.from_file(PAGE, default_timeout=60).run()
+    at = open_page(PAGE)
     at.text_input(key="masks.source").set_value("a b c d e f g")
     at.text_input(key="masks.target").set_value("x y").run()
     assert not at.exception
@@ -43,7 +44,7 @@ def test_cross_attention_is_rectangular_and_follows_the_inputs():
 
 
 def test_padding_with_a_causal_mask_an_empty_sequence_and_bad_lengths():
-    at = AppTest.from_file(PAGE, default_timeout=60).run()
+    at = open_page(PAGE)
     at.text_input(key="masks.lengths").set_value("6, 2, 0")
     at.checkbox(key="masks.causal").check().run()
     assert not at.exception and not at.error
@@ -62,11 +63,8 @@ def test_padding_with_a_causal_mask_an_empty_sequence_and_bad_lengths():
 
 
 def test_a_link_restores_every_control_and_changes_are_written_back():
-    at = AppTest.from_file(PAGE, default_timeout=60)
-    for name, value in {"sentence": "a b c", "lengths": "2, 4", "T": "4", "heads": "4", "causal": "1",
-                        "source": "x y", "target": "p q r s t"}.items():
-        at.query_params[name] = value
-    at.run()
+    at = open_page(PAGE, {"sentence": "a b c", "lengths": "2, 4", "T": "4", "heads": "4", "causal": "1",
+                          "source": "x y", "target": "p q r s t"})
     assert not at.exception and not at.error and not at.warning
     assert at.text_input(key="masks.sentence").value == "a b c"
     assert at.slider(key="masks.T").value == 4 and at.select_slider(key="masks.heads").value == "4"
@@ -79,9 +77,6 @@ def test_a_link_restores_every_control_and_changes_are_written_back():
 
 
 def test_a_bad_link_is_a_warning_and_the_defaults():
-    at = AppTest.from_file(PAGE, default_timeout=60)
-    at.query_params["heads"] = "3"
-    at.query_params["T"] = "999"
-    at.run()
+    at = open_page(PAGE, {"heads": "3", "T": "999"})
     assert not at.exception and at.warning
     assert at.select_slider(key="masks.heads").value == "2" and at.slider(key="masks.T").value == 6

@@ -3,18 +3,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from streamlit.testing.v1 import AppTest
 
 from core import analysis, heads
+
+from page_support import open_page
 
 PAGE = str(Path(__file__).resolve().parents[1] / "pages" / "multi_head.py")
 
 
-def run(**params):
-    at = AppTest.from_file(PAGE, default_timeout=60)
-    for name, value in params.items():
-        at.query_params[name] = value
-    return at.run()
+def run(**link):
+    return open_page(PAGE, link)
 
 
 def markdown(at):

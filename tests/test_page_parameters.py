@@ -2,9 +2,10 @@
 from pathlib import Path
 
 import numpy as np
-from streamlit.testing.v1 import AppTest
 
 from core import analysis, encoder
+
+from page_support import open_page
 
 PAGE = str(Path(__file__).resolve().parents[1] / "pages" / "parameters.py")
 
@@ -14,7 +15,7 @@ def _metrics(at):
 
 
 def test_page_runs_and_shows_the_attention_count():
-    at = AppTest.from_file(PAGE, default_timeout=60).run()
+    at = open_page(PAGE)
     assert not at.exception
     headings = [h.value for h in at.header]
     assert any("4·d_model²" in h for h in headings) and "One Transformer block" in headings
@@ -25,7 +26,7 @@ def test_page_runs_and_shows_the_attention_count():
 
 
 def test_count_equals_the_sizes_of_the_encoders_attention_arrays():
-    at = AppTest.from_file(PAGE, default_timeout=60).run()
+    at = open_page(PAGE)
     at.slider(key="parameters.d_model").set_value(32)
     at.number_input(key="parameters.heads").set_value(4)
     at.checkbox(key="parameters.bias").check().run()
@@ -40,7 +41,7 @@ def test_count_equals_the_sizes_of_the_encoders_attention_arrays():
 
 
 def test_every_divisor_is_tabulated_with_a_flat_count():
-    at = AppTest.from_file(PAGE, default_timeout=60).run()
+    at = open_page(PAGE)
     at.slider(key="parameters.d_model").set_value(48).run()
     at.number_input(key="parameters.heads").set_value(6).run()
     sweep = at.dataframe[1].value
@@ -50,7 +51,7 @@ def test_every_divisor_is_tabulated_with_a_flat_count():
 
 
 def test_a_head_count_that_does_not_divide_gives_a_message():
-    at = AppTest.from_file(PAGE, default_timeout=60).run()
+    at = open_page(PAGE)
     at.number_input(key="parameters.heads").set_value(7).run()
     assert not at.exception
     assert at.error and "cannot be split evenly into 7 heads" in at.error[0].value
@@ -58,7 +59,7 @@ def test_a_head_count_that_does_not_divide_gives_a_message():
 
 
 def test_presets_show_our_count_next_to_the_published_one():
-    at = AppTest.from_file(PAGE, default_timeout=60).run()
+    at = open_page(PAGE)
     for key, spec in analysis.MODEL_PRESETS.items():
         at.selectbox(key="parameters.preset").set_value(key).run()
         assert not at.exception
@@ -79,11 +80,8 @@ def test_presets_show_our_count_next_to_the_published_one():
 
 
 def test_a_link_restores_the_sizes_and_the_preset_and_changes_are_written_back():
-    at = AppTest.from_file(PAGE, default_timeout=60)
-    for name, value in {"d_model": "96", "heads": "12", "d_ff": "384", "layers": "3", "vocab": "5000",
-                        "T": "32", "bias": "1", "preset": "bert_base"}.items():
-        at.query_params[name] = value
-    at.run()
+    at = open_page(PAGE, {"d_model": "96", "heads": "12", "d_ff": "384", "layers": "3", "vocab": "5000",
+                          "T": "32", "bias": "1", "preset": "bert_base"})
     assert not at.exception and not at.error and not at.warning
     assert at.slider(key="parameters.d_model").value == 96 and at.number_input(key="parameters.heads").value == 12
     assert at.checkbox(key="parameters.bias").value and at.selectbox(key="parameters.preset").value == "bert_base"
@@ -95,11 +93,8 @@ def test_a_link_restores_the_sizes_and_the_preset_and_changes_are_written_back()
 
 
 def test_a_bad_link_is_a_warning_and_the_defaults():
-    at = AppTest.from_file(PAGE, default_timeout=60)
-    at.query_params["heads"] = "0"
-    at.query_params["preset"] = "gpt-9"
-    at.query_params["d_model"] = "50"                                  # off the slider's steps of 8
-    at.run()
+    at = open_page(PAGE, {"heads": "0", "preset": "gpt-9",
+                          "d_model": "50"})                           # d_model off the slider's steps of 8
     assert not at.exception and at.warning
     assert at.number_input(key="parameters.heads").value == 8
     assert at.selectbox(key="parameters.preset").value == "custom"

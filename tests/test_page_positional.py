@@ -2,15 +2,16 @@
 from pathlib import Path
 
 import numpy as np
-from streamlit.testing.v1 import AppTest
 
 from core import positional
+
+from page_support import open_page
 
 PAGE = str(Path(__file__).resolve().parents[1] / "pages" / "positional.py")
 
 
 def test_page_shows_order_blindness_and_the_sinusoidal_code():
-    at = AppTest.from_file(PAGE, default_timeout=60).run()
+    at = open_page(PAGE)
     assert not at.exception
     headings = [h.value for h in at.header]
     assert headings == ["Attention alone is blind to order", "The sinusoidal code", "Other codes, seen in the scores"]
@@ -26,7 +27,7 @@ def test_page_shows_order_blindness_and_the_sinusoidal_code():
 
 
 def test_offset_property_and_collisions_on_screen():
-    at = AppTest.from_file(PAGE, default_timeout=60).run()
+    at = open_page(PAGE)
     PE = positional.sinusoidal(50, 128, backend="cpu")
     dots = positional.offset_dot_products(PE, 5)
     assert np.ptp(dots) < 1e-10
@@ -41,7 +42,7 @@ def test_offset_property_and_collisions_on_screen():
 
 
 def test_widgets_rerun_and_bad_input_is_a_message():
-    at = AppTest.from_file(PAGE, default_timeout=60).run()
+    at = open_page(PAGE)
     at.text_input(key="positional.b").set_value("man bites cat").run()
     assert not at.exception and "same words" in at.error[0].value
     at.text_input(key="positional.a").set_value("the cat saw the dog")
@@ -58,11 +59,8 @@ def test_widgets_rerun_and_bad_input_is_a_message():
 
 
 def test_a_link_restores_the_controls_and_out_of_range_positions_are_clamped():
-    at = AppTest.from_file(PAGE, default_timeout=60)
-    for name, value in {"a": "a b c", "b": "c b a", "T": "12", "d": "7", "base": "500", "from": "40",
-                        "k": "30", "Tc": "20", "Ts": "5"}.items():
-        at.query_params[name] = value
-    at.run()
+    at = open_page(PAGE, {"a": "a b c", "b": "c b a", "T": "12", "d": "7", "base": "500", "from": "40",
+                          "k": "30", "Tc": "20", "Ts": "5"})
     assert not at.exception and not at.error and not at.warning
     assert at.text_input(key="positional.a").value == "a b c"
     assert at.slider(key="positional.T").value == 12 and at.slider(key="positional.d").value == 6   # even
