@@ -5,8 +5,11 @@ import streamlit as st
 from core import analysis, exercises, heads
 from core.limits import MAX_MATRIX_ENTRY
 from ui import charts
+from ui.router import ensure_routed
 from ui.state import matrix_input
 from ui.widgets import chosen_backend, ensure_kernels, kernel_source, timed
+
+ensure_routed()   # a link opened first on a fresh server: rerun through app.py
 
 st.title("Check yourself")
 ensure_kernels()

@@ -1,6 +1,10 @@
 """Landing page: what the dashboard teaches and where to start."""
 import streamlit as st
 
+from ui.router import ensure_routed
+
+ensure_routed()   # a link opened first on a fresh server: rerun through app.py
+
 st.title("Attention, operated by hand")
 st.markdown(
     """

@@ -9,6 +9,9 @@ import streamlit as st
 from core import analysis
 from core.limits import MAX_D_MODEL, MAX_TOKENS
 from ui import charts, state
+from ui.router import ensure_routed
+
+ensure_routed()   # a link opened first on a fresh server: rerun through app.py
 
 PAGE = "parameters"
 PRESET_LABELS = {"custom": "Custom (the sizes above)"} | {k: s.name for k, s in analysis.MODEL_PRESETS.items()}

@@ -5,7 +5,10 @@ import streamlit as st
 from core import limits, tasks
 from core.encoder import POSITIONAL_CHOICES
 from ui import charts, state
+from ui.router import ensure_routed
 from ui.trainer import RunSpec, Trainer, weights_from_upload
+
+ensure_routed()   # a link opened first on a fresh server: rerun through app.py
 
 PAGE = "training"
 SPEC = {
