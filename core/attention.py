@@ -13,7 +13,6 @@ import numpy as np
 
 from core import backend as _backend
 from core import cpu as _cpu
-from core.reference import merge_heads, split_heads  # pure reshapes: (..., T, H*d) <-> (..., H, T, d)
 from core.validate import (as_float_array, as_float_array_with_peak, check_heads, common_dtype, mask_values_ok,
                            max_abs, max_abs_of_each, require_ndim, require_nonempty, same_float_arrays)
 
@@ -31,6 +30,23 @@ class MHAResult(NamedTuple):
     head_outputs: np.ndarray   # (..., H, Tq, d_v)
     concat: np.ndarray         # (..., Tq, H*d_v)
     output: np.ndarray         # (..., Tq, d_model)
+
+
+# --- the head axis: pure reshapes ------------------------------------------------------------
+
+
+def split_heads(X: np.ndarray, n_heads: int) -> np.ndarray:
+    """``(..., T, H*d) -> (..., H, T, d)``: head ``h`` takes the packed columns ``h*d:(h+1)*d``."""
+    *lead, T, D = X.shape
+    X = X.reshape(*lead, T, n_heads, D // n_heads)   # (..., T, H, d)
+    return np.swapaxes(X, -3, -2)                     # (..., H, T, d)
+
+
+def merge_heads(X: np.ndarray) -> np.ndarray:
+    """``(..., H, T, d) -> (..., T, H*d)``: the heads concatenated along features, head 1 first."""
+    X = np.swapaxes(X, -3, -2)                        # (..., T, H, d)
+    *lead, T, H, d = X.shape
+    return X.reshape(*lead, T, H * d)                 # (..., T, H*d)
 
 
 # --- input preparation ---------------------------------------------------------------------
