@@ -1,4 +1,8 @@
 """The public attention operations, on every backend, against the NumPy reference."""
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -7,6 +11,7 @@ from core import attention as at
 from core import cpu, gpu, masks
 from core import reference as ref
 
+ROOT = Path(__file__).resolve().parents[1]
 DTYPES = [np.float32, np.float64]
 TOL = {np.float32: 1e-5, np.float64: 1e-12}
 
@@ -52,9 +57,9 @@ def make_mask(kind, lead, Tq, Tk, dtype):
         return None
     if kind == "causal":
         return masks.causal(max(Tq, Tk), dtype)[:Tq, :Tk]
-    if kind == "padding":   # per-sequence key lengths, one of them 0: fully masked rows
-        B = lead[0] if lead else 1
-        lengths = np.arange(B) % (Tk + 1)
+    if kind == "padding":   # per-sequence key lengths: several live keys per row, and in a batch
+        B = lead[0] if lead else 1   # the first sequence empty (every row fully masked)
+        lengths = [0 if b == 0 and B > 1 else Tk - 1 for b in range(B)]
         m = masks.padding(lengths, Tk, dtype)                      # (B, 1, Tk)
         return m.reshape((B,) + (1,) * (len(lead)) + (Tk,)) if lead else m[0]
     if kind == "full":      # arbitrary finite values, -inf holes and one fully masked row
@@ -98,12 +103,14 @@ def test_attention_matches_reference(backend, dtype, shape, mask_kind):
 @pytest.mark.parametrize("mask_kind", [None, "causal", "full"])
 @pytest.mark.parametrize("parallel", [False, True])
 def test_fused_key_tiles_that_start_inside_a_vector(monkeypatch, dtype, mask_kind, parallel):
-    """Key tiles of 21 (neither a multiple of a SIMD vector nor smaller than one) over 50 keys."""
+    """Key tiles of 21 (neither a multiple of a SIMD vector nor smaller than one) over 50 keys,
+    with 50 queries, so causal rows span one, two and three key tiles and the running max and
+    sums are rescaled between tiles."""
     monkeypatch.setattr(cpu, "KEY_TILE", 21)
     monkeypatch.setattr(cpu, "PARALLEL_MIN_WORK", 0 if parallel else 1 << 62)
     rng = np.random.default_rng(3)
-    Q, K, V = rand(rng, (2, 7, 6), dtype), rand(rng, (2, 50, 6), dtype), rand(rng, (2, 50, 9), dtype)
-    mask = make_mask(mask_kind, (2,), 7, 50, dtype)
+    Q, K, V = rand(rng, (2, 50, 6), dtype), rand(rng, (2, 50, 6), dtype), rand(rng, (2, 50, 9), dtype)
+    mask = make_mask(mask_kind, (2,), 50, 50, dtype)
     expected_out, _ = ref.attention(Q.astype(np.float64), K, V, mask)
     fused, _ = at.attention(Q, K, V, mask, backend="cpu", return_weights=False)
     close(fused, expected_out, dtype)
@@ -113,6 +120,23 @@ def test_fully_masked_case_really_occurs():
     """Guard: the 'full' and 'padding' masks above do produce rows with nothing allowed."""
     assert not np.isfinite(make_mask("full", (2,), 3, 4, np.float64)[..., 0, :]).any()
     assert not np.isfinite(make_mask("padding", (2,), 3, 4, np.float64)[0]).any()
+
+
+@pytest.mark.parametrize("shape", [s for s in SHAPES if s[2] >= 3], ids=str)
+def test_padding_rows_leave_several_keys_live(shape):
+    """Guard: rows of the padding mask above that allow anything allow at least two keys, so their
+    weights depend on the scores (one allowed key would get weight 1 whatever the scale)."""
+    lead, Tq, Tk = shape[:3]
+    live = np.isfinite(np.broadcast_to(make_mask("padding", lead, Tq, Tk, np.float64), lead + (Tq, Tk)))
+    counts = live.sum(-1)
+    assert counts.max() >= 2 and not np.any(counts == 1)
+
+
+def test_causal_rows_span_several_key_tiles():
+    """Guard for the fused test above: with tiles of 21 keys, causal rows reach into the third tile."""
+    live = np.isfinite(make_mask("causal", (2,), 50, 50, np.float64))
+    last_live_key = np.array([np.flatnonzero(row).max() for row in live])
+    assert set(last_live_key // 21) == {0, 1, 2}
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -172,6 +196,22 @@ def test_split_and_merge_heads_follow_the_packed_column_convention():
     for h in range(3):
         np.testing.assert_array_equal(heads[:, h], X[..., 2 * h:2 * h + 2])
     np.testing.assert_array_equal(at.merge_heads(heads), X)
+
+
+@pytest.mark.parametrize("shape", [(4, 3, 2), (2, 4, 5, 3), (1, 1, 1)], ids=str)
+def test_split_and_merge_heads_agree_with_the_reference(shape):
+    """The product's reshapes are its own; the reference's are the oracle they must match."""
+    O = np.random.default_rng(5).standard_normal(shape)            # (..., H, T, d)
+    np.testing.assert_array_equal(at.merge_heads(O), ref.merge_heads(O))
+    X = ref.merge_heads(O)                                          # (..., T, H*d)
+    np.testing.assert_array_equal(at.split_heads(X, shape[-3]), ref.split_heads(X, shape[-3]))
+
+
+def test_the_attention_module_does_not_import_the_reference():
+    """Product code never uses the oracle: a check against it would compare it with itself."""
+    code = "import sys, core.attention; sys.exit('core.reference' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr or "core.attention imported core.reference"
 
 
 # --- properties -------------------------------------------------------------------------------
@@ -299,6 +339,8 @@ def test_integers_are_converted_and_bool_masks_mean_may_attend():
     assert A.dtype == np.float64 and out.dtype == np.float64
     want_out, want_A = ref.attention(Q.astype(float), Q.astype(float), Q.astype(float), masks.causal(2))
     np.testing.assert_allclose(A, want_A, atol=1e-15)
+    np.testing.assert_allclose(out, want_out, atol=1e-15)
+    assert 0 < A[1, 0] < A[1, 1] < 1                   # query 2 weighs both keys: the values matter
 
 
 @pytest.mark.parametrize("kwargs, message", [
