@@ -49,7 +49,8 @@ def make_mask(name, B, H, Tq, Tk, rng, dtype):
         assert Tq == Tk
         M = ref.causal_mask(Tq)[None, None]
     elif name == "padding":                       # (B, 1, 1, Tk); the first sequence is padded
-        lengths = [max(1, Tk - 3)] + [Tk] * (B - 1)
+        assert B >= 2 and Tk >= 5                 # (several live keys), the last one empty
+        lengths = [Tk - 3] + [Tk] * (B - 2) + [0]
         M = ref.padding_mask(lengths, Tk)[:, :, None, :]
     elif name == "rows_per_head":                 # (1, H, Tq, 1): head 0, query 1 sees nothing
         M = np.zeros((1, H, Tq, 1))
@@ -138,6 +139,18 @@ def test_masks_really_mask_rows(dtype):
         Q, K, _, mask, scale = make_case(shape_name, mask_name, dtype)
         A = gpu.attention_weights(Q, K, mask, scale)
         assert (A.sum(axis=-1) == 0).sum() == 1
+
+
+@pytest.mark.parametrize("shape_name", [s for s, m in CASES if m == "padding"])
+def test_padding_rows_weigh_several_keys_across_key_tiles(shape_name):
+    """Guard: a padded row that allows anything allows several keys, spread over more than one key
+    tile (so its weights depend on the scale and the online softmax rescales), and the empty
+    sequence's rows allow nothing."""
+    B, H, Tq, Tk, _, _ = SHAPES[shape_name]
+    mask = make_mask("padding", B, H, Tq, Tk, np.random.default_rng(0), np.float64)
+    live = np.broadcast_to(np.isfinite(mask), (B, H, Tq, Tk)).sum(-1)
+    assert live[0].min() >= 2 and (live[0].max() - 1) // gpu.TILE >= 1
+    assert (live[-1] == 0).all()
 
 
 @pytest.mark.parametrize("tile, threads", [(1, 1), (3, 5), (16, 2)])
