@@ -1,0 +1,312 @@
+"""Lesson kernels for the CPU: one small ``@njit`` loop nest per step of attention.
+
+Each kernel is the formula of ``core/reference.py`` (the plain NumPy oracle the tests compare
+against) written out as loops, so that a reader who knows NumPy can follow every multiply-add:
+
+    S = Q K^T * scale          scores_kernel
+    S = S + M                  add_mask_kernel      (M additive: 0 may look, -inf may not)
+    A = softmax(S) by rows     softmax_kernel       (a row with nothing allowed gives zeros)
+    out = A V                  weighted_sum_kernel
+    out without building A     fused_attention_kernel  (online softmax, one key at a time)
+    X W + b, split into heads  project_heads_kernel
+    Concat(heads) W_O + b_O    merge_heads_project_kernel
+    PE[p, 2i], PE[p, 2i+1]     sinusoidal_kernel
+
+``core/kernels/gpu.py`` has kernels of the same names for CUDA. Below the kernels, the host drivers
+(``scaled_scores``, ``attention_with_weights``, ...) allocate the outputs and run the kernels. They
+take validated, C-contiguous arrays of one float dtype:
+
+- ``Q (B, H, Tq, d_k)``, ``K (B, H, Tk, d_k)``, ``V (B, H, Tk, d_v)``;
+- ``mask (Bm, Hm, Tqm, Tkm)``, additive, each axis either 1 (broadcast) or full size, never None;
+- biases are arrays (zeros for "no bias"), never None.
+
+The loops are serial: at the lesson's sizes (T <= 64, d <= 64) they take microseconds, and a
+serial loop compiles in a fraction of the time a parallel one does. No ``fastmath``: the masks
+rely on ``-inf`` arithmetic (``exp(-inf) = 0``).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+# --- helpers (each is one line of the math) ---------------------------------------------------
+
+
+@njit(cache=True)
+def dot(x, y):
+    """``x . y`` for two vectors of one length (starting from the first term keeps their dtype)."""
+    total = x[0] * y[0]
+    for c in range(1, x.shape[0]):
+        total += x[c] * y[c]
+    return total
+
+
+@njit(cache=True)
+def softmax_row(s, a):
+    """``a = softmax(s)`` for one row of scores; a row with nothing allowed (all -inf) gives zeros."""
+    # 1. the row's maximum, subtracted before exp so that no exp overflows
+    m = s[0]
+    for j in range(1, s.shape[0]):
+        m = max(m, s[j])
+    if m == -math.inf:                    # nothing allowed: zero weights, not 0 / 0 = NaN
+        for j in range(a.shape[0]):
+            a[j] = 0
+        return
+    # 2. exponentiate (a masked score, -inf, becomes exactly 0) and sum
+    for j in range(s.shape[0]):
+        a[j] = math.exp(s[j] - m)
+    total = a[0]
+    for j in range(1, a.shape[0]):
+        total += a[j]
+    # 3. normalise, so the row sums to 1
+    for j in range(a.shape[0]):
+        a[j] /= total
+
+
+@njit(cache=True)
+def online_step(s, v, m, l, acc):
+    """Fold one key (score ``s``, value row ``v``) into a row's running max ``m``, sum ``l`` and
+    output ``acc = sum_j exp(s_j - m) v_j``; returns the new ``(m, l)``."""
+    if s == -math.inf:                    # a masked key adds nothing
+        return m, l
+    if s > m:                             # a new maximum: rescale what was summed so far
+        alpha = math.exp(m - s)           # exp(-inf) = 0 on the row's first allowed key
+        l = l * alpha
+        for c in range(acc.shape[0]):
+            acc[c] *= alpha
+        m = s
+    p = math.exp(s - m)
+    for c in range(acc.shape[0]):
+        acc[c] += p * v[c]
+    return m, l + p
+
+
+# --- kernels -------------------------------------------------------------------------------
+
+
+@njit(cache=True)
+def scores_kernel(Q, K, scale, S):
+    """``S = Q K^T * scale``: ``S[b, h, i, j] = (q_i . k_j) * scale``, how well key j matches query i.
+
+    Q (B, H, Tq, d_k), K (B, H, Tk, d_k) -> S (B, H, Tq, Tk).
+    """
+    B, H, Tq, Tk = S.shape
+    for b in range(B):
+        for h in range(H):
+            for i in range(Tq):
+                for j in range(Tk):
+                    S[b, h, i, j] = dot(Q[b, h, i], K[b, h, j]) * scale
+
+
+@njit(cache=True)
+def add_mask_kernel(S, M):
+    """``S = S + M`` in place: 0 leaves a score as it is, -inf forbids query i to look at key j.
+
+    S (B, H, Tq, Tk); M (B, H, Tq, Tk), usually a broadcast view of a smaller mask (see ``_full``).
+    """
+    B, H, Tq, Tk = S.shape
+    for b in range(B):
+        for h in range(H):
+            for i in range(Tq):
+                for j in range(Tk):
+                    S[b, h, i, j] += M[b, h, i, j]
+
+
+@njit(cache=True)
+def softmax_kernel(S, A):
+    """``A = softmax(S)`` over each row's keys: every row of A sums to 1 (or is all 0 when masked).
+
+    S (B, H, Tq, Tk) -> A (B, H, Tq, Tk).
+    """
+    B, H, Tq, Tk = S.shape
+    for b in range(B):
+        for h in range(H):
+            for i in range(Tq):
+                softmax_row(S[b, h, i], A[b, h, i])
+
+
+@njit(cache=True)
+def weighted_sum_kernel(A, V, out):
+    """``out = A V``: output row i is the mix of value rows weighted by row i of A.
+
+    A (B, H, Tq, Tk), V (B, H, Tk, d_v) -> out (B, H, Tq, d_v).
+    """
+    B, H, Tq, d_v = out.shape
+    for b in range(B):
+        for h in range(H):
+            for i in range(Tq):
+                for c in range(d_v):
+                    total = 0.0
+                    for j in range(A.shape[3]):
+                        total += A[b, h, i, j] * V[b, h, j, c]
+                    out[b, h, i, c] = total
+
+
+@njit(cache=True)
+def fused_attention_kernel(Q, K, V, M, scale, out):
+    """``out = softmax(Q K^T * scale + M) V`` without building the (Tq, Tk) matrix (online softmax).
+
+    Each query row keeps a running max ``m``, a running sum ``l = sum_j exp(s_j - m)`` and the
+    unnormalised output ``acc = sum_j exp(s_j - m) v_j``, updated key by key; at the end
+    ``out = acc / l``. Q (B, H, Tq, d_k), K (B, H, Tk, d_k), V (B, H, Tk, d_v), M (B, H, Tq, Tk)
+    -> out (B, H, Tq, d_v).
+    """
+    B, H, Tq, d_v = out.shape
+    Tk = K.shape[2]
+    for b in range(B):
+        for h in range(H):
+            for i in range(Tq):
+                acc = out[b, h, i]                     # (d_v,): the output row, summed in place
+                acc[:] = 0
+                m, l = -math.inf, 0.0                  # nothing seen yet
+                # 1. one key at a time: its score, then fold it into m, l and acc
+                for j in range(Tk):
+                    s = dot(Q[b, h, i], K[b, h, j]) * scale + M[b, h, i, j]
+                    m, l = online_step(s, V[b, h, j], m, l, acc)
+                # 2. normalise once; a row with nothing allowed has l = 0 and keeps its zeros
+                if l > 0:
+                    for c in range(d_v):
+                        acc[c] /= l
+
+
+@njit(cache=True)
+def project_heads_kernel(X, W, bias, out):
+    """``X W + b`` split into heads: column ``h*d + c`` of the product is feature c of head h.
+
+    X (B, T, d_in), W (d_in, H*d), bias (H*d,) -> out (B, H, T, d).
+    """
+    B, H, T, d = out.shape
+    for b in range(B):
+        for h in range(H):
+            for t in range(T):
+                for c in range(d):
+                    col = h * d + c                    # head h owns columns h*d .. h*d + d - 1
+                    total = bias[col]
+                    for k in range(X.shape[2]):
+                        total += X[b, t, k] * W[k, col]
+                    out[b, h, t, c] = total
+
+
+@njit(cache=True)
+def merge_heads_project_kernel(O, W_O, bias, out):
+    """``Concat(O_1, ..., O_H) W_O + b_O``, read straight from the heads (no concat is built).
+
+    Head h's output meets its own row block ``W_O[h*d_v : (h+1)*d_v]``, its synthesis filter.
+    O (B, H, T, d_v), W_O (H*d_v, d_out), bias (d_out,) -> out (B, T, d_out).
+    """
+    B, H, T, d_v = O.shape
+    d_out = out.shape[2]
+    for b in range(B):
+        for t in range(T):
+            for c in range(d_out):
+                total = bias[c]
+                for h in range(H):
+                    for k in range(d_v):             # row block h of W_O: rows h*d_v .. h*d_v + d_v - 1
+                        total += O[b, h, t, k] * W_O[h * d_v + k, c]
+                out[b, t, c] = total
+
+
+@njit(cache=True)
+def sinusoidal_kernel(base, PE):
+    """``PE[p, 2i] = sin(p / base**(2i/d))``, ``PE[p, 2i+1] = cos(p / base**(2i/d))``.
+
+    PE (T, d_model); column pair (2i, 2i+1) turns at one frequency, slower as i grows.
+    """
+    T, d_model = PE.shape
+    for p in range(T):
+        for c in range(d_model):
+            two_i = c - c % 2                          # both columns of a pair share one angle
+            angle = p / base ** (two_i / d_model)
+            PE[p, c] = math.sin(angle) if c % 2 == 0 else math.cos(angle)
+
+
+# The functions each driver runs, kernels first, then the helpers they call (the pages show these).
+KERNELS = {
+    "scaled_scores": (scores_kernel, add_mask_kernel, dot),
+    "attention_with_weights": (scores_kernel, add_mask_kernel, softmax_kernel, weighted_sum_kernel,
+                               dot, softmax_row),
+    "weighted_sum": (weighted_sum_kernel, dot),
+    "fused_attention": (fused_attention_kernel, dot, online_step),
+    "project_heads": (project_heads_kernel, dot),
+    "merge_heads_project": (merge_heads_project_kernel, dot),
+    "sinusoidal": (sinusoidal_kernel,),
+}
+
+
+# --- host drivers ------------------------------------------------------------------------------
+
+
+def _full(mask, B, H, Tq, Tk):
+    """The mask broadcast to (B, H, Tq, Tk) as NumPy broadcasts ``S + M``: a view, nothing copied."""
+    return np.broadcast_to(mask, (B, H, Tq, Tk))
+
+
+def scaled_scores(Q, K, mask, scale):
+    """``S = Q K^T * scale + M`` -> (B, H, Tq, Tk)."""
+    B, H, Tq, _ = Q.shape
+    Tk = K.shape[2]
+    S = np.empty((B, H, Tq, Tk), dtype=Q.dtype)
+    scores_kernel(Q, K, Q.dtype.type(scale), S)
+    add_mask_kernel(S, _full(mask, B, H, Tq, Tk))
+    return S
+
+
+def attention_with_weights(Q, K, V, mask, scale):
+    """``A = softmax(Q K^T * scale + M)`` and ``out = A V`` -> (out (B, H, Tq, d_v), A (B, H, Tq, Tk))."""
+    S = scaled_scores(Q, K, mask, scale)
+    A = np.empty_like(S)
+    softmax_kernel(S, A)
+    return weighted_sum(A, V), A
+
+
+def weighted_sum(A, V):
+    """``out = A V`` -> (B, H, Tq, d_v)."""
+    out = np.empty(A.shape[:3] + (V.shape[3],), dtype=V.dtype)
+    weighted_sum_kernel(A, V, out)
+    return out
+
+
+def fused_attention(Q, K, V, mask, scale):
+    """``softmax(Q K^T * scale + M) V`` without materialising the (Tq, Tk) weights -> (B, H, Tq, d_v)."""
+    B, H, Tq, _ = Q.shape
+    out = np.empty((B, H, Tq, V.shape[3]), dtype=V.dtype)
+    fused_attention_kernel(Q, K, V, _full(mask, B, H, Tq, K.shape[2]), Q.dtype.type(scale), out)
+    return out
+
+
+def project_heads(X, W, b, n_heads):
+    """``X W + b`` split into heads: X (B, T, d_in), W (d_in, H*d), b (H*d,) -> (B, H, T, d)."""
+    B, T, _ = X.shape
+    out = np.empty((B, n_heads, T, W.shape[1] // n_heads), dtype=X.dtype)
+    project_heads_kernel(X, W, b, out)
+    return out
+
+
+def merge_heads_project(O, W_O, b_O):
+    """``Concat(O_1..O_H) W_O + b_O``: O (B, H, T, d_v) -> (B, T, d_out)."""
+    B, _, T, _ = O.shape
+    out = np.empty((B, T, W_O.shape[1]), dtype=O.dtype)
+    merge_heads_project_kernel(O, W_O, b_O, out)
+    return out
+
+
+def sinusoidal(T, d_model, base, dtype):
+    """``PE[p, 2i] = sin(p / base**(2i/d))``, ``PE[p, 2i+1] = cos(p / base**(2i/d))`` -> (T, d_model)."""
+    PE = np.empty((T, d_model), dtype=dtype)
+    sinusoidal_kernel(float(base), PE)               # angles in float64, rounded once at the store
+    return PE
+
+
+def warm_up(dtype) -> None:
+    """Compile (or load from the on-disk cache) every lesson kernel for one dtype."""
+    dtype = np.dtype(dtype)
+    X4 = np.ones((1, 1, 2, 2), dtype)                 # Q, K, V, weights, head outputs
+    X3, W, b = np.ones((1, 2, 2), dtype), np.ones((2, 2), dtype), np.zeros(2, dtype)
+    mask = np.zeros((1, 1, 1, 1), dtype)
+    attention_with_weights(X4, X4, X4, mask, 1.0)      # scores, mask, softmax, weighted sum
+    fused_attention(X4, X4, X4, mask, 1.0)
+    project_heads(X3, W, b, 1)
+    merge_heads_project(X4, W, b)
+    sinusoidal(2, 2, 10000.0, dtype)
