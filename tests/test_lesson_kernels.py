@@ -200,17 +200,6 @@ def test_gpu_fused_attention_shortens_tiles_of_wide_heads(monkeypatch):
                  np.float32)
 
 
-def test_gpu_float64_mask_keeps_float32_arithmetic(monkeypatch):
-    """The mask is brought to the data's dtype: float32 in, float32 out, on every GPU driver."""
-    monkeypatch.setattr(lesson_gpu, "THREADS", 4)
-    Q, K, V, mask, scale = make_case("square", "causal", np.float32)
-    mask64 = mask.astype(np.float64)
-    out, A = lesson_gpu.attention_with_weights(Q, K, V, mask64, scale)
-    assert out.dtype == A.dtype == np.float32
-    assert lesson_gpu.fused_attention(Q, K, V, mask64, scale).dtype == np.float32
-    assert_close(A, ref.attention(Q, K, V, mask, scale)[1], np.float32)
-
-
 # --- projections and positions ----------------------------------------------------------------
 
 # (B, T, d_in, H, d): sizes that are not multiples of the patched block of 4 threads
