@@ -85,6 +85,13 @@ c1.vega_lite_chart(charts.heatmap(S_shown, labels, labels, title="Scores S (mask
                                value_name="score"))
 c2.vega_lite_chart(charts.heatmap(A, labels, labels, title="Weights A = softmax(S)"))
 st.metric("max |row sum − 1| over all rows", f"{analysis.max_row_sum_error(A):.1e}")
+with st.expander("The numbers behind the heatmaps"):
+    feats = [f"f{j + 1}" for j in range(d_k)]
+    for name, M, cols, caption in (("Q", Q, feats, "Q: one row per token"), ("K", K, feats, "K: one row per token"),
+                                   ("S", S_shown, labels, "S: rows are queries, columns keys; masked cells blank"),
+                                   ("A", A, labels, "A = softmax(S): each row sums to 1")):
+        st.caption(caption)
+        st.dataframe({name: labels} | {c: M[:, j] for j, c in enumerate(cols)}, hide_index=True)
 
 # 4. one query's weights
 st.session_state[k("query")] = min(int(st.session_state[k("query")]), T)

@@ -1,9 +1,14 @@
-"""The one-head page through AppTest: defaults, widgets, empty sentence, URL state, bad matrices."""
+"""The one-head page through AppTest: every control moves the numbers on screen as the formula
+says, the empty sentence, URL state, bad matrices."""
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from page_support import open_page
+from core import heads
+from core import reference as ref
+
+from page_support import matrix_named, open_page, table_named
 
 PAGE = str(Path(__file__).resolve().parents[1] / "pages" / "one_head.py")
 
@@ -30,14 +35,91 @@ def test_defaults_draw_without_error(page):
     assert "Weight on position 1: **0.446**" in texts(page)       # the two-position split
 
 
-def test_widgets_change_and_rerun(page):
-    page.toggle(key="one_head.causal").set_value(False).run()
-    page.toggle(key="one_head.scaled").set_value(False).run()
-    page.slider(key="one_head.temperature").set_value(0.3).run()
-    page.number_input(key="one_head.d_k").set_value(5).run()
-    page.slider(key="one_head.query").set_value(8).run()
-    assert not page.exception and not page.error
-    assert page.query_params["causal"] == "0" and page.query_params["d_k"] == "5"
+def entropy_bits(row):
+    p = row[row > 0]
+    return float(-(p * np.log2(p)).sum())
+
+
+def check_formula(at, *, scaled=True, tau=1.0, causal=True):
+    """The scores and weights on screen are the formula applied to the Q and K on screen:
+    S = Q K^T / (sqrt(d_k) tau) + M (scale 1 without sqrt(d_k)), A = softmax(S)."""
+    assert not at.exception and not at.error
+    Q, K, S, A = (matrix_named(at, name) for name in "QKSA")
+    T, d_k = Q.shape
+    mask = ref.causal_mask(T) if causal else None
+    want_S = ref.scaled_scores(Q, K, mask, (1 / np.sqrt(d_k) if scaled else 1.0) / tau)
+    want_A = ref.softmax(want_S)
+    np.testing.assert_allclose(A, want_A, rtol=1e-12, atol=1e-12)
+    np.testing.assert_array_equal(np.isnan(S), ~np.isfinite(want_S))     # masked cells: blank
+    np.testing.assert_allclose(S[np.isfinite(want_S)], want_S[np.isfinite(want_S)], rtol=1e-12, atol=1e-12)
+    upper = np.triu_indices(T, 1)
+    if causal:
+        assert np.all(A[upper] == 0.0)
+    else:
+        assert np.all(A[upper] > 0.0)
+    return Q, A
+
+
+def test_defaults_follow_the_formula(page):
+    Q, A = check_formula(page)
+    assert Q.shape == (8, 2) and list(table_named(page, "A").index) == [
+        "1 The", "2 tired", "3 cat", "4 sat", "5 on", "6 the", "7 warm", "8 mat"]
+
+
+@pytest.mark.parametrize("widget, key, value, formula", [
+    ("toggle", "scaled", False, dict(scaled=False)),          # A = softmax(Q K^T + M)
+    ("slider", "temperature", 0.3, dict(tau=0.3)),            # the scores divided by tau
+    ("toggle", "causal", False, dict(causal=False)),          # no mask: nothing zeroed
+    ("number_input", "d_k", 5, {}),                           # 5 features, scale 1/sqrt(5)
+    ("number_input", "seed", 7, {}),                          # other queries and keys
+])
+def test_each_control_moves_the_weights_as_the_formula_says(widget, key, value, formula):
+    at = run()
+    Q_before, A_before = check_formula(at)
+    getattr(at, widget)(key=f"one_head.{key}").set_value(value).run()
+    Q, A = check_formula(at, **formula)
+    assert np.abs(A - A_before).max() > 1e-2                  # the control did move the weights
+    assert at.query_params[key] == {False: "0"}.get(value, str(value))
+    if key == "d_k":
+        assert Q.shape == (8, 5)
+    if key in ("d_k", "seed"):
+        assert not np.allclose(Q[:, :2], Q_before)
+
+
+def test_sentence_sets_the_tokens():
+    at = run()
+    at.text_input(key="one_head.sentence").set_value("a b a c").run()
+    check_formula(at)
+    assert list(table_named(at, "A").index) == ["1 a", "2 b", "3 a", "4 c"]
+    assert matrix_named(at, "A").shape == (4, 4)
+
+
+def test_typed_queries_and_keys_are_the_ones_attended_with():
+    at = run(source="hand", causal="0", scaled="0")
+    Q = [[1, 0], [0, 1], [2, 2], [0, 0], [1, 1], [-1, 0], [0, -2], [3, 0]]
+    K = [[0, 1], [1, 0], [1, 1], [2, 0], [0, 0], [0, 3], [-1, 1], [1, -1]]
+    at.session_state["one_head.Q.typed"] = Q
+    at.session_state["one_head.K.typed"] = K
+    at.run()
+    assert not at.warning
+    shown_Q, A = check_formula(at, scaled=False, causal=False)
+    np.testing.assert_array_equal(shown_Q, Q)
+    np.testing.assert_array_equal(matrix_named(at, "K"), K)
+    np.testing.assert_allclose(A[2], ref.softmax(np.array(K) @ [2, 2]), rtol=1e-12)   # row 3, by hand
+
+
+@pytest.mark.parametrize("query", [2, 6])
+def test_query_row_is_the_one_read_out(query):
+    at = run(query=str(query))
+    _, A = check_formula(at)
+    text = texts(at)
+    assert f"Query {query} blends its values with {entropy_bits(A[query - 1]):.3f} bits" in text
+    # the two-position head asks from query max(q, 3) for positions 1 and that query - 1
+    qa = max(query, 3)
+    pair = heads.two_positions(8, 2, heads.DEFAULT_GAIN, query=qa, targets=(1, qa - 1))
+    row = ref.attention(*pair, np.eye(8), ref.causal_mask(8))[1][qa - 1]
+    assert f"Weight on position 1: **{row[0]:.3f}**, on position {qa - 1}: **{row[qa - 2]:.3f}**" in text
+    assert row[0] == pytest.approx(row[qa - 2], abs=1e-3) and row[0] > 0.4
 
 
 @pytest.mark.parametrize("sentence, shown", [("", "empty"), ("x " * 20, "at most 16"), ("one", None)])
