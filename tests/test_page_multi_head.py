@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from core import analysis, heads
+from core import reference as ref
 
 from page_support import open_page
 
@@ -47,19 +48,71 @@ def test_lesson_numbers_on_screen(page):
     assert Q.shape == (4, 6, 2) and analysis.score_rank(Q, K).tolist() == [1, 2, 2, 0]
 
 
-def test_widgets_change_and_rerun(page):
-    page.number_input(key="multi_head.H").set_value(8).run()
-    page.selectbox(key="multi_head.p6").set_value("two_positions").run()
-    page.slider(key="multi_head.g1").set_value(9.0).run()
-    page.toggle(key="multi_head.causal").set_value(False).run()
-    page.number_input(key="multi_head.T").set_value(16).run()
-    page.selectbox(key="multi_head.open").set_value(6).run()
-    assert not page.exception and not page.error
-    assert "heads 1..8" in markdown(page)
-    assert dict(page.query_params) == {"H": "8", "p6": "two_positions", "g1": "9", "causal": "0", "T": "16",
-                                       "open": "6"}
-    page.number_input(key="multi_head.H").set_value(1).run()
-    assert not page.exception and page.query_params["H"] == "1" and "p6" not in page.query_params
+def entropy_bits(A):
+    logs = np.log2(np.where(A > 0, A, 1.0))
+    return -(A * logs).sum(-1)
+
+
+def check_heads(at, *, T=6, d_k=2, H=4, causal=True, presets=None, gains=None, open_head=4, row=4, typed=None):
+    """The entropy table, the opened row and the ranks on screen are those of the heads the
+    settings describe: A_h = softmax(Q_h K_h^T / sqrt(d_k) + M) for each head's preset and gain."""
+    assert not at.exception and not at.error
+    presets = {**{h: heads.LESSON_HEADS[(h - 1) % 4] for h in range(1, H + 1)}, **(presets or {})}
+    gains = {**{h: heads.DEFAULT_GAIN for h in range(1, H + 1)}, **(gains or {})}
+    mask = ref.causal_mask(T) if causal else None
+    A, ranks = [], []
+    for h in range(1, H + 1):
+        Q, K = (typed or {}).get(h) or heads.build_head(presets[h], T, d_k, gains[h])
+        Q, K = np.asarray(Q, float), np.asarray(K, float)
+        A.append(ref.softmax(ref.scaled_scores(Q, K, mask)))
+        ranks.append(np.linalg.matrix_rank(Q @ K.T))
+    A = np.array(A)                                                   # (H, T, T)
+    table = next(d.value for d in at.dataframe if list(d.value.columns[:1]) == ["t"])   # not the editors
+    assert list(table.columns) == ["t", "ceiling (bits)"] + [f"head {h}" for h in range(1, H + 1)]
+    np.testing.assert_array_equal(table["t"], np.arange(1, T + 1))
+    visible = np.arange(1, T + 1) if causal else np.full(T, T)
+    np.testing.assert_allclose(table["ceiling (bits)"], np.log2(visible), atol=1e-6)
+    np.testing.assert_allclose(table.iloc[:, 2:].to_numpy(float), entropy_bits(A).T, atol=2e-6)
+    weights = ", ".join(f"{w:.4f}" for w in A[open_head - 1, row - 1])
+    assert f"Row {row} of head {open_head}: `[{weights}]`" in markdown(at)
+    assert f"heads 1..{H}: **{', '.join(map(str, ranks))}**" in markdown(at)
+    return A
+
+
+def test_defaults_are_the_lesson_heads(page):
+    A = check_heads(page)
+    assert np.all(A[:, np.triu_indices(6, 1)[0], np.triu_indices(6, 1)[1]] == 0.0)
+
+
+@pytest.mark.parametrize("steps, settings", [
+    ([("number_input", "H", 8)], dict(H=8)),                               # heads 5..8 repeat the four
+    ([("number_input", "H", 8), ("selectbox", "p6", "two_positions")], dict(H=8, presets={6: "two_positions"})),
+    ([("selectbox", "p2", "self")], dict(presets={2: "self"})),
+    ([("slider", "g1", 9.0)], dict(gains={1: 9.0})),
+    ([("slider", "g3", 0.5)], dict(gains={3: 0.5})),
+    ([("toggle", "causal", False)], dict(causal=False)),
+    ([("number_input", "T", 16)], dict(T=16)),
+    ([("number_input", "d_k", 3)], dict(d_k=3)),
+    ([("selectbox", "open", 1), ("slider", "row", 6)], dict(open_head=1, row=6)),
+])
+def test_each_control_moves_the_numbers_as_the_heads_say(steps, settings):
+    at = run()
+    before = check_heads(at)
+    for widget, key, value in steps:
+        getattr(at, widget)(key=f"multi_head.{key}").set_value(value).run()
+    after = check_heads(at, **settings)
+    if "open_head" not in settings:                                      # a control of the heads:
+        assert after.shape != before.shape or np.abs(after - before).max() > 1e-3   # they moved
+    expected_link = {key: {False: "0"}.get(value, str(value)) for _, key, value in steps}
+    assert dict(at.query_params) == {k: v.removesuffix(".0") for k, v in expected_link.items()}
+
+
+def test_fewer_heads_drop_their_settings_from_the_link():
+    at = run(H="8", p6="two_positions")
+    check_heads(at, H=8, presets={6: "two_positions"})
+    at.number_input(key="multi_head.H").set_value(1).run()
+    check_heads(at, H=1, open_head=1)
+    assert dict(at.query_params) == {"H": "1", "open": "1"}          # head 4 no longer exists
 
 
 def test_sharper_first_token_head_spends_fewer_bits():
@@ -91,11 +144,14 @@ def test_link_round_trip_and_bad_values():
 
 def test_custom_head_from_session_state_and_bad_input():
     at = run(p1="custom", open="1")
-    at.session_state["multi_head.q1.typed"] = [[0, 0]] * 5 + [[1, 0]]
-    at.session_state["multi_head.k1.typed"] = [[4, 0]] + [[0, 0]] * 5
+    Q, K = [[0, 0]] * 5 + [[1, 0]], [[4, 0]] + [[0, 0]] * 5
+    at.session_state["multi_head.q1.typed"] = Q
+    at.session_state["multi_head.k1.typed"] = K
     at.run()
     assert not at.exception and not at.warning
-    assert "heads 1..4: **1, 2, 2, 0**" in markdown(at)
+    A = check_heads(at, typed={1: (Q, K)}, open_head=1)
+    e = np.exp(4 / np.sqrt(2))                                      # only query 6 asks for key 1
+    assert A[0, 5, 0] == pytest.approx(e / (e + 5)) and A[0, 4, 0] == pytest.approx(0.2)
     assert at.query_params["k1"].startswith("4,0;0,0")
     for raw, words in (("1,x;" + ";".join(["0,0"] * 5), "not a number"), ("1,0", "6 x 2"), ([[np.inf, 0]] * 6, "infinite"), ([[1e300, 0]] * 6, "beyond"),
                        ([[None, 0]] * 6, "blank")):
