@@ -57,8 +57,10 @@ with left:
 preset_W_O = heads.output_projection(ss[k("wo")], H, D_V, seed=int(ss[k("seed")]))
 with right:
     st.caption("W_O, editable (rows: the concat column read; columns: the output channel written)")
+    # one editor per preset (and per seed for the random one), so a new choice shows its own matrix
+    preset_name = ss[k("wo")] + (f".{int(ss[k('seed')])}" if ss[k("wo")] == "random" else "")
     W_O = state.matrix_input(PAGE, "WO", preset_W_O, concat_cols, out_cols,
-                             editor_key=k(f"WO.{ss[k('wo')]}"), limit=MAX_MATRIX_ENTRY)
+                             editor_key=k(f"WO.{preset_name}"), limit=MAX_MATRIX_ENTRY)
 state.publish(PAGE, SPEC, extra={"WV": W_V if ss[k("wv")] == "custom" and not np.array_equal(W_V, pipe.W_V) else None,
                                  "WO": None if np.array_equal(W_O, preset_W_O) else W_O})
 
