@@ -31,59 +31,8 @@ import math
 import numpy as np
 from numba import njit
 
-# --- helpers (each is one line of the math) ---------------------------------------------------
-
-
-@njit(cache=True)
-def dot(x, y):
-    """``x . y`` for two vectors of one length (starting from the first term keeps their dtype)."""
-    total = x[0] * y[0]
-    for c in range(1, x.shape[0]):
-        total += x[c] * y[c]
-    return total
-
-
-@njit(cache=True)
-def softmax_row(s, a):
-    """``a = softmax(s)`` for one row of scores; a row with nothing allowed (all -inf) gives zeros."""
-    # 1. the row's maximum, subtracted before exp so that no exp overflows
-    m = s[0]
-    for j in range(1, s.shape[0]):
-        m = max(m, s[j])
-    if m == -math.inf:                    # nothing allowed: zero weights, not 0 / 0 = NaN
-        for j in range(a.shape[0]):
-            a[j] = 0
-        return
-    # 2. exponentiate (a masked score, -inf, becomes exactly 0) and sum
-    for j in range(s.shape[0]):
-        a[j] = math.exp(s[j] - m)
-    total = a[0]
-    for j in range(1, a.shape[0]):
-        total += a[j]
-    # 3. normalise, so the row sums to 1
-    for j in range(a.shape[0]):
-        a[j] /= total
-
-
-@njit(cache=True)
-def online_step(s, v, m, l, acc):
-    """Fold one key (score ``s``, value row ``v``) into a row's running max ``m``, sum ``l`` and
-    output ``acc = sum_j exp(s_j - m) v_j``; returns the new ``(m, l)``."""
-    if s == -math.inf:                    # a masked key adds nothing
-        return m, l
-    if s > m:                             # a new maximum: rescale what was summed so far
-        alpha = math.exp(m - s)           # exp(-inf) = 0 on the row's first allowed key
-        l = l * alpha
-        for c in range(acc.shape[0]):
-            acc[c] *= alpha
-        m = s
-    p = math.exp(s - m)
-    for c in range(acc.shape[0]):
-        acc[c] += p * v[c]
-    return m, l + p
-
-
 # --- kernels -------------------------------------------------------------------------------
+# Sums start from 0.0, a float64 in Numba: float32 data is summed in float64, stored as float32.
 
 
 @njit(cache=True)
@@ -97,7 +46,10 @@ def scores_kernel(Q, K, scale, S):
         for h in range(H):
             for i in range(Tq):
                 for j in range(Tk):
-                    S[b, h, i, j] = dot(Q[b, h, i], K[b, h, j]) * scale
+                    total = 0.0
+                    for c in range(Q.shape[3]):            # q_i . k_j
+                        total += Q[b, h, i, c] * K[b, h, j, c]
+                    S[b, h, i, j] = total * scale
 
 
 @njit(cache=True)
@@ -116,15 +68,29 @@ def add_mask_kernel(S, M):
 
 @njit(cache=True)
 def softmax_kernel(S, A):
-    """``A = softmax(S)`` over each row's keys: every row of A sums to 1 (or is all 0 when masked).
-
-    S (B, H, Tq, Tk) -> A (B, H, Tq, Tk).
-    """
+    """``A = softmax(S)`` over each row's keys: every row of A sums to 1, or is all 0 when the row
+    has nothing allowed (all -inf). S (B, H, Tq, Tk) -> A (B, H, Tq, Tk)."""
     B, H, Tq, Tk = S.shape
     for b in range(B):
         for h in range(H):
             for i in range(Tq):
-                softmax_row(S[b, h, i], A[b, h, i])
+                s, a = S[b, h, i], A[b, h, i]            # one row of scores, one of weights: (Tk,)
+                # 1. the row's maximum, subtracted before exp so that no exp overflows
+                m = s[0]
+                for j in range(1, Tk):
+                    m = max(m, s[j])
+                if m == -math.inf:                     # nothing allowed: zeros, not 0 / 0 = NaN
+                    for j in range(Tk):
+                        a[j] = 0
+                    continue
+                # 2. exponentiate (a masked score, -inf, becomes exactly 0) and sum
+                total = 0.0
+                for j in range(Tk):
+                    a[j] = math.exp(s[j] - m)
+                    total += a[j]
+                # 3. normalise, so that the row sums to 1
+                for j in range(Tk):
+                    a[j] /= total
 
 
 @njit(cache=True)
@@ -139,33 +105,45 @@ def weighted_sum_kernel(A, V, out):
             for i in range(Tq):
                 for c in range(d_v):
                     total = 0.0
-                    for j in range(A.shape[3]):
+                    for j in range(A.shape[3]):            # row i of A . column c of V
                         total += A[b, h, i, j] * V[b, h, j, c]
                     out[b, h, i, c] = total
 
 
 @njit(cache=True)
 def fused_attention_kernel(Q, K, V, M, scale, out):
-    """``out = softmax(Q K^T * scale + M) V`` without building the (Tq, Tk) matrix (online softmax).
-
-    Each query row keeps a running max ``m``, a running sum ``l = sum_j exp(s_j - m)`` and the
-    unnormalised output ``acc = sum_j exp(s_j - m) v_j``, updated key by key; at the end
-    ``out = acc / l``. Q (B, H, Tq, d_k), K (B, H, Tk, d_k), V (B, H, Tk, d_v), M (B, H, Tq, Tk)
-    -> out (B, H, Tq, d_v).
-    """
+    """``out = softmax(Q K^T * scale + M) V`` without building the (Tq, Tk) matrix: online softmax,
+    one key at a time, keeping a running max ``m``, sum ``l = sum_j exp(s_j - m)`` and output
+    ``acc = sum_j exp(s_j - m) v_j``; then ``out = acc / l``. Shapes as in the kernels above."""
     B, H, Tq, d_v = out.shape
-    Tk = K.shape[2]
     for b in range(B):
         for h in range(H):
             for i in range(Tq):
                 acc = out[b, h, i]                     # (d_v,): the output row, summed in place
-                acc[:] = 0
+                for c in range(d_v):
+                    acc[c] = 0
                 m, l = -math.inf, 0.0                  # nothing seen yet
-                # 1. one key at a time: its score, then fold it into m, l and acc
-                for j in range(Tk):
-                    s = dot(Q[b, h, i], K[b, h, j]) * scale + M[b, h, i, j]
-                    m, l = online_step(s, V[b, h, j], m, l, acc)
-                # 2. normalise once; a row with nothing allowed has l = 0 and keeps its zeros
+                for j in range(K.shape[2]):
+                    # 1. this key's score; a masked key (-inf) adds nothing
+                    s = 0.0
+                    for c in range(Q.shape[3]):
+                        s += Q[b, h, i, c] * K[b, h, j, c]
+                    s = s * scale + M[b, h, i, j]
+                    if s == -math.inf:
+                        continue
+                    # 2. a new maximum: rescale what was summed so far (by 0 on the first key)
+                    if s > m:
+                        alpha = math.exp(m - s)
+                        l *= alpha
+                        for c in range(d_v):
+                            acc[c] *= alpha
+                        m = s
+                    # 3. add this key: weight exp(s - m), value row v_j
+                    p = math.exp(s - m)
+                    l += p
+                    for c in range(d_v):
+                        acc[c] += p * V[b, h, j, c]
+                # 4. normalise once; a row with nothing allowed has l = 0 and keeps its zeros
                 if l > 0:
                     for c in range(d_v):
                         acc[c] /= l
@@ -222,15 +200,14 @@ def sinusoidal_kernel(base, PE):
             PE[p, c] = math.sin(angle) if c % 2 == 0 else math.cos(angle)
 
 
-# The functions each driver runs, kernels first, then the helpers they call (the pages show these).
+# The kernels each driver runs, in order (the pages show their source).
 KERNELS = {
-    "scaled_scores": (scores_kernel, add_mask_kernel, dot),
-    "attention_with_weights": (scores_kernel, add_mask_kernel, softmax_kernel, weighted_sum_kernel,
-                               dot, softmax_row),
-    "weighted_sum": (weighted_sum_kernel, dot),
-    "fused_attention": (fused_attention_kernel, dot, online_step),
-    "project_heads": (project_heads_kernel, dot),
-    "merge_heads_project": (merge_heads_project_kernel, dot),
+    "scaled_scores": (scores_kernel, add_mask_kernel),
+    "attention_with_weights": (scores_kernel, add_mask_kernel, softmax_kernel, weighted_sum_kernel),
+    "weighted_sum": (weighted_sum_kernel,),
+    "fused_attention": (fused_attention_kernel,),
+    "project_heads": (project_heads_kernel,),
+    "merge_heads_project": (merge_heads_project_kernel,),
     "sinusoidal": (sinusoidal_kernel,),
 }
 
