@@ -8,6 +8,12 @@ One colour convention everywhere: attention weights (values in [0, 1]) use a seq
 to [0, 1], so heatmaps side by side are comparable; signed matrices (scores, W_O, outputs) use a
 diverging scale centred on 0. Every heatmap has a tooltip with row, column and value; NaN cells
 (e.g. masked scores) stay blank.
+
+Light and dark themes: no mark colour here depends on the page's background. Axes, titles and
+legends take the theme's colours (``st.vega_lite_chart``'s default ``theme="streamlit"``); bars,
+lines and stems take the theme's series colours (``chartCategoricalColors`` in
+``.streamlit/config.toml``, one palette per theme); the numbers written in heatmap cells are black
+or white by the colour of their cell, which is the same in both themes.
 """
 from __future__ import annotations
 
@@ -18,6 +24,13 @@ import pandas as pd
 
 SEQUENTIAL = "viridis"
 DIVERGING = "redblue"
+# Where the numbers written in cells turn from black to white: the point where the cell's colour
+# gives white text the better contrast (relative luminance 0.18), from Vega's colour stops of each
+# scheme, linearly interpolated as Vega does. Either side, text keeps at least 4.5:1 against its
+# cell (the browser test measures it). viridis: below 0.43 of [0, 1]. redblue: beyond 0.73 of the
+# peak on the red (positive) side, 0.79 on the blue (negative) side, whose dark end is lighter.
+WHITE_TEXT_BELOW_WEIGHT = 0.43
+WHITE_TEXT_BEYOND_PEAK = {"positive": 0.73, "negative": 0.79}
 _SCHEMA = "https://vega.github.io/schema/vega-lite/v5.json"
 
 
@@ -57,12 +70,21 @@ def _heat_layers(row_labels, col_labels, *, kind, value_name, row_title, col_tit
         "field": value_name, "type": "quantitative", "scale": scale, "title": value_name}}}]
     if annotate:
         text = {**enc, "text": {"field": value_name, "type": "quantitative", "format": ".2f"}}
-        if kind == "weights":   # light text on the dark low end of the sequential scale
-            text["color"] = {"condition": {"test": f"datum['{value_name}'] < 0.5", "value": "white"},
-                             "value": "black"}
+        text["color"] = {"condition": {"test": _dark_cell_test(kind, value_name, scale), "value": "white"},
+                         "value": "black"}
         layers.append({"mark": {"type": "text", "fontSize": 10}, "encoding": text,
                        "transform": [{"filter": f"isValid(datum['{value_name}'])"}]})  # blank cells stay blank
     return layers
+
+
+def _dark_cell_test(kind: str, value_name: str, scale: dict) -> str:
+    """A Vega expression true for the cells dark enough to need white text (see WHITE_TEXT_*)."""
+    v = f"datum['{value_name}']"
+    if kind == "weights":
+        return f"{v} < {WHITE_TEXT_BELOW_WEIGHT}"
+    peak = scale["domain"][1]
+    return (f"{v} >= {WHITE_TEXT_BEYOND_PEAK['positive'] * peak!r} || "
+            f"{v} <= {-WHITE_TEXT_BEYOND_PEAK['negative'] * peak!r}")
 
 
 def _cell(size: int, n: int, annotate: bool = False) -> int:
@@ -130,16 +152,20 @@ def bar(values, labels, *, title: str = "", x_title: str = "key", y_title: str =
 
 def stem(values, positions=None, *, title: str = "", x_title: str = "key position",
          y_title: str = "weight") -> dict:
-    """A stem plot (impulse response): a rule from 0 to each value, with a dot on top."""
+    """A stem plot (impulse response): a stem from 0 to each value, with a dot on top.
+
+    The stems are 2-pixel bars rather than rules: Vega-Lite draws rules black by default, which
+    vanishes on a dark background, while bars and dots take the theme's series colour.
+    """
     values = np.asarray(values, dtype=float)
     positions = np.arange(1, values.size + 1) if positions is None else np.asarray(positions)
     data = [{"position": int(p), "value": float(v), "zero": 0.0} for p, v in zip(positions, values)]
     x = {"field": "position", "type": "quantitative", "title": x_title, "axis": {"tickMinStep": 1}}
     return {"$schema": _SCHEMA, "title": title, "height": 200, "data": {"values": data},
-            "layer": [{"mark": {"type": "rule", "strokeWidth": 2},
+            "layer": [{"mark": {"type": "bar", "size": 2},
                        "encoding": {"x": x, "y": {"field": "zero", "type": "quantitative", "title": y_title},
                                     "y2": {"field": "value"}}},
-                      {"mark": {"type": "point", "filled": True, "size": 60},
+                      {"mark": {"type": "point", "filled": True, "size": 60, "opacity": 1},
                        "encoding": {"x": x, "y": {"field": "value", "type": "quantitative"},
                                     "tooltip": [{"field": "position", "type": "quantitative"},
                                                 {"field": "value", "type": "quantitative", "format": ".4f"}]}}]}
