@@ -7,6 +7,8 @@
 - ``chromium_or_skip()`` finds Debian's Chromium and the ``playwright`` package, or skips with a
   reason; with ``REQUIRE_BROWSER=1`` (set by ``.ci/run``) a missing browser is a failure instead.
 - DOM helpers: wait for a script run to end, collect error boxes, operate the first controls.
+- Colour helpers: the app's background and the colours the charts draw, and the WCAG contrast
+  ratio between two colours, to check that nothing fades into a light or a dark background.
 
 Streamlit's DOM hooks used here (Streamlit >= 1.45): ``[data-testid="stApp"]`` carries
 ``data-test-script-state`` (``running`` / ``notRunning``); errors are ``stException`` (a traceback)
@@ -377,3 +379,87 @@ def operate_first_number_input(page, back: bool = False) -> bool:
             button.click()
             return True
     return False
+
+
+# --- colours --------------------------------------------------------------------------------------
+
+
+def relative_luminance(rgb) -> float:
+    """WCAG 2 relative luminance of an sRGB colour given as 0..255 channels."""
+    def linear(c):
+        c = c / 255.0
+        return c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4
+    r, g, b = (linear(c) for c in rgb[:3])
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b
+
+
+def contrast_ratio(a, b) -> float:
+    """WCAG 2 contrast ratio (L_light + 0.05) / (L_dark + 0.05), from 1 (same) to 21 (black on white)."""
+    la, lb = sorted((relative_luminance(a), relative_luminance(b)), reverse=True)
+    return (la + 0.05) / (lb + 0.05)
+
+
+def over(rgba, background) -> tuple[float, float, float]:
+    """A colour with alpha ``rgba[3]`` painted over an opaque ``background``, as the browser shows it."""
+    alpha = rgba[3] if len(rgba) > 3 else 1.0
+    return tuple(alpha * f + (1 - alpha) * b for f, b in zip(rgba[:3], background[:3]))
+
+
+_RGBA_JS = """
+    const ctx = Object.assign(document.createElement('canvas'), {width: 1, height: 1})
+        .getContext('2d', {willReadFrequently: true});
+    // any CSS colour (name, #hex, rgb()) -> [r, g, b, alpha], by painting one pixel with it
+    const rgba = (c) => {
+        if (!c || c === 'none' || c === 'transparent') return null;
+        ctx.clearRect(0, 0, 1, 1); ctx.fillStyle = '#000'; ctx.fillStyle = c; ctx.fillRect(0, 0, 1, 1);
+        const d = ctx.getImageData(0, 0, 1, 1).data;
+        return [d[0], d[1], d[2], d[3] / 255];
+    };
+    // an SVG element's fill or stroke with its opacities folded into alpha
+    const paint = (el, which) => {
+        const c = rgba(el.getAttribute(which));
+        if (!c) return null;
+        for (const name of ['opacity', which + '-opacity']) c[3] *= parseFloat(el.getAttribute(name) ?? '1');
+        return c;
+    };
+"""
+
+
+def app_background(page) -> tuple[int, int, int]:
+    """The computed background colour of the app (``stApp``), as 0..255 channels."""
+    return tuple(page.evaluate("() => {" + _RGBA_JS + """
+        return rgba(getComputedStyle(document.querySelector('[data-testid="stApp"]')).backgroundColor); }"""))[:3]
+
+
+def chart_colours(page) -> list[dict]:
+    """The colours each Altair/Vega-Lite chart on the page draws (SVG renderer), one dict per chart.
+
+    - ``series``: ``[kind, rgba]`` of every bar, point, line and rule (marks drawn on the page's
+      background; heatmap cells are not among them: their colour is the data);
+    - ``notes``: ``[text, text rgba, cell rgba]`` of every number written inside a heatmap cell;
+    - ``texts``: ``[text, rgba]`` of the axis labels and titles, legend labels and titles, chart titles.
+    """
+    return page.evaluate("(sel) => {" + _RGBA_JS + """
+        return Array.from(document.querySelectorAll(sel)).map((chart) => {
+            const svg = chart.querySelector('svg');
+            if (!svg) return {series: [], notes: [], texts: []};
+            const items = (role) => Array.from(svg.querySelectorAll(`g.role-mark > [aria-roledescription="${role}"]`));
+            const series = [];
+            for (const el of [...items('bar'), ...items('point')]) series.push([el.getAttribute('aria-roledescription'), paint(el, 'fill') || paint(el, 'stroke')]);
+            for (const el of [...items('line mark'), ...items('rule mark')]) series.push([el.getAttribute('aria-roledescription'), paint(el, 'stroke')]);
+            // a number in a cell: the text's centre lies inside the cell it labels
+            const cells = items('rect mark').map((el) => [el.getBoundingClientRect(), el]);
+            const notes = [];
+            for (const t of items('text mark')) {
+                const b = t.getBoundingClientRect(), x = b.left + b.width / 2, y = b.top + b.height / 2;
+                const under = cells.filter(([r]) => r.left <= x && x <= r.right && r.top <= y && y <= r.bottom);
+                if (under.length) notes.push([t.textContent, paint(t, 'fill'), paint(under[under.length - 1][1], 'fill')]);
+            }
+            const texts = Array.from(svg.querySelectorAll(
+                'g.role-axis-label > text, g.role-axis-title > text, g.role-legend-label > text, ' +
+                'g.role-legend-title > text, g.role-title-text > text'))
+                .map((t) => [t.textContent, paint(t, 'fill')])
+                .filter(([text, c]) => text.trim() && c && c[3] > 0);   // Vega hides overlapping labels: opacity 0
+            return {series, notes, texts};
+        });
+    }""", CHART)
