@@ -2,6 +2,7 @@
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from core import analysis, encoder
 
@@ -38,6 +39,70 @@ def test_count_equals_the_sizes_of_the_encoders_attention_arrays():
     # and the per-head shapes the page tabulates add up to the same
     assert sum(np.zeros(s).size for s in analysis.mha_param_shapes(32, 4, bias=True).values()) == built
     assert any(f"gives {built:,} numbers (equal to" in c.value for c in at.caption)
+
+
+def metric(at, label):
+    return next(m.value for m in at.metric if m.label == label)
+
+
+def layer(d, d_ff, bias, cross=False):
+    """One layer by the formula: attention 4d^2 (+4d), FFN 2 d d_ff (+d_ff + d), LayerNorms 2 * 2d
+    (a decoder layer of an encoder-decoder: a second attention and a third LayerNorm)."""
+    attention = 4 * d * d + (4 * d if bias else 0)
+    return (2 if cross else 1) * attention + 2 * d * d_ff + (d_ff + d if bias else 0) + (3 if cross else 2) * 2 * d
+
+
+SIZES = dict(d=64, H=8, d_ff=256, L=6, V=10_000, T=128, bias=False)   # the page's defaults
+
+
+def check_counts(at, *, d, H, d_ff, L, V, T, bias, arch="encoder-only", learned=False, lm_head=False, tied=True):
+    """Every count on screen, from the formulas (the whole model: our own custom one)."""
+    assert not at.exception and not at.error
+    assert metric(at, "Attention parameters") == f"{4 * d * d + (4 * d if bias else 0):,}"
+    assert metric(at, "One head of width d_model") == f"{2 * T * T * d:,} FLOPs"
+    assert metric(at, f"{H} heads of width {d // H}") == f"{2 * T * T * d:,} FLOPs"
+    block = layer(d, d_ff, bias)
+    text = " ".join(m.value for m in at.markdown)
+    assert f"Block total **{block:,}**" in text
+    assert f"{L} layers: {L * block:,}; a {V:,} × {d} embedding adds {V * d:,}." in text
+    stacks = {"encoder-only": ["encoder"], "decoder-only": ["decoder"], "encoder-decoder": ["encoder", "decoder"]}[arch]
+    total = V * d + (len(stacks) * T * d if learned else 0) + (V * d if lm_head and not tied else 0)
+    total += L * (layer(d, d_ff, bias, cross=False) if arch != "encoder-decoder" else
+                  layer(d, d_ff, bias) + layer(d, d_ff, bias, cross=True))
+    assert metric(at, "Our count") == f"{total:,}"
+    parts = next(df.value for df in at.dataframe if "part" in df.value.columns)["part"].tolist()
+    assert all(any(p.startswith(stack) for p in parts) for stack in stacks)
+    assert ("decoder cross-attention" in parts) == (arch == "encoder-decoder")
+
+
+@pytest.mark.parametrize("widget, key, value, changes", [
+    ("slider", "parameters.d_model", 128, dict(d=128)),
+    ("number_input", "parameters.heads", 4, dict(H=4)),
+    ("slider", "parameters.d_ff", 512, dict(d_ff=512)),
+    ("slider", "parameters.layers", 3, dict(L=3)),
+    ("number_input", "parameters.vocab", 5000, dict(V=5000)),
+    ("slider", "parameters.T", 64, dict(T=64)),
+    ("checkbox", "parameters.bias", True, dict(bias=True)),
+    ("radio", "p_custom_arch", "decoder-only", dict(arch="decoder-only")),
+    ("radio", "p_custom_arch", "encoder-decoder", dict(arch="encoder-decoder")),
+    ("radio", "p_custom_pos", "learned", dict(learned=True)),
+    ("checkbox", "p_custom_lm", True, dict(lm_head=True)),            # tied to the embedding: + 0
+])
+def test_each_size_moves_the_counts_as_the_formulas_say(widget, key, value, changes):
+    at = open_page(PAGE)
+    check_counts(at, **SIZES)
+    getattr(at, widget)(key=key).set_value(value).run()
+    check_counts(at, **{**SIZES, **changes})
+
+
+def test_an_untied_output_projection_adds_the_vocabulary_times_d_model():
+    at = open_page(PAGE)
+    at.checkbox(key="p_custom_lm").check().run()
+    at.checkbox(key="p_custom_tied").uncheck().run()
+    check_counts(at, **SIZES, lm_head=True, tied=False)
+    at.radio(key="p_custom_pos").set_value("learned").run()
+    at.slider(key="parameters.T").set_value(32).run()
+    check_counts(at, **{**SIZES, "T": 32}, lm_head=True, tied=False, learned=True)
 
 
 def test_every_divisor_is_tabulated_with_a_flat_count():
@@ -77,6 +142,11 @@ def test_presets_show_our_count_next_to_the_published_one():
     assert any("no longer describes" in c.value for c in at.caption)
     at.radio(key="p_transformer_base_arch").set_value("decoder-only").run()
     assert not at.exception
+    decoder_only = analysis.model_param_count(analysis.TransformerSpec(**{
+        **analysis.TRANSFORMER_BASE.__dict__, "tied_output": False, "architecture": "decoder-only",
+        "n_encoder_layers": 0}))
+    assert metric(at, "Our count") == f"{decoder_only.total:,}"
+    assert decoder_only.total < untied                                 # one stack instead of two
 
 
 def test_a_link_restores_the_sizes_and_the_preset_and_changes_are_written_back():
