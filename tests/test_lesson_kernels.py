@@ -200,6 +200,18 @@ def test_gpu_fused_attention_shortens_tiles_of_wide_heads(monkeypatch):
                  np.float32)
 
 
+def test_cpu_kernels_build_once_per_dtype():
+    """Masks of every broadcast shape reuse one build of each kernel per dtype: a second build
+    (say, for another array layout) would cost a compile in the middle of a lesson."""
+    for shape_name, mask_name in CASES:
+        for dtype in (np.float32, np.float64):
+            Q, K, V, mask, scale = make_case(shape_name, mask_name, dtype)
+            lesson_cpu.attention_with_weights(Q, K, V, mask, scale)
+            lesson_cpu.fused_attention(Q, K, V, mask, scale)
+    for kernel in {k for ks in lesson_cpu.KERNELS.values() for k in ks}:
+        assert len(kernel.signatures) <= 2, (kernel.__name__, kernel.signatures)
+
+
 # --- projections and positions ----------------------------------------------------------------
 
 # (B, T, d_in, H, d): sizes that are not multiples of the patched block of 4 threads

@@ -56,14 +56,16 @@ def scores_kernel(Q, K, scale, S):
 def add_mask_kernel(S, M):
     """``S = S + M`` in place: 0 leaves a score as it is, -inf forbids query i to look at key j.
 
-    S (B, H, Tq, Tk); M (B, H, Tq, Tk), usually a broadcast view of a smaller mask (see ``_full``).
+    S (B, H, Tq, Tk); M (Bm, Hm, Tqm, Tkm), each axis 1 or full size: an axis of size 1
+    broadcasts (NumPy's rule), as ``min(b, Bm - 1) = 0`` picks its one entry for every b.
     """
     B, H, Tq, Tk = S.shape
+    Bm, Hm, Tqm, Tkm = M.shape
     for b in range(B):
         for h in range(H):
             for i in range(Tq):
                 for j in range(Tk):
-                    S[b, h, i, j] += M[b, h, i, j]
+                    S[b, h, i, j] += M[min(b, Bm - 1), min(h, Hm - 1), min(i, Tqm - 1), min(j, Tkm - 1)]
 
 
 @njit(cache=True)
@@ -116,6 +118,7 @@ def fused_attention_kernel(Q, K, V, M, scale, out):
     one key at a time, keeping a running max ``m``, sum ``l = sum_j exp(s_j - m)`` and output
     ``acc = sum_j exp(s_j - m) v_j``; then ``out = acc / l``. Shapes as in the kernels above."""
     B, H, Tq, d_v = out.shape
+    Bm, Hm, Tqm, Tkm = M.shape                         # broadcast as in add_mask_kernel
     for b in range(B):
         for h in range(H):
             for i in range(Tq):
@@ -128,7 +131,7 @@ def fused_attention_kernel(Q, K, V, M, scale, out):
                     s = 0.0
                     for c in range(Q.shape[3]):
                         s += Q[b, h, i, c] * K[b, h, j, c]
-                    s = s * scale + M[b, h, i, j]
+                    s = s * scale + M[min(b, Bm - 1), min(h, Hm - 1), min(i, Tqm - 1), min(j, Tkm - 1)]
                     if s == -math.inf:
                         continue
                     # 2. a new maximum: rescale what was summed so far (by 0 on the first key)
@@ -215,18 +218,12 @@ KERNELS = {
 # --- host drivers ------------------------------------------------------------------------------
 
 
-def _full(mask, B, H, Tq, Tk):
-    """The mask broadcast to (B, H, Tq, Tk) as NumPy broadcasts ``S + M``: a view, nothing copied."""
-    return np.broadcast_to(mask, (B, H, Tq, Tk))
-
-
 def scaled_scores(Q, K, mask, scale):
     """``S = Q K^T * scale + M`` -> (B, H, Tq, Tk)."""
     B, H, Tq, _ = Q.shape
-    Tk = K.shape[2]
-    S = np.empty((B, H, Tq, Tk), dtype=Q.dtype)
+    S = np.empty((B, H, Tq, K.shape[2]), dtype=Q.dtype)
     scores_kernel(Q, K, Q.dtype.type(scale), S)
-    add_mask_kernel(S, _full(mask, B, H, Tq, Tk))
+    add_mask_kernel(S, mask)
     return S
 
 
@@ -249,7 +246,7 @@ def fused_attention(Q, K, V, mask, scale):
     """``softmax(Q K^T * scale + M) V`` without materialising the (Tq, Tk) weights -> (B, H, Tq, d_v)."""
     B, H, Tq, _ = Q.shape
     out = np.empty((B, H, Tq, V.shape[3]), dtype=V.dtype)
-    fused_attention_kernel(Q, K, V, _full(mask, B, H, Tq, K.shape[2]), Q.dtype.type(scale), out)
+    fused_attention_kernel(Q, K, V, mask, Q.dtype.type(scale), out)
     return out
 
 

@@ -51,9 +51,10 @@ def position(n, shape):
 
 @cuda.jit(device=True)
 def mask_entry(mask, b, h, i, j):
-    """``M[b, h, i, j]`` with NumPy broadcasting: an axis of size 1 holds one entry for every index."""
+    """``M[b, h, i, j]`` with NumPy broadcasting: an axis of size 1 holds one entry for every index,
+    which ``min(b, Bm - 1) = 0`` picks."""
     Bm, Hm, Tqm, Tkm = mask.shape
-    return mask[b if Bm > 1 else 0, h if Hm > 1 else 0, i if Tqm > 1 else 0, j if Tkm > 1 else 0]
+    return mask[min(b, Bm - 1), min(h, Hm - 1), min(i, Tqm - 1), min(j, Tkm - 1)]
 
 
 @cuda.jit(device=True)
