@@ -102,6 +102,8 @@ origin = st.slider("Similarity from position", 0, T - 1, key=key("from"))
 curve = pd.DataFrame({"position": np.arange(T), "cosine": positional.similarity_from(PE, origin)})
 st.vega_lite_chart(charts.lines(curve, "position", "cosine", title=f"cosine similarity to position {origin}",
                              y_domain=(-1, 1)), width="stretch")
+with st.expander(f"Cosine similarity to position {origin}, as numbers"):
+    st.dataframe(curve, hide_index=True)
 
 st.subheader("The dot product depends only on the offset")
 st.latex(r"PE_p \cdot PE_{p+k} = \sum_i \bigl[\sin(p\omega_i)\sin((p{+}k)\omega_i) + "
@@ -158,6 +160,8 @@ q, kk = rng.normal(size=d_rope), rng.normal(size=d_rope)
 S_rope = positional.rope_scores(np.tile(q, (T_s, 1)), np.tile(kk, (T_s, 1)), base=base)
 st.vega_lite_chart(charts.heatmap(S_rope, labels, labels, title="RoPE scores, same q and k everywhere",
                                kind="signed", value_name="score"))
+with st.expander("RoPE scores as numbers (rows: query position m; columns: key position n)"):
+    st.dataframe({"RoPE S": labels} | {n: S_rope[:, j] for j, n in enumerate(labels)}, hide_index=True)
 st.markdown("**ALiBi** adds no code to the inputs; each head subtracts a penalty proportional to distance, "
             "with its own slope (steep heads look near, shallow heads far).")
 st.latex(r"S^{(h)}_{ij} = \frac{q_i \cdot k_j}{\sqrt{d_k}} - m_h\,|i-j|, \qquad m_h = 2^{-8h/H}")
