@@ -105,6 +105,11 @@ else:
     st.vega_lite_chart(charts.heatmap_grid([res.weights[b, 0] for b in range(len(lengths))], pos, pos,
                                         [f"sequence {b + 1}: length {n}" for b, n in enumerate(lengths)],
                                         columns=4, size=200))
+    reads = (res.weights[:, 0] > 0).sum(-1)                              # (B, T): keys with weight > 0
+    st.markdown(f"Weights of shape **{' × '.join(map(str, res.weights.shape))}** (sequences × heads × "
+                "queries × keys). How many keys each query of head 1 reads (weight above 0):")
+    st.dataframe({"keys read": [f"sequence {b + 1} (length {n})" for b, n in enumerate(lengths)]}
+                 | {f"query {i + 1}": reads[:, i] for i in range(T_pad)}, hide_index=True)
     leaked = max((res.weights[b, :, :, n:].max(initial=0.0) for b, n in enumerate(lengths)), default=0.0)
     st.markdown(f"Head 1 of each sequence is drawn. Measured over all heads: the largest weight on a padded "
                 f"key is **{leaked:.1f}**. Padded *queries* still produce rows (they read the real keys); "

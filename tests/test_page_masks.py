@@ -3,9 +3,11 @@ from pathlib import Path
 
 import numpy as np
 
+import pytest
+
 from core import attention, masks
 
-from page_support import open_page
+from page_support import open_page, table_named
 
 PAGE = str(Path(__file__).resolve().parents[1] / "pages" / "masks.py")
 
@@ -24,9 +26,51 @@ def test_page_runs_with_its_sections_and_measurements():
     assert "largest weight above the diagonal **0.0**" in text
     assert "largest weight on a padded key is **0.0**" in text
     assert "weights of shape **4 × 3** per head" in text                 # Tq = 4 target, Tk = 3 source words
-    mask_table = at.dataframe[0].value
-    assert mask_table.shape == (8, 8) and mask_table.iloc[0, 1] == "−∞" and mask_table.iloc[1, 0] == "0"
-    assert at.dataframe[1].value["example"].tolist() == ["BERT", "GPT", "original Transformer, T5"]
+    check_causal_table(at, "the tired cat sat on the warm mat".split())
+    check_padding(at, [6, 3, 5], T=6, heads=2, causal=False)
+    families = next(d.value for d in at.dataframe if "example" in d.value.columns)
+    assert families["example"].tolist() == ["BERT", "GPT", "original Transformer, T5"]
+
+
+def check_causal_table(at, words):
+    """The causal mask on screen: M_ij = 0 for j <= i, -inf above, one row and column per word."""
+    table = next(d.value for d in at.dataframe if list(d.value.index)[:1] == [f"1 {words[0]}"])
+    labels = [f"{i + 1} {w}" for i, w in enumerate(words)]
+    assert list(table.index) == labels and list(table.columns) == labels
+    i, j = np.indices((len(words), len(words)))
+    np.testing.assert_array_equal(table.to_numpy(), np.where(j <= i, "0", "−∞"))
+
+
+def check_padding(at, lengths, *, T, heads, causal):
+    """The padded batch on screen: its shape, and the keys each query reads, which are the first
+    min(length, T) keys (and under the causal mask only up to the query itself)."""
+    assert f"Weights of shape **{len(lengths)} × {heads} × {T} × {T}**" in _text(at)
+    reads = table_named(at, "keys read")
+    assert list(reads.index) == [f"sequence {b + 1} (length {n})" for b, n in enumerate(lengths)]
+    query = np.arange(1, T + 1)
+    want = [np.minimum(n, query) if causal else np.full(T, n) for n in lengths]
+    np.testing.assert_array_equal(reads.to_numpy(int), want)
+    assert "largest weight on a padded key is **0.0**" in _text(at)
+
+
+@pytest.mark.parametrize("widget, key, value, settings", [
+    ("text_input", "lengths", "4, 0, 6, 1", dict(lengths=[4, 0, 6, 1])),
+    ("slider", "T", 8, dict(T=8)),
+    ("select_slider", "heads", "4", dict(heads=4)),
+    ("checkbox", "causal", True, dict(causal=True)),
+])
+def test_each_padding_control_moves_the_numbers(widget, key, value, settings):
+    at = open_page(PAGE)
+    getattr(at, widget)(key=f"masks.{key}").set_value(value).run()
+    assert not at.exception and not at.error
+    check_padding(at, **{**dict(lengths=[6, 3, 5], T=6, heads=2, causal=False), **settings})
+
+
+def test_the_sentence_sets_the_causal_mask():
+    at = open_page(PAGE)
+    at.text_input(key="masks.sentence").set_value("to be or not").run()
+    assert not at.exception and not at.error
+    check_causal_table(at, "to be or not".split())
 
 
 def test_cross_attention_is_rectangular_and_follows_the_inputs():
@@ -48,7 +92,7 @@ def test_padding_with_a_causal_mask_an_empty_sequence_and_bad_lengths():
     at.text_input(key="masks.lengths").set_value("6, 2, 0")
     at.checkbox(key="masks.causal").check().run()
     assert not at.exception and not at.error
-    assert "largest weight on a padded key is **0.0**" in _text(at)
+    check_padding(at, [6, 2, 0], T=6, heads=2, causal=True)
     # what the page computes: padded keys get exactly 0, an empty sequence gets zero rows (not NaN)
     mask = masks.combine(masks.padding([6, 2, 0], 6), masks.causal(6))
     X = np.random.default_rng(2).normal(size=(3, 6, 8))
@@ -70,6 +114,8 @@ def test_a_link_restores_every_control_and_changes_are_written_back():
     assert at.slider(key="masks.T").value == 4 and at.select_slider(key="masks.heads").value == "4"
     assert at.checkbox(key="masks.causal").value
     assert "weights of shape **5 × 2** per head" in _text(at)          # 5 target, 2 source words
+    check_causal_table(at, ["a", "b", "c"])
+    check_padding(at, [2, 4], T=4, heads=4, causal=True)
     at.slider(key="masks.T").set_value(7).run()
     assert at.query_params["T"] == "7" and at.query_params["sentence"] == "a b c"
     at.slider(key="masks.T").set_value(6).run()                       # back to the default: left out
