@@ -55,6 +55,9 @@ left, right = st.columns([1, 1])
 left.vega_lite_chart(charts.heatmap(A, labels, labels, title=f"first-token head, gain {gain:g}"))
 right.vega_lite_chart(charts.bar(analysis.effective_positions(A), labels, title="effective positions 2^H per row",
                               x_title="query t", y_title="2^H", y_domain=(0, T)), width="stretch")
+m1, m2 = st.columns(2)
+m1.metric(f"Row {T}: weight on token 1", f"{A[T - 1, 0]:.4f}")
+m2.metric(f"Row {T}: effective positions 2^H", f"{analysis.effective_positions(A)[T - 1]:.4f}")
 if st.button("Check my gain", key="cy_gain_check"):
     show(exercises.check_first_token_gain(gain, backend=chosen_backend()))
 kernel_source(["attention_with_weights"], t_gain)

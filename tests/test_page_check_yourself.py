@@ -2,6 +2,7 @@
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from core import exercises, heads
 from ui.state import pending_key
@@ -29,6 +30,26 @@ def test_questions_are_marked_with_explanations():
     at.text_input(key="cy_params_384").set_value("589,824")
     at.button(key="cy_params_384_check").click().run()
     assert not at.exception and "589,824" in at.success[0].value
+
+
+def check_first_token_row(at, gain):
+    """Row T of the first-token head on screen, by the formula: key 1 scores m = gain / sqrt(d_k),
+    the other T - 1 keys 0, so p = e^m / (e^m + T - 1) on key 1 and (1 - p) / (T - 1) on each other."""
+    T, d_k = exercises.FIRST_TOKEN_T, exercises.FIRST_TOKEN_D_K
+    e = np.exp(gain / np.sqrt(d_k))
+    p, rest = e / (e + T - 1), 1 / (e + T - 1)
+    bits = -p * np.log2(p) - (T - 1) * rest * np.log2(rest)
+    shown = {m.label: float(m.value) for m in at.metric}
+    assert shown[f"Row {T}: weight on token 1"] == pytest.approx(p, abs=1e-4)
+    assert shown[f"Row {T}: effective positions 2^H"] == pytest.approx(2 ** bits, abs=1e-4)
+
+
+@pytest.mark.parametrize("gain", [3.0, 6.0, 0.0, -2.5])
+def test_the_gain_moves_the_first_token_row_as_the_formula_says(gain):
+    at = open_page(PAGE)
+    at.slider(key="cy_gain").set_value(gain).run()
+    assert not at.exception
+    check_first_token_row(at, gain)
 
 
 def test_first_token_gain_exercise():
@@ -59,3 +80,13 @@ def test_two_position_exercise_is_marked_from_the_typed_matrices():
     at.button(key="cy_two_check").click().run()
     assert at.success                                                  # still the good K
     np.testing.assert_allclose(exercises.check_two_position_head(Q, K).weights[3, [0, 2]], 0.446, atol=1e-3)
+
+
+def test_worked_solution_shows_the_lessons_matrices_and_they_pass():
+    Qs, Ks = heads.two_positions(6, 2, 3.0)
+    solution = f"Q =\n{Qs}\nK =\n{Ks}"
+    at = open_page(PAGE)
+    assert all(c.value != solution for c in at.code)                   # hidden until asked for
+    at.checkbox(key="cy_two_solution").check().run()
+    assert any(c.value == solution for c in at.code)
+    assert exercises.check_two_position_head(Qs, Ks).ok
