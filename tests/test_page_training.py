@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from core import encoder, limits
+from core import encoder, limits, tasks
 from ui.trainer import RunSpec, Trainer
 
 SIZES = (200, 40, 40)   # train / validation / test sequences: fast enough for a test
@@ -68,17 +68,36 @@ def test_a_short_run_shows_metrics_then_results_and_reset_clears(at):
     at.number_input(key="training.steps").set_value(30)
     at.number_input(key="training.d_model").set_value(16)
     at.slider(key="training.layers").set_value(1)
+    at.number_input(key="training.heads").set_value(2)
+    at.selectbox(key="training.task").set_value("increasing")
+    at.radio(key="training.positional").set_value("learned")
+    at.select_slider(key="training.lr").set_value("0.01")
     at.run()
     button(at, "Start training").click().run()
     assert not at.exception and not at.error
-    assert rerun_until(at, lambda a: any(m.label == "Loss (last batch)" and m.value != "–" for m in a.metric))
+    # the first step may wait for the training kernels to compile (a cold cache on a busy machine)
+    assert rerun_until(at, lambda a: any(m.label == "Loss (last batch)" and m.value != "–" for m in a.metric),
+                       timeout=180)
     assert rerun_until(at, lambda a: trainer_of(a).status == "done")
     at.run()
     assert not at.exception and not at.error
     run = trainer_of(at).view().runs[0]
-    assert run.step == 30 and run.spec.d_model == 16 and run.spec.n_layers == 1
+    assert run.step == 30 and run.spec.task == "increasing" and run.spec.lr == 0.01
+    # the model trained is the one the controls describe: its arrays say so
+    params, cfg = trainer_of(at).params()
+    assert (cfg.n_layers, cfg.n_heads, cfg.d_model, cfg.positional) == (1, 2, 16, "learned")
+    assert params["embed"].shape[1] == 16 and params["pos"].shape == (cfg.seq_len, 16)
+    assert "layers.0.W_Q" in params and "layers.1.W_Q" not in params
+    assert run.attention.shape == (1, 2, cfg.seq_len, cfg.seq_len)
     metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Loss (last batch)"] == f"{run.last['loss']:.4f}"
     assert float(metrics["Validation accuracy"]) == pytest.approx(run.final_val_acc, abs=1e-3)
+    # the validation example whose attention is drawn is the one asked for
+    at.number_input(key="training.example").set_value(3).run()
+    data = tasks.make_dataset("increasing", *SIZES, seed=0)
+    shown = " ".join(m.value for m in at.markdown)
+    assert (f"on validation example 3 (tokens `{' '.join(map(str, data.X_val[3]))}`, "
+            f"label {data.y_val[3]})") in shown
     assert any(label.startswith("Test accuracy") for label in metrics)
     assert len(at.table) >= 1                       # the confusion table
     assert "reached the step count" in texts(at.caption)
