@@ -208,6 +208,25 @@ def _progress(page) -> tuple[str, int, int] | None:
     return (match[1], int(match[2]), int(match[3])) if match else None
 
 
+def _train_to_the_end(page, timeout_s: float = 300) -> list[tuple[str, int, int]]:
+    """Press "Start training" and follow the progress bar until the run ends: every progress seen.
+
+    Ends on what the page shows (a status other than running), not on a number of redraws. The
+    limit is generous because, with an empty Numba cache, the encoder's kernels compile first;
+    only a failure waits for it.
+    """
+    before = _progress(page)           # a previous run's last state, or None
+    page.get_by_role("button", name="Start training").click()
+    seen, deadline = [], time.monotonic() + timeout_s
+    while not (seen and seen[-1][0] not in ("running", "idle")):
+        progress = _progress(page)
+        if progress and progress != before and (not seen or seen[-1] != progress):
+            seen.append(progress)
+        assert time.monotonic() < deadline, f"the run did not end in {timeout_s:.0f} s (progress seen: {seen})"
+        page.wait_for_timeout(200)
+    return seen
+
+
 def test_training_loss_curve_grows(server, browser):
     """A run drawn live: the loss curve holds one point per step the progress bar reports.
 
@@ -223,29 +242,19 @@ def test_training_loss_curve_grows(server, browser):
     ctx, page, js_errors = _open(browser, server, info, query="steps=300")
     try:
         assert _progress(page) is None, "a progress bar before any run"
-        page.get_by_role("button", name="Start training").click()
-        # 1. the step counter reaches its target (with an empty Numba cache the encoder's kernels
-        #    compile first: the limit is generous, and only a failure waits for it)
-        seen, deadline = [], time.monotonic() + 180
-        while True:
-            progress = _progress(page)
-            if progress and (not seen or seen[-1] != progress):
-                seen.append(progress)
-            if progress and progress[0] not in ("running", "idle"):
-                break
-            assert time.monotonic() < deadline, f"the run did not end in 180 s (progress seen: {seen})"
-            page.wait_for_timeout(200)
+        # 1. the step counter reaches its target; a first run whose time went to compiling the
+        #    kernels stops at the time cap and says so: the second, compiled, run is the one checked
+        seen = _train_to_the_end(page)
+        wait_idle(page, timeout_ms=WARM_MS)       # the whole page redraws once after a run
+        if seen[-1][1] < seen[-1][2] and "time cap" in page.inner_text(MAIN):
+            seen = _train_to_the_end(page)
+            wait_idle(page, timeout_ms=WARM_MS)
         status, step, target = seen[-1]
-        assert status == "done" and step >= 1, f"the run ended as {seen[-1]} (progress seen: {seen})"
+        assert (status, step) == ("done", target), f"the run ended as {seen[-1]} (progress seen: {seen})"
         steps_seen = [s for _, s, _ in seen]
         assert steps_seen == sorted(steps_seen), f"the step counter went back: {seen}"
-        # 2. the whole page redraws once after the run; then the curve holds every step's loss
-        #    (the page thins the curve only beyond 400 points)
-        wait_idle(page, timeout_ms=WARM_MS)
+        # 2. the curve holds every step's loss (the page thins it only beyond 400 points)
         assert _loss_points(page) == step, f"the Loss chart draws {_loss_points(page)} points after {step} steps"
-        # 3. all the steps asked for, unless the run hit its time cap (a cold compile on a slow
-        #    machine), which the page then says
-        assert step == target or "time cap" in page.inner_text(MAIN), f"stopped at step {step} of {target}"
         assert error_texts(page) == []
         assert js_errors == []
         _full_page_screenshot(page, SCREENSHOTS / "training_running.png")
