@@ -43,3 +43,17 @@ os.environ.setdefault("NUMBA_THREADING_LAYER", "threadsafe")
 import numba  # noqa: E402  (after the environment above is set)
 
 numba.config.THREADING_LAYER = os.environ["NUMBA_THREADING_LAYER"]
+
+
+# The public names of the package, wherever their modules live: ``from core import analysis`` keeps
+# working now that the lesson helpers sit in core/lessons/ (imported on first use, not here, so that
+# importing ``core`` stays cheap).
+_PUBLIC_MODULES = {"analysis": "core.lessons.analysis"}
+
+
+def __getattr__(name: str):
+    if name in _PUBLIC_MODULES:
+        import importlib
+
+        return importlib.import_module(_PUBLIC_MODULES[name])
+    raise AttributeError(f"module 'core' has no attribute {name!r}")

@@ -12,7 +12,7 @@ from typing import NamedTuple
 import numpy as np
 
 from core import backend as _backend
-from core import cpu as _cpu
+from core.kernels.tuned import cpu as _cpu
 from core.validate import (as_float_array, as_float_array_with_peak, check_heads, common_dtype, mask_values_ok,
                            max_abs, max_abs_of_each, require_ndim, require_nonempty, same_float_arrays)
 
@@ -152,7 +152,7 @@ def _prepare_qkv(Q, K, V, scale, dtype):
 
 
 def _small_attention(Q, K, V, mask, scale):
-    """``(out, A)`` from :func:`core.cpu.small_attention`'s single compiled call (checks and
+    """``(out, A)`` from :func:`core.kernels.tuned.cpu.small_attention`'s single compiled call (checks and
     arithmetic together) when the inputs allow it, else None: then the ordinary path runs, and
     raises its precise message for inputs that failed a check."""
     if not (same_float_arrays(Q, K, V) and Q.ndim == K.ndim == V.ndim and 2 <= Q.ndim <= 4):

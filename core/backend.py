@@ -67,7 +67,7 @@ def resolve(name: str | None = None) -> str:
 
 
 def kernels(name: str | None = None):
-    """The kernel module (``core.cpu`` or ``core.gpu``) for a backend name."""
+    """The kernel module (``core.kernels.tuned.cpu`` or ``core.kernels.tuned.gpu``) for a backend name."""
     return _kernel_module(resolve(name))
 
 
@@ -75,7 +75,7 @@ def kernels(name: str | None = None):
 def _kernel_module(chosen: str):
     import importlib
 
-    return importlib.import_module(f"core.{'gpu' if chosen == 'cuda' else 'cpu'}")
+    return importlib.import_module(f"core.kernels.tuned.{'gpu' if chosen == 'cuda' else 'cpu'}")
 
 
 def describe(name: str | None = None) -> str:

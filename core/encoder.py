@@ -35,7 +35,7 @@ import numpy as np
 
 from core import backend as _backend
 from core import encoder_kernels as K
-from core.reference import sinusoidal
+from core.kernels.reference import sinusoidal
 from core.validate import check_heads
 
 POSITIONAL_CHOICES = ("sinusoidal", "learned", "none")

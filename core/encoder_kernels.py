@@ -19,7 +19,7 @@ import math
 import numpy as np
 from numba import njit
 
-from core.fastexp import exp_shifted_f32
+from core.kernels.tuned.fastexp import exp_shifted_f32
 
 # Reductions (layer-norm means and variances, bias gradients) are sums whose every add waits for the
 # previous one; letting LLVM reassociate them (and fuse multiply-adds) vectorises them. These two
@@ -67,7 +67,7 @@ def embed_backward(tokens, dh, d_embed, d_pos):
 # ----------------------------------------------------------------------------------------------
 # 1. multi-head attention core (between the packed QKV projection and W_O)
 # ----------------------------------------------------------------------------------------------
-# The vectorisable float32 exp (exp_shifted_f32) lives in core/fastexp.py, shared with the
+# The vectorisable float32 exp (exp_shifted_f32) lives in core/kernels/tuned/fastexp.py, shared with the
 # attention kernels.
 
 

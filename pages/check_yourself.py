@@ -2,7 +2,9 @@
 import numpy as np
 import streamlit as st
 
-from core import analysis, exercises, heads
+from core.lessons import analysis
+from core.lessons import exercises
+from core.lessons import heads
 from core.limits import MAX_MATRIX_ENTRY
 from ui import charts
 from ui.router import ensure_routed

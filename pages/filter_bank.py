@@ -3,7 +3,9 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from core import analysis, heads, masks
+from core import masks
+from core.lessons import analysis
+from core.lessons import heads
 from core.attention import filter_bank, multi_head_attention
 from core.limits import MAX_MATRIX_ENTRY
 from ui import charts, state

@@ -2,7 +2,9 @@
 import numpy as np
 import streamlit as st
 
-from core import analysis, heads, masks
+from core import masks
+from core.lessons import analysis
+from core.lessons import heads
 from core.attention import attention, scores
 from core.limits import MAX_D_K, MAX_MATRIX_ENTRY, MAX_TOKENS
 from ui import charts, state

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from core import analysis
+from core.lessons import analysis
 from core.limits import MAX_D_MODEL, MAX_TOKENS
 from ui import charts, state
 from ui.router import ensure_routed

@@ -3,7 +3,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from core import analysis, heads
+from core.lessons import analysis
+from core.lessons import heads
 
 
 # --- row entropy --------------------------------------------------------------------------------

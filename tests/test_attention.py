@@ -8,8 +8,10 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from core import attention as at
-from core import cpu, gpu, masks
-from core import reference as ref
+from core import masks
+from core.kernels.tuned import cpu
+from core.kernels.tuned import gpu
+from core.kernels import reference as ref
 
 ROOT = Path(__file__).resolve().parents[1]
 DTYPES = [np.float32, np.float64]
@@ -209,9 +211,9 @@ def test_split_and_merge_heads_agree_with_the_reference(shape):
 
 def test_the_attention_module_does_not_import_the_reference():
     """Product code never uses the oracle: a check against it would compare it with itself."""
-    code = "import sys, core.attention; sys.exit('core.reference' in sys.modules)"
+    code = "import sys, core.attention; sys.exit('core.kernels.reference' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr or "core.attention imported core.reference"
+    assert done.returncode == 0, done.stderr or "core.attention imported core.kernels.reference"
 
 
 # --- properties -------------------------------------------------------------------------------

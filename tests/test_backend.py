@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 
 from core import attention as at
-from core import backend, cpu
-from core import reference as ref
+from core import backend
+from core.kernels.tuned import cpu
+from core.kernels import reference as ref
 
 
 @pytest.fixture
@@ -62,7 +63,7 @@ def test_describe_tells_a_person_what_runs():
 
 
 def test_kernels_module_for_each_backend():
-    from core import gpu
+    from core.kernels.tuned import gpu
     assert backend.kernels("cpu") is cpu
     if backend.cuda_usable():
         assert backend.kernels("cuda") is gpu

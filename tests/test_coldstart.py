@@ -25,7 +25,8 @@ CHILD = r"""
 import json, os
 import numpy as np
 import core                      # chooses the cache folder before Numba is imported
-from core import attention, cpu, positional
+from core import attention, positional
+from core.kernels.tuned import cpu
 X = np.random.default_rng(0).normal(size=(6, 4))
 attention.attention(X, X, X)                           # weights kernel (serial build)
 attention.attention(X, X, X, return_weights=False)     # fused kernel (serial build)

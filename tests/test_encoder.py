@@ -5,7 +5,8 @@ import io
 import numpy as np
 import pytest
 
-from core import encoder, reference
+from core import encoder
+from core.kernels import reference
 from core.encoder import EncoderConfig
 
 SMALL = dict(vocab_size=7, seq_len=5, d_model=8, n_heads=2, d_ff=12, n_layers=2, n_classes=3)
@@ -22,7 +23,7 @@ def _perturbed_params(cfg, seed=1):
 
 
 def _reference_forward(params, tokens, cfg):
-    """Plain NumPy, written like the formulas, on top of ``core.reference``."""
+    """Plain NumPy, written like the formulas, on top of ``core.kernels.reference``."""
     B, T = tokens.shape
     if cfg.positional == "sinusoidal":
         pe = reference.sinusoidal(T, cfg.d_model)

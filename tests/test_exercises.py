@@ -4,7 +4,9 @@ import math
 import numpy as np
 import pytest
 
-from core import analysis, exercises, heads
+from core.lessons import analysis
+from core.lessons import exercises
+from core.lessons import heads
 
 
 # --- multiple choice ---------------------------------------------------------------------------

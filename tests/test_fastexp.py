@@ -4,7 +4,7 @@ import math
 import numpy as np
 from numba import njit
 
-from core import fastexp
+from core.kernels.tuned import fastexp
 
 
 @njit(cache=True)

@@ -3,7 +3,7 @@ import numpy as np
 from hypothesis import given, settings, strategies as st
 from numba import njit
 
-from core.floatbits import float_bits, float_from_bits, max_of
+from core.kernels.tuned.floatbits import float_bits, float_from_bits, max_of
 
 
 @njit

@@ -1,4 +1,4 @@
-"""CUDA kernels (``core.gpu``) against the NumPy reference.
+"""CUDA kernels (``core.kernels.tuned.gpu``) against the NumPy reference.
 
 Without a GPU these run on Numba's CUDA simulator (conftest.py), one Python thread per GPU
 thread: shapes are tiny, and tiles and blocks are patched small so that several blocks, partial
@@ -7,8 +7,8 @@ last tiles and idle threads all occur.
 import numpy as np
 import pytest
 
-from core import gpu
-from core import reference as ref
+from core.kernels.tuned import gpu
+from core.kernels import reference as ref
 
 TOL = {np.float32: 1e-5, np.float64: 1e-12}
 

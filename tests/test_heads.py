@@ -1,12 +1,13 @@
 """Hand-set heads: the lesson's four heads and two-head pipeline reproduce the lesson's numbers.
 
-Attention weights come from ``core.reference`` (the kernels are tested elsewhere).
+Attention weights come from ``core.kernels.reference`` (the kernels are tested elsewhere).
 """
 import numpy as np
 import pytest
 
-from core import heads, reference
-from core.analysis import row_entropy_bits
+from core.lessons import heads
+from core.kernels import reference
+from core.lessons.analysis import row_entropy_bits
 
 
 def causal_weights(Q, K):

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from core import reference as ref
+from core.kernels import reference as ref
 from core.kernels import cpu as lesson_cpu
 from core.kernels import gpu as lesson_gpu
 
@@ -280,8 +280,8 @@ def test_lesson_kernels_use_no_tricks(module):
             imported |= {node.module} | {f"{node.module}.{alias.name}" for alias in node.names}
         elif isinstance(node, ast.Import):
             imported |= {alias.name for alias in node.names}
-    tricks = {"core.simd", "core.borrow", "core.floatbits", "core.fastexp", "core.reference",
-              "numba.prange", "core.cpu", "core.gpu"}
+    tricks = {"core.kernels.tuned.simd", "core.kernels.tuned.borrow", "core.kernels.tuned.floatbits", "core.kernels.tuned.fastexp", "core.kernels.reference",
+              "numba.prange", "core.kernels.tuned.cpu", "core.kernels.tuned.gpu"}
     assert not imported & tricks
     options = {kw.arg for node in ast.walk(tree) if isinstance(node, ast.Call) for kw in node.keywords}
     assert not options & {"fastmath", "parallel"}

@@ -219,7 +219,9 @@ def test_class_of_students():
 
 
 def test_parallel_kernels_from_threads():
-    from core import attention, cpu, reference
+    from core import attention
+    from core.kernels.tuned import cpu
+    from core.kernels import reference
 
     B, H, T, d = 2, 4, 64, 16
     work = B * H * T * T * (2 * d + 8)

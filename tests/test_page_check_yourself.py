@@ -4,7 +4,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from core import exercises, heads
+from core.lessons import exercises
+from core.lessons import heads
 from ui.state import pending_key
 
 from page_support import open_page

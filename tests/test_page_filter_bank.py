@@ -4,8 +4,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from core import analysis, heads
-from core import reference as ref
+from core.lessons import analysis
+from core.lessons import heads
+from core.kernels import reference as ref
 
 from page_support import open_page
 

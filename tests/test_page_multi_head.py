@@ -4,8 +4,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from core import analysis, heads
-from core import reference as ref
+from core.lessons import analysis
+from core.lessons import heads
+from core.kernels import reference as ref
 
 from page_support import open_page
 
@@ -33,7 +34,7 @@ def test_lesson_numbers_on_screen(page):
     # row 4 of the uniform head (head 4, opened by default)
     assert "Row 4 of head 4: `[0.2500, 0.2500, 0.2500, 0.2500, 0.0000, 0.0000]`" in markdown(page)
     assert "heads 1..4: **1, 2, 2, 0**" in markdown(page)
-    # the entropy table equals core.analysis on the lesson heads, and the lesson's printed values
+    # the entropy table equals core.lessons.analysis on the lesson heads, and the lesson's printed values
     table = page.dataframe[0].value
     Q, K = heads.lesson_heads(6, 2, 3.0)
     expected = np.array([[1.0, 0.0, 0.0, 0.0, 0.0, 0.0], [2.0, 1.0, 0.490928, 0.241602, 0.241602, 1.0],

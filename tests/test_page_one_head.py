@@ -5,8 +5,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from core import heads
-from core import reference as ref
+from core.lessons import heads
+from core.kernels import reference as ref
 
 from page_support import matrix_named, open_page, table_named
 

@@ -4,7 +4,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from core import analysis, encoder
+from core import encoder
+from core.lessons import analysis
 
 from page_support import open_page
 

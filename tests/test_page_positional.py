@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from core import positional
-from core import reference as ref
+from core.kernels import reference as ref
 
 from page_support import matrix_named, open_page
 

@@ -2,7 +2,8 @@
 import numpy as np
 import pytest
 
-from core import backend, positional, reference
+from core import backend, positional
+from core.kernels import reference
 
 BACKENDS = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
     not backend.cuda_usable(), reason="no GPU and no CUDA simulator"))]

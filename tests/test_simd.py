@@ -1,4 +1,4 @@
-"""core/simd.py: the vector operations, and the attention kernels at another vector width."""
+"""core/kernels/tuned/simd.py: the vector operations, and the attention kernels at another vector width."""
 import os
 import subprocess
 import sys
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from numba import njit
 
-from core import simd
+from core.kernels.tuned import simd
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -46,8 +46,10 @@ def test_vector_operations_match_numpy(dtype):
 
 _NARROW = textwrap.dedent("""
     import numpy as np
-    from core import cpu, masks, simd
-    from core import reference as ref
+    from core import masks
+    from core.kernels.tuned import cpu
+    from core.kernels.tuned import simd
+    from core.kernels import reference as ref
     assert simd.VECTOR_BYTES == 16, simd.VECTOR_BYTES
     rng = np.random.default_rng(0)
     cpu.KEY_TILE = 7

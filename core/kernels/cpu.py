@@ -1,6 +1,6 @@
 """Lesson kernels for the CPU: one small ``@njit`` loop nest per step of attention.
 
-Each kernel is the formula of ``core/reference.py`` (the plain NumPy oracle the tests compare
+Each kernel is the formula of ``core/kernels/reference.py`` (the plain NumPy oracle the tests compare
 against) written out as loops, so that a reader who knows NumPy can follow every multiply-add:
 
     S = Q K^T * scale          scores_kernel

@@ -1,6 +1,6 @@
 """Lesson kernels for CUDA: the kernels of ``core/kernels/cpu.py``, under the same names, on a GPU.
 
-Each kernel is a formula of ``core/reference.py`` (the plain NumPy oracle the tests compare
+Each kernel is a formula of ``core/kernels/reference.py`` (the plain NumPy oracle the tests compare
 against). Where the CPU kernel loops over ``(b, h, i, j)``, here each GPU thread takes one of those
 positions: its number in the grid, ``cuda.grid(1)``, says which.
 

@@ -2,7 +2,7 @@
 
 Every checker returns its verdict together with an explanation written for the student, so a
 page only has to show what comes back. Numbers the answers depend on are computed here (from
-:mod:`core.analysis`, :mod:`core.heads` and the attention kernels), never typed in by hand.
+:mod:`core.lessons.analysis`, :mod:`core.lessons.heads` and the attention kernels), never typed in by hand.
 """
 from __future__ import annotations
 
@@ -12,7 +12,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from core import analysis, attention, heads, masks
+from core import attention, masks
+from core.lessons import analysis
+from core.lessons import heads
 from core.validate import as_float_array
 
 

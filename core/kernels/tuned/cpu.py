@@ -1,6 +1,6 @@
 """Numba CPU kernels (``@njit``) for attention, masking, multi-head projection and positional encoding.
 
-Host drivers here and in ``core/gpu.py`` share names and signatures; ``core/attention.py`` picks one.
+Host drivers here and in ``core/kernels/tuned/gpu.py`` share names and signatures; ``core/attention.py`` picks one.
 Drivers take validated, C-contiguous arrays of one float dtype and return new arrays:
 
 - ``Q (B, H, Tq, d_k)``, ``K (B, H, Tk, d_k)``, ``V (B, H, Tk, d_v)``;
@@ -19,10 +19,10 @@ import numpy as np
 from numba import njit, prange
 from numba.extending import overload
 
-from core import simd
-from core.borrow import borrowed
-from core.fastexp import fast_exp
-from core.floatbits import max_abs_bits, max_of
+from core.kernels.tuned import simd
+from core.kernels.tuned.borrow import borrowed
+from core.kernels.tuned.fastexp import fast_exp
+from core.kernels.tuned.floatbits import max_abs_bits, max_of
 from core.validate import mask_values_ok
 
 # Reassociation lets LLVM vectorise the dot products; no flag here touches inf/NaN semantics,
@@ -292,7 +292,7 @@ def _unit(u, H, n_blocks, Tq, block):
 # --- kernels: one function per operation, serial and parallel builds ----------------------
 # The parallel loop runs over (batch, head, block of queries), after one pass has laid out every
 # head's keys (and values) for the SIMD tiles. Each unit's loops run in a function of their own
-# that borrows its array arguments (see core/borrow.py): the unit allocates its scratch, the
+# that borrows its array arguments (see core/kernels/tuned/borrow.py): the unit allocates its scratch, the
 # function uses it without reference counting.
 
 

@@ -18,7 +18,7 @@ import numpy as np
 from numba import njit, types
 from numba.extending import overload
 
-from core.floatbits import float_from_bits
+from core.kernels.tuned.floatbits import float_from_bits
 
 
 @njit(cache=True)

@@ -1,6 +1,6 @@
 """Numba CUDA kernels for attention, and the host drivers that launch them.
 
-Same host functions, names and signatures as ``core.cpu``; ``core.attention`` dispatches to one
+Same host functions, names and signatures as ``core.kernels.tuned.cpu``; ``core.attention`` dispatches to one
 or the other. Drivers take validated, C-contiguous NumPy arrays of one dtype (float32 or float64)
 and return NumPy arrays of that dtype. Shapes: ``(B, H, Tq, Tk)`` for scores and weights,
 ``(B, H, T, d)`` for per-head activations. Masks are additive and 4-D, each dimension either 1
