@@ -10,9 +10,11 @@ Architecture (the original Transformer encoder: post-norm, ReLU, no dropout)::
     loss = mean cross-entropy
 
 Parameters are a ``dict[str, np.ndarray]`` (names in ``param_shapes``) and are computed in their
-own dtype, float32 (fast, for training) or float64 (gradient checks). The matrix products go
-through NumPy's BLAS; everything between them runs in fused Numba kernels
-(``core/encoder_kernels.py``).
+own dtype, float32 (fast, for training) or float64 (gradient checks). The computation is compiled
+whole (``core/encoder_step.py``, on the kernels of ``core/encoder_kernels.py``): a forward pass, or
+a training step with its backward pass and Adam, is one call into Numba. Its matrix products are
+our own, so nothing depends on a BLAS thread pool, and a seed gives the same numbers bit for bit
+whatever else the process is doing.
 
 Backend: ``backend=`` is accepted and resolved like everywhere else, but the encoder always runs
 on the CPU kernels. A model this small (about 20k parameters, a 64 x 16 batch) is dominated by
@@ -20,11 +22,8 @@ launch and transfer overhead on a GPU, so there is deliberately no CUDA path.
 """
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import dataclasses
 import functools
-import glob
 import io
 import math
 import os
@@ -35,12 +34,12 @@ import numpy as np
 
 from core import backend as _backend
 from core import encoder_kernels as K
-from core.kernels.reference import sinusoidal
+from core import encoder_step as S
+from core import positional as _positional
+from core.encoder_step import LAYER_PARAMS
 from core.validate import check_heads
 
 POSITIONAL_CHOICES = ("sinusoidal", "learned", "none")
-LAYER_PARAMS = ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O",
-                "ln1_g", "ln1_b", "ln2_g", "ln2_b", "W_1", "b_1", "W_2", "b_2")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -97,6 +96,7 @@ def param_shapes(cfg: EncoderConfig) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
+@functools.lru_cache(maxsize=64)
 def param_count(cfg: EncoderConfig) -> int:
     """Number of trainable numbers in the model."""
     return int(sum(np.prod(s) for s in param_shapes(cfg).values()))
@@ -131,21 +131,49 @@ def positional_table(params: dict, cfg: EncoderConfig, T: int) -> np.ndarray:
     dtype = params["embed"].dtype
     if cfg.positional == "learned":
         return params["pos"][:T]
-    if cfg.positional == "sinusoidal":
-        return _sinusoidal_cached(T, cfg.d_model, dtype.str)
-    return np.zeros((T, cfg.d_model), dtype=dtype)
+    return _fixed_table(cfg.positional, T, cfg.d_model, dtype.str)
 
 
-_PE_CACHE: dict = {}
+@functools.lru_cache(maxsize=64)
+def _fixed_table(kind: str, T: int, d: int, dtype_str: str) -> np.ndarray:
+    """The sinusoidal table (computed in float64 by our CPU kernels, then rounded) or zeros; read-only."""
+    if kind == "sinusoidal":
+        table = _positional.sinusoidal(T, d, backend="cpu", dtype=np.float64).astype(np.dtype(dtype_str))
+    else:
+        table = np.zeros((T, d), dtype=np.dtype(dtype_str))
+    table.setflags(write=False)
+    return table
 
 
-def _sinusoidal_cached(T: int, d: int, dtype_str: str) -> np.ndarray:
-    key = (T, d, dtype_str)
-    if key not in _PE_CACHE:
-        table = np.ascontiguousarray(sinusoidal(T, d), dtype=np.dtype(dtype_str))
-        table.setflags(write=False)
-        _PE_CACHE[key] = table
-    return _PE_CACHE[key]
+@functools.lru_cache(maxsize=64)
+def layout(cfg: EncoderConfig) -> S.Layout:
+    """Where each parameter of ``cfg`` starts in a flat buffer packed in ``param_shapes`` order."""
+    offsets, at = {}, 0
+    for name, shape in param_shapes(cfg).items():
+        offsets[name] = at
+        at += int(np.prod(shape))
+    top = np.array([offsets["embed"], offsets.get("pos", -1), offsets["W_cls"], offsets["b_cls"]], dtype=np.int64)
+    layers = np.array([[offsets[f"layers.{i}.{name}"] for name in LAYER_PARAMS] for i in range(cfg.n_layers)],
+                      dtype=np.int64).reshape(cfg.n_layers, len(LAYER_PARAMS))
+    top.setflags(write=False)
+    layers.setflags(write=False)
+    return S.Layout(cfg.vocab_size, cfg.seq_len, cfg.d_model, cfg.n_heads, cfg.d_ff, cfg.n_classes,
+                    cfg.positional == "learned", top, layers)
+
+
+def flatten(params: dict, cfg: EncoderConfig) -> np.ndarray:
+    """The parameters copied into one flat buffer in ``param_shapes`` order (see :func:`layout`)."""
+    return np.concatenate([np.ravel(params[name]) for name in param_shapes(cfg)])
+
+
+def _pe_for(flat: np.ndarray, cfg: EncoderConfig, T: int) -> np.ndarray:
+    """The (T, d) positional table for a flat buffer (for learned positions, a view of it)."""
+    if cfg.positional == "learned":
+        at = int(layout(cfg).top[S.POS])
+        view = flat[at:at + T * cfg.d_model].reshape(T, cfg.d_model)
+        view.setflags(write=False)        # read-only like the fixed tables: one compiled signature
+        return view
+    return _fixed_table(cfg.positional, T, cfg.d_model, flat.dtype.str)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -224,199 +252,90 @@ def forward(params: dict, tokens, cfg: EncoderConfig, *, backend=None):
     Returns
     -------
     logits : (B, C)
-    cache : dict with ``attn`` (L, B, H, T, T) (each row sums to 1), ``pooled`` (B, d), ``hidden``
-        (B, T, d), the final hidden states, and everything the backward pass needs.
+    cache : dict with ``attn`` (L, B, H, T, T), the attention weights of every layer and head (each
+        row sums to 1); ``hidden`` (B, T, d), the final hidden states; ``pooled`` (B, d), their mean
+        over positions; ``logits`` and ``tokens``.
     """
     _backend.resolve(backend)
     check_params(params, cfg)
     tok = check_tokens(tokens, cfg)
-    logits, cache = _forward(params, tok, cfg)
+    flat = flatten(params, cfg)
     B, T = tok.shape
-    cache["attn"] = np.ascontiguousarray(cache["P"].transpose(0, 4, 1, 2, 3))        # (L, B, H, T, T)
-    cache["hidden"] = np.ascontiguousarray(
-        cache["h_out"].reshape(T, B, cfg.d_model).transpose(1, 0, 2))               # (B, T, d)
-    return logits, cache
+    L, H, d = cfg.n_layers, cfg.n_heads, cfg.d_model
+    logits = np.empty((B, cfg.n_classes), dtype=flat.dtype)
+    attn = np.empty((L, B, H, T, T), dtype=flat.dtype)
+    hidden = np.empty((B, T, d), dtype=flat.dtype)
+    pooled = np.empty((B, d), dtype=flat.dtype)
+    S.forward(flat, layout(cfg), tok, _pe_for(flat, cfg, T), float(cfg.ln_eps), logits, attn, hidden, pooled, True)
+    return logits, {"attn": attn, "hidden": hidden, "pooled": pooled, "logits": logits, "tokens": tok}
 
 
-def _forward(params: dict, tok: np.ndarray, cfg: EncoderConfig):
-    """Forward pass without checks (training loop); ``tok`` is int64 (B, T).
-
-    Rows of the activations are time-major (``t * B + b``), see ``core/encoder_kernels.py``; the
-    internal attention weights ``cache["P"]`` are (L, H, T, T, B).
-    """
-    B, T = tok.shape
-    N, d, H, L = B * T, cfg.d_model, cfg.n_heads, cfg.n_layers
-    dtype = params["embed"].dtype
-    eps = float(cfg.ln_eps)
-    # 1. embed and add positions
-    h = np.empty((N, d), dtype=dtype)                                      # (T*B, d)
-    K.embed_forward(tok, params["embed"], positional_table(params, cfg, T), h)
-    P = np.empty((L, H, T, T, B), dtype=dtype)
-    fast_exp = dtype == np.float32        # float64 (gradient checks, lessons) keeps math.exp
-    layers = []
-    for i in range(L):
-        p = _layer(params, i)
-        x = h
-        # 2. multi-head attention: one packed projection (transposed), then the fused kernel
-        W_qkv = np.concatenate((p["W_Q"], p["W_K"], p["W_V"]), axis=1)    # (d, 3d)
-        qkvT = (W_qkv.T @ x.T).reshape(3 * d, T, B)                        # (3d, T, B)
-        ctxT = np.empty((d, T, B), dtype=dtype)                            # heads concatenated
-        K.attention_forward(qkvT, p["b_Q"], p["b_K"], p["b_V"], H, ctxT, P[i], fast_exp)
-        ctx = ctxT.reshape(d, N).T                                         # (N, d) view
-        mha = ctx @ p["W_O"]                                               # (N, d), b_O added in LN1
-        # 3. h1 = LN1(x + MHA(x))
-        h1 = np.empty((N, d), dtype=dtype)
-        xhat1 = np.empty((N, d), dtype=dtype)
-        rstd1 = np.empty(N, dtype=dtype)
-        K.residual_layernorm_forward(x, mha, p["b_O"], p["ln1_g"], p["ln1_b"], eps, h1, xhat1, rstd1)
-        # 4. h2 = LN2(h1 + relu(h1 W_1 + b_1) W_2 + b_2)
-        a = h1 @ p["W_1"]                                                  # (N, d_ff)
-        K.bias_relu_forward(a, p["b_1"])
-        ffn = a @ p["W_2"]                                                 # (N, d), b_2 added in LN2
-        h2 = np.empty((N, d), dtype=dtype)
-        xhat2 = np.empty((N, d), dtype=dtype)
-        rstd2 = np.empty(N, dtype=dtype)
-        K.residual_layernorm_forward(h1, ffn, p["b_2"], p["ln2_g"], p["ln2_b"], eps, h2, xhat2, rstd2)
-        layers.append({"x": x, "W_qkv": W_qkv, "qkvT": qkvT, "ctx": ctx, "h1": h1, "xhat1": xhat1,
-                       "rstd1": rstd1, "a": a, "xhat2": xhat2, "rstd2": rstd2})
-        h = h2
-    # 5. mean over positions, then the classifier
-    pooled = np.empty((B, d), dtype=dtype)
-    K.mean_pool(h, B, T, pooled)
-    logits = pooled @ params["W_cls"] + params["b_cls"]                    # (B, C)
-    cache = {"P": P, "tokens": tok, "layers": layers, "h_out": h, "pooled": pooled, "logits": logits}
-    return logits, cache
-
-
-def _layer(params: dict, i: int) -> dict:
-    prefix = f"layers.{i}."
-    return {name: params[prefix + name] for name in LAYER_PARAMS}
-
-
-def predict(params: dict, tokens, cfg: EncoderConfig, *, batch_size: int = 4096) -> np.ndarray:
-    """Predicted class ids (arg-max of the logits), computed in chunks."""
+def predict(params: dict, tokens, cfg: EncoderConfig) -> np.ndarray:
+    """Predicted class ids (arg-max of the logits)."""
     check_params(params, cfg)
-    tok = check_tokens(tokens, cfg)
-    return _predict(params, tok, cfg, batch_size)
+    return predict_flat(flatten(params, cfg), check_tokens(tokens, cfg), cfg)
 
 
-def _predict(params, tok, cfg, batch_size=4096):
-    out = np.empty(tok.shape[0], dtype=np.int64)
-    for start in range(0, tok.shape[0], batch_size):
-        logits, _ = _forward(params, tok[start:start + batch_size], cfg)
-        out[start:start + batch_size] = np.argmax(logits, axis=1)
-    return out
+def predict_flat(flat: np.ndarray, tok: np.ndarray, cfg: EncoderConfig) -> np.ndarray:
+    """:func:`predict` without checks, on a flat buffer (:func:`flatten`) and int64 tokens (B, T)."""
+    B, T = tok.shape
+    logits = np.empty((B, cfg.n_classes), dtype=flat.dtype)
+    S.forward(flat, layout(cfg), tok, _pe_for(flat, cfg, T), float(cfg.ln_eps), logits,
+              np.empty((0,) * 5, flat.dtype), np.empty((0,) * 3, flat.dtype), np.empty((0, 0), flat.dtype), False)
+    return np.argmax(logits, axis=1)
 
 
 # ----------------------------------------------------------------------------------------------
-# backward
+# backward and the training step
 # ----------------------------------------------------------------------------------------------
 def loss_and_grads(params: dict, tokens, labels, cfg: EncoderConfig, *, backend=None):
     """Mean cross-entropy of the batch and its gradient for every parameter.
 
     Returns ``(loss, grads)``; ``grads`` has the same names, shapes and dtype as ``params``. The
-    backward pass is written by hand, step by step, mirroring :func:`forward` (CPU kernels; see
-    the module docstring about ``backend``).
+    backward pass is written by hand, step by step, mirroring the forward pass
+    (``core/encoder_step.py``; CPU kernels, see the module docstring about ``backend``).
     """
     _backend.resolve(backend)
     check_params(params, cfg)
     tok = check_tokens(tokens, cfg)
     lab = check_labels(labels, tok.shape[0], cfg)
-    grads = {name: np.empty_like(value) for name, value in params.items()}
-    loss, _ = _loss_and_grads_into(params, tok, lab, cfg, grads)
-    return loss, grads
+    flat = flatten(params, cfg)
+    grad_flat = np.empty_like(flat)
+    loss, _ = S.loss_and_grads(flat, grad_flat, layout(cfg), tok, lab, _pe_for(flat, cfg, tok.shape[1]),
+                               float(cfg.ln_eps))
+    grads, at = {}, 0
+    for name, shape in param_shapes(cfg).items():
+        size = int(np.prod(shape))
+        grads[name] = grad_flat[at:at + size].reshape(shape).copy()
+        at += size
+    return float(loss), grads
 
 
-def _loss_and_grads_into(params, tok, lab, cfg, grads):
-    """Forward + backward without checks; writes every gradient into ``grads`` (arrays of the
-    right shapes, e.g. views of one flat buffer). Returns ``(loss, n_correct)``."""
-    logits, cache = _forward(params, tok, cfg)
-    B, T = tok.shape
-    N, d, H = B * T, cfg.d_model, cfg.n_heads
-    dtype = logits.dtype
-    # 5'. loss and classifier
-    dlogits = np.empty_like(logits)
-    loss, n_correct = K.softmax_cross_entropy(logits, lab, dlogits)
-    pooled = cache["pooled"]
-    np.matmul(pooled.T, dlogits, out=grads["W_cls"])
-    K.column_sums(dlogits, grads["b_cls"])
-    dpooled = dlogits @ params["W_cls"].T                                   # (B, d)
-    dh = np.empty((N, d), dtype=dtype)
-    K.mean_pool_backward(dpooled, T, dh)
-    dres = np.empty((N, d), dtype=dtype)
-    dqkvT = np.empty((3 * d, T, B), dtype=dtype)
-    db_qkv = np.empty(3 * d, dtype=dtype)
-    for i in reversed(range(cfg.n_layers)):
-        p = _layer(params, i)
-        g = {name: grads[f"layers.{i}.{name}"] for name in LAYER_PARAMS}
-        c = cache["layers"][i]
-        # 4'. through LN2: dres is the gradient of (h1 + ffn + b_2)
-        K.layernorm_backward(dh, c["xhat2"], c["rstd2"], p["ln2_g"], dres, g["ln2_g"], g["ln2_b"])
-        K.column_sums(dres, g["b_2"])
-        a = c["a"]
-        np.matmul(a.T, dres, out=g["W_2"])
-        da = dres @ p["W_2"].T                                              # (N, d_ff)
-        K.relu_backward(da, a, g["b_1"])
-        np.matmul(c["h1"].T, da, out=g["W_1"])
-        dh1 = da @ p["W_1"].T
-        dh1 += dres                                                         # the residual path
-        # 3'. through LN1: dres is the gradient of (x + mha + b_O)
-        K.layernorm_backward(dh1, c["xhat1"], c["rstd1"], p["ln1_g"], dres, g["ln1_g"], g["ln1_b"])
-        K.column_sums(dres, g["b_O"])
-        np.matmul(c["ctx"].T, dres, out=g["W_O"])
-        dctxT = (p["W_O"] @ dres.T).reshape(d, T, B)                        # (d, T, B)
-        # 2'. attention core, then the packed projection
-        K.attention_backward(c["qkvT"], cache["P"][i], dctxT, H, dqkvT, db_qkv)
-        g["b_Q"][:] = db_qkv[:d]
-        g["b_K"][:] = db_qkv[d:2 * d]
-        g["b_V"][:] = db_qkv[2 * d:]
-        dqkv_rows = dqkvT.reshape(3 * d, N)                                  # (3d, N)
-        dW_qkvT = dqkv_rows @ c["x"]                                        # (3d, d)
-        g["W_Q"][:] = dW_qkvT[:d].T
-        g["W_K"][:] = dW_qkvT[d:2 * d].T
-        g["W_V"][:] = dW_qkvT[2 * d:].T
-        dh = dqkv_rows.T @ c["W_qkv"].T                                    # (N, d)
-        dh += dres                                                          # the residual path
-    # 1'. embeddings and positions
-    d_pos = grads["pos"] if cfg.positional == "learned" else np.empty((T, d), dtype=dtype)
-    if cfg.positional == "learned" and T < cfg.seq_len:
-        d_pos[T:] = 0.0
-        d_pos = d_pos[:T]
-    K.embed_backward(tok, dh, grads["embed"], d_pos)
-    return float(loss), int(n_correct)
+def train_step(flat: np.ndarray, grad_flat: np.ndarray, optimizer: "Adam", tok: np.ndarray, lab: np.ndarray,
+               cfg: EncoderConfig) -> tuple[float, int]:
+    """One training step, in place and in one compiled call: forward, backward, Adam.
 
-
-@functools.lru_cache(maxsize=1)
-def _openblas_local_threads():
-    """``openblas_set_num_threads_local`` of NumPy's bundled OpenBLAS, or None where there is none."""
-    folder = os.path.join(os.path.dirname(np.__file__), os.pardir, "numpy.libs")
-    for path in sorted(glob.glob(os.path.join(folder, "lib*openblas*.so*"))):
-        try:
-            fn = ctypes.CDLL(path).openblas_set_num_threads_local
-        except (OSError, AttributeError):
-            continue
-        fn.restype, fn.argtypes = ctypes.c_int, [ctypes.c_int]
-        return fn
-    return None
-
-
-@contextlib.contextmanager
-def single_threaded_blas():
-    """Run NumPy's matrix products on one thread, for the calling thread only, then restore.
-
-    The encoder's products are tiny (1024 x 32 by 32 x 32): a second BLAS thread saves little,
-    and when the cores are shared (Streamlit sessions, other processes) spinning BLAS threads can
-    make a step ten times slower. A no-op where NumPy's BLAS offers no per-thread setting.
+    ``flat`` holds the parameters packed in ``param_shapes`` order (:func:`pack` of
+    :func:`init_params`'s dict, or :func:`flatten`), ``grad_flat`` receives the gradient; ``tok``
+    int64 (B, T) and ``lab`` int64 (B,) are trusted (no checks). Returns the batch's mean loss
+    before the update and its number of correct arg-max predictions.
     """
-    fn = _openblas_local_threads()
-    if fn is None:
-        yield
-        return
-    previous = fn(1)
-    try:
-        yield
-    finally:
-        fn(previous)
+    if flat.size != param_count(cfg) or grad_flat.shape != flat.shape or optimizer.m.shape != flat.shape:
+        raise ValueError(f"The flat buffers hold {flat.size} numbers; this configuration has {param_count(cfg)}.")
+    optimizer.t += 1
+    loss, hits = S.train_step(flat, grad_flat, optimizer.m, optimizer.v, optimizer.lr, optimizer.beta1,
+                              optimizer.beta2, optimizer.eps, optimizer.t, layout(cfg), tok, lab,
+                              _pe_for(flat, cfg, tok.shape[1]), float(cfg.ln_eps))
+    return float(loss), int(hits)
+
+
+def warm_up(cfg: EncoderConfig, dtype=np.float32) -> None:
+    """Compile (or load from Numba's on-disk cache) the training step and the forward pass for
+    ``dtype``, on scratch data: the machine code depends on the dtype only, not on the sizes."""
+    flat = flatten(init_params(cfg, dtype=dtype), cfg)
+    tok, lab = np.zeros((1, cfg.seq_len), np.int64), np.zeros(1, np.int64)
+    train_step(flat, np.empty_like(flat), Adam(flat.size, flat.dtype), tok, lab, cfg)
+    predict_flat(flat, tok, cfg)
 
 
 # ----------------------------------------------------------------------------------------------

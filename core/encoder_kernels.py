@@ -1,16 +1,22 @@
-"""Numba kernels for the tiny encoder: the fused pieces between its matrix products.
+"""Numba kernels for the tiny encoder: the pieces that ``core/encoder_step.py`` puts together into
+one compiled training step (forward, backward, Adam).
 
-The encoder is small (batch 64, T 16, d_model 32), so one NumPy call per elementwise step would
-spend more time in Python than in arithmetic. Each kernel here fuses everything that lies between
-two matrix products, forward or backward; the products themselves stay with NumPy's BLAS (``@``),
-called from ``core/encoder.py``.
+Layout: activations are stored transposed, one row per feature and one column per token:
+``(features, N)`` with ``N = T * Bp`` for a chunk of ``Bp`` sequences (padded to whole SIMD
+vectors), the columns ordered by :func:`column`. So every loop over tokens (layer norms, biases,
+ReLU) runs along a contiguous row, and in the attention one SIMD vector holds one position of
+several sequences. Every kernel writes into arrays its caller passes.
 
-Layout: activations are flattened to ``(N, d)`` rows with ``N = T * B``, time-major (row
-``t * B + b``); inside the attention kernels projections are ``(features, T, B)`` and the weights
-``(H, T, T, B)``, so the innermost loops run over the batch. Every kernel writes into arrays the caller passes, so the
-training loop allocates nothing it does not have to. No full ``fastmath``: the softmax relies on
-``-inf``/``exp`` behaving exactly (the layer norms only reassociate their sums, see ``REDUCE``). No ``parallel``: at these sizes threads cost more than they save; ``nogil`` instead, so two
-Streamlit sessions training at once really run side by side.
+The matrix products are our own (:func:`project`, :func:`gram`), not a BLAS: no thread pool, so
+nothing here depends on a thread count or on what other threads do, and a result is a fixed
+sequence of roundings (bit-identical run after run). They are register tiles, as in a BLAS kernel
+(see ``core/kernels/tuned/simd.py``): twelve running sums stay in SIMD registers while a loop over
+the shared axis feeds them. Written as plain loops the sums go back to memory at every step, which
+ran the products 2-3x slower.
+
+No full ``fastmath``: the softmax relies on ``exp`` and comparisons behaving exactly. ``REDUCE``
+lets LLVM reassociate sums (so they vectorise) and fuse multiply-adds; it changes roundings, never
+how NaN or infinity behave. ``nogil``: two Streamlit sessions training at once run side by side.
 """
 from __future__ import annotations
 
@@ -18,336 +24,585 @@ import math
 
 import numpy as np
 from numba import njit
+from numba.extending import intrinsic
 
-from core.kernels.tuned.fastexp import exp_shifted_f32
+from core.kernels.tuned import simd
+from core.kernels.tuned.fastexp import fast_exp
 
-# Reductions (layer-norm means and variances, bias gradients) are sums whose every add waits for the
-# previous one; letting LLVM reassociate them (and fuse multiply-adds) vectorises them. These two
-# flags change rounding only, never how NaN or infinity behave, unlike full ``fastmath``.
 REDUCE = {"reassoc", "contract"}
+# error_model="numpy": a float division by zero gives inf as in IEEE arithmetic, not Python's
+# ZeroDivisionError, whose check in every division keeps a loop out of SIMD lanes.
+_jit = dict(cache=True, nogil=True, error_model="numpy")
+_jit_reduce = dict(_jit, fastmath=REDUCE)
 
-
-# Activations are stored time-major: row ``t * B + b`` holds position t of sequence b. The
-# attention kernels work on transposed projections, ``(features, T, B)``, so their innermost loops
-# run over the batch (64 contiguous numbers) instead of over a head's 8 features: at these sizes
-# short inner loops cost more in loop overhead than in arithmetic.
 
 # ----------------------------------------------------------------------------------------------
-# 0. embedding
+# 1. matrix products (register tiles: 4 output rows by 3 SIMD vectors)
 # ----------------------------------------------------------------------------------------------
-@njit(cache=True, nogil=True)
-def embed_forward(tokens, embed, pos, out):
-    """``out[t*B + b] = embed[tokens[b, t]] + pos[t]``; ``pos`` is (T, d) (zeros when unused)."""
-    B, T = tokens.shape
+@njit(inline="always", **_jit)
+def _tile_starts(n, width, i):
+    """Start of tile ``i`` of ``width`` along an axis of length ``n >= width``: the last tile is
+    moved back to end at ``n``, so it may overlap the one before (its results are recomputed
+    exactly, in the same order, so overlapping writes agree)."""
+    return min(i * width, n - width)
+
+
+@njit(inline="always", **_jit)
+def _project_tile(A, x, y0, y, K, N, m, n, add):
+    """``Y[m:m+4, n:n+3 lanes] = (Y0 block if add) + sum_k A[k, m+r] X[k, n:n+3 lanes]``.
+
+    ``x``, ``y0``, ``y`` are the flat (row-major) ``X``, ``Y0``, ``Y``. Each step of ``k`` loads
+    three vectors of ``X``'s row k, broadcasts four numbers of ``A`` and does twelve fused
+    multiply-adds into the running sums.
+    """
+    L = simd.lanes_of(x)
+    if add:
+        o = m * N + n
+        a00, a01, a02 = simd.load(y0, o), simd.load(y0, o + L), simd.load(y0, o + 2 * L)
+        o += N
+        a10, a11, a12 = simd.load(y0, o), simd.load(y0, o + L), simd.load(y0, o + 2 * L)
+        o += N
+        a20, a21, a22 = simd.load(y0, o), simd.load(y0, o + L), simd.load(y0, o + 2 * L)
+        o += N
+        a30, a31, a32 = simd.load(y0, o), simd.load(y0, o + L), simd.load(y0, o + 2 * L)
+    else:
+        a00 = a01 = a02 = a10 = a11 = a12 = a20 = a21 = a22 = a30 = a31 = a32 = simd.zeros(x)
+    for k in range(K):
+        i = k * N + n
+        u0, u1, u2 = simd.load(x, i), simd.load(x, i + L), simd.load(x, i + 2 * L)
+        w = simd.splat(A[k, m], x)
+        a00, a01, a02 = simd.fma(w, u0, a00), simd.fma(w, u1, a01), simd.fma(w, u2, a02)
+        w = simd.splat(A[k, m + 1], x)
+        a10, a11, a12 = simd.fma(w, u0, a10), simd.fma(w, u1, a11), simd.fma(w, u2, a12)
+        w = simd.splat(A[k, m + 2], x)
+        a20, a21, a22 = simd.fma(w, u0, a20), simd.fma(w, u1, a21), simd.fma(w, u2, a22)
+        w = simd.splat(A[k, m + 3], x)
+        a30, a31, a32 = simd.fma(w, u0, a30), simd.fma(w, u1, a31), simd.fma(w, u2, a32)
+    o = m * N + n
+    simd.store(y, o, a00), simd.store(y, o + L, a01), simd.store(y, o + 2 * L, a02)
+    o += N
+    simd.store(y, o, a10), simd.store(y, o + L, a11), simd.store(y, o + 2 * L, a12)
+    o += N
+    simd.store(y, o, a20), simd.store(y, o + L, a21), simd.store(y, o + 2 * L, a22)
+    o += N
+    simd.store(y, o, a30), simd.store(y, o + L, a31), simd.store(y, o + 2 * L, a32)
+
+
+@njit(**_jit)
+def project(A, X, Y0, Y, add):
+    """``Y = A^T X`` (``add`` False) or ``Y = Y0 + A^T X`` (``add`` True): ``Y[m] = sum_k A[k, m] X[k]``.
+
+    ``A`` (K, M), any layout: a weight ``W`` (d_in, d_out) for the forward ``(h W)^T = W^T h^T``,
+    or its transpose ``W.T`` for the backward ``(dy W^T)^T = W dy^T``. ``X`` (K, N), ``Y0`` and
+    ``Y`` (M, N) C-contiguous; ``Y0`` must not be ``Y`` (tiles may be computed twice; ignored
+    when ``add`` is False).
+    """
+    K, M = A.shape
+    N = X.shape[1]
+    W = 3 * simd.lanes_of(X)
+    if M < 4 or N < W:
+        _project_plain(A, X, Y0, Y, add)
+        return
+    x, y0, y = X.ravel(), Y0.ravel(), Y.ravel()
+    # columns outer: a tile's rows of X (K by 3 vectors) stay in the L1 cache for every row block
+    for tn in range((N + W - 1) // W):
+        n = _tile_starts(N, W, tn)
+        for tm in range((M + 3) // 4):
+            _project_tile(A, x, y0, y, K, N, _tile_starts(M, 4, tm), n, add)
+
+
+@njit(**_jit)
+def _project_plain(A, X, Y0, Y, add):
+    """:func:`project` as plain loops, for shapes smaller than one tile."""
+    K, M = A.shape
+    N = X.shape[1]
+    for m in range(M):
+        for n in range(N):
+            Y[m, n] = Y0[m, n] if add else 0.0
+        for k in range(K):
+            a = A[k, m]
+            for n in range(N):
+                Y[m, n] += a * X[k, n]
+
+
+@njit(inline="always", **_jit)
+def _hsum(v, scratch):
+    """The sum of a vector's lanes, in lane order (``scratch`` holds one vector)."""
+    simd.store(scratch, 0, v)
+    total = scratch[0]
+    for i in range(1, scratch.shape[0]):
+        total += scratch[i]
+    return total
+
+
+@njit(inline="always", **_jit)
+def _gram_tile(x, g, N, NV, k, m, scratch, out):
+    """``out[k:k+4, m:m+3] = sum_n X[k+r, n] G[m+s, n]`` over the whole rows: twelve vectors of
+    running sums over the first ``NV`` columns (whole vectors), then each one's lanes and the
+    last ``N - NV`` columns added in order."""
+    L = simd.lanes_of(x)
+    a00 = a01 = a02 = a10 = a11 = a12 = a20 = a21 = a22 = a30 = a31 = a32 = simd.zeros(x)
+    r0, r1, r2, r3, s0, s1, s2 = k * N, (k + 1) * N, (k + 2) * N, (k + 3) * N, m * N, (m + 1) * N, (m + 2) * N
+    for n in range(0, NV, L):
+        x0, x1, x2, x3 = simd.load(x, r0 + n), simd.load(x, r1 + n), simd.load(x, r2 + n), simd.load(x, r3 + n)
+        g0, g1, g2 = simd.load(g, s0 + n), simd.load(g, s1 + n), simd.load(g, s2 + n)
+        a00, a01, a02 = simd.fma(x0, g0, a00), simd.fma(x0, g1, a01), simd.fma(x0, g2, a02)
+        a10, a11, a12 = simd.fma(x1, g0, a10), simd.fma(x1, g1, a11), simd.fma(x1, g2, a12)
+        a20, a21, a22 = simd.fma(x2, g0, a20), simd.fma(x2, g1, a21), simd.fma(x2, g2, a22)
+        a30, a31, a32 = simd.fma(x3, g0, a30), simd.fma(x3, g1, a31), simd.fma(x3, g2, a32)
+    sums = ((a00, a01, a02), (a10, a11, a12), (a20, a21, a22), (a30, a31, a32))
+    for r in range(4):
+        for s in range(3):
+            total = _hsum(sums[r][s], scratch)
+            for n in range(NV, N):
+                total += x[(k + r) * N + n] * g[(m + s) * N + n]
+            out[k + r, m + s] = total
+
+
+@njit(**_jit)
+def gram(X, G, out):
+    """``out = X G^T``: ``out[k, m] = sum_n X[k, n] G[m, n]`` (a weight's gradient, ``h^T dy``).
+
+    ``X`` (K, N) and ``G`` (M, N) C-contiguous; ``out`` (K, M) is overwritten.
+    """
+    K, N = X.shape
+    M = G.shape[0]
+    if K < 4 or M < 3:
+        for k in range(K):
+            for m in range(M):
+                total = X[k, 0] * G[m, 0]
+                for n in range(1, N):
+                    total += X[k, n] * G[m, n]
+                out[k, m] = total
+        return
+    L = simd.lanes_of(X)
+    x, g = X.ravel(), G.ravel()
+    scratch = np.empty(L, X.dtype)
+    NV = N - N % L
+    for tk in range((K + 3) // 4):
+        for tm in range((M + 2) // 3):
+            _gram_tile(x, g, N, NV, _tile_starts(K, 4, tk), _tile_starts(M, 3, tm), scratch, out)
+
+
+# ----------------------------------------------------------------------------------------------
+# 2. elementwise steps over (features, N) rows
+# ----------------------------------------------------------------------------------------------
+@njit(**_jit)
+def add_bias(Y, bias):
+    """In place: ``Y[m] += bias[m]``."""
+    M, N = Y.shape
+    for m in range(M):
+        b = bias[m]
+        for n in range(N):
+            Y[m, n] += b
+
+
+@njit(**_jit_reduce)
+def row_sums(Y, out):
+    """``out[m] = sum_n Y[m, n]`` (a bias's gradient)."""
+    M, N = Y.shape
+    for m in range(M):
+        total = Y[m, 0]
+        for n in range(1, N):
+            total += Y[m, n]
+        out[m] = total
+
+
+@njit(**_jit)
+def bias_relu(Z, bias):
+    """In place: ``Z = max(Z + bias, 0)``, row ``m`` getting ``bias[m]``."""
+    M, N = Z.shape
+    zero = Z.dtype.type(0)
+    for m in range(M):
+        b = bias[m]
+        for n in range(N):
+            v = Z[m, n] + b
+            Z[m, n] = v if v > zero else zero
+
+
+@njit(**_jit_reduce)
+def relu_backward(dA, A, dbias):
+    """In place: ``dA = dA * (A > 0)`` (``A`` is the ReLU's output); ``dbias`` gets its row sums."""
+    M, N = dA.shape
+    zero = dA.dtype.type(0)
+    for m in range(M):
+        total = zero
+        for n in range(N):
+            g = dA[m, n] if A[m, n] > zero else zero
+            dA[m, n] = g
+            total += g
+        dbias[m] = total
+
+
+@njit(**_jit)
+def residual_layernorm(X, R, bias, gain, shift, eps, Y, Xhat, rstd):
+    """``Y = LN(X + R + bias)`` for every token (column): ``xhat = (v - mean) / sqrt(var + eps)``,
+    ``y = gain * xhat + shift``, mean and (biased) variance over the features (rows).
+
+    Keeps ``Xhat`` (d, N) and ``rstd`` (N,) for the backward pass.
+    """
+    d, N = X.shape
+    inv_d = X.dtype.type(1.0 / d)
+    mean = np.zeros(N, X.dtype)
+    var = np.zeros(N, X.dtype)
+    for c in range(d):
+        for n in range(N):
+            v = X[c, n] + R[c, n] + bias[c]
+            Xhat[c, n] = v
+            mean[n] += v
+    for n in range(N):
+        mean[n] *= inv_d
+    for c in range(d):
+        for n in range(N):
+            diff = Xhat[c, n] - mean[n]
+            var[n] += diff * diff
+    for n in range(N):
+        rstd[n] = 1.0 / math.sqrt(var[n] * inv_d + eps)
+    for c in range(d):
+        g, s = gain[c], shift[c]
+        for n in range(N):
+            xh = (Xhat[c, n] - mean[n]) * rstd[n]
+            Xhat[c, n] = xh
+            Y[c, n] = g * xh + s
+
+
+@njit(**_jit_reduce)
+def layernorm_backward(dY, Xhat, rstd, gain, dX, dgain, dshift):
+    """Backward of the layer norm, per token: ``dx = rstd * (g - mean(g) - xhat * mean(g * xhat))``
+    with ``g = dy * gain``; ``dgain = sum_n dy * xhat``, ``dshift = sum_n dy``. Overwrites the outputs."""
+    d, N = dY.shape
+    inv_d = dY.dtype.type(1.0 / d)
+    s1 = np.zeros(N, dY.dtype)
+    s2 = np.zeros(N, dY.dtype)
+    for c in range(d):
+        gc = gain[c]
+        dg = ds = dY.dtype.type(0)
+        for n in range(N):
+            dy, xh = dY[c, n], Xhat[c, n]
+            g = dy * gc
+            s1[n] += g
+            s2[n] += g * xh
+            dg += dy * xh
+            ds += dy
+        dgain[c] = dg
+        dshift[c] = ds
+    for n in range(N):
+        s1[n] *= inv_d
+        s2[n] *= inv_d
+    for c in range(d):
+        gc = gain[c]
+        for n in range(N):
+            dX[c, n] = rstd[n] * (dY[c, n] * gc - s1[n] - Xhat[c, n] * s2[n])
+
+
+# ----------------------------------------------------------------------------------------------
+# 3. multi-head attention core (between the packed QKV projection and W_O)
+# ----------------------------------------------------------------------------------------------
+# A SIMD vector holds one position of `lanes` sequences (the chunk's sequences are padded to whole
+# vectors), so the attention of all of them runs at once; columns are ordered so that one vector
+# of sequences has its own T x lanes columns (:func:`column`), and its attention (Q, K, V, weights,
+# about 20 kB at T = 16) stays in the L1 cache. Loops over the lanes, written as plain loops, are
+# one vector long: LLVM's set-up for each (alias checks, the tail) would cost more than the
+# arithmetic, so these kernels use the vectors directly.
+@intrinsic
+def _maximum(typingctx, a, b):
+    """``a if a > b else b`` lane by lane (a NaN in ``a`` keeps ``b``)."""
+    if not (isinstance(a, simd.Vector) and a == b):
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.select(builder.fcmp_ordered(">", args[0], args[1]), args[0], args[1])
+
+    return a(a, b), codegen
+
+
+@njit(inline="always", **_jit)
+def _mul(a, b, like):
+    """``a * b`` lane by lane (one rounding, as ``fma(a, b, 0)``)."""
+    return simd.fma(a, b, simd.zeros(like))
+
+
+@njit(inline="always", **_jit)
+def _dot8(w, wo, ws, y, yo, yr, yt, n, like):
+    """Eight sums of products of vectors, for r = 0..7: ``sum_{t < n} w[wo + t ws] * y[yo + r yr + t yt]``.
+
+    Eight independent chains of fused multiply-adds sharing each load of ``w``: a chain alone
+    waits on its own latency at every step, and eight keep both of the core's FMA units busy.
+    """
+    o0 = o1 = o2 = o3 = o4 = o5 = o6 = o7 = simd.zeros(like)
+    for t in range(n):
+        u, at = simd.load(w, wo + t * ws), yo + t * yt
+        o0 = simd.fma(u, simd.load(y, at), o0)
+        o1 = simd.fma(u, simd.load(y, at + yr), o1)
+        o2 = simd.fma(u, simd.load(y, at + 2 * yr), o2)
+        o3 = simd.fma(u, simd.load(y, at + 3 * yr), o3)
+        o4 = simd.fma(u, simd.load(y, at + 4 * yr), o4)
+        o5 = simd.fma(u, simd.load(y, at + 5 * yr), o5)
+        o6 = simd.fma(u, simd.load(y, at + 6 * yr), o6)
+        o7 = simd.fma(u, simd.load(y, at + 7 * yr), o7)
+    return o0, o1, o2, o3, o4, o5, o6, o7
+
+
+@njit(inline="always", **_jit)
+def _dot1(w, wo, ws, y, yo, yt, n, like):
+    """:func:`_dot8` for one r: ``sum_{t < n} w[wo + t ws] * y[yo + t yt]``."""
+    o = simd.zeros(like)
+    for t in range(n):
+        o = simd.fma(simd.load(w, wo + t * ws), simd.load(y, yo + t * yt), o)
+    return o
+
+
+@njit(inline="always", **_jit)
+def _dots_into(out, oo, orr, w, wo, ws, y, yo, yr, yt, n, m, like):
+    """``out[oo + r orr] = sum_{t < n} w[wo + t ws] * y[yo + r yr + t yt]`` for r = 0..m-1 (vectors),
+    eight at a time."""
+    r = 0
+    while r + 8 <= m:
+        o0, o1, o2, o3, o4, o5, o6, o7 = _dot8(w, wo, ws, y, yo + r * yr, yr, yt, n, like)
+        at = oo + r * orr
+        simd.store(out, at, o0), simd.store(out, at + orr, o1)
+        simd.store(out, at + 2 * orr, o2), simd.store(out, at + 3 * orr, o3)
+        simd.store(out, at + 4 * orr, o4), simd.store(out, at + 5 * orr, o5)
+        simd.store(out, at + 6 * orr, o6), simd.store(out, at + 7 * orr, o7)
+        r += 8
+    while r < m:
+        simd.store(out, oo + r * orr, _dot1(w, wo, ws, y, yo + r * yr, yt, n, like))
+        r += 1
+
+
+@njit(**_jit)
+def attention_forward(qkv, H, P, ctx):
+    """Per-head scaled dot-product attention on a chunk, a vector of sequences at a time.
+
+    ``qkv`` (3d, N): rows ``0:d`` the queries, ``d:2d`` the keys, ``2d:3d`` the values (biases
+    included), columns in :func:`column` order. Writes ``P`` (H, Bv, T, T, lanes),
+    ``P[h, v, i, j, l] = softmax_j(q_i . k_j / sqrt(d_k))`` of sequence ``v lanes + l``, and the
+    heads' outputs, concatenated, ``ctx`` (d, N): ``ctx[h d_k + c, (i)] = sum_j P[h, i, j] v_j[c]``.
+    """
+    H, Bv, T = P.shape[0], P.shape[1], P.shape[2]
+    N = qkv.shape[1]
+    d = qkv.shape[0] // 3
+    dk = d // H
+    L = simd.lanes_of(qkv)
+    TL = T * L                                   # a vector's columns in a row; one query's block of P
+    x, p, out = qkv.ravel(), P.ravel(), ctx.ravel()
+    scale = simd.splat(1.0 / math.sqrt(dk), qkv)
+    minus_one = simd.splat(-1.0, qkv)
+    lanes = np.empty(L, qkv.dtype)
+    for h in range(H):
+        for v in range(Bv):
+            # this head's Q, K, V rows and output rows, at this vector's columns; its block of P
+            q0, k0, v0 = h * dk * N + v * TL, (d + h * dk) * N + v * TL, (2 * d + h * dk) * N + v * TL
+            block = (h * Bv + v) * T * TL
+            for i in range(T):
+                row = block + i * TL                                     # P[h, v, i]: (T, lanes)
+                # 1. scores s_j = q_i . k_j / sqrt(d_k) of every key j, minus their maximum
+                _dots_into(p, row, L, x, q0 + i * L, N, x, k0, L, N, dk, T, qkv)
+                top = simd.splat(-np.inf, qkv)
+                for j in range(T):
+                    s = _mul(simd.load(p, row + j * L), scale, qkv)
+                    simd.store(p, row + j * L, s)
+                    top = _maximum(s, top)
+                shift = _mul(top, minus_one, qkv)
+                # 2. exponentials (a loop from 0 over a slice, which LLVM vectorises), and their sum
+                weights = p[row:row + TL]
+                for j in range(T):
+                    simd.store(weights, j * L, simd.add(simd.load(weights, j * L), shift))
+                for n in range(TL):
+                    weights[n] = fast_exp(weights[n])
+                total = simd.zeros(qkv)
+                for j in range(T):
+                    total = simd.add(total, simd.load(weights, j * L))
+                # 3. divide by the sum
+                simd.store(lanes, 0, total)
+                for lane in range(L):
+                    lanes[lane] = 1.0 / lanes[lane]
+                inverse = simd.load(lanes, 0)
+                for j in range(T):
+                    simd.store(weights, j * L, _mul(simd.load(weights, j * L), inverse, qkv))
+                # 4. the head's output for query i: o_c = sum_j P_ij v_j[c]
+                _dots_into(out, q0 + i * L, N, p, row, L, x, v0, N, L, T, dk, qkv)
+
+
+@njit(**_jit)
+def attention_backward(qkv, P, dctx, dqkv):
+    """Backward of :func:`attention_forward`: ``dqkv`` (3d, N), overwritten.
+
+    With ``S = Q K^T / sqrt(d_k)``, ``P = softmax(S)``, ``O = P V``: ``dP = dO V^T``,
+    ``dS = P * (dP - rowsum(dP * P))``, then ``dQ = dS K / sqrt(d_k)``, ``dK = dS^T Q / sqrt(d_k)``,
+    ``dV = P^T dO``. Each output is one sum per entry (no read-modify-write).
+    """
+    H, Bv, T = P.shape[0], P.shape[1], P.shape[2]
+    N = qkv.shape[1]
+    d = qkv.shape[0] // 3
+    dk = d // H
+    L = simd.lanes_of(qkv)
+    TL = T * L
+    x, p, g, dx = qkv.ravel(), P.ravel(), dctx.ravel(), dqkv.ravel()
+    scale = simd.splat(1.0 / math.sqrt(dk), qkv)
+    minus_one = simd.splat(-1.0, qkv)
+    dS = np.empty(T * TL, qkv.dtype)                 # dS of one (head, vector), laid out as its P block
+    for h in range(H):
+        for v in range(Bv):
+            q0, k0, v0 = h * dk * N + v * TL, (d + h * dk) * N + v * TL, (2 * d + h * dk) * N + v * TL
+            block = (h * Bv + v) * T * TL
+            for i in range(T):
+                row = i * TL
+                # 1. dP_ij = dO_i . v_j
+                _dots_into(dS, row, L, g, q0 + i * L, N, x, v0, L, N, dk, T, qkv)
+                # 2. through the softmax and the 1 / sqrt(d_k): dS_ij = P_ij (dP_ij - sum_j P_ij dP_ij)
+                rowdot = _dot1(p, block + row, L, dS, row, L, T, qkv)
+                minus_rowdot = _mul(rowdot, minus_one, qkv)
+                for j in range(T):
+                    at = row + j * L
+                    diff = simd.add(simd.load(dS, at), minus_rowdot)
+                    simd.store(dS, at, _mul(_mul(simd.load(p, block + at), diff, qkv), scale, qkv))
+            for t in range(T):
+                # 3. dq_t = sum_j dS_tj k_j
+                _dots_into(dx, q0 + t * L, N, dS, t * TL, L, x, k0, N, L, T, dk, qkv)
+                # 4. dk_t = sum_i dS_it q_i, and dv_t = sum_i P_it dO_i
+                _dots_into(dx, k0 + t * L, N, dS, t * L, TL, x, q0, N, L, T, dk, qkv)
+                _dots_into(dx, v0 + t * L, N, p, block + t * L, TL, g, q0, N, L, T, dk, qkv)
+
+
+# ----------------------------------------------------------------------------------------------
+# 4. embedding, pooling, classifier and loss
+# ----------------------------------------------------------------------------------------------
+@njit(inline="always", **_jit)
+def column(b, t, T, L):
+    """The column of position ``t`` of sequence ``b`` in a chunk's activations: sequences are
+    grouped by vectors of ``L`` (their lanes), each group holding its ``T x L`` columns
+    position-major: ``((b // L) T + t) L + b % L``."""
+    return ((b // L) * T + t) * L + b % L
+
+
+@njit(**_jit)
+def embed_forward(tokens, embed, pe, X):
+    """``X[:, column(b, t)] = embed[tokens[b, t]] + pe[t]``: ``X`` (d, N), ``pe`` (T, d)."""
+    Bp, T = tokens.shape
     d = embed.shape[1]
-    for t in range(T):
-        for b in range(B):
-            row = t * B + b
-            tok = tokens[b, t]
-            for j in range(d):
-                out[row, j] = embed[tok, j] + pos[t, j]
-
-
-@njit(cache=True, nogil=True)
-def embed_backward(tokens, dh, d_embed, d_pos):
-    """Scatter-add ``dh`` rows into ``d_embed`` (by token) and ``d_pos`` (by position); overwrites both."""
-    B, T = tokens.shape
-    d = d_embed.shape[1]
-    d_embed[:, :] = 0.0
-    d_pos[:, :] = 0.0
-    for t in range(T):
-        for b in range(B):
-            row = t * B + b
-            tok = tokens[b, t]
-            for j in range(d):
-                d_embed[tok, j] += dh[row, j]
-                d_pos[t, j] += dh[row, j]
-
-
-# ----------------------------------------------------------------------------------------------
-# 1. multi-head attention core (between the packed QKV projection and W_O)
-# ----------------------------------------------------------------------------------------------
-# The vectorisable float32 exp (exp_shifted_f32) lives in core/kernels/tuned/fastexp.py, shared with the
-# attention kernels.
-
-
-@njit(cache=True, nogil=True, fastmath=REDUCE)
-def attention_forward(qkvT, b_q, b_k, b_v, H, ctxT, P, fast_exp=False):
-    """Per-head scaled dot-product attention on packed, transposed projections.
-
-    ``qkvT`` (3d, T, B) holds ``(X [W_Q | W_K | W_V])^T``; the biases are added into it in place
-    (the backward pass needs Q, K, V with biases). For every head ``P = softmax(Q_h K_h^T / sqrt(d_k))``
-    is stored in ``P`` (H, T, T, B) and the head outputs ``(P V_h)^T`` in ``ctxT`` (d, T, B).
-    ``fast_exp`` (float32 only): the softmax uses :func:`exp_shifted_f32`, which vectorises.
-    """
-    d3, T, B = qkvT.shape
-    d = d3 // 3
-    dk = d // H
-    scale = 1.0 / math.sqrt(dk)
-    for r in range(d):
+    L = simd.lanes_of(X)
+    for b in range(Bp):
         for t in range(T):
-            for b in range(B):
-                qkvT[r, t, b] += b_q[r]
-                qkvT[d + r, t, b] += b_k[r]
-                qkvT[2 * d + r, t, b] += b_v[r]
-    mx = np.empty(B, dtype=qkvT.dtype)
-    tot = np.empty(B, dtype=qkvT.dtype)
-    ex = np.empty(B, dtype=np.float32)
-    bits = np.empty(B, dtype=np.int32)
-    scale2 = bits.view(np.float32)           # 2**n, written as float32 bit patterns into ``bits``
-    for h in range(H):
-        for i in range(T):
-            # 1. scaled scores of query i against every key, for all sequences at once
-            for j in range(T):
-                for b in range(B):
-                    P[h, i, j, b] = 0.0
-                for c in range(h * dk, (h + 1) * dk):
-                    for b in range(B):
-                        P[h, i, j, b] += qkvT[c, i, b] * qkvT[d + c, j, b]
-                for b in range(B):
-                    P[h, i, j, b] *= scale
-            # 2. softmax over keys j (minus the row max, so exp never overflows)
-            for b in range(B):
-                mx[b] = P[h, i, 0, b]
-                tot[b] = 0.0
-            for j in range(1, T):
-                for b in range(B):
-                    if P[h, i, j, b] > mx[b]:
-                        mx[b] = P[h, i, j, b]
-            for j in range(T):
-                if fast_exp:
-                    exp_shifted_f32(P[h, i, j], mx, ex, bits)
-                    for b in range(B):
-                        e = ex[b] * scale2[b]
-                        P[h, i, j, b] = e
-                        tot[b] += e
-                else:
-                    for b in range(B):
-                        e = math.exp(P[h, i, j, b] - mx[b])
-                        P[h, i, j, b] = e
-                        tot[b] += e
-            for b in range(B):
-                tot[b] = 1.0 / tot[b]
-            for j in range(T):
-                for b in range(B):
-                    P[h, i, j, b] *= tot[b]
-            # 3. weighted sum of the values
-            for c in range(h * dk, (h + 1) * dk):
-                for b in range(B):
-                    ctxT[c, i, b] = 0.0
-                for j in range(T):
-                    for b in range(B):
-                        ctxT[c, i, b] += P[h, i, j, b] * qkvT[2 * d + c, j, b]
+            n, tok = column(b, t, T, L), tokens[b, t]
+            for c in range(d):
+                X[c, n] = embed[tok, c] + pe[t, c]
 
 
-@njit(cache=True, nogil=True, fastmath=REDUCE)
-def attention_backward(qkvT, P, dctxT, H, dqkvT, db_qkv):
-    """Backward of :func:`attention_forward`: ``dqkvT`` (3d, T, B) and bias gradients ``db_qkv`` (3d,).
-
-    With ``S = Q K^T / sqrt(d_k)``, ``P = softmax(S)``, ``O = P V``:
-    ``dV = P^T dO``, ``dP = dO V^T``, ``dS = P * (dP - rowsum(dP * P))``,
-    ``dQ = dS K / sqrt(d_k)``, ``dK = dS^T Q / sqrt(d_k)``. Overwrites both outputs.
-    """
-    d3, T, B = qkvT.shape
-    d = d3 // 3
-    dk = d // H
-    scale = 1.0 / math.sqrt(dk)
-    dqkvT[:, :, :] = 0.0
-    dS = np.empty((T, B), dtype=qkvT.dtype)
-    rowdot = np.empty(B, dtype=qkvT.dtype)
-    for h in range(H):
-        for i in range(T):
-            # dP[j] = dO_i . V_j and dV_j += P_ij dO_i
-            for j in range(T):
-                for b in range(B):
-                    dS[j, b] = 0.0
-                for c in range(h * dk, (h + 1) * dk):
-                    for b in range(B):
-                        g = dctxT[c, i, b]
-                        dS[j, b] += g * qkvT[2 * d + c, j, b]
-                        dqkvT[2 * d + c, j, b] += P[h, i, j, b] * g
-            # through the softmax
-            for b in range(B):
-                rowdot[b] = 0.0
-            for j in range(T):
-                for b in range(B):
-                    rowdot[b] += P[h, i, j, b] * dS[j, b]
-            for j in range(T):
-                for b in range(B):
-                    dS[j, b] = P[h, i, j, b] * (dS[j, b] - rowdot[b]) * scale
-            # dQ_i = sum_j dS_ij K_j ; dK_j += dS_ij Q_i
-            for c in range(h * dk, (h + 1) * dk):
-                for j in range(T):
-                    for b in range(B):
-                        dqkvT[c, i, b] += dS[j, b] * qkvT[d + c, j, b]
-                        dqkvT[d + c, j, b] += dS[j, b] * qkvT[c, i, b]
-    for r in range(d3):
-        acc = 0.0
+@njit(**_jit)
+def embed_backward(tokens, dX, d_embed, d_pos):
+    """Scatter-add the columns of ``dX`` (d, N) into ``d_embed`` (V, d) by token and ``d_pos``
+    (at least T, d) by position. Adds to both (the caller zeroes them)."""
+    Bp, T = tokens.shape
+    d = dX.shape[0]
+    L = simd.lanes_of(dX)
+    for b in range(Bp):
         for t in range(T):
-            for b in range(B):
-                acc += dqkvT[r, t, b]
-        db_qkv[r] = acc
+            n, tok = column(b, t, T, L), tokens[b, t]
+            for c in range(d):
+                d_embed[tok, c] += dX[c, n]
+                d_pos[t, c] += dX[c, n]
 
 
-# ----------------------------------------------------------------------------------------------
-# 2. residual + layer norm, feed-forward activation
-# ----------------------------------------------------------------------------------------------
-@njit(cache=True, nogil=True, fastmath=REDUCE)
-def residual_layernorm_forward(x, r, bias, gain, shift, eps, y, xhat, rstd):
-    """``y = LN(x + r + bias)`` row by row: ``xhat = (v - mean) / sqrt(var + eps)``, ``y = gain * xhat + shift``.
-
-    Keeps ``xhat`` (N, d) and ``rstd`` (N,) for the backward pass. ``var`` is the biased variance.
-    """
-    N, d = x.shape
-    for n in range(N):
-        mean = 0.0
-        for j in range(d):
-            v = x[n, j] + r[n, j] + bias[j]
-            xhat[n, j] = v
-            mean += v
-        mean /= d
-        var = 0.0
-        for j in range(d):
-            c = xhat[n, j] - mean
-            var += c * c
-        var /= d
-        rs = 1.0 / math.sqrt(var + eps)
-        rstd[n] = rs
-        for j in range(d):
-            xh = (xhat[n, j] - mean) * rs
-            xhat[n, j] = xh
-            y[n, j] = gain[j] * xh + shift[j]
+@njit(**_jit)
+def mean_pool(X, T, pooled):
+    """``pooled[:, b] = mean_t X[:, column(b, t)]``: ``X`` (d, N), ``pooled`` (d, Bp)."""
+    d, Bp = pooled.shape
+    L = simd.lanes_of(X)
+    for c in range(d):
+        for b in range(Bp):
+            total = X[c, column(b, 0, T, L)]
+            for t in range(1, T):
+                total += X[c, column(b, t, T, L)]
+            pooled[c, b] = total / T
 
 
-@njit(cache=True, nogil=True, fastmath=REDUCE)
-def layernorm_backward(dy, xhat, rstd, gain, dx, dgain, dshift):
-    """Backward of the layer norm: ``dx = rstd * (g - mean(g) - xhat * mean(g * xhat))`` with ``g = dy * gain``.
-
-    Overwrites ``dx`` (N, d), ``dgain`` and ``dshift`` (d,).
-    """
-    N, d = dy.shape
-    dgain[:] = 0.0
-    dshift[:] = 0.0
-    for n in range(N):
-        s1 = 0.0
-        s2 = 0.0
-        for j in range(d):
-            g = dy[n, j] * gain[j]
-            s1 += g
-            s2 += g * xhat[n, j]
-            dgain[j] += dy[n, j] * xhat[n, j]
-            dshift[j] += dy[n, j]
-        s1 /= d
-        s2 /= d
-        rs = rstd[n]
-        for j in range(d):
-            dx[n, j] = rs * (dy[n, j] * gain[j] - s1 - xhat[n, j] * s2)
+@njit(**_jit)
+def classify(pooled, W, bias, logits):
+    """``logits = pooled^T W + bias``: ``pooled`` (d, Bp), ``W`` (d, C), ``logits`` (Bp, C)."""
+    d, Bp = pooled.shape
+    C = W.shape[1]
+    for b in range(Bp):
+        for k in range(C):
+            total = bias[k]
+            for c in range(d):
+                total += pooled[c, b] * W[c, k]
+            logits[b, k] = total
 
 
-@njit(cache=True, nogil=True)
-def bias_relu_forward(z, bias):
-    """In place: ``z = max(z + bias, 0)``."""
-    N, m = z.shape
-    for n in range(N):
-        for j in range(m):
-            v = z[n, j] + bias[j]
-            z[n, j] = v if v > 0.0 else 0.0
-
-
-@njit(cache=True, nogil=True)
-def relu_backward(da, a, dbias):
-    """In place: ``da = da * (a > 0)`` (``a`` is the ReLU output); ``dbias`` = its column sums."""
-    N, m = da.shape
-    dbias[:] = 0.0
-    for n in range(N):
-        for j in range(m):
-            if a[n, j] <= 0.0:
-                da[n, j] = 0.0
-            dbias[j] += da[n, j]
-
-
-@njit(cache=True, nogil=True)
-def column_sums(x, out):
-    """``out = x.sum(axis=0)`` (overwrites ``out``)."""
-    N, m = x.shape
-    out[:] = 0.0
-    for n in range(N):
-        for j in range(m):
-            out[j] += x[n, j]
-
-
-# ----------------------------------------------------------------------------------------------
-# 3. pooling and the loss
-# ----------------------------------------------------------------------------------------------
-@njit(cache=True, nogil=True)
-def mean_pool(h, B, T, out):
-    """``out[b] = mean_t h[t*B + b]`` (overwrites ``out`` (B, d))."""
-    d = h.shape[1]
-    out[:, :] = 0.0
-    for t in range(T):
-        for b in range(B):
-            for j in range(d):
-                out[b, j] += h[t * B + b, j]
-    for b in range(B):
-        for j in range(d):
-            out[b, j] /= T
-
-
-@njit(cache=True, nogil=True)
-def mean_pool_backward(dpooled, T, dh):
-    """Each position receives ``dpooled[b] / T`` (overwrites ``dh`` (T*B, d))."""
-    B, d = dpooled.shape
-    for t in range(T):
-        for b in range(B):
-            for j in range(d):
-                dh[t * B + b, j] = dpooled[b, j] / T
-
-
-@njit(cache=True, nogil=True)
-def softmax_cross_entropy(logits, labels, dlogits):
-    """Mean cross-entropy ``-log softmax(z)[y]`` over the batch; ``dlogits = (softmax(z) - onehot(y)) / B``.
-
-    Returns ``(loss, n_correct)``; ties in the arg-max go to the lower class index.
-    """
-    B, C = logits.shape
+@njit(**_jit)
+def cross_entropy(logits, labels, scale, dlogits):
+    """Summed cross-entropy ``sum_b -log softmax(z_b)[y_b]`` (in float64) over the ``len(labels)``
+    first rows of ``logits`` and the number of arg-max hits (ties go to the lower class);
+    ``dlogits = (softmax(z) - onehot(y)) * scale`` there, 0 in the rows after (padding)."""
+    C = logits.shape[1]
     loss = 0.0
     correct = 0
-    for b in range(B):
-        m = -np.inf
-        best = 0
-        for c in range(C):
-            if logits[b, c] > m:
-                m = logits[b, c]
-                best = c
+    dlogits[:, :] = 0.0
+    for b in range(labels.shape[0]):
+        top, best = logits[b, 0], 0
+        for k in range(1, C):
+            if logits[b, k] > top:
+                top, best = logits[b, k], k
         total = 0.0
-        for c in range(C):
-            total += math.exp(logits[b, c] - m)
+        for k in range(C):
+            total += math.exp(logits[b, k] - top)
         y = labels[b]
-        loss += math.log(total) + m - logits[b, y]
-        if best == y:
-            correct += 1
-        for c in range(C):
-            p = math.exp(logits[b, c] - m) / total
-            dlogits[b, c] = (p - (1.0 if c == y else 0.0)) / B
-    return loss / B, correct
+        loss += math.log(total) + top - logits[b, y]
+        correct += best == y
+        for k in range(C):
+            p = math.exp(logits[b, k] - top) / total
+            dlogits[b, k] = (p - (1.0 if k == y else 0.0)) * scale
+    return loss, correct
+
+
+@njit(**_jit)
+def classify_backward(pooled, W, dlogits, T, dW, dbias, dX):
+    """Backward of :func:`classify` and :func:`mean_pool`: ``dW``, ``dbias`` overwritten, and
+    every position of sequence b gets ``dpooled_b / T`` in ``dX`` (d, N), at :func:`column`."""
+    d, Bp = pooled.shape
+    C = W.shape[1]
+    L = simd.lanes_of(dX)
+    for k in range(C):
+        total = dlogits[0, k]
+        for b in range(1, Bp):
+            total += dlogits[b, k]
+        dbias[k] = total
+    for c in range(d):
+        for k in range(C):
+            total = pooled[c, 0] * dlogits[0, k]
+            for b in range(1, Bp):
+                total += pooled[c, b] * dlogits[b, k]
+            dW[c, k] = total
+        for b in range(Bp):
+            g = dlogits[b, 0] * W[c, 0]
+            for k in range(1, C):
+                g += dlogits[b, k] * W[c, k]
+            g /= T
+            for t in range(T):
+                dX[c, column(b, t, T, L)] = g
 
 
 # ----------------------------------------------------------------------------------------------
-# 4. optimiser
+# 5. optimiser
 # ----------------------------------------------------------------------------------------------
-@njit(cache=True, nogil=True)
+@njit(**_jit)
 def adam_update(p, g, m, v, lr, beta1, beta2, eps, step):
     """One Adam step on flat arrays, in place, with bias correction (``step`` counts from 1).
 
     ``m = b1 m + (1-b1) g``, ``v = b2 v + (1-b2) g^2``,
-    ``p -= lr * (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps)``.
+    ``p -= lr * (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps)``, in the arrays' dtype (so float32
+    runs in SIMD lanes).
     """
-    c1 = 1.0 - beta1 ** step
-    c2 = 1.0 - beta2 ** step
+    f = p.dtype.type
+    b1, b2, one_b1, one_b2 = f(beta1), f(beta2), f(1.0 - beta1), f(1.0 - beta2)
+    step_size = f(lr / (1.0 - beta1 ** step))         # lr / (1 - b1^t)
+    v_scale = f(1.0 / (1.0 - beta2 ** step))           # 1 / (1 - b2^t)
+    tiny = f(eps)
     for i in range(p.shape[0]):
         gi = g[i]
-        mi = beta1 * m[i] + (1.0 - beta1) * gi
-        vi = beta2 * v[i] + (1.0 - beta2) * gi * gi
+        mi = b1 * m[i] + one_b1 * gi
+        vi = b2 * v[i] + one_b2 * gi * gi
         m[i] = mi
         v[i] = vi
-        p[i] -= lr * (mi / c1) / (math.sqrt(vi / c2) + eps)
+        p[i] -= step_size * mi / (math.sqrt(vi * v_scale) + tiny)

@@ -90,19 +90,45 @@ def test_command_line_prints_json_last():
     assert bad.returncode != 0 and "invalid choice" in bad.stderr
 
 
-def test_two_sessions_train_at_once_like_one_after_the_other(sum_data):
-    """Streamlit runs each session in its own thread: concurrent runs must not disturb each other."""
+def test_a_seed_gives_the_same_numbers_alone_two_at_once_and_beside_numpy_work(sum_data):
+    """Streamlit runs each session in its own thread. A run with a seed must end with the same
+    parameters, bit for bit, whether it trains alone, while another session trains, or while
+    another thread does ordinary NumPy work (large matrix products, on NumPy's BLAS threads)."""
     import threading
 
-    alone = [_run(sum_data, 15, seed=s)[0] for s in (0, 1)]
+    steps = 25
+    alone = [_run(sum_data, steps, seed=s)[0] for s in (0, 1)]
+
+    # 1. two sessions training at once
     together = [None, None]
 
-    def work(i):
-        together[i] = _run(sum_data, 15, seed=i)[0]
+    def session(i):
+        together[i] = _run(sum_data, steps, seed=i)[0]
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in (0, 1)]
+    threads = [threading.Thread(target=session, args=(i,)) for i in (0, 1)]
     for t in threads:
         t.start()
     for t in threads:
-        t.join(timeout=120)
-    assert all(_same(a, b) for a, b in zip(alone, together))
+        t.join(timeout=300)
+    assert all(s is not None for s in together), "a training thread did not finish"
+
+    # 2. one session training while another thread multiplies big matrices
+    stop = threading.Event()
+
+    def numpy_work():
+        a = np.random.default_rng(2).standard_normal((300, 300))
+        while not stop.is_set():
+            a = np.tanh(a @ a.T / 300.0)
+
+    busy = threading.Thread(target=numpy_work)
+    busy.start()
+    try:
+        beside = _run(sum_data, steps, seed=0)[0]
+    finally:
+        stop.set()
+        busy.join(timeout=60)
+
+    for name in alone[0].params:
+        for i in (0, 1):
+            assert np.array_equal(alone[i].params[name], together[i].params[name]), f"seed {i}, two at once: {name}"
+        assert np.array_equal(alone[0].params[name], beside.params[name]), f"beside NumPy work: {name}"
