@@ -1,0 +1,312 @@
+"""Timing attention three ways, and what the machine could do: the numbers of the "Make it fast" page.
+
+One operation, float32, timed on three implementations:
+
+- ``"lesson"``: the readable kernels of ``core/kernels/cpu.py`` (serial loops, one step each);
+- ``"tuned"``: the register-tiled SIMD kernels of ``core/kernels/tuned/cpu.py`` (parallel when large);
+- ``"NumPy"``: the textbook ``softmax(Q K^T / sqrt(d_k)) V`` with BLAS matrix products.
+
+The work of attention, counted as the two matrix products (the softmax's exps and divisions are
+not counted, as is usual)::
+
+    flops = H * (2 Tq Tk d_k + 2 Tq Tk d_v)          GFLOP/s = flops / seconds / 1e9
+
+and what the machine can do is the speed of a large float32 matrix product through NumPy's BLAS
+(``sgemm``): ``2 n^3`` flops for two ``(n, n)`` matrices.
+
+Nothing here imports Streamlit: the page draws what these functions return.
+"""
+from __future__ import annotations
+
+import inspect
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from core.kernels import cpu as lesson_cpu
+from core.kernels.tuned import borrow, fastexp, floatbits
+from core.kernels.tuned import cpu as tuned_cpu
+
+# --- what a student may ask for ----------------------------------------------------------------
+MIN_T, MAX_T = 6, 2048
+MAX_LENGTHS = 8                      # sequence lengths timed in one go
+MAX_HEADS = 8
+D_K_CHOICES = (2, 8, 16, 32, 64, 128)
+# The (H, T, T) weights of one call stay within 64 MiB of float32 (H = 4 at T = 2048): the NumPy
+# version holds several arrays of that size at once, and a hosted demo has about a gigabyte.
+MAX_WEIGHT_ENTRIES = 4 * 2048 * 2048
+# A kernel whose call is predicted to take longer than this is skipped, with a note (the lesson
+# kernel at T = 2048: a few seconds per call on two cores).
+CALL_CAP_S = 1.0
+PREDICT_FROM_T = 128                 # calls at or below this T take milliseconds: never skipped
+
+KERNELS = ("lesson", "tuned", "NumPy")
+OPERATIONS = ("with weights", "without weights (fused)")
+DTYPE = np.float32
+
+
+# --- the arithmetic ------------------------------------------------------------------------------
+
+
+def attention_flops(n_heads: int, Tq: int, Tk: int, d_k: int, d_v: int | None = None) -> int:
+    """Floating-point operations of attention: the two matrix products, per head.
+
+    ``flops = H (2 Tq Tk d_k + 2 Tq Tk d_v)``: ``S = Q K^T`` is ``Tq Tk`` dot products of length
+    ``d_k`` (a multiply and an add each), ``A V`` is ``Tq d_v`` dot products of length ``Tk``.
+
+    Parameters
+    ----------
+    n_heads, Tq, Tk, d_k : int
+        Heads, query positions, key positions, query/key width.
+    d_v : int, optional
+        Value width; ``d_k`` when omitted.
+
+    Returns
+    -------
+    int
+    """
+    d_v = d_k if d_v is None else d_v
+    return n_heads * (2 * Tq * Tk * d_k + 2 * Tq * Tk * d_v)
+
+
+def gflops_per_second(flops: float, seconds: float) -> float:
+    """``flops / seconds / 1e9``; NaN when the time is missing or not positive."""
+    if not (seconds > 0):                # also catches NaN
+        return math.nan
+    return flops / seconds / 1e9
+
+
+def sgemm_flops(n: int) -> int:
+    """``2 n^3``: the product of two ``(n, n)`` matrices, ``n^2`` dot products of length ``n``."""
+    return 2 * n ** 3
+
+
+# --- what the student typed ----------------------------------------------------------------------
+
+
+def parse_lengths(text: str) -> tuple[int, ...]:
+    """``"6, 64, 512"`` -> ``(6, 64, 512)``: sorted, without repeats.
+
+    Raises ``ValueError`` with a message for the student when an entry is not a whole number, is
+    outside ``MIN_T..MAX_T``, or when there are none or more than ``MAX_LENGTHS``.
+    """
+    entries = [e for e in str(text).replace(";", ",").replace(" ", ",").split(",") if e.strip()]
+    if not entries:
+        raise ValueError(f"Type at least one sequence length T, e.g. '6, 64, 512' (each from {MIN_T} to {MAX_T}).")
+    lengths = set()
+    for entry in entries:
+        try:
+            T = int(entry.strip())
+        except ValueError:
+            raise ValueError(f"'{entry.strip()[:20]}' is not a whole number: type sequence lengths such as "
+                             f"'6, 64, 512'.") from None
+        if not MIN_T <= T <= MAX_T:
+            raise ValueError(f"T = {T} is out of range: each sequence length must be from {MIN_T} to {MAX_T}.")
+        lengths.add(T)
+    if len(lengths) > MAX_LENGTHS:
+        raise ValueError(f"{len(lengths)} sequence lengths: this page times at most {MAX_LENGTHS} at once.")
+    return tuple(sorted(lengths))
+
+
+def check_sizes(lengths: Sequence[int], n_heads: int, d_k: int) -> None:
+    """Refuse sizes the page does not time, with a ``ValueError`` that says which and why."""
+    if not 1 <= n_heads <= MAX_HEADS:
+        raise ValueError(f"Heads H = {n_heads}: choose from 1 to {MAX_HEADS}.")
+    if d_k not in D_K_CHOICES:
+        raise ValueError(f"d_k = {d_k}: choose one of {', '.join(map(str, D_K_CHOICES))}.")
+    for T in lengths:
+        if not MIN_T <= T <= MAX_T:
+            raise ValueError(f"T = {T} is out of range: each sequence length must be from {MIN_T} to {MAX_T}.")
+    T = max(lengths)
+    if n_heads * T * T > MAX_WEIGHT_ENTRIES:
+        mib = n_heads * T * T * 4 / 2 ** 20
+        raise ValueError(f"H = {n_heads} heads at T = {T} make a {mib:.0f} MiB weight tensor per call; this page "
+                         f"allows {MAX_WEIGHT_ENTRIES * 4 / 2 ** 20:.0f} MiB. Choose fewer heads or shorter sequences.")
+
+
+# --- timing --------------------------------------------------------------------------------------
+
+
+def best_seconds(fn: Callable[[], object], *, repeats: int = 5, budget_s: float = 0.15,
+                 clock: Callable[[], float] = time.perf_counter) -> float:
+    """Seconds per call of ``fn``: the fastest of up to ``repeats`` rounds, within about ``budget_s``.
+
+    One call first, timed: when it alone takes more than ``budget_s``, that is the answer (a slow
+    kernel is not run again). Otherwise each round runs ``fn`` enough times to last about
+    ``budget_s / repeats`` (so a microsecond call is not lost in the clock's resolution), as many
+    rounds as fit the budget, and the fastest per call is returned (the first call included): the
+    slower ones were slowed by something else.
+    """
+    start = clock()
+    fn()
+    first = clock() - start
+    if first > budget_s:
+        return first
+    number = max(1, int(budget_s / repeats / max(first, 1e-9)))
+    rounds = max(1, min(repeats, int(budget_s / max(number * first, 1e-9))))
+    best = first
+    for _ in range(rounds):
+        start = clock()
+        for _ in range(number):
+            fn()
+        best = min(best, (clock() - start) / number)
+    return best
+
+
+def numpy_attention(Q: np.ndarray, K: np.ndarray, V: np.ndarray, scale: float) -> np.ndarray:
+    """The textbook version: ``softmax(Q K^T * scale) V`` with two BLAS matrix products."""
+    S = (Q @ np.swapaxes(K, -1, -2)) * Q.dtype.type(scale)      # (..., Tq, Tk)
+    E = np.exp(S - S.max(axis=-1, keepdims=True))               # subtract the row max: no overflow
+    return (E / E.sum(axis=-1, keepdims=True)) @ V              # (..., Tq, d_v)
+
+
+def attention_inputs(n_heads: int, T: int, d_k: int, seed: int = 0):
+    """Seeded float32 ``Q, K, V`` of shape ``(1, H, T, d_k)`` (batch 1), standard normal."""
+    rng = np.random.default_rng(seed)
+    return tuple(rng.standard_normal((1, n_heads, T, d_k)).astype(DTYPE) for _ in range(3))
+
+
+_NO_MASK = np.zeros((1, 1, 1, 1), DTYPE)   # the kernels' "no mask": one 0 broadcast everywhere
+
+
+def kernel_call(kernel: str, operation: str, Q, K, V) -> Callable[[], object]:
+    """A no-argument function that computes ``operation`` on ``Q, K, V`` with ``kernel``.
+
+    The kernels' host drivers are called directly (the inputs are already what they take), so the
+    times are the kernels' own, without the public API's checks.
+    """
+    scale = 1.0 / math.sqrt(Q.shape[-1])
+    if operation not in OPERATIONS:
+        raise ValueError(f"Unknown operation {operation!r}; choose one of {', '.join(OPERATIONS)}.")
+    fused = operation == OPERATIONS[1]
+    if kernel == "NumPy":      # builds the weights either way: NumPy has no fused form
+        return lambda: numpy_attention(Q, K, V, scale)
+    if kernel not in ("lesson", "tuned"):
+        raise ValueError(f"Unknown kernel {kernel!r}; choose one of {', '.join(KERNELS)}.")
+    module = lesson_cpu if kernel == "lesson" else tuned_cpu
+    driver = module.fused_attention if fused else module.attention_with_weights
+    return lambda: driver(Q, K, V, _NO_MASK, scale)
+
+
+def warm_up() -> None:
+    """Compile (or load from the disk cache) the drivers this page times, for float32: the lesson
+    kernels, and the tuned kernels' serial and parallel builds (a small and a large input)."""
+    for T in (6, 128):                  # 4 x 128 x 128 x 136 multiply-adds: the parallel build
+        Q, K, V = attention_inputs(4, T, 64)
+        for kernel in ("lesson", "tuned"):
+            for operation in OPERATIONS:
+                kernel_call(kernel, operation, Q, K, V)()
+
+
+def sgemm_gflops(n: int = 1024, repeats: int = 3) -> float:
+    """What this machine can do: GFLOP/s of one ``(n, n) @ (n, n)`` float32 product through
+    NumPy's BLAS, the best of ``repeats``."""
+    rng = np.random.default_rng(0)
+    A, B = (rng.standard_normal((n, n)).astype(DTYPE) for _ in range(2))
+    return gflops_per_second(sgemm_flops(n), best_seconds(lambda: A @ B, repeats=repeats, budget_s=0.3))
+
+
+def blas_info() -> dict | None:
+    """NumPy's BLAS as ``threadpoolctl`` reports it (``internal_api``, ``architecture``,
+    ``num_threads``, ...); None when threadpoolctl is not installed or finds no BLAS."""
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return None
+    found = [info for info in threadpool_info() if info.get("user_api") == "blas"]
+    return found[0] if found else None
+
+
+# --- one run of the page -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Timing:
+    """One cell of the comparison: ``kernel`` computing ``operation`` at sequence length ``T``."""
+
+    T: int
+    kernel: str
+    operation: str
+    flops: int
+    seconds: float            # NaN when skipped
+    note: str = ""
+
+    @property
+    def gflops(self) -> float:
+        return gflops_per_second(self.flops, self.seconds)
+
+
+def measure(lengths: Sequence[int], n_heads: int, d_k: int, operation: str, *,
+            budget_s: float = 0.15, call_cap_s: float = CALL_CAP_S,
+            progress: Callable[[float, str], None] | None = None) -> list[Timing]:
+    """Time every kernel at every sequence length (self-attention, ``Tq = Tk = T``, ``d_v = d_k``).
+
+    Returns one :class:`Timing` per (T, kernel), T ascending, kernels in ``KERNELS`` order. A
+    kernel whose call is predicted to exceed ``call_cap_s`` is not run: its row has NaN seconds and
+    a note. Above ``T = PREDICT_FROM_T`` the prediction is the flop count divided by the kernel's
+    best speed so far at ``T >= PREDICT_FROM_T`` (timed once at ``PREDICT_FROM_T`` when there is
+    none yet): the work grows as T^2, and below ``PREDICT_FROM_T`` no call is long.
+    ``progress(fraction, text)`` is called before each cell.
+    """
+    lengths = sorted(lengths)
+    check_sizes(lengths, n_heads, d_k)
+    if operation not in OPERATIONS:
+        raise ValueError(f"Unknown operation {operation!r}; choose one of {', '.join(OPERATIONS)}.")
+    speed = {}                           # kernel -> its best flops per second at T >= PREDICT_FROM_T
+    rows, cells = [], len(lengths) * len(KERNELS)
+    for T in lengths:
+        Q, K, V = attention_inputs(n_heads, T, d_k)
+        flops = attention_flops(n_heads, T, T, d_k)
+        for kernel in KERNELS:
+            if progress:
+                progress(len(rows) / cells, f"{kernel}, T = {T}")
+            if T > PREDICT_FROM_T:
+                if kernel not in speed:
+                    speed[kernel] = _probe_speed(kernel, operation, n_heads, d_k, PREDICT_FROM_T)
+                predicted = flops / speed[kernel]
+                if predicted > call_cap_s:
+                    rows.append(Timing(T, kernel, operation, flops, math.nan,
+                                       f"skipped: about {predicted:.1f} s per call (over {call_cap_s:g} s)"))
+                    continue
+            seconds = best_seconds(kernel_call(kernel, operation, Q, K, V), budget_s=budget_s)
+            rows.append(Timing(T, kernel, operation, flops, seconds))
+            if T >= PREDICT_FROM_T:    # the fastest seen: a busy moment should not skip a kernel
+                speed[kernel] = max(speed.get(kernel, 0.0), flops / seconds)
+    if progress:
+        progress(1.0, "done")
+    return rows
+
+
+def _probe_speed(kernel: str, operation: str, n_heads: int, d_k: int, T: int) -> float:
+    """Flops per second at ``T`` (enough work that fixed costs do not dominate), best of three
+    short rounds: a single call can land on a moment the machine was busy elsewhere."""
+    Q, K, V = attention_inputs(n_heads, T, d_k)
+    seconds = best_seconds(kernel_call(kernel, operation, Q, K, V), repeats=3, budget_s=0.03)
+    return attention_flops(n_heads, T, T, d_k) / seconds
+
+
+# --- the tuned kernel's tricks, as source --------------------------------------------------------
+# Each trick of core/kernels/tuned/ and the functions that carry it out, for the page to show.
+TRICKS = {
+    "register tiles": [(tuned_cpu, "_product_block"), (tuned_cpu, "_scores_tile")],
+    "laid-out keys and values": [(tuned_cpu, "_transpose_keys"), (tuned_cpu, "_pad_values")],
+    "online softmax": [(tuned_cpu, "_online_rescale"), (tuned_cpu, "_fused_unit")],
+    "fast exp": [(fastexp, "_expf_parts"), (fastexp, "exp_f32")],
+    "bit-trick maximum": [(floatbits, "_ordered_overload"), (floatbits, "max_of")],
+    "views without reference counts": [(borrow, "borrowed")],
+}
+
+
+def source_of(obj) -> str:
+    """The Python source of a function, a Numba dispatcher (its ``py_func``) or an intrinsic."""
+    for attribute in ("py_func", "_defn"):
+        obj = getattr(obj, attribute, obj)
+    return inspect.getsource(obj)
+
+
+def trick_sources(trick: str) -> list[tuple[str, str]]:
+    """``[(qualified name, source), ...]`` for one entry of :data:`TRICKS`."""
+    return [(f"{module.__name__}.{name}", source_of(getattr(module, name))) for module, name in TRICKS[trick]]

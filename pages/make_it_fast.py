@@ -1,0 +1,196 @@
+"""Make it fast: one attention timed on the lesson kernel, the tuned kernel and NumPy, and the tuned
+kernel's ideas beside its source."""
+import time
+
+import altair as alt
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from core.kernels import cpu as lesson_cpu
+from core.kernels.tuned import cpu as tuned_cpu
+from core.kernels.tuned import simd
+from core.lessons import speed
+from ui import state
+from ui.router import ensure_routed
+
+ensure_routed()   # a link opened first on a fresh server: rerun through app.py
+
+PAGE = "make_it_fast"
+# Every control's value, kept in the page's address so a link reopens this exact comparison.
+SPEC = {"T": state.text_field("6, 64, 256, 1024"), "H": state.int_field(4, 1, speed.MAX_HEADS),
+        "dk": state.choice_field("64", tuple(map(str, speed.D_K_CHOICES))),
+        "op": state.choice_field(speed.OPERATIONS[0], speed.OPERATIONS)}
+key = lambda name: state.key(PAGE, name)  # noqa: E731
+RESULTS = key("results")   # the last measurement: its settings and rows, so a plain rerun keeps it
+
+
+@st.cache_resource(show_spinner="Compiling the lesson and tuned kernels (once per server; up to a minute "
+                                "when nothing is cached yet)…")
+def _kernels_compiled() -> bool:
+    speed.warm_up()
+    return True
+
+
+st.title("Make it fast")
+state.restore(PAGE, SPEC)
+st.markdown(
+    "The lesson kernels are written to be read: one loop nest per step of the formula. The tuned kernels "
+    "compute the same numbers with the tricks of a BLAS library. Here both run, with NumPy's textbook "
+    "`softmax(Q Kᵀ/√d_k) V` beside them, **measured now, on this machine**: float32, one sequence "
+    "(batch 1), self-attention (T queries and T keys), on the CPU whatever the sidebar says.")
+
+# 1. what to time -------------------------------------------------------------------------------
+c1, c2, c3 = st.columns([2, 1, 1])
+lengths_text = c1.text_input(f"Sequence lengths T ({speed.MIN_T} to {speed.MAX_T}, comma-separated)", key=key("T"))
+n_heads = c2.slider("Heads H", 1, speed.MAX_HEADS, key=key("H"))
+d_k = int(c3.select_slider("d_k = d_v", options=[str(d) for d in speed.D_K_CHOICES], key=key("dk")))
+operation = st.radio("Operation", speed.OPERATIONS, key=key("op"), horizontal=True,
+                     help="With weights: the (H, T, T) weights are built and returned. Without: the fused "
+                          "kernel (online softmax) never builds them. NumPy builds them either way.")
+st.caption(f"At most {speed.MAX_LENGTHS} lengths; H·T² at most {speed.MAX_WEIGHT_ENTRIES:,} weights (64 MiB). "
+           f"A call predicted to take over {speed.CALL_CAP_S:g} s is skipped with a note (the lesson kernel "
+           f"at T = 2048).")
+
+try:
+    lengths = speed.parse_lengths(lengths_text)
+    speed.check_sizes(lengths, n_heads, d_k)
+except ValueError as err:
+    st.error(str(err))
+    lengths = None
+
+# 2. the measurement ----------------------------------------------------------------------------
+if lengths is not None:
+    settings = (lengths, n_heads, d_k, operation)
+    again = st.button("Measure again", help="The machine's speed drifts; a second run shows by how much.")
+    if again or st.session_state.get(RESULTS, {}).get("settings") != settings:
+        _kernels_compiled()
+        bar = st.progress(0.0, text="Timing…")
+        rows = speed.measure(lengths, n_heads, d_k, operation,
+                             progress=lambda fraction, text: bar.progress(fraction, text=f"Timing {text}…"))
+        bar.progress(1.0, text="Measuring this machine's matrix-product speed…")
+        st.session_state[RESULTS] = {"settings": settings, "rows": rows, "sgemm": speed.sgemm_gflops(),
+                                     "blas": speed.blas_info(), "when": time.strftime("%H:%M:%S")}
+        bar.empty()
+    run = st.session_state[RESULTS]
+    rows, sgemm = run["rows"], run["sgemm"]
+    table = pd.DataFrame({
+        "T": [r.T for r in rows], "kernel": [r.kernel for r in rows], "operation": [r.operation for r in rows],
+        "time (µs)": [r.seconds * 1e6 for r in rows], "GFLOP/s": [r.gflops for r in rows],
+        "% of sgemm": [100 * r.gflops / sgemm for r in rows], "note": [r.note for r in rows]})
+    st.dataframe(table, hide_index=True, column_config={
+        "time (µs)": st.column_config.NumberColumn(format="%.1f"),
+        "GFLOP/s": st.column_config.NumberColumn(format="%.2f"),
+        "% of sgemm": st.column_config.NumberColumn(format="%.1f")})
+    st.caption(f"Measured at {run['when']}: each time is the best of up to five rounds (a round repeats "
+               f"short calls); GFLOP/s counts the two matrix products, H·(2T²d_k + 2T²d_v) flops.")
+
+    measured = table.dropna(subset=["time (µs)"])
+    tooltip = ["T", "kernel", alt.Tooltip("time (µs)", format=".1f"), alt.Tooltip("GFLOP/s", format=".2f")]
+    times = alt.Chart(measured, title="time per call").mark_line(point=True).encode(
+        x=alt.X("T:Q", scale=alt.Scale(type="log"), title="sequence length T"),
+        y=alt.Y("time (µs):Q", scale=alt.Scale(type="log")), color="kernel:N", tooltip=tooltip)
+    rates = alt.Chart(measured, title="achieved GFLOP/s (line: the sgemm ceiling)").mark_line(point=True).encode(
+        x=alt.X("T:Q", scale=alt.Scale(type="log"), title="sequence length T"),
+        y=alt.Y("GFLOP/s:Q", scale=alt.Scale(type="log")), color="kernel:N", tooltip=tooltip)
+    ceiling = alt.Chart(pd.DataFrame({"GFLOP/s": [sgemm]})).mark_rule(strokeDash=[4, 4]).encode(
+        y="GFLOP/s:Q", tooltip=[alt.Tooltip("GFLOP/s", format=".1f", title="sgemm ceiling")])
+    left, right = st.columns(2)
+    left.altair_chart(times, width="stretch")
+    right.altair_chart(rates + ceiling, width="stretch")
+
+    # 3. against what the machine can do ----------------------------------------------------------
+    st.header("Against what this machine can do")
+    best = measured.loc[measured["GFLOP/s"].idxmax()] if len(measured) else None
+    m1, m2, m3 = st.columns(3)
+    m1.metric("sgemm ceiling", f"{sgemm:.1f} GFLOP/s",
+              help="A 1024 × 1024 float32 matrix product through NumPy's BLAS, best of three.")
+    if best is not None:
+        m2.metric("fastest here", f"{best['GFLOP/s']:.1f} GFLOP/s",
+                  f"{best['kernel']} at T = {best['T']}: {best['% of sgemm']:.0f}% of the ceiling", delta_color="off")
+    blas = run["blas"]
+    m3.metric("BLAS kernel", blas.get("architecture", "?") if blas else "unknown",
+              help=(f"{blas.get('internal_api')} {blas.get('version')}, {blas.get('num_threads')} threads"
+                    if blas else "Install threadpoolctl to see which BLAS NumPy uses."))
+    st.markdown(
+        "The ceiling is one large matrix product: long runs of multiply-adds with nothing in between. "
+        "The gap between it and a kernel's GFLOP/s is time that kernel spends on something other than "
+        "counted multiply-adds at full speed: the softmax's maxima, exponentials and divisions, the T × T "
+        "weights written to memory and read back, loops too short to keep the vector units busy, and at "
+        "small T starting the call (and its threads), which costs more than the arithmetic.")
+
+# 4. how the tuned kernel gets there ------------------------------------------------------------
+st.header("How the tuned kernel gets there")
+lanes = simd.lanes(np.dtype(np.float32))
+st.markdown(
+    f"The lesson kernel computes a score, then a weight, then a sum, one number at a time. The tuned kernel "
+    f"(`core/kernels/tuned/`) computes the same formulas with six ideas. This CPU's vectors hold "
+    f"**{lanes} float32 numbers** (its widest SIMD registers), so one instruction does {lanes} multiply-adds.")
+
+
+def show(trick: str) -> None:
+    for name, source in speed.trick_sources(trick):
+        st.markdown(f"`{name}`")
+        st.code(source, language="python")
+
+
+st.subheader("1. Register tiles: 4 queries × 2 vectors of keys")
+st.markdown(
+    f"A score is a dot product, and a dot product loads two numbers per multiply-add. The tile computes a "
+    f"block of 4 queries × {2 * lanes} keys together: at each feature c it loads two vectors of keys and four "
+    f"query numbers, then does 8 vector multiply-adds ({8 * lanes} scores advanced by one feature). The 8 "
+    f"running sums stay in registers for the whole loop over c and are stored once. The same tile computes "
+    f"A V, with rows of weights in place of queries.")
+st.latex(r"S_{i,\,j:j+2L} \mathrel{+}= q_{i,c}\;K^{\mathsf T}_{c,\,j:j+2L}"
+         rf"\qquad i = 1..4,\quad c = 1..d_k,\quad L = {lanes}")
+show("register tiles")
+
+st.subheader("2. Keys transposed, values padded")
+st.markdown(
+    "One vector load takes neighbouring numbers in memory. K is stored one key per row, so feature c of "
+    f"{lanes} keys is scattered; each head's keys are copied once into Kᵀ, where feature c of every key is one "
+    "row. The row is a vector longer than the key count, and zero there, so the last load may run past the last "
+    "key with no scalar leftover loop. Value rows are padded to whole vectors for the same reason.")
+show("laid-out keys and values")
+
+st.subheader("3. Online softmax (the fused kernel)")
+st.markdown(
+    "Without weights, the kernel never builds the T × T matrix. Per query it keeps a running maximum m, "
+    f"a running sum ℓ and an unnormalised output o, and folds in the keys a tile ({tuned_cpu.KEY_TILE} keys) "
+    "at a time; when a tile raises the maximum, what was summed so far is rescaled:")
+st.latex(r"m' = \max(m, \max_j s_j),\quad \ell' = e^{m-m'}\,\ell + \sum_j e^{s_j-m'},\quad "
+         r"o' = e^{m-m'}\,o + \sum_j e^{s_j-m'}\,v_j,\qquad \text{out} = o/\ell")
+show("online softmax")
+with st.expander("The lesson kernel's version: the same update, one key at a time"):
+    st.code(speed.source_of(lesson_cpu.fused_attention_kernel), language="python")
+
+st.subheader("4. A fast exp")
+st.markdown(
+    "`math.exp` is a call into the C library, one number per call, and a loop with a call in it cannot use "
+    "the vector lanes. For float32 the tuned kernel computes exp with arithmetic only (Cephes' `expf`): split "
+    "x into a power of two and a small remainder, approximate e^r by a polynomial, and build 2ⁿ by writing "
+    "n + 127 into the float's exponent bits. Relative error about 1e-7, the precision of float32; below −87 it "
+    "returns exactly 0, so a masked score (−∞) still gets weight 0.")
+st.latex(r"e^x = 2^n\,e^r,\quad n = \operatorname{round}(x/\ln 2),\quad r = x - n\ln 2\in[-\tfrac{\ln 2}{2}, "
+         r"\tfrac{\ln 2}{2}],\quad e^r \approx 1 + r + r^2 P_5(r)")
+show("fast exp")
+
+st.subheader("5. The row maximum as an integer maximum")
+st.markdown(
+    "The softmax subtracts each row's maximum. LLVM does not vectorise a float maximum (it would have to "
+    "decide what NaN does), but it does vectorise an integer one. Read a float32's 32 bits as an integer: "
+    "for non-negative floats the integer order is the float order; for negative ones it is reversed, so "
+    "flip their 31 lower bits. The map is its own inverse, so the integer maximum maps back to the float one.")
+st.latex(r"\operatorname{ordered}(b) = b \;\oplus\; \bigl((b \gg 31)\;\&\;\mathtt{0x7FFFFFFF}\bigr)")
+show("bit-trick maximum")
+
+st.subheader("6. Views without reference counts")
+st.markdown(
+    "Every view Numba makes of an array (`A[b, h, i]`, `row[lo:hi]`) holds a reference to the memory's "
+    "owner: an atomic increment when made, a decrement when dropped. In the inner loops at 64 keys that was "
+    "about a tenth of the time. `borrowed` copies an array's shape, strides and data pointer without the "
+    "owner, so its views count nothing. It is safe only while the caller keeps the real array alive, which "
+    "is why only a function's arguments are borrowed.")
+show("views without reference counts")
+
+state.publish(PAGE, SPEC)

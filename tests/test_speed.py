@@ -1,0 +1,195 @@
+"""core.lessons.speed: flop counts, the timing helper, input checks, and that each kernel timed
+computes attention (checked against the NumPy reference)."""
+import builtins
+import math
+
+import numpy as np
+import pytest
+
+from core.kernels import reference as ref
+from core.lessons import speed
+
+
+# --- arithmetic ------------------------------------------------------------------------------------
+
+
+def test_attention_flops_counts_both_products_per_head():
+    # Q K^T: Tq * Tk dot products of length d_k; A V: Tq * d_v dot products of length Tk;
+    # a multiply and an add each. Every size different, so a swapped or missing term shows.
+    H, Tq, Tk, d_k, d_v = 3, 5, 7, 2, 11
+    assert speed.attention_flops(H, Tq, Tk, d_k, d_v) == H * (Tq * Tk * 2 * d_k + Tq * d_v * 2 * Tk)
+    assert speed.attention_flops(H, Tq, Tk, d_k) == speed.attention_flops(H, Tq, Tk, d_k, d_k)
+
+
+def test_attention_flops_of_one_square_head_is_two_matrix_products():
+    n = 48
+    assert speed.attention_flops(1, n, n, n) == 2 * speed.sgemm_flops(n) == 4 * n ** 3
+
+
+def test_gflops_per_second():
+    assert speed.gflops_per_second(3e9, 1.5) == pytest.approx(2.0)
+    assert speed.gflops_per_second(2e6, 1e-3) == pytest.approx(2.0)
+    assert math.isnan(speed.gflops_per_second(1e9, 0.0))
+    assert math.isnan(speed.gflops_per_second(1e9, math.nan))
+
+
+# --- input -----------------------------------------------------------------------------------------
+
+
+def test_parse_lengths_sorts_and_drops_repeats():
+    assert speed.parse_lengths("512, 6,64 ,64") == (6, 64, 512)
+    assert speed.parse_lengths("6 2048") == (6, 2048)
+
+
+@pytest.mark.parametrize("text, words", [
+    ("", "at least one"), ("  , ", "at least one"), ("6, sixty", "not a whole number"),
+    ("6.5", "not a whole number"), ("5", "T = 5 is out of range"), ("6, 2049", "T = 2049 is out of range"),
+    ("-6", "out of range"), (", ".join(str(6 + i) for i in range(speed.MAX_LENGTHS + 1)), "at most"),
+])
+def test_parse_lengths_refuses_bad_text_with_a_message(text, words):
+    with pytest.raises(ValueError, match=words):
+        speed.parse_lengths(text)
+
+
+def test_check_sizes():
+    speed.check_sizes((6, 2048), 4, 64)                        # 64 MiB of weights: allowed
+    with pytest.raises(ValueError, match="128 MiB"):
+        speed.check_sizes((6, 2048), 8, 64)
+    with pytest.raises(ValueError, match="Heads H = 0"):
+        speed.check_sizes((6,), 0, 64)
+    with pytest.raises(ValueError, match="Heads H = 9"):
+        speed.check_sizes((6,), speed.MAX_HEADS + 1, 64)
+    with pytest.raises(ValueError, match="d_k = 3"):
+        speed.check_sizes((6,), 1, 3)
+    with pytest.raises(ValueError, match="T = 4 is out of range"):
+        speed.check_sizes((4, 8), 1, 2)
+
+
+# --- timing ----------------------------------------------------------------------------------------
+
+
+class ScriptedClock:
+    """A clock that advances only when the timed function runs, by the next scripted duration."""
+
+    def __init__(self, durations):
+        self.now, self.durations, self.calls = 0.0, list(durations), 0
+
+    def __call__(self):
+        return self.now
+
+    def work(self):
+        self.now += self.durations[self.calls % len(self.durations)]
+        self.calls += 1
+
+
+def test_best_seconds_returns_the_fastest_round_per_call():
+    # 1 ms calls: each round runs budget / repeats / 1 ms = 20 calls; one slow call in round two
+    clock = ScriptedClock([1e-3] * 21 + [0.5] + [1e-3] * 200)
+    seconds = speed.best_seconds(clock.work, repeats=5, budget_s=0.1, clock=clock)
+    assert clock.calls == 1 + 5 * 20
+    assert seconds == pytest.approx(1e-3)
+
+
+def test_best_seconds_keeps_the_fastest_round_when_every_round_differs():
+    # first call 4 ms; then rounds of 2 calls (budget / repeats / 4 ms) at 3, 2, 5 ms per call
+    clock = ScriptedClock([4e-3, 3e-3, 3e-3, 2e-3, 2e-3, 5e-3, 5e-3])
+    assert speed.best_seconds(clock.work, repeats=3, budget_s=0.025, clock=clock) == pytest.approx(2e-3)
+    assert clock.calls == 7
+
+
+def test_best_seconds_runs_a_slow_call_once():
+    clock = ScriptedClock([2.0])
+    assert speed.best_seconds(clock.work, budget_s=0.5, clock=clock) == 2.0
+    assert clock.calls == 1
+
+
+def test_best_seconds_on_a_real_function_is_positive_and_plausible():
+    seconds = speed.best_seconds(lambda: sum(range(1000)), budget_s=0.02)
+    assert 0 < seconds < 0.01
+
+
+# --- what is timed computes attention ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("kernel", speed.KERNELS)
+@pytest.mark.parametrize("operation", speed.OPERATIONS)
+def test_each_timed_call_computes_attention(kernel, operation):
+    Q, K, V = speed.attention_inputs(3, 9, 8, seed=1)
+    want, _ = ref.attention(Q.astype(np.float64), K.astype(np.float64), V.astype(np.float64))
+    out = speed.kernel_call(kernel, operation, Q, K, V)()
+    out = out[0] if isinstance(out, tuple) else out
+    assert out.dtype == np.float32 and out.shape == (1, 3, 9, 8)
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
+
+
+def test_kernel_call_refuses_unknown_names():
+    Q, K, V = speed.attention_inputs(1, 6, 2)
+    with pytest.raises(ValueError, match="Unknown kernel"):
+        speed.kernel_call("BLAS", speed.OPERATIONS[0], Q, K, V)
+    with pytest.raises(ValueError, match="Unknown operation"):
+        speed.kernel_call("tuned", "fast", Q, K, V)
+
+
+def test_attention_inputs_shape_and_seed():
+    Q, K, V = speed.attention_inputs(2, 7, 8, seed=3)
+    assert Q.shape == K.shape == V.shape == (1, 2, 7, 8) and Q.dtype == np.float32
+    np.testing.assert_array_equal(Q, speed.attention_inputs(2, 7, 8, seed=3)[0])
+    assert not np.array_equal(Q, K)
+
+
+# --- one run of the page ---------------------------------------------------------------------------
+
+
+def test_measure_times_every_kernel_at_every_length():
+    seen = []
+    rows = speed.measure([16, 6], 2, 8, speed.OPERATIONS[1], budget_s=0.01,
+                         progress=lambda fraction, text: seen.append(fraction))
+    assert [(r.T, r.kernel) for r in rows] == [(T, k) for T in (6, 16) for k in speed.KERNELS]
+    for r in rows:
+        assert r.operation == speed.OPERATIONS[1] and r.note == ""
+        assert r.flops == 2 * (2 * r.T * r.T * 8 * 2)
+        assert 0 < r.seconds < 1 and r.gflops == pytest.approx(r.flops / r.seconds / 1e9)
+    assert seen == sorted(seen) and seen[0] == 0 and seen[-1] == 1.0 and len(seen) == len(rows) + 1
+
+
+def test_measure_skips_a_call_predicted_over_the_cap():
+    rows = speed.measure([6, speed.PREDICT_FROM_T + 8], 1, 2, speed.OPERATIONS[0], budget_s=0.01,
+                         call_cap_s=1e-9)
+    small, large = rows[:3], rows[3:]
+    assert all(r.seconds > 0 and not r.note for r in small)          # never skipped at small T
+    assert all(math.isnan(r.seconds) and math.isnan(r.gflops) and r.note.startswith("skipped") for r in large)
+
+
+def test_measure_refuses_bad_sizes():
+    with pytest.raises(ValueError, match="out of range"):
+        speed.measure([3], 1, 2, speed.OPERATIONS[0])
+    with pytest.raises(ValueError, match="Unknown operation"):
+        speed.measure([6], 1, 2, "both")
+
+
+def test_sgemm_gflops_is_positive():
+    assert speed.sgemm_gflops(n=128, repeats=2) > 0
+
+
+def test_blas_info_without_threadpoolctl_is_none(monkeypatch):
+    real_import = builtins.__import__
+
+    def no_threadpoolctl(name, *args, **kwargs):
+        if name == "threadpoolctl":
+            raise ImportError("not installed")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_threadpoolctl)
+    assert speed.blas_info() is None
+
+
+# --- the tricks shown beside their source ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("trick", list(speed.TRICKS))
+def test_every_trick_shows_the_functions_it_names(trick):
+    sources = speed.trick_sources(trick)
+    assert len(sources) == len(speed.TRICKS[trick])
+    for (module, name), (qualified, source) in zip(speed.TRICKS[trick], sources):
+        assert qualified == f"{module.__name__}.{name}"
+        assert f"def {name}(" in source, f"{qualified} shows some other code"
