@@ -48,7 +48,7 @@ numba.config.THREADING_LAYER = os.environ["NUMBA_THREADING_LAYER"]
 # The public names of the package, wherever their modules live: ``from core import analysis`` keeps
 # working now that the lesson helpers sit in core/lessons/ (imported on first use, not here, so that
 # importing ``core`` stays cheap).
-_PUBLIC_MODULES = {"analysis": "core.lessons.analysis"}
+_PUBLIC_MODULES = {"analysis": "core.lessons.analysis", "decoder": "core.models.decoder"}
 
 
 def __getattr__(name: str):

@@ -11,10 +11,15 @@ Each task labels a sequence of token ids ``0..vocab_size-1`` with 0 or 1:
 
 Every split is balanced (half of each class), the splits share no sequence, and the whole data set
 is a function of the seed.
+
+For the decoder: the sequence-to-sequence tasks ``reverse`` and ``sort`` (:func:`make_sequence_dataset`)
+and a small character corpus for the language model (:func:`make_char_corpus`), further down.
 """
 from __future__ import annotations
 
 import dataclasses
+import functools
+import os
 from typing import Callable
 
 import numpy as np
@@ -165,3 +170,201 @@ def make_dataset(task: str, n_train: int = 4000, n_val: int = 1000, n_test: int 
         order = rng.permutation(n)
         splits += [np.ascontiguousarray(Xs[order]), ys[order]]
     return Dataset(task, T, V, *splits)
+
+
+# ==============================================================================================
+# Sequence-to-sequence tasks for the encoder-decoder, and a character corpus for the language model
+# ==============================================================================================
+#
+# ``reverse`` and ``sort`` map a source string of digits to a target string of digits of the same
+# length. Source ids are the digits 0..9; target ids are the digits 0..9 and a start token BOS = 10.
+# With teacher forcing the decoder reads the target shifted right by one place, after BOS::
+#
+#     src     = 3 1 4 1 5 9 2 6
+#     tgt_out = 6 2 9 5 1 4 1 3          (what the decoder must produce)
+#     tgt_in  = ^ 6 2 9 5 1 4 1          (what it reads: BOS, then tgt_out without its last token)
+#
+# The attention pattern is one a student can predict: to reverse, output position t reads source
+# position T-1-t (cross-attention learns the anti-diagonal); to sort, it must count the digits.
+
+DIGITS = "0123456789"
+BOS_SYMBOL = "^"
+
+
+@dataclasses.dataclass(frozen=True)
+class SequenceTask:
+    name: str
+    description: str
+    target: Callable        # src (n, T) int64 -> tgt_out (n, T) int64
+
+
+SEQUENCE_TASKS: dict[str, SequenceTask] = {
+    "reverse": SequenceTask("reverse", "Write the digit string backwards (cross-attention reads the "
+                            "source from the end: an anti-diagonal).", lambda src: src[:, ::-1].copy()),
+    "sort": SequenceTask("sort", "Write the digits in increasing order (the decoder must count "
+                         "how often each digit appears).", lambda src: np.sort(src, axis=1)),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class SequenceDataset:
+    """A sequence-to-sequence task, ready for teacher forcing.
+
+    ``src_*`` (n, T) source ids in ``0..src_vocab_size-1``; ``tgt_in_*`` (n, T) the decoder's input
+    (BOS, then the target shifted right); ``tgt_out_*`` (n, T) the target ids. All int64.
+    """
+
+    task: str
+    seq_len: int
+    src_vocab_size: int
+    vocab_size: int          # target vocabulary: the digits and BOS
+    bos_id: int
+    src_train: np.ndarray
+    tgt_in_train: np.ndarray
+    tgt_out_train: np.ndarray
+    src_val: np.ndarray
+    tgt_in_val: np.ndarray
+    tgt_out_val: np.ndarray
+
+
+def shift_right(tgt_out: np.ndarray, bos_id: int) -> np.ndarray:
+    """The decoder's teacher-forcing input: ``[BOS, y_0, ..., y_{T-2}]`` for each row ``(n, T)``."""
+    tgt_out = np.asarray(tgt_out)
+    return np.concatenate([np.full((tgt_out.shape[0], 1), bos_id, dtype=np.int64),
+                           tgt_out[:, :-1].astype(np.int64)], axis=1)
+
+
+def make_sequence_dataset(task: str, n_train: int = 4000, n_val: int = 500, *, seq_len: int = 8,
+                          seed: int = 0) -> SequenceDataset:
+    """Train and validation splits of a sequence task (no source string appears twice).
+
+    Parameters
+    ----------
+    task : "reverse" or "sort"
+    n_train, n_val : number of examples in each split (n_train >= 1, n_val >= 0)
+    seq_len : length of the source and target strings (at least 2)
+    seed : the whole data set is a function of it
+    """
+    if task not in SEQUENCE_TASKS:
+        raise ValueError(f"Unknown sequence task {task!r}: choose one of {', '.join(SEQUENCE_TASKS)}.")
+    T, n_train, n_val = int(seq_len), int(n_train), int(n_val)
+    if T < 2:
+        raise ValueError(f"seq_len must be at least 2, got {seq_len}.")
+    if n_train < 1 or n_val < 0:
+        raise ValueError(f"Need n_train >= 1 and n_val >= 0, got {n_train} and {n_val}.")
+    n = n_train + n_val
+    if n > 10 ** T // 2:
+        raise ValueError(f"Only {10 ** T} digit strings of length {T} exist; ask for at most "
+                         f"{10 ** T // 2} examples in all, got {n}.")
+    rng = np.random.default_rng(seed)
+    src = np.empty((0, T), dtype=np.int64)
+    while len(src) < n:
+        draw = np.concatenate([src, rng.integers(0, 10, size=(2 * n, T))])
+        _, first = np.unique(draw, axis=0, return_index=True)
+        src = draw[np.sort(first)][:n]                             # distinct strings, in drawing order
+    tgt_out = SEQUENCE_TASKS[task].target(src).astype(np.int64)
+    bos = len(DIGITS)
+    tgt_in = shift_right(tgt_out, bos)
+    s = slice(0, n_train), slice(n_train, n)
+    return SequenceDataset(task, T, len(DIGITS), len(DIGITS) + 1, bos,
+                           src[s[0]], tgt_in[s[0]], tgt_out[s[0]], src[s[1]], tgt_in[s[1]], tgt_out[s[1]])
+
+
+def digits_text(ids) -> str:
+    """Target or source ids as text: digits, and ``^`` for BOS."""
+    return "".join(DIGITS[i] if i < len(DIGITS) else BOS_SYMBOL for i in np.asarray(ids).tolist())
+
+
+# ----------------------------------------------------------------------------------------------
+# a tiny character-level corpus for the language model (core/models/corpus.txt, written for
+# this project: short sentences about attention and transformers)
+# ----------------------------------------------------------------------------------------------
+CORPUS_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "models", "corpus.txt")
+
+
+@functools.lru_cache(maxsize=1)
+def corpus_text() -> str:
+    """The whole corpus, one sentence a line."""
+    with open(CORPUS_PATH, encoding="utf-8") as f:
+        return f.read()
+
+
+@dataclasses.dataclass(frozen=True)
+class CharVocab:
+    """Characters and their ids (id ``i`` is ``chars[i]``)."""
+
+    chars: str
+
+    @property
+    def size(self) -> int:
+        return len(self.chars)
+
+    def encode(self, text: str) -> np.ndarray:
+        """Text -> int64 ids; a character outside the vocabulary is a ``ValueError`` naming it."""
+        index = {c: i for i, c in enumerate(self.chars)}
+        unknown = sorted(set(text) - set(index))
+        if unknown:
+            raise ValueError(f"Unknown character(s) {', '.join(map(repr, unknown))}: the model only knows "
+                             f"{self.chars!r}.")
+        return np.array([index[c] for c in text], dtype=np.int64)
+
+    def decode(self, ids) -> str:
+        """Ids -> text."""
+        ids = np.asarray(ids).ravel()
+        if ids.size and (ids.min() < 0 or ids.max() >= self.size):
+            raise ValueError(f"Character ids must be in 0..{self.size - 1}.")
+        return "".join(self.chars[i] for i in ids.tolist())
+
+
+@dataclasses.dataclass(frozen=True)
+class CharCorpus:
+    """The corpus cut into windows for next-character prediction.
+
+    ``X_*`` (n, context) ids and ``Y_*`` (n, context) the same windows one character later, so
+    ``Y[:, t]`` is the character after ``X[:, t]``. The validation windows come from the last part
+    of the text, which the training windows never see. ``train_ids`` and ``val_ids`` are the two
+    parts of the text as ids.
+    """
+
+    vocab: CharVocab
+    context: int
+    train_ids: np.ndarray
+    val_ids: np.ndarray
+    X_train: np.ndarray
+    Y_train: np.ndarray
+    X_val: np.ndarray
+    Y_val: np.ndarray
+
+
+def _windows(ids: np.ndarray, T: int):
+    starts = np.arange(len(ids) - T)
+    X = ids[starts[:, None] + np.arange(T)]                         # (n, T)
+    return X, ids[starts[:, None] + np.arange(1, T + 1)]
+
+
+def make_char_corpus(context: int = 32, val_fraction: float = 0.1) -> CharCorpus:
+    """Next-character windows of the corpus: the first ``1 - val_fraction`` of the text for
+    training, the rest for validation (every window of ``context + 1`` characters, stride 1)."""
+    text = corpus_text()
+    T = int(context)
+    if not 0.0 < val_fraction < 1.0:
+        raise ValueError(f"val_fraction must be between 0 and 1, got {val_fraction}.")
+    cut = int(round(len(text) * (1.0 - val_fraction)))
+    if T < 1 or T >= min(cut, len(text) - cut):
+        raise ValueError(f"context must be between 1 and {min(cut, len(text) - cut) - 1} characters, "
+                         f"got {context}.")
+    vocab = CharVocab("".join(sorted(set(text))))
+    ids = vocab.encode(text)
+    train_ids, val_ids = ids[:cut], ids[cut:]
+    X_train, Y_train = _windows(train_ids, T)
+    X_val, Y_val = _windows(val_ids, T)
+    return CharCorpus(vocab, T, train_ids, val_ids, X_train, Y_train, X_val, Y_val)
+
+
+def unigram_loss(corpus: CharCorpus) -> float:
+    """Cross-entropy (nats per character) of the validation text under the training text's
+    character frequencies (add-one smoothed), averaged over the targets ``Y_val`` as a model's
+    validation loss is: the baseline for a model that reads no context."""
+    counts = np.bincount(corpus.train_ids, minlength=corpus.vocab.size) + 1.0
+    logp = np.log(counts / counts.sum())
+    return float(-logp[corpus.Y_val].mean())           # the same targets a model's validation loss averages

@@ -1,0 +1,1 @@
+"""The trainable models: the decoder (encoder-decoder and decoder-only), their layers and sampling."""
