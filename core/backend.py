@@ -1,5 +1,8 @@
 """Which backend runs the kernels (``cpu`` or ``cuda``), why, and how to describe it.
 
+Which kernels of that backend run a call (the lesson ones or the tuned ones) is decided in
+``core/kernels/dispatch.py``.
+
 ``backend=None`` everywhere means: the ``ATTN_BACKEND`` environment variable (``cpu``, ``cuda``,
 ``auto``), else auto: CUDA when a real GPU is present, else CPU. The CUDA simulator is never
 mistaken for a GPU, and asking for ``cuda`` without one is an error, not a silent fallback.
@@ -64,18 +67,6 @@ def resolve(name: str | None = None) -> str:
             "(set ATTN_BACKEND=cpu, or NUMBA_ENABLE_CUDASIM=1 to run the CUDA kernels in the simulator)."
         )
     return requested
-
-
-def kernels(name: str | None = None):
-    """The kernel module (``core.kernels.tuned.cpu`` or ``core.kernels.tuned.gpu``) for a backend name."""
-    return _kernel_module(resolve(name))
-
-
-@functools.lru_cache(maxsize=2)
-def _kernel_module(chosen: str):
-    import importlib
-
-    return importlib.import_module(f"core.kernels.tuned.{'gpu' if chosen == 'cuda' else 'cpu'}")
 
 
 def describe(name: str | None = None) -> str:

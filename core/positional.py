@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from core import backend as _backend
+from core.kernels import dispatch
 from core.validate import FLOAT_DTYPES, as_float_array, require_ndim
 
 # ---------------------------------------------------------------------------------------------
@@ -73,7 +73,7 @@ def sinusoidal(T: int, d_model: int, base: float = 10000.0, *, backend: str | No
     dtype = np.dtype(dtype)
     if dtype not in FLOAT_DTYPES:
         raise ValueError(f"dtype must be float32 or float64, got {dtype}.")
-    return _backend.kernels(backend).sinusoidal(T, d_model, base, dtype)
+    return dispatch.run(backend, T * d_model, "sinusoidal", T, d_model, base, dtype)   # (T, d_model)
 
 
 def learned(T: int, d_model: int, seed: int = 0, std: float = 0.02, dtype=np.float64) -> np.ndarray:

@@ -9,7 +9,7 @@ from numba import njit
 from core.kernels.tuned.floatbits import max_abs_bits
 
 FLOAT_DTYPES = (np.float32, np.float64)
-_FLOAT_DTYPE_SET = frozenset(np.dtype(t) for t in FLOAT_DTYPES)
+_FLOAT32, _FLOAT64 = np.dtype(np.float32), np.dtype(np.float64)
 
 
 def as_float_array(x, name: str, dtype=None) -> np.ndarray:
@@ -18,11 +18,17 @@ def as_float_array(x, name: str, dtype=None) -> np.ndarray:
     Integers and booleans are converted (to float64, or ``dtype``); complex, text and objects are
     refused; NaN and infinity are refused with the name of the offending input.
     """
-    return as_float_array_with_peak(x, name, dtype)[0]
+    arr = _as_float(x, name, dtype)
+    if arr.size:
+        _require_finite(max_abs(arr), arr, name)
+    return arr
 
 
-def as_float_array_with_peak(x, name: str, dtype=None) -> tuple[np.ndarray, float]:
-    """:func:`as_float_array`, also returning ``max |x|`` (found by the same pass)."""
+def _as_float(x, name: str, dtype=None) -> np.ndarray:
+    """``x`` as a C-contiguous float array of ``dtype`` (default: its own float type, else
+    float64), or a ``ValueError`` naming ``x`` when it does not hold real numbers."""
+    if dtype is not None and type(x) is np.ndarray and x.dtype == dtype and x.flags.c_contiguous:
+        return x                                   # already what the kernels take: no copy
     try:
         arr = np.asarray(x)
     except Exception as err:  # ragged lists and the like
@@ -33,38 +39,20 @@ def as_float_array_with_peak(x, name: str, dtype=None) -> tuple[np.ndarray, floa
         raise ValueError(f"{name} must contain numbers, got values of type {arr.dtype}.")
     if dtype is None:
         dtype = arr.dtype if arr.dtype in FLOAT_DTYPES else np.float64
-    arr = np.ascontiguousarray(arr, dtype=dtype)
-    peak = max_abs(arr) if arr.size else 0.0
+    return np.ascontiguousarray(arr, dtype=dtype)
+
+
+def _require_finite(peak: float, arr: np.ndarray, name: str) -> None:
+    """Refuse ``arr`` when its ``max |arr|`` is NaN or infinite, saying which."""
     if not math.isfinite(peak):
         bad = "NaN" if np.isnan(arr).any() else "an infinite value"
         raise ValueError(f"{name} contains {bad}; every entry must be a finite number.")
-    return arr, peak
 
 
 @njit(cache=True)
 def _max_abs_flat(x):
     """Largest |x| of a flat float array (0 when empty); NaN or inf when an entry is."""
     return float(max_abs_bits(x)) if x.shape[0] else 0.0
-
-
-@njit(cache=True)
-def max_abs_of_each(a, b, c):
-    """``(max |a|, max |b|, max |c|)`` for C-contiguous float arrays, in one compiled call
-    (each non-finite when its array holds NaN or infinity)."""
-    return _max_abs_flat(a.ravel()), _max_abs_flat(b.ravel()), _max_abs_flat(c.ravel())
-
-
-@njit(cache=True)
-def mask_values_ok(m):
-    """No NaN and no +inf in a flat mask (0, finite numbers and -inf are allowed).
-
-    Counts the bad entries over the whole mask instead of stopping at the first: a loop without an
-    exit vectorises, which makes checking a (T, T) causal mask several times faster."""
-    bad = 0
-    for i in range(m.shape[0]):
-        v = m[i]
-        bad += (v != v) | (v == np.inf)
-    return bad == 0
 
 
 def max_abs(arr: np.ndarray) -> float:
@@ -75,24 +63,161 @@ def max_abs(arr: np.ndarray) -> float:
     return _max_abs_flat(arr.reshape(-1))
 
 
-def same_float_arrays(*arrays) -> bool:
-    """True when every input is already a C-contiguous float32 (or every one a float64) ndarray,
-    so conversion can be skipped."""
-    dtype = arrays[0].dtype if type(arrays[0]) is np.ndarray else None
-    if dtype not in _FLOAT_DTYPE_SET:
-        return False
-    for x in arrays:
-        if type(x) is not np.ndarray or x.dtype != dtype or not x.flags.c_contiguous:
-            return False
-    return True
+# --- the inputs of attention: one set of rules --------------------------------------------------
+
+
+_NO_MASK = {np.dtype(t): np.zeros((1, 1, 1, 1), t) for t in FLOAT_DTYPES}
+# The kernels add scores and mask values in the data's dtype: a quarter of its largest number
+# leaves room for the additions without reaching infinity.
+_LARGEST = {np.dtype(t): float(np.finfo(t).max) / 4 for t in FLOAT_DTYPES}
+
+
+def attention_inputs(Q, K, V, mask=None, scale=None):
+    r"""Check the inputs of scaled dot-product attention and lay them out for the kernels.
+
+    The rules, in the order they are checked:
+
+    1. numbers: Q, K and V hold real numbers (integers and booleans are converted); the result
+       is float32 when all three are float32, else float64;
+    2. shapes: 2 to 4 axes, none empty; Q, K and V share their leading (batch, head) axes,
+       Q and K their width :math:`d_k`, K and V their number of keys;
+    3. the mask: numeric (0 where a query may look, -inf where not) or boolean (True where it may),
+       broadcastable to ``(B, H, Tq, Tk)``;
+    4. the scale: a finite number (default :math:`1/\sqrt{d_k}`);
+    5. values, in one compiled pass over all four arrays: Q, K, V finite; the mask free of NaN
+       and +inf; and the scores :math:`|q \cdot k| \cdot scale` bounded well inside the dtype
+       (see :func:`check_scores_fit`).
+
+    Returns
+    -------
+    Q, K, V : C-contiguous ``(B, H, Tq, d_k)``, ``(B, H, Tk, d_k)``, ``(B, H, Tk, d_v)``
+        views of the inputs when they were already contiguous arrays of the dtype, else copies.
+    mask : C-contiguous ``(Bm, Hm, Tqm, Tkm)``, additive, each axis 1 or full size.
+    scale : float
+    lead : tuple, the inputs' leading axes (``()``, ``(B,)`` or ``(B, H)``), to shape the results.
+    """
+    # 1. numbers, in one dtype
+    dtype = common_dtype(Q, K, V)
+    Q, K, V = _as_float(Q, "Q", dtype), _as_float(K, "K", dtype), _as_float(V, "V", dtype)
+    # 2. shapes
+    for x, name in ((Q, "Q"), (K, "K"), (V, "V")):
+        require_ndim(x, name, 2, 4)
+        require_nonempty(x, name)
+    if not Q.shape[:-2] == K.shape[:-2] == V.shape[:-2]:
+        raise ValueError(f"Q, K and V must share their batch/head axes; got shapes {Q.shape}, {K.shape}, {V.shape}.")
+    if Q.shape[-1] != K.shape[-1]:
+        raise ValueError(f"Queries and keys must have the same width d_k: Q has {Q.shape[-1]}, K has {K.shape[-1]}.")
+    if K.shape[-2] != V.shape[-2]:
+        raise ValueError(f"K and V must have one row per key position: K has {K.shape[-2]}, V has {V.shape[-2]}.")
+    lead = Q.shape[:-2]
+    if Q.ndim < 4:
+        pad = (1,) * (4 - Q.ndim)
+        Q, K, V = Q.reshape(pad + Q.shape), K.reshape(pad + K.shape), V.reshape(pad + V.shape)
+    # 3. the mask
+    mask = additive_mask(mask, Q.shape[:3] + (K.shape[2],), dtype)
+    # 4. the scale
+    scale = score_scale(scale, Q.shape[3])
+    # 5. values
+    check_values(Q, K, V, mask, scale)
+    return Q, K, V, mask, scale, lead
+
+
+def additive_mask(mask, scores_shape: tuple, dtype) -> np.ndarray:
+    """``mask`` as a C-contiguous 4-D additive mask of ``dtype`` whose axes are 1 or those of
+    ``scores_shape`` ``(B, H, Tq, Tk)``. Boolean masks mean "may attend" where True (as in
+    PyTorch) and become 0 / -inf. Its values are checked by :func:`check_values`."""
+    if mask is None:
+        return _NO_MASK[dtype]
+    m = mask if type(mask) is np.ndarray else np.asarray(mask)
+    if m.dtype == bool:
+        m = np.where(m, 0.0, -np.inf)
+    elif m.dtype.kind not in "iuf":
+        raise ValueError(f"The mask must be numeric (0 where allowed, -inf where not), got {m.dtype}.")
+    fits = m.ndim <= 4
+    for n, full in zip(reversed(m.shape), reversed(scores_shape)):
+        fits = fits and n in (1, full)
+    if not fits:
+        raise ValueError(f"The mask has shape {m.shape}, which does not broadcast to the attention "
+                         f"scores' shape {tuple(scores_shape)} (..., queries, keys).")
+    m = np.ascontiguousarray(m, dtype=dtype)
+    return m if m.ndim == 4 else m.reshape((1,) * (4 - m.ndim) + m.shape)
+
+
+def score_scale(scale, d_k: int) -> float:
+    """The factor the scores are multiplied by: ``1/sqrt(d_k)`` by default, else a finite number."""
+    if scale is None:
+        return 1.0 / math.sqrt(d_k)
+    try:
+        value = float(scale)
+    except (TypeError, ValueError):
+        raise ValueError(f"The score scale must be a finite number, got {scale!r}.") from None
+    if not math.isfinite(value):
+        raise ValueError(f"The score scale must be a finite number, got {scale}.")
+    return value
+
+
+def check_values(Q, K, V, mask, scale: float, *, computed_from: str | None = None) -> None:
+    """Step 5 of :func:`attention_inputs`: one compiled pass finds ``max |Q|``, ``max |K|``,
+    ``max |V|`` and any NaN or +inf in the mask; then Q, K, V must be finite and the scores fit.
+
+    All four are C-contiguous 4-D arrays of one float dtype. ``computed_from`` names what Q, K
+    and V were computed from (multi-head attention's projections), for the message when they
+    overflowed on the way.
+    """
+    peak_Q, peak_K, peak_V, mask_ok = _scan(Q, K, V, mask)
+    for peak, x, name in ((peak_Q, Q, "Q"), (peak_K, K, "K"), (peak_V, V, "V")):
+        if computed_from and not math.isfinite(peak):
+            raise ValueError(f"{name} = {computed_from} overflows {x.dtype}: use smaller values or float64.")
+        _require_finite(peak, x, name)
+    if not mask_ok:
+        raise ValueError("The mask may hold 0, finite numbers or -inf, but not NaN or +inf.")
+    check_scores_fit(peak_Q, peak_K, Q.shape[3], scale, Q.dtype)
+
+
+def check_scores_fit(peak_Q: float, peak_K: float, d_k: int, scale: float, dtype) -> None:
+    """Refuse inputs whose scores could overflow the dtype (inf - inf would give NaN weights).
+
+    ``|q . k| * scale <= max|Q| * max|K| * d_k * |scale|``; the kernels scale the queries before
+    the dot products, so ``max|Q| * |scale|`` must fit as well.
+    """
+    bound = peak_Q * abs(scale) * max(peak_K * d_k, 1.0)
+    limit = _LARGEST[np.dtype(dtype)]
+    if not bound <= limit:
+        raise ValueError(
+            f"Q and K are too large: their scores could reach {bound:.3g}, beyond what {np.dtype(dtype)} holds "
+            f"({limit:.3g}). Use smaller values or float64.")
+
+
+@njit(cache=True)
+def _scan(Q, K, V, mask):
+    """``(max |Q|, max |K|, max |V|, mask free of NaN and +inf)`` for C-contiguous arrays."""
+    m = mask.ravel()
+    bad = 0
+    for i in range(m.shape[0]):   # no early exit: the loop vectorises (a (T, T) mask in a few ns)
+        v = m[i]
+        bad += (v != v) | (v == np.inf)
+    return _max_abs_flat(Q.ravel()), _max_abs_flat(K.ravel()), _max_abs_flat(V.ravel()), bad == 0
+
+
+def warm_up(dtype) -> None:
+    """Compile (or load from the disk cache) the input checks for one dtype."""
+    x = np.ones((1, 1, 1, 1), dtype)
+    check_values(x, x, x, _NO_MASK[np.dtype(dtype)], 1.0)
+    max_abs(x)
 
 
 def common_dtype(*arrays) -> np.dtype:
-    """float32 only when every float input is float32; otherwise float64."""
-    kinds = [np.asarray(a).dtype for a in arrays if a is not None]
-    if kinds and all(k == np.float32 for k in kinds):
-        return np.dtype(np.float32)
-    return np.dtype(np.float64)
+    """float32 only when every input (None aside) is float32; otherwise float64."""
+    for a in arrays:
+        if a is None:
+            continue
+        try:
+            kind = a.dtype if type(a) is np.ndarray else np.asarray(a).dtype
+        except Exception:          # not an array at all: the conversion names it
+            return _FLOAT64
+        if kind != _FLOAT32:
+            return _FLOAT64
+    return _FLOAT32 if any(a is not None for a in arrays) else _FLOAT64
 
 
 def require_ndim(arr: np.ndarray, name: str, low: int, high: int) -> None:

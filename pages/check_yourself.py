@@ -9,12 +9,12 @@ from core.limits import MAX_MATRIX_ENTRY
 from ui import charts
 from ui.router import ensure_routed
 from ui.state import matrix_input
-from ui.widgets import chosen_backend, ensure_kernels, kernel_source, timed
+from ui.widgets import chosen_backend, ensure_kernels, kernel_source, recording, timed
 
 ensure_routed()   # a link opened first on a fresh server: rerun through app.py
 
 st.title("Check yourself")
-ensure_kernels()
+ensure_kernels("attention_with_weights")
 st.markdown("Answer, then press **Check**: the app marks the answer and says why. The exercises at the "
             "bottom are marked by running your settings through the same kernels as the other pages.")
 with st.expander("What to look for"):
@@ -50,7 +50,8 @@ st.markdown(f"The first-token head marks key 1 with strength *gain*; every query
 st.latex(r"H_t = -\sum_i A_{ti}\log_2 A_{ti}, \qquad \text{effective positions} = 2^{H_t}, \qquad "
          r"\text{score}(t, 1) = \frac{\text{gain}}{\sqrt{d_k}}")
 gain = st.slider("gain", -20.0, 20.0, 3.0, step=0.1, key="cy_gain")
-A, t_gain = timed(exercises.first_token_weights, gain, backend=chosen_backend())
+with recording() as ran:
+    A, t_gain = timed(exercises.first_token_weights, gain, backend=chosen_backend())
 T = exercises.FIRST_TOKEN_T
 labels = [str(i + 1) for i in range(T)]
 left, right = st.columns([1, 1])
@@ -62,7 +63,7 @@ m1.metric(f"Row {T}: weight on token 1", f"{A[T - 1, 0]:.4f}")
 m2.metric(f"Row {T}: effective positions 2^H", f"{analysis.effective_positions(A)[T - 1]:.4f}")
 if st.button("Check my gain", key="cy_gain_check"):
     show(exercises.check_first_token_gain(gain, backend=chosen_backend()))
-kernel_source(["attention_with_weights"], t_gain)
+kernel_source(ran)
 
 # 3. two places at once -------------------------------------------------------------------------
 st.header("Exercise: one row, two places")
@@ -83,7 +84,8 @@ with st.expander("Hint"):
     st.markdown("Softmax gives equal scores equal weights. What could keys 1 and 3 have in common that "
                 "keys 2 and 4 lack, and what should query 4 ask for?")
 try:
-    result, t_two = timed(exercises.check_two_position_head, Q, K, backend=chosen_backend())
+    with recording() as ran:
+        result, t_two = timed(exercises.check_two_position_head, Q, K, backend=chosen_backend())
 except ValueError as err:
     st.error(str(err))
 else:
@@ -91,7 +93,7 @@ else:
     st.vega_lite_chart(charts.stem(result.weights[3], title="row 4: the impulse response"), width="stretch")
     if st.button("Check my head", key="cy_two_check"):
         show(result)
-    kernel_source(["attention_with_weights"], t_two)
+    kernel_source(ran)
 
 # the lesson's own solution, for after an attempt
 if st.checkbox("Show a worked solution", key="cy_two_solution"):

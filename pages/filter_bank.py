@@ -10,7 +10,7 @@ from core.attention import filter_bank, multi_head_attention
 from core.limits import MAX_MATRIX_ENTRY
 from ui import charts, state
 from ui.router import ensure_routed
-from ui.widgets import chosen_backend, chosen_dtype, ensure_kernels, kernel_source, timed
+from ui.widgets import chosen_backend, chosen_dtype, ensure_kernels, kernel_source, recording, timed
 
 ensure_routed()   # a link opened first on a fresh server: rerun through app.py
 
@@ -30,7 +30,7 @@ concat_cols = [f"h{h + 1}.{j + 1}" for h in range(H) for j in range(D_V)]
 out_cols = [f"d{j + 1}" for j in range(D)]
 
 st.title("Concat, W_O and the filter bank")
-ensure_kernels()
+ensure_kernels("project_heads", "attention_with_weights", "merge_heads_project", "weighted_sum")
 state.restore(PAGE, SPEC)
 st.latex(r"\mathrm{Concat} = [O_1, O_2], \qquad O = \mathrm{Concat}\, W_O "
          r"= \sum_{h} A_h\, X\, W_V^h\, W_O^{(h)}")
@@ -70,9 +70,10 @@ state.publish(PAGE, SPEC, extra={"WV": W_V if ss[k("wv")] == "custom" and not np
 dtype, backend = chosen_dtype(), chosen_backend()
 mask = masks.causal(D) if ss[k("causal")] else None
 try:
-    args = [m.astype(dtype) for m in (pipe.X, pipe.W_Q, pipe.W_K, W_V, W_O)]
-    res, seconds = timed(multi_head_attention, *args, H, mask, backend=backend)
-    terms = filter_bank(args[0], args[3], args[4], res.weights, H, backend=backend)   # (H, T, d_model)
+    with recording() as ran:
+        args = [m.astype(dtype) for m in (pipe.X, pipe.W_Q, pipe.W_K, W_V, W_O)]
+        res, seconds = timed(multi_head_attention, *args, H, mask, backend=backend)
+        terms = filter_bank(args[0], args[3], args[4], res.weights, H, backend=backend)   # (H, T, d_model)
 except ValueError as err:
     st.error(str(err))
     st.stop()
@@ -115,4 +116,4 @@ filter A_h, along the tokens) followed by its own row block of W_O (the synthesi
 channels); the terms add up to the block's output to rounding error. A channel whose column of W_O
 has entries in both row blocks carries information from both heads: that is what W_O is for. Signed
 entries (d3 = −h2.1 in the lesson's W_O) show in blue and red around a white zero.""")
-kernel_source(["project_heads", "attention_with_weights", "merge_heads_project"], seconds)
+kernel_source(ran)

@@ -7,7 +7,7 @@ from core import attention, masks, positional
 from core.limits import MAX_HEADS, MAX_TOKENS
 from ui import charts, state
 from ui.router import ensure_routed
-from ui.widgets import chosen_backend, chosen_dtype, ensure_kernels, kernel_source, timed, tokens_from
+from ui.widgets import chosen_backend, chosen_dtype, ensure_kernels, kernel_source, recording, timed, tokens_from
 
 ensure_routed()   # a link opened first on a fresh server: rerun through app.py
 
@@ -22,7 +22,7 @@ SPEC = {"sentence": state.text_field("the tired cat sat on the warm mat"),
 k = lambda name: state.key(PAGE, name)  # noqa: E731
 
 st.title("Masks and cross-attention")
-ensure_kernels()
+ensure_kernels("sinusoidal", "project_heads", "attention_with_weights", "merge_heads_project")
 state.restore(PAGE, SPEC)
 st.markdown("A mask decides which keys each query may see; cross-attention lets one sequence read "
             "another. All weights below come from our kernels, with fixed seeded inputs and weights.")
@@ -54,12 +54,13 @@ st.latex(r"M_{ij} = \begin{cases} 0 & j \le i \\ -\infty & j > i \end{cases} \qq
 sentence = st.text_input("Sentence", key=k("sentence"))
 st.caption(f"At most {MAX_TOKENS} words; one head, d_model = {D_MODEL}.")
 try:
-    words = tokens_from(sentence, max_tokens=MAX_TOKENS)
-    X = embed(words, D_MODEL)
-    W_Q, W_K, W_V, W_O = seeded_layer(D_MODEL, 1)
-    free, t_free = timed(attention.multi_head_attention, X, W_Q, W_K, W_V, W_O, 1, backend=chosen_backend())
-    causal, t_causal = timed(attention.multi_head_attention, X, W_Q, W_K, W_V, W_O, 1,
-                             mask=masks.causal(len(words)), backend=chosen_backend())
+    with recording() as ran:
+        words = tokens_from(sentence, max_tokens=MAX_TOKENS)
+        X = embed(words, D_MODEL)
+        W_Q, W_K, W_V, W_O = seeded_layer(D_MODEL, 1)
+        free, t_free = timed(attention.multi_head_attention, X, W_Q, W_K, W_V, W_O, 1, backend=chosen_backend())
+        causal, t_causal = timed(attention.multi_head_attention, X, W_Q, W_K, W_V, W_O, 1,
+                                 mask=masks.causal(len(words)), backend=chosen_backend())
 except ValueError as err:
     st.error(str(err))
 else:
@@ -72,7 +73,7 @@ else:
     st.markdown(f"Measured: largest weight above the diagonal **{np.triu(A, 1).max():.1f}**; row sums between "
                 f"{A.sum(1).min():.15f} and {A.sum(1).max():.15f}. Row 1 can only see itself, so it "
                 "copies its own value.")
-    kernel_source(["project_heads", "attention_with_weights", "merge_heads_project"], t_free + t_causal)
+    kernel_source(ran)
 
 # 2. padding --------------------------------------------------------------------------------------
 st.header("Padding masks in a batch")
@@ -96,8 +97,9 @@ try:
     mask = masks.combine(pad, masks.causal(T_pad) if also_causal else None)
     rng = np.random.default_rng(2)
     Xb = rng.normal(size=(len(lengths), T_pad, D_MODEL)).astype(chosen_dtype())   # (B, T, d)
-    res, t_pad = timed(attention.multi_head_attention, Xb, *seeded_layer(D_MODEL, n_heads), n_heads,
-                       mask=mask, backend=chosen_backend())
+    with recording() as ran:
+        res, t_pad = timed(attention.multi_head_attention, Xb, *seeded_layer(D_MODEL, n_heads), n_heads,
+                           mask=mask, backend=chosen_backend())
 except ValueError as err:
     st.error(str(err))
 else:
@@ -115,7 +117,7 @@ else:
                 f"key is **{leaked:.1f}**. Padded *queries* still produce rows (they read the real keys); "
                 "a model ignores them later, in the loss or the pooling. A sequence of length 0 gets all-zero "
                 "weights, not NaN.")
-    kernel_source(["attention_with_weights"], t_pad)
+    kernel_source(ran)
 
 # 3. cross-attention ------------------------------------------------------------------------------
 st.header("Cross-attention: the decoder reads the encoder")
@@ -125,11 +127,12 @@ c1, c2 = st.columns(2)
 source = c1.text_input("Source (encoder side)", key=k("source"))
 target = c2.text_input("Target so far (decoder side)", key=k("target"))
 try:
-    src = tokens_from(source, max_tokens=MAX_TOKENS)
-    tgt = tokens_from(target, max_tokens=MAX_TOKENS)
-    H_enc, Y = embed(src, D_MODEL, seed=3), embed(tgt, D_MODEL, seed=4)
-    cross, t_cross = timed(attention.multi_head_attention, Y, *seeded_layer(D_MODEL, 2, seed=5), 2,
-                           X_kv=H_enc, backend=chosen_backend())
+    with recording() as ran:
+        src = tokens_from(source, max_tokens=MAX_TOKENS)
+        tgt = tokens_from(target, max_tokens=MAX_TOKENS)
+        H_enc, Y = embed(src, D_MODEL, seed=3), embed(tgt, D_MODEL, seed=4)
+        cross, t_cross = timed(attention.multi_head_attention, Y, *seeded_layer(D_MODEL, 2, seed=5), 2,
+                               X_kv=H_enc, backend=chosen_backend())
 except ValueError as err:
     st.error(str(err))
 else:
@@ -139,7 +142,7 @@ else:
     st.vega_lite_chart(charts.heatmap_grid(list(cross.weights), charts.position_labels(tgt),
                                         charts.position_labels(src), ["head 1", "head 2"], columns=2,
                                         row_title="decoder query", col_title="encoder key", size=260))
-    kernel_source(["project_heads", "attention_with_weights"], t_cross)
+    kernel_source(ran)
 
 # 4. the three families ---------------------------------------------------------------------------
 st.header("Encoder-only, decoder-only, encoder-decoder")

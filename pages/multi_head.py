@@ -10,7 +10,7 @@ from core.attention import attention, scores
 from core.limits import MAX_D_K, MAX_HEADS, MAX_MATRIX_ENTRY, MAX_TOKENS
 from ui import charts, state
 from ui.router import ensure_routed
-from ui.widgets import chosen_backend, chosen_dtype, ensure_kernels, kernel_source, timed
+from ui.widgets import chosen_backend, chosen_dtype, ensure_kernels, kernel_source, recording, timed
 
 ensure_routed()   # a link opened first on a fresh server: rerun through app.py
 
@@ -28,7 +28,7 @@ k = lambda name: state.key(PAGE, name)  # noqa: E731
 ss = st.session_state
 
 st.title("Multi-head attention, set by hand")
-ensure_kernels()
+ensure_kernels("attention_with_weights", "scaled_scores")
 state.restore(PAGE, SPEC)
 st.latex(r"A_h = \mathrm{softmax}\!\left(\frac{Q_h K_h^\top}{\sqrt{d_k}} + M\right), \quad h = 1..H, "
          r"\qquad M \text{ shared by every head}")
@@ -71,8 +71,9 @@ mask = masks.causal(T) if ss[k("causal")] else None
 dtype, backend = chosen_dtype(), chosen_backend()
 V = np.broadcast_to(np.eye(T, dtype=dtype), (H, T, T)).copy()   # one-hot values: output row = weight row
 try:
-    (_, A), seconds = timed(attention, Qs.astype(dtype), Ks.astype(dtype), V, mask, backend=backend)
-    S = scores(Qs.astype(dtype), Ks.astype(dtype), mask, backend=backend)
+    with recording() as ran:
+        (_, A), seconds = timed(attention, Qs.astype(dtype), Ks.astype(dtype), V, mask, backend=backend)
+        S = scores(Qs.astype(dtype), Ks.astype(dtype), mask, backend=backend)
 except ValueError as err:
     state.publish(PAGE, SPEC, active, extra)
     st.error(str(err))
@@ -124,4 +125,4 @@ row sums to 1, yet the heads mix the past in different ways: a hold on the first
 one, the identity, a growing average. Raise a gain and the soft patterns sharpen (fewer bits, closer to
 one effective position); the uniform head sits on the ceiling whatever you do. A rank never exceeds
 d_k, and splitting d_model into H heads costs the same score FLOPs as one wide head.""")
-kernel_source(["attention_with_weights", "scaled_scores"], seconds)
+kernel_source(ran)

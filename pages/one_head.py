@@ -9,7 +9,7 @@ from core.attention import attention, scores
 from core.limits import MAX_D_K, MAX_MATRIX_ENTRY, MAX_TOKENS
 from ui import charts, state
 from ui.router import ensure_routed
-from ui.widgets import chosen_backend, chosen_dtype, ensure_kernels, kernel_source, timed, tokens_from
+from ui.widgets import chosen_backend, chosen_dtype, ensure_kernels, kernel_source, recording, timed, tokens_from
 
 ensure_routed()   # a link opened first on a fresh server: rerun through app.py
 
@@ -29,7 +29,7 @@ SPEC = {
 k = lambda name: state.key(PAGE, name)  # noqa: E731
 
 st.title("One head: scaled dot-product attention")
-ensure_kernels()
+ensure_kernels("scaled_scores", "attention_with_weights")
 state.restore(PAGE, SPEC)
 st.latex(r"S = \frac{Q K^\top}{\sqrt{d_k}\,\tau} + M, \qquad A = \mathrm{softmax}_{\text{row}}(S), "
          r"\qquad \mathrm{out} = A V")
@@ -75,9 +75,10 @@ state.publish(PAGE, SPEC, extra={"Q": Q if hand and not np.array_equal(Q, drawn_
 # 3. scores and weights (values are one-hot, so each output row is its weight row)
 dtype, backend = chosen_dtype(), chosen_backend()
 try:
-    S = scores(Q.astype(dtype), K.astype(dtype), mask, scale=scale, backend=backend)
-    (out, A), seconds = timed(attention, Q.astype(dtype), K.astype(dtype), np.eye(T, dtype=dtype), mask,
-                              scale=scale, backend=backend)
+    with recording() as ran:
+        S = scores(Q.astype(dtype), K.astype(dtype), mask, scale=scale, backend=backend)
+        (out, A), seconds = timed(attention, Q.astype(dtype), K.astype(dtype), np.eye(T, dtype=dtype), mask,
+                                  scale=scale, backend=backend)
 except ValueError as err:
     st.error(str(err))
     st.stop()
@@ -125,4 +126,4 @@ st.markdown("""**What to look for.** Without √d_k the scores grow with d_k and
 one-hot; the temperature does the same by hand. The causal mask blanks the upper triangle and the
 weights there are exactly 0. Every row sums to 1, so raising one weight lowers the others: asking
 for two positions halves what each gets, and the head hands back their average.""")
-kernel_source(["scaled_scores", "attention_with_weights"], seconds)
+kernel_source(ran)

@@ -7,7 +7,7 @@ from core import masks, positional
 from core.limits import MAX_D_MODEL, MAX_PE_POSITIONS, MAX_TOKENS
 from ui import charts, state
 from ui.router import ensure_routed
-from ui.widgets import chosen_backend, chosen_dtype, ensure_kernels, kernel_source, timed, tokens_from
+from ui.widgets import chosen_backend, chosen_dtype, ensure_kernels, kernel_source, recording, timed, tokens_from
 
 ensure_routed()   # a link opened first on a fresh server: rerun through app.py
 
@@ -23,7 +23,7 @@ SPEC = {"a": state.text_field("dog bites man"), "b": state.text_field("man bites
 key = lambda name: state.key(PAGE, name)  # noqa: E731
 
 st.title("Positional encoding")
-ensure_kernels()
+ensure_kernels("sinusoidal", "project_heads", "attention_with_weights", "merge_heads_project")
 state.restore(PAGE, SPEC)
 st.session_state[key("d")] -= st.session_state[key("d")] % 2    # the d_model slider moves in steps of 2
 st.markdown("Attention compares every token with every other, but nothing in it says *where* a token "
@@ -44,12 +44,13 @@ sentence_a = c1.text_input("Sentence A", key=key("a"))
 sentence_b = c2.text_input("Sentence B (the same words, reordered)", key=key("b"))
 st.caption(f"At most {MAX_TOKENS} words. One layer: d_model = 8, 2 heads, fixed seeded embeddings and weights.")
 try:
-    words_a = tokens_from(sentence_a, max_tokens=MAX_TOKENS)
-    words_b = tokens_from(sentence_b, max_tokens=MAX_TOKENS)
-    (plain, t_plain) = timed(positional.order_blindness, words_a, words_b, with_pe=False,
-                             backend=chosen_backend(), dtype=chosen_dtype())
-    (coded, t_coded) = timed(positional.order_blindness, words_a, words_b, with_pe=True,
-                             backend=chosen_backend(), dtype=chosen_dtype())
+    with recording() as ran:
+        words_a = tokens_from(sentence_a, max_tokens=MAX_TOKENS)
+        words_b = tokens_from(sentence_b, max_tokens=MAX_TOKENS)
+        (plain, t_plain) = timed(positional.order_blindness, words_a, words_b, with_pe=False,
+                                 backend=chosen_backend(), dtype=chosen_dtype())
+        (coded, t_coded) = timed(positional.order_blindness, words_a, words_b, with_pe=True,
+                                 backend=chosen_backend(), dtype=chosen_dtype())
 except ValueError as err:
     st.error(str(err))
 else:
@@ -66,8 +67,7 @@ else:
             [res.outputs_a[res.permutation], res.outputs_b], charts.position_labels(words_b), dims,
             [f"A's outputs, in B's order ({name})", f"B's outputs ({name})"], kind="signed",
             value_name="output", columns=2, row_title="token", col_title="feature"))
-    kernel_source(["sinusoidal", "project_heads", "attention_with_weights", "merge_heads_project"],
-                  t_plain + t_coded)
+    kernel_source(ran)
 
 # 2. the sinusoidal code ---------------------------------------------------------------------------
 st.header("The sinusoidal code")
@@ -80,7 +80,8 @@ base = s3.number_input("Base b", 2.0, 1e6, key=key("base"))
 st.caption(f"Caps: T ≤ {MAX_PE_POSITIONS}, d_model ≤ {MAX_D_MODEL}; heatmaps draw the first "
            f"{DRAW_POSITIONS} positions and {DRAW_DIMS} dimensions.")
 try:
-    PE, t_pe = timed(positional.sinusoidal, T, d_model, base, backend=chosen_backend(), dtype=chosen_dtype())
+    with recording() as ran:
+        PE, t_pe = timed(positional.sinusoidal, T, d_model, base, backend=chosen_backend(), dtype=chosen_dtype())
 except ValueError as err:
     st.error(str(err))
     st.stop()
@@ -95,7 +96,7 @@ right.vega_lite_chart(charts.heatmap(C[:DRAW_POSITIONS, :DRAW_POSITIONS], pos_la
                                   title="cosine similarity between positions", kind="signed",
                                   value_name="cosine", row_title="position", col_title="position",
                                   size=360, annotate=False))
-kernel_source(["sinusoidal"], t_pe)
+kernel_source(ran)
 
 st.session_state[key("from")] = min(st.session_state[key("from")], T - 1)   # within this T
 origin = st.slider("Similarity from position", 0, T - 1, key=key("from"))

@@ -9,9 +9,10 @@ from hypothesis import given, settings, strategies as st
 
 from core import attention as at
 from core import masks
-from core.kernels.tuned import cpu
-from core.kernels.tuned import gpu
+from core.kernels import dispatch
+from core.kernels import gpu
 from core.kernels import reference as ref
+from core.kernels.tuned import cpu
 
 ROOT = Path(__file__).resolve().parents[1]
 DTYPES = [np.float32, np.float64]
@@ -21,19 +22,25 @@ TOL = {np.float32: 1e-5, np.float64: 1e-12}
 @pytest.fixture(autouse=True)
 def small_blocks(monkeypatch):
     """Tiny tiles and blocks, so several blocks and partial tiles run even at T=5, on both backends
-    (a CPU block of 5 queries runs one group of four and one left over)."""
-    monkeypatch.setattr(gpu, "TILE", 4)
+    (a tuned CPU block of 5 queries runs one group of four and one left over)."""
+    monkeypatch.setattr(gpu, "TILE", 3)
     monkeypatch.setattr(gpu, "THREADS", 4)
     monkeypatch.setattr(cpu, "QUERY_BLOCK", 5)
     monkeypatch.setattr(cpu, "KEY_TILE", 3)
 
 
-@pytest.fixture(params=["cpu", "cpu-parallel", "cuda"])
+@pytest.fixture(params=["cpu-lesson", "cpu-tuned", "cpu-tuned-parallel", "cuda"])
 def backend(request, monkeypatch):
-    """Each backend: the CPU kernels' serial builds, their prange builds, and the CUDA kernels
-    (on Numba's simulator when there is no GPU)."""
-    monkeypatch.setattr(cpu, "PARALLEL_MIN_WORK", 0 if request.param == "cpu-parallel" else 1 << 62)
-    return request.param.split("-")[0]
+    """Each kernel track the public operations dispatch to, whatever the size: the lesson CPU
+    kernels, the tuned CPU kernels' serial builds and their prange builds, and the lesson CUDA
+    kernels (on Numba's simulator when there is no GPU)."""
+    track = request.param
+    monkeypatch.setattr(dispatch, "TUNED_MIN_WORK", 0 if "tuned" in track else 1 << 62)
+    monkeypatch.setattr(cpu, "PARALLEL_MIN_WORK", 0 if track.endswith("parallel") else 1 << 62)
+    with dispatch.recording() as ran:
+        yield track.split("-")[0]
+    expected = {"cpu-lesson": dispatch.LESSON_CPU, "cuda": dispatch.LESSON_GPU}.get(track, dispatch.TUNED_CPU)
+    assert {call.module for call in ran} <= {expected}, "a call ran on another track than the one under test"
 
 
 def close(actual, expected, dtype):
@@ -110,6 +117,7 @@ def test_fused_key_tiles_that_start_inside_a_vector(monkeypatch, dtype, mask_kin
     sums are rescaled between tiles."""
     monkeypatch.setattr(cpu, "KEY_TILE", 21)
     monkeypatch.setattr(cpu, "PARALLEL_MIN_WORK", 0 if parallel else 1 << 62)
+    monkeypatch.setattr(dispatch, "TUNED_MIN_WORK", 0)       # the tuned kernels, at this small size
     rng = np.random.default_rng(3)
     Q, K, V = rand(rng, (2, 50, 6), dtype), rand(rng, (2, 50, 6), dtype), rand(rng, (2, 50, 9), dtype)
     mask = make_mask(mask_kind, (2,), 50, 50, dtype)
@@ -303,15 +311,16 @@ def test_attention_refuses_bad_input_with_a_clear_message(args, message):
         at.attention(*args)
 
 
-@pytest.mark.parametrize("T", [3, 64])   # the one-call path for small inputs, and the kernels'
-def test_queries_times_scale_must_fit_on_every_path(T):
-    """The kernels scale the queries before the dot products: Q * scale beyond float32 is refused
-    (even where tiny keys would keep the scores themselves small), the same way at every size."""
+@pytest.mark.parametrize("T", [3, 64])
+def test_queries_times_scale_must_fit_on_every_track(backend, T):
+    """The tuned kernels scale the queries before the dot products: Q * scale beyond float32 is
+    refused (even where tiny keys would keep the scores themselves small), the same way on every
+    track and at every size."""
     Q = np.full((T, 2), 1e30, np.float32)
     K = np.full((T, 2), 1e-30, np.float32)
     with pytest.raises(ValueError, match="too large"):
-        at.attention(Q, K, K, scale=1e10, backend="cpu")
-    out, A = at.attention(Q, K, K, scale=1e5, backend="cpu")   # Q * scale = 1e35 fits
+        at.attention(Q, K, K, scale=1e10, backend=backend)
+    out, A = at.attention(Q, K, K, scale=1e5, backend=backend)   # Q * scale = 1e35 fits
     np.testing.assert_allclose(A.sum(-1), 1.0, rtol=1e-6)
 
 

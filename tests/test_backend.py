@@ -7,8 +7,9 @@ import pytest
 
 from core import attention as at
 from core import backend
-from core.kernels.tuned import cpu
+from core.kernels import dispatch
 from core.kernels import reference as ref
+from core.kernels.tuned import cpu
 
 
 @pytest.fixture
@@ -62,13 +63,6 @@ def test_describe_tells_a_person_what_runs():
         assert "simulator" in backend.describe("cuda")
 
 
-def test_kernels_module_for_each_backend():
-    from core.kernels.tuned import gpu
-    assert backend.kernels("cpu") is cpu
-    if backend.cuda_usable():
-        assert backend.kernels("cuda") is gpu
-
-
 def test_threading_layer_is_thread_safe():
     """Streamlit runs sessions in threads: the 'workqueue' layer would abort the process."""
     rng = np.random.default_rng(0)
@@ -81,7 +75,8 @@ def test_parallel_kernels_from_many_threads_at_once():
     """Eight threads call the parallel kernels together: every result is right, nothing crashes."""
     rng = np.random.default_rng(1)
     inputs = [tuple(rng.standard_normal((2, 4, 48, 16)) for _ in range(3)) for _ in range(8)]
-    assert 2 * 4 * 48 * 48 * 16 >= cpu.PARALLEL_MIN_WORK     # the parallel builds are the ones used
+    work = 2 * 4 * 48 * 48 * (16 + 16)
+    assert dispatch.kernels_for("cpu", work) is cpu and work >= cpu.PARALLEL_MIN_WORK   # tuned, parallel builds
     expected = [ref.attention(*qkv)[0] for qkv in inputs]
     results, errors = [None] * 8, []
     start = threading.Barrier(8)

@@ -25,13 +25,14 @@ CHILD = r"""
 import json, os
 import numpy as np
 import core                      # chooses the cache folder before Numba is imported
-from core import attention, positional
-from core.kernels.tuned import cpu
+from core import attention, positional, validate
+from core.kernels import cpu
 X = np.random.default_rng(0).normal(size=(6, 4))
-attention.attention(X, X, X)                           # weights kernel (serial build)
-attention.attention(X, X, X, return_weights=False)     # fused kernel (serial build)
+attention.attention(X, X, X, backend="cpu")            # lesson kernels: scores, mask, softmax, weighted sum
+attention.attention(X, X, X, return_weights=False, backend="cpu")     # the fused lesson kernel
 positional.sinusoidal(8, 6, backend="cpu")
-used = [k for k in cpu.KERNELS.values() if k.signatures]
+compiled = {k for ks in cpu.KERNELS.values() for k in ks} | {validate._scan}
+used = [k for k in compiled if k.signatures]
 print(json.dumps({
     "cache_dir": os.environ.get("NUMBA_CACHE_DIR"),
     "threading_layer": os.environ.get("NUMBA_THREADING_LAYER"),

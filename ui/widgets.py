@@ -10,6 +10,9 @@ import pandas as pd
 import streamlit as st
 
 from core import backend as core_backend
+from core import validate
+from core.kernels import dispatch
+from core.kernels.dispatch import recording  # noqa: F401  (pages wrap their computation in it)
 from core.validate import parse_matrix
 
 BACKEND_KEY = "backend_choice"      # "auto" | "cpu" | "cuda", set in the sidebar by app.py
@@ -27,23 +30,27 @@ def chosen_dtype():
     return np.float32 if st.session_state.get(PRECISION_KEY) == "float32" else np.float64
 
 
-@st.cache_resource(show_spinner="Compiling the kernels for this backend and precision (once per server)…")
-def _kernels_ready(backend_name: str, dtype_name: str) -> bool:
-    core_backend.kernels(backend_name).warm_up(np.dtype(dtype_name))
+@st.cache_resource(show_spinner="Compiling this page's kernels (once per server)…")
+def _kernels_ready(backend_name: str, dtype_name: str, operations: tuple[str, ...]) -> bool:
+    validate.warm_up(dtype_name)
+    dispatch.warm_up(backend_name, dtype_name, operations)
     return True
 
 
-def ensure_kernels() -> None:
-    """Compile (or load from the disk cache) the kernels a page is about to use, behind a spinner.
+def ensure_kernels(*operations: str) -> None:
+    """Compile (or load from the disk cache) the kernels of ``operations`` (driver names such as
+    ``"attention_with_weights"``) for the sidebar's backend and precision, behind a spinner.
 
-    Numba compiles on first call; doing it here, once per process, keeps that cost off the redraws.
+    Only the lesson kernels of those operations, the ones a page's inputs run: Numba compiles on
+    first call, so doing it here, once per process, keeps that cost off the redraws, and leaving
+    every other kernel alone keeps a cold first page quick.
     """
     try:
         name = core_backend.resolve(chosen_backend())
     except ValueError as err:   # e.g. CUDA chosen in the sidebar on a machine without a GPU
         st.error(f"{err} Choose another backend in the sidebar.")
         st.stop()
-    _kernels_ready(name, np.dtype(chosen_dtype()).name)
+    _kernels_ready(name, np.dtype(chosen_dtype()).name, operations)
 
 
 def timed(fn: Callable, *args, **kwargs):
@@ -53,18 +60,27 @@ def timed(fn: Callable, *args, **kwargs):
     return result, time.perf_counter() - start
 
 
-def kernel_source(operations: Sequence[str], seconds: float | None = None) -> None:
-    """An expander with the Python source of the kernels that produced the numbers on the page."""
-    name = core_backend.resolve(chosen_backend())
-    module = core_backend.kernels(name)
-    label = "Kernel source" + (f" — {seconds * 1e3:.2f} ms on {core_backend.describe(name)}" if seconds is not None else "")
-    with st.expander(label):
-        for op in operations:
-            driver = getattr(module, op)
-            kernel = module.KERNELS[op]
-            st.markdown(f"**`{module.__name__}.{op}`** — host driver, then the kernel it launches")
-            st.code(inspect.getsource(driver), language="python")
-            st.code(inspect.getsource(getattr(kernel, "py_func", kernel)), language="python")
+def kernel_source(ran: dispatch.Record) -> None:
+    """An expander with the source of every function that computed the page's numbers.
+
+    ``ran`` is what ``with recording() as ran:`` collected around the page's computation: each
+    driver call (its module and the seconds it took), then its host code and the kernels it
+    launched, each function shown once.
+    """
+    if not ran:
+        return
+    device = ran[0].device
+    where = core_backend.describe(device)
+    with st.expander(f"Kernel source — {ran.seconds * 1e3:.2f} ms on {where}"):
+        shown = set()
+        for call in ran:
+            new = [fn for fn in call.host + call.kernels if fn.__code__ not in shown]
+            what = "the host driver, then the kernels it launches" if new else "the functions shown above"
+            st.markdown(f"**`{call.module}.{call.operation}`** — {call.track} kernels, "
+                        f"{call.seconds * 1e3:.3f} ms: {what}")
+            for fn in new:
+                shown.add(fn.__code__)
+                st.code(inspect.getsource(fn), language="python")
 
 
 def matrix_editor(key: str, default: np.ndarray, row_labels: Sequence[str], col_labels: Sequence[str],

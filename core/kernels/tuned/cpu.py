@@ -17,13 +17,11 @@ import types
 
 import numpy as np
 from numba import njit, prange
-from numba.extending import overload
 
 from core.kernels.tuned import simd
 from core.kernels.tuned.borrow import borrowed
 from core.kernels.tuned.fastexp import fast_exp
-from core.kernels.tuned.floatbits import max_abs_bits, max_of
-from core.validate import mask_values_ok
+from core.kernels.tuned.floatbits import max_of
 
 # Reassociation lets LLVM vectorise the dot products; no flag here touches inf/NaN semantics,
 # which the -inf masks rely on (so no 'nnan', 'ninf' or plain fastmath=True).
@@ -321,13 +319,6 @@ def _scores_rows(Q, K, mask, scale, S, Kt, block):
                      np.empty((4, Q.shape[3]), Q.dtype), np.empty((4, Kt.shape[3]), Q.dtype))
 
 
-def _softmax_rows(S, A):
-    B, H, Tq, Tk = S.shape
-    for r in prange(B * H * Tq):
-        b, h, i = r // (H * Tq), (r // Tq) % H, r % Tq
-        _softmax_into(S[b, h, i], A[b, h, i])
-
-
 @njit(**_jit)
 def _weights_unit(Q, Kt, Vp, mask, scale, b, h, i0, i1, A, out, Qs, S4, O4):
     """Rows ``i0..i1`` of ``A = softmax(Q K^T * scale + M)``, four queries at a time (see
@@ -352,18 +343,6 @@ def _weights_unit(Q, Kt, Vp, mask, scale, b, h, i0, i1, A, out, Qs, S4, O4):
                                A[b, h, min(i + 3, last)], Vp[b, h], 0, lo, hi, O4[0], O4[1], O4[2], O4[3])
             for r in range(n):
                 _copy(O4[r], out[b, h, i + r], dv)
-
-
-def _weights_rows(Q, K, mask, scale, A, Kt, block):
-    B, H, Tq = A.shape[0], A.shape[1], A.shape[2]
-    n_blocks = (Tq + block - 1) // block
-    for u in prange(B * H):
-        _transpose_keys(K, Kt, u // H, u % H)
-    for u in prange(B * H * n_blocks):
-        b, h, i0, i1 = _unit(u, H, n_blocks, Tq, block)
-        _weights_unit(Q, Kt, np.empty((0, 0, 0, 0), Q.dtype), mask, scale, b, h, i0, i1, A, A,
-                      np.empty((4, Q.shape[3]), Q.dtype), np.empty((4, Kt.shape[3]), Q.dtype),
-                      np.empty((4, 0), Q.dtype))
 
 
 def _attention_rows(Q, K, V, mask, scale, A, out, Kt, Vp, block):
@@ -526,8 +505,6 @@ def _build(fn):
 
 
 _scores_kernel = _build(_scores_rows)
-_softmax_kernel = _build(_softmax_rows)
-_weights_kernel = _build(_weights_rows)
 _weighted_sum_kernel = _build(_weighted_sum_rows)
 _attention_kernel = _build(_attention_rows)
 _fused_kernel = _build(_fused_blocks)
@@ -538,8 +515,7 @@ _sinusoid_kernel = _build(_sinusoid_rows)
 
 # Which kernel body each driver launches (its Python source is shown on the pages).
 KERNELS = {
-    "scaled_scores": _scores_kernel[0], "softmax_rows": _softmax_kernel[0],
-    "attention_weights": _weights_kernel[0], "weighted_sum": _weighted_sum_kernel[0],
+    "scaled_scores": _scores_kernel[0], "weighted_sum": _weighted_sum_kernel[0],
     "attention_with_weights": _attention_kernel[0], "fused_attention": _fused_kernel[0],
     "project_heads": _project_kernel[0], "merge_heads_project": _merge_project_kernel[0],
     "sinusoidal": _sinusoid_kernel[0],
@@ -572,21 +548,6 @@ def scaled_scores(Q, K, mask, scale):
     S = np.empty((B, H, Tq, K.shape[2]), dtype=Q.dtype)
     _pick(_scores_kernel, S.size * dk)(Q, K, mask, Q.dtype.type(scale), S, _keys_layout(K), QUERY_BLOCK)
     return S
-
-
-def softmax_rows(S):
-    """Row-wise softmax over the last axis; all -inf rows give zeros."""
-    A = np.empty_like(S)
-    _pick(_softmax_kernel, S.size * 8)(S, A)
-    return A
-
-
-def attention_weights(Q, K, mask, scale):
-    """``A = softmax(Q K^T * scale + M)`` -> (B, H, Tq, Tk)."""
-    B, H, Tq, dk = Q.shape
-    A = np.empty((B, H, Tq, K.shape[2]), dtype=Q.dtype)
-    _pick(_weights_kernel, A.size * (dk + 8))(Q, K, mask, Q.dtype.type(scale), A, _keys_layout(K), QUERY_BLOCK)
-    return A
 
 
 def weighted_sum(A, V):
@@ -654,147 +615,9 @@ def warm_up(dtype, builds=(0,)) -> None:
     for build in builds:
         Kt, Vp = _keys_layout(X4), _values_layout(X4)
         _scores_kernel[build](X4, X4, mask, scale, X4.copy(), Kt, QUERY_BLOCK)
-        _softmax_kernel[build](X4, X4.copy())
-        _weights_kernel[build](X4, X4, mask, scale, X4.copy(), Kt, QUERY_BLOCK)
         _weighted_sum_kernel[build](X4, X4, X4.copy(), Vp, QUERY_BLOCK)
         _attention_kernel[build](X4, X4, X4, mask, scale, X4.copy(), X4.copy(), Kt, Vp, QUERY_BLOCK)
         _fused_kernel[build](X4, X4, X4, mask, scale, X4.copy(), Kt, Vp, QUERY_BLOCK, KEY_TILE)
         _project_kernel[build](X3, W, b, X4.copy())
         _merge_project_kernel[build](X4, W, b, X3.copy())
         _sinusoid_kernel[build](scale, W.copy())
-    X2 = np.ones((2, 2), dtype)                         # the lesson pages' (T, d) inputs
-    small_attention(X2, X2, X2, mask, math.nan, 1.0, PARALLEL_MIN_WORK)
-
-
-# --- one-call entry for small inputs -------------------------------------------------------
-# At the lesson pages' sizes (a few heads of six tokens) the Python around a kernel (checks,
-# reshapes, allocations, dispatching eight arguments) costs more than the arithmetic. This entry
-# takes the inputs as the user gave them (C-contiguous ndarrays of one float dtype, 2-D to 4-D),
-# checks them and computes in one compiled call. It returns a status instead of raising: on any
-# non-zero status the caller runs the ordinary path, which raises the precise message (or, for
-# SMALL_TOO_BIG, computes with the big kernels). It calls no other kernel, so loading it from the
-# on-disk cache loads everything it needs.
-
-SMALL_OK, SMALL_REFUSED, SMALL_TOO_BIG = 0, 1, 2
-# Up to this much work (as PARALLEL_MIN_WORK counts it) the simple loops below, whose fixed cost
-# is several microseconds lower, beat the transposed, unrolled kernels (measured: they win at
-# (H, T, d) = (8, 8, 16), work 20k, and lose at (8, 16, 8), work 49k).
-SMALL_MAX_WORK = 1 << 15
-
-
-def _view_4d(x):
-    """``x`` with ones prepended to four axes (as ``core.attention._as_4d``), inside kernels."""
-    return x.reshape((1,) * (4 - x.ndim) + x.shape)
-
-
-@overload(_view_4d)
-def _view_4d_overload(x):
-    if x.ndim == 4:
-        return lambda x: x
-    if x.ndim == 3:
-        return lambda x: x.reshape((1, x.shape[0], x.shape[1], x.shape[2]))
-    if x.ndim == 2:
-        return lambda x: x.reshape((1, 1, x.shape[0], x.shape[1]))
-    if x.ndim == 1:
-        return lambda x: x.reshape((1, 1, 1, x.shape[0]))
-    if x.ndim == 0:
-        return lambda x: x.reshape((1, 1, 1, 1))
-    return None
-
-
-def _view_like(x4, ref):
-    """4-D ``x4`` with its leading axes dropped to ``ref.ndim`` axes, inside kernels."""
-    return x4.reshape(x4.shape[4 - ref.ndim:])
-
-
-@overload(_view_like)
-def _view_like_overload(x4, ref):
-    if ref.ndim == 4:
-        return lambda x4, ref: x4
-    if ref.ndim == 3:
-        return lambda x4, ref: x4.reshape((x4.shape[1], x4.shape[2], x4.shape[3]))
-    if ref.ndim == 2:
-        return lambda x4, ref: x4.reshape((x4.shape[2], x4.shape[3]))
-    return None
-
-
-@njit(inline="always", **_jit)
-def _small_rows(Q, K, V, mask, scale, A, out):
-    """``A = softmax(Q K^T * scale + M)``, ``out = A V`` with plain loops and no scratch arrays:
-    for a handful of keys the key transpose and four-way unrolling of the big kernel cost more
-    than they save. Q (B, H, Tq, d_k), K (B, H, Tk, d_k), V (B, H, Tk, d_v), A (B, H, Tq, Tk)."""
-    B, H, Tq, dk = Q.shape
-    Tk, dv = K.shape[2], V.shape[3]
-    for b in range(B):
-        for h in range(H):
-            for i in range(Tq):
-                q, row, o = Q[b, h, i], A[b, h, i], out[b, h, i]
-                m = _mask_row(mask, b, h, i)
-                top = -np.inf
-                for j in range(Tk):
-                    k = K[b, h, j]
-                    s = row.dtype.type(0)
-                    for d in range(dk):
-                        s += q[d] * k[d]
-                    s = s * scale + (m[j] if m.shape[0] > 1 else m[0])
-                    row[j] = s
-                    if s > top:
-                        top = s
-                for d in range(dv):
-                    o[d] = 0.0
-                if top == -np.inf:               # nothing allowed: zero weights, zero output
-                    for j in range(Tk):
-                        row[j] = 0.0
-                    continue
-                total = row.dtype.type(0)
-                for j in range(Tk):
-                    e = fast_exp(row[j] - top)   # exactly 0 for masked keys
-                    row[j] = e
-                    total += e
-                inv = row.dtype.type(1) / total
-                for j in range(Tk):
-                    w = row[j] * inv
-                    row[j] = w
-                    v = V[b, h, j]
-                    for d in range(dv):
-                        o[d] += w * v[d]
-
-
-@njit(cache=True, fastmath=FASTMATH)
-def small_attention(Q, K, V, mask, scale, limit, min_work):
-    """Checks and attention with weights in one call: ``(status, out, A)``.
-
-    ``Q, K, V`` as the user gave them (same ndim, 2-D to 4-D, one float dtype, C-contiguous);
-    ``mask`` an additive mask of their dtype, 0-D to 4-D; ``scale`` NaN for the default
-    ``1/sqrt(d_k)``; ``limit`` the largest score allowed (see ``_check_scores_fit``). Only when
-    status is ``SMALL_OK`` are ``out`` and ``A`` the results.
-    """
-    Q4, K4, V4, M4 = _view_4d(Q), _view_4d(K), _view_4d(V), _view_4d(mask)
-    B, H, Tq, dk = Q4.shape
-    Tk, dv = K4.shape[2], V4.shape[3]
-    status = SMALL_REFUSED
-    # shapes: nothing empty, shared batch/head axes, d_k and key counts that agree
-    ok = Q.size > 0 and K.size > 0 and V.size > 0 and K4.shape[3] == dk and V4.shape[2] == Tk
-    for a in range(2):
-        ok = ok and K4.shape[a] == Q4.shape[a] and V4.shape[a] == Q4.shape[a]
-    # the mask broadcasts to (B, H, Tq, Tk): each axis is 1 or the scores' own
-    for a, n in enumerate((B, H, Tq, Tk)):
-        ok = ok and (M4.shape[a] == 1 or M4.shape[a] == n)
-    work = B * H * Tq * Tk * (dk + dv + 8)
-    if ok and (work > SMALL_MAX_WORK or work >= min_work):
-        status = SMALL_TOO_BIG
-    elif ok:
-        s64 = 1.0 / math.sqrt(dk) if scale != scale else scale
-        pq, pk, pv = max_abs_bits(Q.ravel()), max_abs_bits(K.ravel()), max_abs_bits(V.ravel())
-        ok = (math.isfinite(pq) and math.isfinite(pk) and math.isfinite(pv)
-              and pq * abs(s64) * max(pk * dk, 1.0) <= limit and mask_values_ok(M4.ravel()))
-        if ok:
-            A4 = np.empty((B, H, Tq, Tk), dtype=Q.dtype)
-            out4 = np.empty((B, H, Tq, dv), dtype=Q.dtype)
-            _small_rows(Q4, K4, V4, M4, Q.dtype.type(s64), A4, out4)
-            return SMALL_OK, _view_like(out4, Q), _view_like(A4, Q)
-    nothing = np.empty((0, 0, 0, 0), dtype=Q.dtype)    # refused: no results to allocate
-    return status, _view_like(nothing, Q), _view_like(nothing, Q)
-
-
-KERNELS["small_attention"] = small_attention

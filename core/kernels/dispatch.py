@@ -1,0 +1,194 @@
+"""Which kernels run a call, and a record of the functions that ran.
+
+Three kernel modules share one host-driver interface (see ``core/kernels/__init__.py``):
+
+- ``core.kernels.cpu``: the lesson kernels, one readable loop nest per operation;
+- ``core.kernels.tuned.cpu``: the same operations as register-tiled SIMD kernels, for large inputs;
+- ``core.kernels.gpu``: the lesson kernels for CUDA.
+
+:func:`kernels_for` picks one for a call; :func:`run` calls a driver of the one picked. Inside
+``with recording() as ran:``, every call also leaves behind what ran (the host driver, the
+kernels it launched, the module, the seconds it took), so a page can show exactly the code behind
+its numbers. The record lives in a context variable: each thread (each Streamlit session runs in
+its own) sees only its own calls.
+"""
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import functools
+import importlib
+import time
+import types
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+import numpy as np
+
+from core import backend as _backend
+
+LESSON_CPU, TUNED_CPU, LESSON_GPU = "core.kernels.cpu", "core.kernels.tuned.cpu", "core.kernels.gpu"
+
+# Work counts multiply-adds: B*H*Tq*Tk*(d_k + d_v) for attention, B*T*d_in*d_out for a
+# projection, T*d_model for positions (see core/attention.py). Measured at float32 on 2 cores,
+# the tuned kernels overtake the lesson ones at about 2-5k (H=4, T=6..8, d=4..8: 3 us against
+# 5 us at 16k), so the threshold is where it is for another reason: every lesson page runs, and
+# shows, the lesson kernels at any size its widgets allow. The largest are multi-head attention
+# with 8 heads of 16 tokens (49k), and the positional page's 512 x 512 code (262k); there the
+# lesson kernels take 0.1 ms and 5 ms, against 0.03 ms and 3 ms tuned. The benchmark sizes
+# (T >= 64: a million and more) run the tuned kernels.
+TUNED_MIN_WORK = 1 << 19
+
+
+def kernels_for(backend: str | None, work: int) -> types.ModuleType:
+    """The kernel module for one call: on CUDA the lesson GPU kernels; on the CPU the lesson
+    kernels below ``TUNED_MIN_WORK`` multiply-adds, the tuned ones from there on."""
+    if _backend.resolve(backend) == "cuda":
+        return _module(LESSON_GPU)
+    return _module(LESSON_CPU if work < TUNED_MIN_WORK else TUNED_CPU)
+
+
+@functools.lru_cache(maxsize=None)
+def _module(name: str) -> types.ModuleType:
+    """Imported on first use: a lesson page never imports (or compiles) the tuned kernels."""
+    return importlib.import_module(name)
+
+
+# --- the record of what ran ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class KernelCall:
+    """One call of a host driver: what ran, where, and how long it took."""
+
+    operation: str                       # the driver's name, e.g. "attention_with_weights"
+    module: str                          # e.g. "core.kernels.cpu"
+    track: str                           # "lesson" or "tuned"
+    device: str                          # "cpu" or "cuda"
+    host: tuple[Callable, ...]           # the driver, then the host functions it calls
+    kernels: tuple[Callable, ...]        # the compiled functions it launches, as Python source
+    seconds: float
+
+
+class Record(list):
+    """The :class:`KernelCall` s made inside one ``with recording()`` block, in order."""
+
+    @property
+    def seconds(self) -> float:
+        return sum(call.seconds for call in self)
+
+    def functions(self) -> list[Callable]:
+        """Every function that ran, each once, in the order first run: hosts, then kernels, per call."""
+        seen: dict = {}
+        for call in self:
+            for fn in call.host + call.kernels:
+                seen.setdefault(fn.__code__, fn)
+        return list(seen.values())
+
+
+_record: contextvars.ContextVar[Record | None] = contextvars.ContextVar("kernel_record", default=None)
+
+
+@contextlib.contextmanager
+def recording() -> Iterator[Record]:
+    """``with recording() as ran:`` collects every driver call made by this thread (or task)
+    inside the block into ``ran``; a block nested in another fills both."""
+    outer = _record.get()
+    ran = Record()
+    token = _record.set(ran)
+    try:
+        yield ran
+    finally:
+        _record.reset(token)
+        if outer is not None:
+            outer.extend(ran)
+
+
+def run(backend: str | None, work: int, operation: str, *args):
+    """``operation(*args)`` on the kernels :func:`kernels_for` picks for ``backend`` and ``work``;
+    inside :func:`recording`, also notes what ran and how long it took."""
+    kernels = kernels_for(backend, work)
+    driver = getattr(kernels, operation)
+    ran = _record.get()
+    if ran is None:
+        return driver(*args)
+    start = time.perf_counter()
+    result = driver(*args)
+    seconds = time.perf_counter() - start
+    host, launched = functions_of(driver)
+    name = kernels.__name__
+    ran.append(KernelCall(operation, name, "tuned" if name == TUNED_CPU else "lesson",
+                          "cuda" if name == LESSON_GPU else "cpu", host, launched, seconds))
+    return result
+
+
+@functools.lru_cache(maxsize=None)
+def functions_of(driver: Callable) -> tuple[tuple[Callable, ...], tuple[Callable, ...]]:
+    """``(host, kernels)``: the Python functions a host driver runs, read from its code.
+
+    Every global name the code uses is looked up where the code was written: a function of the
+    driver's own module is host code (another driver, a helper); a compiled function (``@njit``,
+    ``@cuda.jit``, a pair of builds, a cached kernel factory) is a kernel. Each is followed into
+    its own code, so helpers a kernel calls are found too. Kernels appear as their Python source
+    function (``py_func``); builds of one source appear once.
+    """
+    host: dict = {}
+    kernels: dict = {}
+
+    def visit(fn, is_kernel: bool) -> None:
+        found = kernels if is_kernel else host
+        if fn.__code__ in host or fn.__code__ in kernels:
+            return
+        found[fn.__code__] = fn
+        for name in _global_names(fn.__code__):
+            obj = fn.__globals__.get(name)
+            for item in obj if isinstance(obj, tuple) else (obj,):
+                source = _kernel_source(item)
+                if source is not None:
+                    visit(source, True)
+                elif (not is_kernel and isinstance(item, types.FunctionType)
+                      and item.__module__ == driver.__module__):
+                    visit(item, False)
+
+    visit(driver, False)
+    return tuple(host.values()), tuple(kernels.values())
+
+
+def _global_names(code: types.CodeType) -> list[str]:
+    """The global (and attribute) names a code object uses, nested functions' included."""
+    names = list(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names += _global_names(const)
+    return names
+
+
+def _kernel_source(obj) -> types.FunctionType | None:
+    """The Python function a compiled kernel was built from (None for anything else)."""
+    if isinstance(getattr(obj, "py_func", None), types.FunctionType):      # @njit, @cuda.jit
+        return obj.py_func
+    if isinstance(getattr(obj, "__wrapped__", None), types.FunctionType):  # a cached kernel factory
+        return obj.__wrapped__
+    return None
+
+
+# --- compiling ahead of a page ---------------------------------------------------------------
+
+
+def _tiny_inputs(operation: str, dtype) -> tuple:
+    """Arguments of the smallest call of a driver (the types every later call has)."""
+    X4 = np.ones((1, 1, 2, 2), dtype)                      # Q, K, V, weights, head outputs
+    mask = np.zeros((1, 1, 1, 1), dtype)
+    X3, W, b = np.ones((1, 2, 2), dtype), np.ones((2, 2), dtype), np.zeros(2, dtype)
+    return {"scaled_scores": (X4, X4, mask, 1.0), "attention_with_weights": (X4, X4, X4, mask, 1.0),
+            "fused_attention": (X4, X4, X4, mask, 1.0), "weighted_sum": (X4, X4),
+            "project_heads": (X3, W, b, 1), "merge_heads_project": (X4, W, b),
+            "sinusoidal": (2, 2, 10000.0, np.dtype(dtype))}[operation]
+
+
+def warm_up(backend: str | None, dtype, operations) -> None:
+    """Compile (or load from the disk cache) the kernels of ``operations`` that inputs of a lesson
+    page's size run (the lesson kernels), for one dtype; nothing else."""
+    kernels = kernels_for(backend, 0)
+    for operation in operations:
+        getattr(kernels, operation)(*_tiny_inputs(operation, dtype))
