@@ -226,7 +226,7 @@ def _check_pair(cfg: DecoderConfig, tgt, src):
         return tgt, None, single
     if src is None:
         raise ValueError("This encoder-decoder needs a source sequence (src).")
-    if np.ndim(src) != np.ndim(tgt):
+    if (np.ndim(src) == 1) != single:
         raise ValueError("Give the source and the target both as one sequence or both as a batch.")
     src = check_tokens(src, cfg.src_vocab_size, cfg.src_len, "The source")
     if src.shape[0] != tgt.shape[0]:
