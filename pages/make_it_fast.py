@@ -25,10 +25,10 @@ key = lambda name: state.key(PAGE, name)  # noqa: E731
 RESULTS = key("results")   # the last measurement: its settings and rows, so a plain rerun keeps it
 
 
-@st.cache_resource(show_spinner="Compiling the lesson and tuned kernels (once per server; up to a minute "
-                                "when nothing is cached yet)…")
-def _kernels_compiled() -> bool:
-    speed.warm_up()
+@st.cache_resource(show_spinner="Compiling the lesson and tuned kernels for this operation (once per server; "
+                                "a minute or more when nothing is cached yet)…")
+def _kernels_compiled(operation: str) -> bool:
+    speed.warm_up([operation])
     return True
 
 
@@ -64,7 +64,7 @@ if lengths is not None:
     settings = (lengths, n_heads, d_k, operation)
     again = st.button("Measure again", help="The machine's speed drifts; a second run shows by how much.")
     if again or st.session_state.get(RESULTS, {}).get("settings") != settings:
-        _kernels_compiled()
+        _kernels_compiled(operation)
         bar = st.progress(0.0, text="Timing…")
         rows = speed.measure(lengths, n_heads, d_k, operation,
                              progress=lambda fraction, text: bar.progress(fraction, text=f"Timing {text}…"))

@@ -193,3 +193,16 @@ def test_every_trick_shows_the_functions_it_names(trick):
     for (module, name), (qualified, source) in zip(speed.TRICKS[trick], sources):
         assert qualified == f"{module.__name__}.{name}"
         assert f"def {name}(" in source, f"{qualified} shows some other code"
+
+
+def test_warm_up_compiles_both_builds_of_the_tuned_kernel_it_will_time():
+    """Timing starts after the compile: the serial build (small T) and the parallel one (large T)."""
+    from numba import float32
+
+    from core.kernels import cpu as lesson_cpu
+    from core.kernels.tuned import cpu as tuned_cpu
+
+    speed.warm_up([speed.OPERATIONS[1]])
+    for build in tuned_cpu._fused_kernel:                     # (serial, parallel)
+        assert any(sig[0] == float32[:, :, :, ::1] for sig in build.signatures), build
+    assert lesson_cpu.fused_attention_kernel.signatures

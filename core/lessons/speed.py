@@ -191,13 +191,16 @@ def kernel_call(kernel: str, operation: str, Q, K, V) -> Callable[[], object]:
     return lambda: driver(Q, K, V, _NO_MASK, scale)
 
 
-def warm_up() -> None:
-    """Compile (or load from the disk cache) the drivers this page times, for float32: the lesson
-    kernels, and the tuned kernels' serial and parallel builds (a small and a large input)."""
+def warm_up(operations: Sequence[str] = OPERATIONS) -> None:
+    """Compile (or load from the disk cache) the drivers that time ``operations`` in float32: the
+    lesson kernels, and the tuned kernels' serial and parallel builds (a small and a large input).
+
+    Done before timing, so that no time measured includes a compile.
+    """
     for T in (6, 128):                  # 4 x 128 x 128 x 136 multiply-adds: the parallel build
         Q, K, V = attention_inputs(4, T, 64)
         for kernel in ("lesson", "tuned"):
-            for operation in OPERATIONS:
+            for operation in operations:
                 kernel_call(kernel, operation, Q, K, V)()
 
 
