@@ -4,6 +4,7 @@ Sections: attention, training, pages, coldstart. Each prints ratios measured sid
 run; copy the output into ``bench/RESULTS.md`` together with the machine it ran on.
 """
 import importlib
+import os
 import platform
 import sys
 
@@ -22,7 +23,9 @@ def main(argv: list[str]) -> None:
           f"{platform.machine()}, {numba.config.NUMBA_NUM_THREADS} CPU threads available\n")
     for name in chosen:
         importlib.import_module(f"bench.{name}").main()
-        print()
+        # Other work on the machine slows every figure: say how busy it was.
+        print(f"\n(load average after this section: {', '.join(f'{x:.2f}' for x in os.getloadavg())} "
+              f"over 1, 5, 15 minutes)\n")
 
 
 if __name__ == "__main__":

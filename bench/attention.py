@@ -1,11 +1,22 @@
 """Attention speed and memory, measured side by side in one run.
 
-Compares, at float32 and with Python dispatch included:
-- ours: ``core.attention.attention`` on the CPU backend (weights returned, and fused without weights);
-- NumPy as a user would write it: ``softmax(Q @ K^T / sqrt(d_k)) @ V`` with BLAS matmuls;
-- PyTorch's ``scaled_dot_product_attention``, only when torch happens to be installed.
+Compares, at float32, batch 1, with Python dispatch included:
 
-Run: ``python -m bench.attention`` (or ``python -m bench``).
+- ours: ``core.attention.attention`` on the CPU backend, **with weights** and **without weights**
+  (``return_weights=False``: the fused online-softmax kernel), each reported on its own;
+- NumPy as a user would write it: ``softmax(Q @ K^T / sqrt(d_k)) @ V`` with BLAS matmuls;
+- PyTorch's ``scaled_dot_product_attention``, when torch is installed (it returns no weights).
+
+The baselines run in processes of their own, alternating with ours over a few rounds:
+
+- NumPy's with ``OPENBLAS_CORETYPE`` and ``OPENBLAS_L2_SIZE`` removed from its environment, so that
+  OpenBLAS runs the kernel it picks for this CPU (either variable forces an older, slower one). That
+  process reports the BLAS kernel that ran (threadpoolctl's ``architecture``) and measures the
+  machine's sgemm ceiling, which the table's GFLOP/s are set against;
+- PyTorch's, because two OpenMP runtimes in one process (Numba's and PyTorch's) spin-wait against
+  each other on a small machine, which would time the contention rather than either library.
+
+Run: ``python -m bench.attention`` (or ``python -m bench attention``).
 """
 from __future__ import annotations
 
@@ -22,8 +33,16 @@ import numpy as np
 
 from core import attention as at
 from core import masks
+from core.kernels import dispatch
+from core.lessons.speed import attention_flops
 
-SIZES = [(4, 6, 2), (8, 64, 16), (8, 128, 32), (8, 512, 64)]   # (H, T, d_k); batch 1
+SIZES = [(4, 6, 2), (8, 64, 16), (8, 128, 32), (8, 512, 64)]   # (H, T, d_k); batch 1; the first is the lesson's
+ROUNDS = 3
+SGEMM_N = 2048
+# Environment variables that pin OpenBLAS to a kernel other than the one it would pick.
+BLAS_OVERRIDES = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
+# Targets: ours against PyTorch's SDPA (time ratio SDPA / ours), with weights and without.
+TARGETS = {(4, 6, 2): 1.0, (8, 64, 16): 1.5, (8, 128, 32): 1.5, (8, 512, 64): 1.5}
 
 
 def numpy_attention(Q, K, V, mask=None):
@@ -45,6 +64,44 @@ def median_seconds(fn, budget: float = 0.4, repeats: int = 9) -> float:
     return float(np.median(runs)) / number
 
 
+def sgemm_gflops(n: int = SGEMM_N, repeats: int = 5) -> float:
+    """GFLOP/s of the best of ``repeats`` ``(n, n) @ (n, n)`` float32 products (``2 n^3`` flops)."""
+    rng = np.random.default_rng(0)
+    A, B = (rng.standard_normal((n, n)).astype(np.float32) for _ in range(2))
+    A @ B
+    return 2 * n ** 3 / min(timeit.repeat(lambda: A @ B, number=1, repeat=repeats)) / 1e9
+
+
+def blas_info() -> dict | None:
+    """NumPy's BLAS as threadpoolctl reports it (None without threadpoolctl)."""
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return None
+    found = [{k: info.get(k) for k in ("internal_api", "version", "architecture", "num_threads")}
+             for info in threadpool_info() if info.get("user_api") == "blas"]
+    return found[0] if found else None
+
+
+def _key(H, T, d_k, causal) -> str:
+    return f"{H},{T},{d_k},{causal}"
+
+
+_NUMPY_PROBE = textwrap.dedent("""
+    import json, sys
+    import numpy as np
+    from bench.attention import SIZES, blas_info, median_seconds, numpy_attention, sgemm_gflops
+    result = {"blas": blas_info(), "sgemm_gflops": sgemm_gflops(), "times": {}}
+    if sys.argv[1] == "attention":
+        rng = np.random.default_rng(0)
+        for H, T, d_k in SIZES:
+            Q, K, V = (rng.standard_normal((1, H, T, d_k)).astype(np.float32) for _ in range(3))
+            for causal in (False, True):
+                mask = np.triu(np.full((T, T), -np.inf, np.float32), 1) if causal else None
+                result["times"][f"{H},{T},{d_k},{causal}"] = median_seconds(lambda: numpy_attention(Q, K, V, mask))
+    print(json.dumps(result))
+""")
+
 _TORCH_PROBE = textwrap.dedent("""
     import json, sys
     import numpy as np
@@ -52,77 +109,145 @@ _TORCH_PROBE = textwrap.dedent("""
     from bench.attention import SIZES, median_seconds
     torch.set_num_threads(int(sys.argv[1]))
     rng = np.random.default_rng(0)
-    times = {{}}
+    times = {}
+    sdpa = torch.nn.functional.scaled_dot_product_attention
     with torch.inference_mode():
         for H, T, d_k in SIZES:
             Q, K, V = (torch.from_numpy(rng.standard_normal((1, H, T, d_k)).astype(np.float32)) for _ in range(3))
             for causal in (False, True):
-                sdpa = torch.nn.functional.scaled_dot_product_attention
-                times[f"{{H}},{{T}},{{d_k}},{{causal}}"] = median_seconds(lambda: sdpa(Q, K, V, is_causal=causal))
+                times[f"{H},{T},{d_k},{causal}"] = median_seconds(lambda: sdpa(Q, K, V, is_causal=causal))
     print(json.dumps(times))
 """)
 
 
-def torch_seconds() -> dict | None:
-    """PyTorch's SDPA timings, measured in a separate process in the same run (None without torch).
+def _baseline_env(keep_blas_overrides: bool = False) -> dict:
+    env = dict(os.environ, PYTHONPATH=os.getcwd())
+    if not keep_blas_overrides:
+        for name in BLAS_OVERRIDES:
+            env.pop(name, None)
+    return env
 
-    Separate because two OpenMP runtimes in one process (Numba's and PyTorch's) spin-wait against
-    each other on a small machine, which would time the contention rather than either library.
-    """
+
+def _run_probe(script: str, *args: str, keep_blas_overrides: bool = False):
+    result = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True,
+                            env=_baseline_env(keep_blas_overrides), timeout=900)
+    if result.returncode != 0:
+        raise RuntimeError(f"a baseline timing process failed: {result.stderr.strip()[-800:]}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def numpy_run() -> dict:
+    """NumPy's times, its BLAS and the sgemm ceiling, from a process without the BLAS overrides."""
+    return _run_probe(_NUMPY_PROBE, "attention")
+
+
+def torch_seconds() -> dict | None:
+    """PyTorch's SDPA timings from a process of its own (None without torch)."""
     try:
         import torch  # noqa: F401
     except ImportError:
         return None
-    env = dict(os.environ, PYTHONPATH=os.getcwd())
-    result = subprocess.run([sys.executable, "-c", _TORCH_PROBE.format(), str(numba.get_num_threads())],
-                            capture_output=True, text=True, env=env, timeout=600)
-    if result.returncode != 0:
-        raise RuntimeError(f"the PyTorch timing process failed: {result.stderr.strip()[-500:]}")
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    return _run_probe(_TORCH_PROBE, str(numba.get_num_threads()))
 
 
-ROUNDS = 3
+def _track(call) -> str:
+    """Which kernels ``call()`` ran ("lesson", "tuned"), as the dispatch records them."""
+    with dispatch.recording() as ran:
+        call()
+    return "+".join(dict.fromkeys(c.track for c in ran))
 
 
-def _ours_and_numpy_seconds() -> dict:
-    """``{(H, T, d_k, causal): (NumPy, ours with weights, ours fused)}`` in seconds."""
+def _ours_seconds() -> dict:
+    """``{key: (ours with weights, ours without weights, the kernels each ran)}``, seconds, through
+    the public API."""
     rng = np.random.default_rng(0)
     times = {}
     for H, T, d_k in SIZES:
         Q, K, V = (rng.standard_normal((1, H, T, d_k)).astype(np.float32) for _ in range(3))
         for causal in (False, True):
             mask = masks.causal(T, np.float32) if causal else None
-            times[H, T, d_k, causal] = (
-                median_seconds(lambda: numpy_attention(Q, K, V, mask)),
-                median_seconds(lambda: at.attention(Q, K, V, mask, backend="cpu")),
-                median_seconds(lambda: at.attention(Q, K, V, mask, backend="cpu", return_weights=False)))
+            weights = lambda: at.attention(Q, K, V, mask, backend="cpu")                         # noqa: E731
+            fused = lambda: at.attention(Q, K, V, mask, backend="cpu", return_weights=False)     # noqa: E731
+            times[_key(H, T, d_k, causal)] = (median_seconds(weights), median_seconds(fused),
+                                              f"{_track(weights)} / {_track(fused)}")
     return times
 
 
-def speed_table(rounds: int = ROUNDS) -> str:
-    """The table, from ``rounds`` alternating rounds of PyTorch's process and ours.
+def measure(rounds: int = ROUNDS) -> dict:
+    """Every time, from ``rounds`` alternating rounds of the baselines' processes and ours.
 
-    The machine's speed drifts over seconds on a shared host; alternating the two and keeping each
-    cell's fastest round compares them at their best moments rather than at different ones.
+    The machine's speed drifts over seconds on a shared host; alternating and keeping each cell's
+    fastest round compares the implementations at their best moments rather than at different ones.
     """
-    ours_rounds, torch_rounds = [], []
+    torch_rounds, numpy_rounds, ours_rounds = [], [], []
     for _ in range(rounds):
         torch_rounds.append(torch_seconds())
-        ours_rounds.append(_ours_and_numpy_seconds())
-    with_torch = torch_rounds[0] is not None
-    rows = ["| H | T | d_k | causal | NumPy µs | ours µs | ours fused µs | ours vs NumPy | "
-            + ("torch SDPA µs | ours vs torch |" if with_torch else ""),
-            "|---|---|---|---|---|---|---|---|" + ("---|---|" if with_torch else "")]
-    for key in ours_rounds[0]:
-        H, T, d_k, causal = key
-        t_np, t_ours, t_fused = (min(r[key][k] for r in ours_rounds) for k in range(3))
-        row = (f"| {H} | {T} | {d_k} | {'yes' if causal else 'no'} | {t_np * 1e6:.1f} | {t_ours * 1e6:.1f} "
-               f"| {t_fused * 1e6:.1f} | {t_np / t_ours:.2f}x |")
-        if with_torch:
-            t_torch = min(r[f"{H},{T},{d_k},{causal}"] for r in torch_rounds)
-            row += f" {t_torch * 1e6:.1f} | {t_torch / min(t_ours, t_fused):.2f}x |"
-        rows.append(row)
-    return "\n".join(rows)
+        numpy_rounds.append(numpy_run())
+        ours_rounds.append(_ours_seconds())
+    times = {}
+    for H, T, d_k in SIZES:
+        for causal in (False, True):
+            k = _key(H, T, d_k, causal)
+            times[k] = {"numpy": min(r["times"][k] for r in numpy_rounds),
+                        "weights": min(r[k][0] for r in ours_rounds),
+                        "fused": min(r[k][1] for r in ours_rounds),
+                        "ran": ours_rounds[0][k][2],
+                        "torch": min(r[k] for r in torch_rounds) if torch_rounds[0] is not None else None}
+    overridden = {name: os.environ[name] for name in BLAS_OVERRIDES if name in os.environ}
+    inherited = _run_probe(_NUMPY_PROBE, "sgemm", keep_blas_overrides=True) if overridden else None
+    return {"times": times, "blas": numpy_rounds[0]["blas"],
+            "sgemm_gflops": max(r["sgemm_gflops"] for r in numpy_rounds),
+            "overridden": overridden, "inherited": inherited}
+
+
+def _ratio(baseline, ours) -> str:
+    return f"{baseline / ours:.2f}x" if baseline is not None else "–"
+
+
+def speed_tables(run: dict) -> str:
+    """The time table (ratios: baseline time / ours, above 1 means ours is faster) and the GFLOP/s table."""
+    with_torch = next(iter(run["times"].values()))["torch"] is not None
+    lines = ["| H | T | d_k | causal | kernels that ran (weights / fused) | NumPy µs | ours µs (weights) "
+             "| ours µs (fused) | torch SDPA µs | weights vs SDPA | fused vs SDPA | weights vs NumPy | fused vs NumPy |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for key, t in run["times"].items():
+        H, T, d_k, causal = key.split(",")
+        torch_us = f"{t['torch'] * 1e6:.1f}" if with_torch else "–"
+        lines.append(f"| {H} | {T} | {d_k} | {'yes' if causal == 'True' else 'no'} | {t['ran']} "
+                     f"| {t['numpy'] * 1e6:.1f} | {t['weights'] * 1e6:.1f} | {t['fused'] * 1e6:.1f} | {torch_us} "
+                     f"| {_ratio(t['torch'], t['weights'])} | {_ratio(t['torch'], t['fused'])} "
+                     f"| {_ratio(t['numpy'], t['weights'])} | {_ratio(t['numpy'], t['fused'])} |")
+    ceiling = run["sgemm_gflops"]
+    lines += ["", f"GFLOP/s (dense count H·(2T²d_k + 2T²d_v), also for causal rows) against the sgemm "
+                  f"ceiling of {ceiling:.1f} GFLOP/s measured in the NumPy process:", "",
+              "| H | T | d_k | causal | NumPy | ours (weights) | ours (fused) | torch SDPA | best as % of sgemm |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    for key, t in run["times"].items():
+        H, T, d_k, causal = key.split(",")
+        flops = attention_flops(int(H), int(T), int(T), int(d_k))
+        rates = {name: flops / t[name] / 1e9 for name in ("numpy", "weights", "fused", "torch")
+                 if t[name] is not None}
+        torch_rate = f"{rates['torch']:.2f}" if with_torch else "–"
+        lines.append(f"| {H} | {T} | {d_k} | {'yes' if causal == 'True' else 'no'} | {rates['numpy']:.2f} "
+                     f"| {rates['weights']:.2f} | {rates['fused']:.2f} | {torch_rate} "
+                     f"| {100 * max(rates['weights'], rates['fused']) / ceiling:.1f}% |")
+    return "\n".join(lines)
+
+
+def target_table(run: dict) -> str | None:
+    """Each target against PyTorch, with weights and without, both mask settings; None without torch."""
+    if next(iter(run["times"].values()))["torch"] is None:
+        return None
+    lines = ["| size (H, T, d_k) | target vs SDPA | with weights (no mask, causal) | met | fused (no mask, causal) | met |",
+             "|---|---|---|---|---|---|"]
+    for (H, T, d_k), target in TARGETS.items():
+        cells = [run["times"][_key(H, T, d_k, c)] for c in (False, True)]
+        row = f"| {H}, {T}, {d_k} | ≥ {target:.1f}x |"
+        for kind in ("weights", "fused"):
+            ratios = [c["torch"] / c[kind] for c in cells]
+            row += f" {ratios[0]:.2f}x, {ratios[1]:.2f}x | {'yes' if min(ratios) >= target else 'no'} |"
+        lines.append(row)
+    return "\n".join(lines)
 
 
 _MEMORY_PROBE = textwrap.dedent("""
@@ -161,15 +286,37 @@ def memory_row(T: int = 8192) -> str:
     return f"| 8 | {T} | 64 | {extra:.1f} MiB | {out_mb:.1f} MiB | {layout_mb:.1f} MiB | {weights_mb:.0f} MiB |"
 
 
+def _blas_line(run: dict) -> str:
+    blas = run["blas"]
+    ran = (f"{blas['internal_api']} {blas['version']}, kernel **{blas['architecture']}**, {blas['num_threads']} threads"
+           if blas else "unknown (threadpoolctl is not installed)")
+    line = (f"NumPy baselines: BLAS {ran}, in a process without {' or '.join(BLAS_OVERRIDES)}; sgemm ceiling "
+            f"({SGEMM_N} × {SGEMM_N} float32) **{run['sgemm_gflops']:.1f} GFLOP/s**.")
+    if run["overridden"]:
+        inherited = run["inherited"]
+        arch = inherited["blas"]["architecture"] if inherited["blas"] else "unknown"
+        settings = ", ".join(f"{k}={v}" for k, v in run["overridden"].items())
+        line += (f" This shell sets {settings}; with them OpenBLAS runs kernel {arch} and sgemm gives "
+                 f"{inherited['sgemm_gflops']:.1f} GFLOP/s.")
+    else:
+        line += f" ({' and '.join(BLAS_OVERRIDES)} were not set in this shell either.)"
+    return line
+
+
 def main() -> None:
-    table = speed_table()     # runs parallel regions, so the threading layer is chosen by now
-    print(f"## Attention (CPU backend, float32, {numba.get_num_threads()} Numba threads, "
+    run = measure()     # runs parallel regions, so the threading layer is chosen by now
+    print(f"## Attention (CPU backend, float32, batch 1, {numba.get_num_threads()} Numba threads, "
           f"threading layer {numba.threading_layer()})\n")
-    print(table)
-    print(f"\nRatios above 1 mean ours is faster. 'ours' returns the weights; 'fused' does not "
-          f"(online softmax, no (T, T) tensor). 'ours vs torch' uses the faster of the two; PyTorch is "
-          f"timed in a separate process, with the same thread count, alternating with ours over {ROUNDS} "
-          f"rounds; each cell is its fastest round's median.\n")
+    print(_blas_line(run) + "\n")
+    print(speed_tables(run))
+    print(f"\n'weights' is `attention(...)` returning the weights; 'fused' is `return_weights=False` (online "
+          f"softmax, no (T, T) tensor). Ratios are the baseline's time over ours: above 1, ours is faster. "
+          f"PyTorch's SDPA returns no weights. NumPy and PyTorch run in processes of their own, with the "
+          f"same thread count, alternating with ours over {ROUNDS} rounds; each cell is its fastest round's "
+          f"median.\n")
+    targets = target_table(run)
+    if targets:
+        print(targets + "\n")
     gc.collect()
     print("## Memory of attention with return_weights=False\n")
     print("| H | T | d_k | extra peak RSS during the call | the output | K and V as laid out | "
