@@ -211,6 +211,12 @@ def test_decoder_only_has_no_encoder():
     assert "cross_attn" not in cache and "memory" not in cache
 
 
+def test_the_public_name():
+    from core import decoder
+
+    assert decoder is D
+
+
 def test_init_params_is_deterministic_per_seed_and_dtype():
     cfg = DecoderConfig(**ENC_DEC)
     a, b, c = D.init_params(cfg, seed=4), D.init_params(cfg, seed=4), D.init_params(cfg, seed=5)

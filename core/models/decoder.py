@@ -33,7 +33,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import numbers
 
 import numpy as np
 
@@ -204,10 +203,8 @@ def check_tokens(tokens, vocab_size: int, max_len: int, what: str) -> np.ndarray
         raise ValueError(f"{what} must be whole-number token ids, got values of type {arr.dtype}.")
     if arr.ndim == 1:
         arr = arr[None, :]
-    if arr.ndim != 2 or arr.shape[0] == 0:
+    if arr.ndim != 2:
         raise ValueError(f"{what} must be one sequence (T,) or a batch (B, T), got shape {np.shape(tokens)}.")
-    if arr.shape[1] == 0:
-        raise ValueError(f"{what} is empty: give at least one token.")
     if arr.shape[1] > max_len:
         raise ValueError(f"{what} has {arr.shape[1]} positions, longer than the model's context of {max_len}.")
     if arr.min() < 0 or arr.max() >= vocab_size:
@@ -553,8 +550,8 @@ def _extend(params: dict, cfg: DecoderConfig, new_tokens: np.ndarray, kv: KVCach
 class Generation:
     """What :func:`generate` produced, step by step (``n`` steps, one new token each).
 
-    Shapes are for one sequence; a batch puts ``B`` in front of each array (after the step axis of
-    the lists).
+    Shapes are for one sequence. For a batch, ``B`` leads every array (in ``self_attn``, each
+    step's array) except ``cache_sizes`` and ``positions_computed``, which all sequences share.
 
     Attributes
     ----------
@@ -609,12 +606,9 @@ def _check_generation_inputs(cfg, src, prompt, max_new_tokens):
             raise ValueError("Give a prompt of at least one token: this model has no start token "
                              "(bos_id) to begin from.")
         prompt = [cfg.bos_id]
-    arr = np.asarray(prompt)
-    if arr.size == 0:
-        raise ValueError("The prompt is empty: give at least one token to continue from.")
-    if arr.ndim == 2:
+    if np.ndim(prompt) == 2:
         single = False
-    prompt = check_tokens(arr, cfg.vocab_size, cfg.tgt_len, "The prompt")
+    prompt = check_tokens(prompt, cfg.vocab_size, cfg.tgt_len, "The prompt")        # refuses an empty one
     B = src.shape[0] if src is not None else prompt.shape[0]
     if prompt.shape[0] == 1 and B > 1:
         prompt = np.repeat(prompt, B, axis=0)                                # one prompt for every source
