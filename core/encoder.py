@@ -262,11 +262,10 @@ def forward(params: dict, tokens, cfg: EncoderConfig, *, backend=None):
     flat = flatten(params, cfg)
     B, T = tok.shape
     L, H, d = cfg.n_layers, cfg.n_heads, cfg.d_model
-    logits = np.empty((B, cfg.n_classes), dtype=flat.dtype)
-    attn = np.empty((L, B, H, T, T), dtype=flat.dtype)
-    hidden = np.empty((B, T, d), dtype=flat.dtype)
-    pooled = np.empty((B, d), dtype=flat.dtype)
-    S.forward(flat, layout(cfg), tok, _pe_for(flat, cfg, T), float(cfg.ln_eps), logits, attn, hidden, pooled, True)
+    out = (np.empty((B, cfg.n_classes), flat.dtype), np.empty((L, B, H, T, T), flat.dtype),
+           np.empty((B, T, d), flat.dtype), np.empty((B, d), flat.dtype))
+    _run(S.FORWARD, flat, tok, None, cfg, out=out)
+    logits, attn, hidden, pooled = out
     return logits, {"attn": attn, "hidden": hidden, "pooled": pooled, "logits": logits, "tokens": tok}
 
 
@@ -278,11 +277,32 @@ def predict(params: dict, tokens, cfg: EncoderConfig) -> np.ndarray:
 
 def predict_flat(flat: np.ndarray, tok: np.ndarray, cfg: EncoderConfig) -> np.ndarray:
     """:func:`predict` without checks, on a flat buffer (:func:`flatten`) and int64 tokens (B, T)."""
-    B, T = tok.shape
-    logits = np.empty((B, cfg.n_classes), dtype=flat.dtype)
-    S.forward(flat, layout(cfg), tok, _pe_for(flat, cfg, T), float(cfg.ln_eps), logits,
-              np.empty((0,) * 5, flat.dtype), np.empty((0,) * 3, flat.dtype), np.empty((0, 0), flat.dtype), False)
+    logits = np.empty((tok.shape[0], cfg.n_classes), flat.dtype)
+    _run(S.FORWARD, flat, tok, None, cfg, out=(logits, *_no_maps(flat.dtype)))
     return np.argmax(logits, axis=1)
+
+
+@functools.lru_cache(maxsize=4)
+def _no_maps(dtype) -> tuple:
+    """Empty attention weights, hidden states and pooled states: a forward pass that keeps none."""
+    return np.empty((0,) * 5, dtype), np.empty((0,) * 3, dtype), np.empty((0, 0), dtype)
+
+
+def _run(mode, flat, tok, lab, cfg, *, grad_flat=None, optimizer=None, out=None):
+    """One call of the compiled encoder (``core.encoder_step.run``), with empty stand-ins for the
+    arrays ``mode`` does not use (Numba compiles one version per dtype, whatever the mode)."""
+    dtype = flat.dtype
+    nothing = np.empty(0, dtype)
+    lab = np.empty(0, np.int64) if lab is None else lab
+    grad_flat = nothing if grad_flat is None else grad_flat
+    if optimizer is None:
+        adam = (nothing, nothing, 0.0, 0.0, 0.0, 0.0, 0)
+    else:
+        adam = (optimizer.m, optimizer.v, optimizer.lr, optimizer.beta1, optimizer.beta2, optimizer.eps,
+                optimizer.t)
+    out = (np.empty((0, 0), dtype), *_no_maps(dtype)) if out is None else out
+    return S.run(mode, flat, layout(cfg), tok, lab, _pe_for(flat, cfg, tok.shape[1]), float(cfg.ln_eps),
+                 grad_flat, adam, out)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -301,8 +321,7 @@ def loss_and_grads(params: dict, tokens, labels, cfg: EncoderConfig, *, backend=
     lab = check_labels(labels, tok.shape[0], cfg)
     flat = flatten(params, cfg)
     grad_flat = np.empty_like(flat)
-    loss, _ = S.loss_and_grads(flat, grad_flat, layout(cfg), tok, lab, _pe_for(flat, cfg, tok.shape[1]),
-                               float(cfg.ln_eps))
+    loss, _ = _run(S.GRADIENT, flat, tok, lab, cfg, grad_flat=grad_flat)
     grads, at = {}, 0
     for name, shape in param_shapes(cfg).items():
         size = int(np.prod(shape))
@@ -323,9 +342,7 @@ def train_step(flat: np.ndarray, grad_flat: np.ndarray, optimizer: "Adam", tok: 
     if flat.size != param_count(cfg) or grad_flat.shape != flat.shape or optimizer.m.shape != flat.shape:
         raise ValueError(f"The flat buffers hold {flat.size} numbers; this configuration has {param_count(cfg)}.")
     optimizer.t += 1
-    loss, hits = S.train_step(flat, grad_flat, optimizer.m, optimizer.v, optimizer.lr, optimizer.beta1,
-                              optimizer.beta2, optimizer.eps, optimizer.t, layout(cfg), tok, lab,
-                              _pe_for(flat, cfg, tok.shape[1]), float(cfg.ln_eps))
+    loss, hits = _run(S.STEP, flat, tok, lab, cfg, grad_flat=grad_flat, optimizer=optimizer)
     return float(loss), int(hits)
 
 

@@ -22,11 +22,10 @@ chunk (``N = T * Bp`` for ``Bp`` sequences, padded to whole SIMD vectors; column
 """
 from __future__ import annotations
 
-import types
 from collections import namedtuple
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from core import encoder_kernels as K
 from core.kernels.tuned import simd
@@ -64,7 +63,7 @@ _jit = dict(cache=True, nogil=True, error_model="numpy")     # as in core/encode
 # ----------------------------------------------------------------------------------------------
 # parameters and activations
 # ----------------------------------------------------------------------------------------------
-@njit(inline="always", **_jit)
+@njit(**_jit)
 def _mat(flat, at, rows, cols):
     """The (rows, cols) array stored from ``flat[at]`` on (a view)."""
     return flat[at:at + rows * cols].reshape((rows, cols))
@@ -119,7 +118,7 @@ def new_activations(lay, T, Bp, like):
 # ----------------------------------------------------------------------------------------------
 # forward and backward of one chunk
 # ----------------------------------------------------------------------------------------------
-@njit(**_jit)
+@njit(inline="always", **_jit)
 def forward_chunk(flat, lay, Wqkv, bqkv, tokens, pe, eps, acts):
     """The encoder on a chunk's ``tokens`` (Bp, T), everything kept in ``acts``; ``pe`` (>= T, d)."""
     Bp, T = tokens.shape
@@ -150,7 +149,7 @@ def forward_chunk(flat, lay, Wqkv, bqkv, tokens, pe, eps, acts):
                flat[lay.top[B_CLS]:lay.top[B_CLS] + lay.n_classes], acts.logits)
 
 
-@njit(**_jit)
+@njit(inline="always", **_jit)
 def backward_chunk(flat, grads, lay, Wqkv, tokens, labels, batch, acts):
     """Cross-entropy of the chunk (summed over its ``len(labels)`` real sequences, in float64) and
     the number of hits; writes the chunk's share of the gradient of the mean loss over ``batch``
@@ -220,91 +219,54 @@ def padded_chunk(tokens, b0, b1, like):
     L = simd.lanes_of(like)
     Bp = (b1 - b0 + L - 1) // L * L
     chunk = np.zeros((Bp, tokens.shape[1]), np.int64)
-    chunk[:b1 - b0] = tokens[b0:b1]
+    for b in range(b1 - b0):
+        for t in range(tokens.shape[1]):
+            chunk[b, t] = tokens[b0 + b, t]
     return chunk
 
 
-def _step(flat, grads, lay, tokens, labels, pe, eps, adam_m, adam_v, lr, beta1, beta2, adam_eps, t):
-    """Forward and backward of the batch, chunk by chunk, then (when ``t >= 1``) Adam step ``t``.
-
-    Returns the batch's mean cross-entropy (before any update) and its arg-max hits; the gradient
-    is left in ``grads``. Compiled twice (:func:`_build`): the chunks one after the other, or
-    spread over threads; either way each chunk's arithmetic is the same, and so is the sum.
-    """
-    B, T = tokens.shape
-    n_chunks = (B + CHUNK - 1) // CHUNK
-    Wqkv, bqkv = packed_qkv(flat, lay)
-    partial = np.empty((n_chunks, flat.size), flat.dtype)     # each chunk's gradient
-    losses = np.empty(n_chunks)
-    hits = np.empty(n_chunks, np.int64)
-    for c in prange(n_chunks):
-        b0, b1 = c * CHUNK, min(B, (c + 1) * CHUNK)
-        chunk = padded_chunk(tokens, b0, b1, flat)
-        acts = new_activations(lay, T, chunk.shape[0], flat)
-        forward_chunk(flat, lay, Wqkv, bqkv, chunk, pe, eps, acts)
-        loss, hit = backward_chunk(flat, partial[c], lay, Wqkv, chunk, labels[b0:b1], B, acts)
-        losses[c] = loss
-        hits[c] = hit
-    # the chunks' gradients and losses, added in chunk order
-    grads[:] = partial[0]
-    loss, hit = losses[0], hits[0]
-    for c in range(1, n_chunks):
-        grads += partial[c]
-        loss += losses[c]
-        hit += hits[c]
-    if t >= 1:
-        K.adam_update(flat, grads, adam_m, adam_v, lr, beta1, beta2, adam_eps, t)
-    return loss / B, hit
-
-
-def _build(fn):
-    """(serial, parallel) builds of ``fn``, both cached on disk.
-
-    Numba's cache key ignores compile options, so the parallel build compiles a renamed twin of
-    ``fn``: otherwise one build could load the other's machine code from the cache.
-    """
-    serial = njit(**_jit)(fn)
-    twin = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__ + "_parallel",
-                              fn.__defaults__, fn.__closure__)
-    twin.__qualname__ = fn.__qualname__ + "_parallel"
-    return serial, njit(parallel=True, **_jit)(twin)
-
-
-STEP = _build(_step)
-
-
-def train_step(flat, grads, adam_m, adam_v, lr, beta1, beta2, adam_eps, t, lay, tokens, labels, pe, eps,
-               parallel=False):
-    """One training step in place, one compiled call: forward, backward, Adam step ``t`` (from 1).
-    Returns the batch's mean loss (before the update) and its arg-max hits."""
-    return STEP[int(parallel)](flat, grads, lay, tokens, labels, pe, eps, adam_m, adam_v, lr, beta1, beta2,
-                               adam_eps, t)
-
-
-def loss_and_grads(flat, grads, lay, tokens, labels, pe, eps, parallel=False):
-    """Mean cross-entropy of the batch and its arg-max hits; the gradient goes into ``grads``."""
-    return STEP[int(parallel)](flat, grads, lay, tokens, labels, pe, eps, flat[:0], flat[:0], 0.0, 0.0, 0.0,
-                               0.0, 0)
+# What one call of :func:`run` does
+FORWARD, GRADIENT, STEP = 0, 1, 2
 
 
 @njit(**_jit)
-def forward(flat, lay, tokens, pe, eps, logits, attn, hidden, pooled, keep):
-    """The encoder on a whole batch, chunk by chunk: ``logits`` (B, C); with ``keep`` also the
-    attention weights ``attn`` (L, B, H, T, T), the output ``hidden`` (B, T, d) and ``pooled`` (B, d)."""
+def run(mode, flat, lay, tokens, labels, pe, eps, grads, adam, out):
+    """The one compiled entry point: the encoder on a batch, chunk by chunk, then by ``mode``
+
+    - ``FORWARD``: the logits into ``out = (logits (B, C), attn, hidden, pooled)``, and when they
+      are not empty the attention weights ``attn`` (L, B, H, T, T), the encoder's output ``hidden``
+      (B, T, d) and its mean over positions ``pooled`` (B, d); returns ``(0.0, 0)``;
+    - ``GRADIENT``: the backward pass too, the gradient of the batch's mean loss into ``grads``;
+      returns the mean cross-entropy and the number of arg-max hits;
+    - ``STEP``: then Adam, ``adam = (m, v, lr, beta1, beta2, eps, t)``, updates ``flat`` in place.
+
+    Each chunk's gradient goes to a buffer of its own; they are added in chunk order.
+    """
     B, T = tokens.shape
     L, d, H = lay.layers.shape[0], lay.d_model, lay.n_heads
+    logits, attn, hidden, pooled = out
+    lanes = simd.lanes_of(flat)
+    n_chunks = (B + CHUNK - 1) // CHUNK
     Wqkv, bqkv = packed_qkv(flat, lay)
-    for b0 in range(0, B, CHUNK):
-        b1 = min(B, b0 + CHUNK)
+    partial = np.empty((n_chunks if mode != FORWARD else 0, flat.size), flat.dtype)
+    losses = np.zeros(n_chunks)
+    hits = np.zeros(n_chunks, np.int64)
+    for ci in range(n_chunks):
+        b0, b1 = ci * CHUNK, min(B, (ci + 1) * CHUNK)
         chunk = padded_chunk(tokens, b0, b1, flat)
         Bp = chunk.shape[0]
         acts = new_activations(lay, T, Bp, flat)
         forward_chunk(flat, lay, Wqkv, bqkv, chunk, pe, eps, acts)
-        logits[b0:b1] = acts.logits[:b1 - b0]
-        if keep:
-            lanes = simd.lanes_of(flat)
+        if mode != FORWARD:
+            losses[ci], hits[ci] = backward_chunk(flat, partial[ci], lay, Wqkv, chunk, labels[b0:b1], B, acts)
+            continue
+        # what a forward pass shows: back from the chunk's layout to (sequence, position, ...)
+        for b in range(b1 - b0):
+            for k in range(logits.shape[1]):
+                logits[b0 + b, k] = acts.logits[b, k]
+        if attn.size:
             for b in range(b1 - b0):
-                v, lane = b // lanes, b % lanes
+                vec, lane = b // lanes, b % lanes
                 for c in range(d):
                     pooled[b0 + b, c] = acts.pooled[c, b]
                     for t in range(T):
@@ -313,4 +275,17 @@ def forward(flat, lay, tokens, pe, eps, logits, attn, hidden, pooled, keep):
                     for h in range(H):
                         for q in range(T):
                             for k in range(T):
-                                attn[i, b0 + b, h, q, k] = acts.P[i, h, v, q, k, lane]
+                                attn[i, b0 + b, h, q, k] = acts.P[i, h, vec, q, k, lane]
+    if mode == FORWARD:
+        return 0.0, 0
+    # the chunks' gradients, losses and hits, added in chunk order
+    grads[:] = partial[0]
+    loss, hit = losses[0], hits[0]
+    for ci in range(1, n_chunks):
+        grads += partial[ci]
+        loss += losses[ci]
+        hit += hits[ci]
+    if mode == STEP:
+        moment1, moment2, lr, beta1, beta2, adam_eps, t = adam
+        K.adam_update(flat, grads, moment1, moment2, lr, beta1, beta2, adam_eps, t)
+    return loss / B, hit
