@@ -9,6 +9,7 @@ import pytest
 from core import tasks
 from core.kernels import reference
 from core.models import decoder as D
+from core.models import layers
 from core.models.decoder import DecoderConfig
 
 ENC_DEC = dict(vocab_size=5, tgt_len=4, d_model=4, n_heads=2, d_ff=6, n_layers=2,
@@ -209,6 +210,26 @@ def test_decoder_only_has_no_encoder():
     assert not any(name.startswith("enc.") or "cross" in name for name in params)
     _, cache = D.forward(params, cfg, [[1, 2, 3]])
     assert "cross_attn" not in cache and "memory" not in cache
+
+
+def test_blas_stays_on_one_thread_until_the_last_caller_leaves():
+    controls = layers._openblas_thread_count()
+    if controls is None:
+        pytest.skip("NumPy's BLAS is not OpenBLAS: there is no thread count to set")
+    get, put = controls
+    original = get()
+    put(2)
+    try:
+        first, second = layers.single_threaded_blas(), layers.single_threaded_blas()
+        first.__enter__()
+        second.__enter__()                       # e.g. a second session starts generating
+        assert get() == 1
+        first.__exit__(None, None, None)         # the first one to leave must not restore yet
+        assert get() == 1
+        second.__exit__(None, None, None)
+        assert get() == 2
+    finally:
+        put(original)
 
 
 def test_the_public_name():

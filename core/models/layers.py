@@ -16,6 +16,7 @@ import functools
 import glob
 import math
 import os
+import threading
 
 import numpy as np
 
@@ -26,36 +27,62 @@ ATTENTION_PARAMS = ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O")
 # matrix products on one thread
 # ----------------------------------------------------------------------------------------------
 @functools.lru_cache(maxsize=1)
-def _openblas_local_threads():
-    """``openblas_set_num_threads_local`` of NumPy's bundled OpenBLAS, or None where there is none."""
+def _openblas_thread_count():
+    """``(get, set)`` for the thread count of NumPy's bundled OpenBLAS, or None where there is none."""
     folder = os.path.join(os.path.dirname(np.__file__), os.pardir, "numpy.libs")
+    names = [("scipy_openblas_get_num_threads64_", "scipy_openblas_set_num_threads64_"),
+             ("openblas_get_num_threads64_", "openblas_set_num_threads64_"),
+             ("openblas_get_num_threads", "openblas_set_num_threads")]
     for path in sorted(glob.glob(os.path.join(folder, "lib*openblas*.so*"))):
         try:
-            fn = ctypes.CDLL(path).openblas_set_num_threads_local
-        except (OSError, AttributeError):
+            lib = ctypes.CDLL(path)
+        except OSError:
             continue
-        fn.restype, fn.argtypes = ctypes.c_int, [ctypes.c_int]
-        return fn
+        for get_name, set_name in names:
+            get, put = getattr(lib, get_name, None), getattr(lib, set_name, None)
+            if get is not None and put is not None:
+                get.restype, get.argtypes = ctypes.c_int, []
+                put.restype, put.argtypes = None, [ctypes.c_int]
+                return get, put
     return None
+
+
+_blas_lock = threading.Lock()
+_blas_users = 0            # calls inside single_threaded_blas() right now, in every thread
+_blas_saved = 0            # the thread count to restore when the last one leaves
 
 
 @contextlib.contextmanager
 def single_threaded_blas():
-    """Run NumPy's matrix products on one thread, for the calling thread only, then restore.
+    """Run NumPy's matrix products on one thread while the block runs, then restore.
 
     The products here are tiny (512 x 32 by 32 x 32): a second BLAS thread saves little, and when
-    the cores are shared (Streamlit sessions, other processes) BLAS threads waiting on each other
-    made a training step several times slower. A no-op where NumPy's BLAS has no per-thread setting.
+    the cores are shared (Streamlit sessions, other processes) two BLAS threads waiting on each
+    other made a training step up to eight times slower. One thread also keeps the rounding, and
+    so a seed's result, the same from run to run.
+
+    OpenBLAS has one thread count for the whole process, so while any thread is inside this
+    block, every NumPy product in the process runs on one thread; a count of the threads inside
+    restores the setting only when the last one leaves. A no-op where NumPy's BLAS is not OpenBLAS.
     """
-    fn = _openblas_local_threads()
-    if fn is None:
+    global _blas_users, _blas_saved
+    controls = _openblas_thread_count()
+    if controls is None:
         yield
         return
-    previous = fn(1)
+    get, put = controls
+    with _blas_lock:
+        if _blas_users == 0:
+            _blas_saved = get()
+            put(1)
+        _blas_users += 1
     try:
         yield
     finally:
-        fn(previous)
+        with _blas_lock:
+            _blas_users -= 1
+            if _blas_users == 0:
+                put(_blas_saved)
 
 
 def one_blas_thread(func):
