@@ -212,24 +212,49 @@ def test_decoder_only_has_no_encoder():
     assert "cross_attn" not in cache and "memory" not in cache
 
 
-def test_blas_stays_on_one_thread_until_the_last_caller_leaves():
-    controls = layers._openblas_thread_count()
-    if controls is None:
-        pytest.skip("NumPy's BLAS is not OpenBLAS: there is no thread count to set")
-    get, put = controls
-    original = get()
-    put(2)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_matmul_is_the_matrix_product(dtype):
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((2, 3, 5, 7)).astype(dtype), rng.standard_normal((2, 3, 7, 4)).astype(dtype)
+    got = layers.matmul(a, b.transpose(0, 1, 3, 2).copy().transpose(0, 1, 3, 2))   # a strided view too
+    np.testing.assert_allclose(got, a @ b, rtol=1e-5 if dtype == np.float32 else 1e-12)
+    assert got.dtype == dtype
+    w = rng.standard_normal((7, 3)).astype(dtype)
+    np.testing.assert_allclose(layers.matmul(a, w), a @ w, rtol=1e-5 if dtype == np.float32 else 1e-12)
+
+
+def test_gradients_are_the_same_bits_whatever_other_threads_do():
+    """Sessions share one process: NumPy work in another thread must not change a seed's numbers."""
+    import threading
+
+    pytest.importorskip("threadpoolctl")
+
+    # big enough products (4096 x 64 by 64 x 64) that a BLAS would split them over its threads
+    cfg = D.DecoderConfig(vocab_size=9, tgt_len=16, d_model=64, n_heads=4, d_ff=64, n_layers=1,
+                          cross_attention=False)
+    params = D.init_params(cfg, seed=3)
+    tokens = np.random.default_rng(1).integers(0, 9, (256, 17))
+    alone = D.loss_and_grads(params, cfg, tokens[:, :-1], tokens[:, 1:])[1]
+    stop = threading.Event()
+
+    def numpy_work():           # another session's matrix products, changing BLAS's thread count
+        from threadpoolctl import threadpool_limits
+
+        x = np.random.default_rng(2).standard_normal((400, 400))
+        while not stop.is_set():
+            for threads in (1, 2):
+                with threadpool_limits(threads, user_api="blas"):
+                    x = np.tanh(x @ x)
+
+    worker = threading.Thread(target=numpy_work)
+    worker.start()
     try:
-        first, second = layers.single_threaded_blas(), layers.single_threaded_blas()
-        first.__enter__()
-        second.__enter__()                       # e.g. a second session starts generating
-        assert get() == 1
-        first.__exit__(None, None, None)         # the first one to leave must not restore yet
-        assert get() == 1
-        second.__exit__(None, None, None)
-        assert get() == 2
+        beside = [D.loss_and_grads(params, cfg, tokens[:, :-1], tokens[:, 1:])[1] for _ in range(3)]
     finally:
-        put(original)
+        stop.set()
+        worker.join()
+    for grads in beside:
+        assert all(np.array_equal(alone[k], grads[k]) for k in alone)
 
 
 def test_the_public_name():

@@ -333,7 +333,6 @@ def _forward(params: dict, cfg: DecoderConfig, tgt_in: np.ndarray, src):
     return logits, cache
 
 
-@L.one_blas_thread
 def forward(params: dict, cfg: DecoderConfig, tgt_in, src=None):
     """Teacher-forced forward pass with a causal mask.
 
@@ -453,7 +452,6 @@ def _backward(params: dict, cfg: DecoderConfig, cache: dict, d_logits: np.ndarra
     return {name: grads[name] for name in param_shapes(cfg)}
 
 
-@L.one_blas_thread
 def loss_and_grads(params: dict, cfg: DecoderConfig, tgt_in, tgt_out, src=None):
     r"""Mean cross-entropy of the next tokens and its gradient for every parameter.
 
@@ -622,7 +620,6 @@ def _check_generation_inputs(cfg, src, prompt, max_new_tokens):
     return src, prompt, single
 
 
-@L.one_blas_thread
 def generate(params: dict, cfg: DecoderConfig, src=None, *, prompt=None, max_new_tokens: int,
              temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
              use_cache: bool = True, seed: int = 0) -> Generation:
@@ -714,7 +711,6 @@ def generate(params: dict, cfg: DecoderConfig, src=None, *, prompt=None, max_new
     return out
 
 
-@L.one_blas_thread
 def greedy_exact_match(params: dict, cfg: DecoderConfig, src, tgt_out, *, batch_size: int = 500) -> float:
     """Share of sequences whose greedy generation (from ``bos_id``) equals ``tgt_out`` at every position."""
     src, tgt_out = np.asarray(src), np.asarray(tgt_out)
@@ -725,7 +721,6 @@ def greedy_exact_match(params: dict, cfg: DecoderConfig, src, tgt_out, *, batch_
     return hits / len(src)
 
 
-@L.one_blas_thread
 def mean_loss(params: dict, cfg: DecoderConfig, tgt_in, tgt_out, src=None, *, batch_size: int = 500) -> float:
     """Mean cross-entropy over every position of a whole split (no gradients)."""
     check_params(params, cfg)
@@ -778,7 +773,6 @@ class Adam:
         flat -= rate * self.m / (np.sqrt(self.v) + self.eps)
 
 
-@L.one_blas_thread
 def train(params: dict, cfg: DecoderConfig, tgt_in, tgt_out, src=None, *, steps: int, batch_size: int = 64,
           lr: float = 3e-3, warmup: int = 50, seed: int = 0, callback=None) -> list[float]:
     """Train ``params`` in place with Adam on random minibatches; return each step's loss.

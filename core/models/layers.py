@@ -10,88 +10,44 @@ behind: ``scores``, ``weights``, ``head_outputs``, ``concat``, ``output``.
 """
 from __future__ import annotations
 
-import contextlib
-import ctypes
-import functools
-import glob
 import math
-import os
-import threading
 
 import numpy as np
+from numba import njit
 
 ATTENTION_PARAMS = ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O")
 
 
 # ----------------------------------------------------------------------------------------------
-# matrix products on one thread
+# matrix products
 # ----------------------------------------------------------------------------------------------
-@functools.lru_cache(maxsize=1)
-def _openblas_thread_count():
-    """``(get, set)`` for the thread count of NumPy's bundled OpenBLAS, or None where there is none."""
-    folder = os.path.join(os.path.dirname(np.__file__), os.pardir, "numpy.libs")
-    names = [("scipy_openblas_get_num_threads64_", "scipy_openblas_set_num_threads64_"),
-             ("openblas_get_num_threads64_", "openblas_set_num_threads64_"),
-             ("openblas_get_num_threads", "openblas_set_num_threads")]
-    for path in sorted(glob.glob(os.path.join(folder, "lib*openblas*.so*"))):
-        try:
-            lib = ctypes.CDLL(path)
-        except OSError:
-            continue
-        for get_name, set_name in names:
-            get, put = getattr(lib, get_name, None), getattr(lib, set_name, None)
-            if get is not None and put is not None:
-                get.restype, get.argtypes = ctypes.c_int, []
-                put.restype, put.argtypes = None, [ctypes.c_int]
-                return get, put
-    return None
+@njit(cache=True, nogil=True)
+def _matmul_batches(A, B, C):
+    """``C[n] = A[n] B[n]`` for each n: A (N, r, k), B (N, k, c) -> C (N, r, c)."""
+    for n in range(A.shape[0]):
+        for i in range(A.shape[1]):
+            C[n, i, :] = 0
+            for p in range(A.shape[2]):
+                a = A[n, i, p]
+                for j in range(B.shape[2]):          # contiguous: LLVM gives it SIMD lanes
+                    C[n, i, j] += a * B[n, p, j]
 
 
-_blas_lock = threading.Lock()
-_blas_users = 0            # calls inside single_threaded_blas() right now, in every thread
-_blas_saved = 0            # the thread count to restore when the last one leaves
+def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a @ b`` for ``(..., r, k) @ (..., k, c)`` with the same leading axes (or ``b`` 2-D).
 
-
-@contextlib.contextmanager
-def single_threaded_blas():
-    """Run NumPy's matrix products on one thread while the block runs, then restore.
-
-    The products here are tiny (512 x 32 by 32 x 32): a second BLAS thread saves little, and when
-    the cores are shared (Streamlit sessions, other processes) two BLAS threads waiting on each
-    other made a training step up to eight times slower. One thread also keeps the rounding, and
-    so a seed's result, the same from run to run.
-
-    OpenBLAS has one thread count for the whole process, so while any thread is inside this
-    block, every NumPy product in the process runs on one thread; a count of the threads inside
-    restores the setting only when the last one leaves. A no-op where NumPy's BLAS is not OpenBLAS.
+    Our own loop, not NumPy's BLAS: OpenBLAS has one thread count for the whole process, and its
+    threads contend on a shared server; a serial compiled loop gives the same bits whatever else the
+    process is doing, and at these sizes (512 x 32 by 32 x 96) it is as fast.
     """
-    global _blas_users, _blas_saved
-    controls = _openblas_thread_count()
-    if controls is None:
-        yield
-        return
-    get, put = controls
-    with _blas_lock:
-        if _blas_users == 0:
-            _blas_saved = get()
-            put(1)
-        _blas_users += 1
-    try:
-        yield
-    finally:
-        with _blas_lock:
-            _blas_users -= 1
-            if _blas_users == 0:
-                put(_blas_saved)
-
-
-def one_blas_thread(func):
-    """Decorator: run ``func`` inside :func:`single_threaded_blas`."""
-    @functools.wraps(func)
-    def wrapper(*args, **kwargs):
-        with single_threaded_blas():
-            return func(*args, **kwargs)
-    return wrapper
+    lead = a.shape[:-2]
+    if b.ndim == 2:
+        b = np.broadcast_to(b, lead + b.shape)
+    A = np.ascontiguousarray(a).reshape(-1, a.shape[-2], a.shape[-1])     # (N, r, k)
+    B = np.ascontiguousarray(b).reshape(-1, b.shape[-2], b.shape[-1])     # (N, k, c)
+    C = np.empty((A.shape[0], A.shape[1], B.shape[2]), dtype=np.result_type(a, b))
+    _matmul_batches(A, B, C)
+    return C.reshape(lead + C.shape[1:])
 
 
 # ----------------------------------------------------------------------------------------------
@@ -111,7 +67,7 @@ def merge_heads(x: np.ndarray) -> np.ndarray:
 
 def linear(x: np.ndarray, W: np.ndarray, b: np.ndarray) -> np.ndarray:
     """``x @ W + b`` over the last axis of ``(..., d_in)``, as one matrix product over all rows."""
-    y = x.reshape(-1, x.shape[-1]) @ W + b                          # (N, d_out)
+    y = matmul(x.reshape(-1, x.shape[-1]), W) + b                         # (N, d_out)
     return y.reshape(*x.shape[:-1], W.shape[1])
 
 
@@ -119,8 +75,8 @@ def linear_backward(dy: np.ndarray, x: np.ndarray, W: np.ndarray):
     """Gradients of ``y = x W + b``: ``(dx, dW, db)``; leading axes of ``x`` are summed for dW, db."""
     x2 = x.reshape(-1, x.shape[-1])                                 # (N, d_in)
     dy2 = dy.reshape(-1, dy.shape[-1])                              # (N, d_out)
-    dx = (dy2 @ W.T).reshape(x.shape)
-    return dx, x2.T @ dy2, dy2.sum(axis=0)
+    dx = matmul(dy2, W.T).reshape(x.shape)
+    return dx, matmul(x2.T, dy2), dy2.sum(axis=0)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -174,13 +130,13 @@ def attend(x_q: np.ndarray, K: np.ndarray, V: np.ndarray, p: dict, n_heads: int,
     # 1. queries, split into heads
     Q = split_heads(linear(x_q, p["W_Q"], p["b_Q"]), n_heads)       # (B, H, Tq, d_k)
     # 2. scaled scores, masked
-    scores = Q @ K.transpose(0, 1, 3, 2) / math.sqrt(d_k)           # (B, H, Tq, Tk)
+    scores = matmul(Q, K.transpose(0, 1, 3, 2)) / math.sqrt(d_k)         # (B, H, Tq, Tk)
     if mask is not None:
         scores = scores + mask
     # 3. weights: each row a distribution over the keys
     A = masked_softmax(scores)
     # 4. each head's weighted average of the values, then concatenated
-    Z = A @ V                                                       # (B, H, Tq, d_k)
+    Z = matmul(A, V)                                                # (B, H, Tq, d_k)
     concat = merge_heads(Z)                                         # (B, Tq, H*d_k)
     # 5. output projection
     out = linear(concat, p["W_O"], p["b_O"])                        # (B, Tq, d)
@@ -215,13 +171,13 @@ def attention_backward(d_out: np.ndarray, cache: dict, p: dict):
     d_concat, g["W_O"], g["b_O"] = linear_backward(d_out, cache["concat"], p["W_O"])
     # 4. back into heads; Z = A V
     dZ = split_heads(d_concat, n_heads)                             # (B, H, Tq, d_k)
-    dA = dZ @ V.transpose(0, 1, 3, 2)                               # (B, H, Tq, Tk)
-    dV = A.transpose(0, 1, 3, 2) @ dZ                               # (B, H, Tk, d_k)
+    dA = matmul(dZ, V.transpose(0, 1, 3, 2))                           # (B, H, Tq, Tk)
+    dV = matmul(A.transpose(0, 1, 3, 2), dZ)                           # (B, H, Tk, d_k)
     # 3. softmax (masked entries have A = 0, so they get no gradient)
     dS = softmax_backward(dA, A) / math.sqrt(d_k)
     # 2. scores = Q K^T / sqrt(d_k)
-    dQ = dS @ K                                                     # (B, H, Tq, d_k)
-    dK = dS.transpose(0, 1, 3, 2) @ Q                               # (B, H, Tk, d_k)
+    dQ = matmul(dS, K)                                             # (B, H, Tq, d_k)
+    dK = matmul(dS.transpose(0, 1, 3, 2), Q)                           # (B, H, Tk, d_k)
     # 1. projections
     dx_q, g["W_Q"], g["b_Q"] = linear_backward(merge_heads(dQ), cache["x_q"], p["W_Q"])
     dx_k, g["W_K"], g["b_K"] = linear_backward(merge_heads(dK), cache["x_kv"], p["W_K"])
