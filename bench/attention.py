@@ -7,7 +7,8 @@ Compares, at float32, batch 1, with Python dispatch included:
 - NumPy as a user would write it: ``softmax(Q @ K^T / sqrt(d_k)) @ V`` with BLAS matmuls;
 - PyTorch's ``scaled_dot_product_attention``, when torch is installed (it returns no weights).
 
-The baselines run in processes of their own, alternating with ours over a few rounds:
+The baselines run in processes of their own, with as many threads as Numba's (run with
+``NUMBA_NUM_THREADS=1`` to compare all three on one core), alternating with ours over a few rounds:
 
 - NumPy's with ``OPENBLAS_CORETYPE`` and ``OPENBLAS_L2_SIZE`` removed from its environment, so that
   OpenBLAS runs the kernel it picks for this CPU (either variable forces an older, slower one). That
@@ -121,7 +122,10 @@ _TORCH_PROBE = textwrap.dedent("""
 
 
 def _baseline_env(keep_blas_overrides: bool = False) -> dict:
-    env = dict(os.environ, PYTHONPATH=os.getcwd())
+    """This process's environment for a baseline's process: the same thread count as our kernels
+    (``NUMBA_NUM_THREADS=1 python -m bench attention`` compares all three on one core), and
+    without the variables that pin OpenBLAS to another kernel unless asked to keep them."""
+    env = dict(os.environ, PYTHONPATH=os.getcwd(), OPENBLAS_NUM_THREADS=str(numba.get_num_threads()))
     if not keep_blas_overrides:
         for name in BLAS_OVERRIDES:
             env.pop(name, None)
