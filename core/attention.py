@@ -84,6 +84,8 @@ def attention(Q, K, V, mask=None, *, return_weights=True, scale=None, backend=No
         return _leading(out, lead), None
     out, A = dispatch.run(backend, work, "attention_with_weights", Q, K, V, mask, scale)  # and A (B, H, Tq, Tk)
     # 3. back to the inputs' leading axes
+    if len(lead) == 2:
+        return out, A
     return _leading(out, lead), _leading(A, lead)
 
 

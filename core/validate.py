@@ -67,8 +67,8 @@ def max_abs(arr: np.ndarray) -> float:
 
 
 _NO_MASK = {np.dtype(t): np.zeros((1, 1, 1, 1), t) for t in FLOAT_DTYPES}
-# The kernels add scores and mask values in the data's dtype: a quarter of its largest number
-# leaves room for the additions without reaching infinity.
+# The kernels add scores and mask values in the data's dtype: scores below a quarter of its
+# largest number leave room for those additions without reaching infinity.
 _LARGEST = {np.dtype(t): float(np.finfo(t).max) / 4 for t in FLOAT_DTYPES}
 
 
@@ -84,9 +84,13 @@ def attention_inputs(Q, K, V, mask=None, scale=None):
     3. the mask: numeric (0 where a query may look, -inf where not) or boolean (True where it may),
        broadcastable to ``(B, H, Tq, Tk)``;
     4. the scale: a finite number (default :math:`1/\sqrt{d_k}`);
-    5. values, in one compiled pass over all four arrays: Q, K, V finite; the mask free of NaN
-       and +inf; and the scores :math:`|q \cdot k| \cdot scale` bounded well inside the dtype
-       (see :func:`check_scores_fit`).
+    5. values, in one compiled pass over all four arrays: Q, K, V finite, the mask free of NaN
+       and +inf, and the scores :math:`|q \cdot k| \cdot scale` well inside the dtype
+       (:func:`check_values`).
+
+    Each broken rule raises a ``ValueError`` that names it. The inputs of the lesson pages are a
+    few dozen numbers, so the checks cost what attention itself does: the rules hold in a few
+    comparisons, and only a broken one is looked for rule by rule.
 
     Returns
     -------
@@ -100,6 +104,28 @@ def attention_inputs(Q, K, V, mask=None, scale=None):
     dtype = common_dtype(Q, K, V)
     Q, K, V = _as_float(Q, "Q", dtype), _as_float(K, "K", dtype), _as_float(V, "V", dtype)
     # 2. shapes
+    q, k, v = Q.shape, K.shape, V.shape
+    if not (2 <= len(q) <= 4 and len(k) == len(q) == len(v) and q[:-2] == k[:-2] == v[:-2]
+            and q[-1] == k[-1] and k[-2] == v[-2] and Q.size and K.size and V.size):
+        _refuse_shapes(Q, K, V)
+    lead = q[:-2]
+    if len(q) < 4:
+        pad = (1,) * (4 - len(q))
+        Q, K, V = Q.reshape(pad + q), K.reshape(pad + k), V.reshape(pad + v)   # (B, H, T, d)
+    # 3. the mask
+    if mask is None:
+        mask = _NO_MASK[dtype]
+    else:
+        mask = additive_mask(mask, Q.shape[:3] + (K.shape[2],), dtype)
+    # 4. the scale
+    scale = 1.0 / math.sqrt(q[-1]) if scale is None else score_scale(scale)
+    # 5. values
+    check_values(Q, K, V, mask, scale)
+    return Q, K, V, mask, scale, lead
+
+
+def _refuse_shapes(Q, K, V) -> None:
+    """Step 2 of :func:`attention_inputs`, rule by rule: raise for the first one broken."""
     for x, name in ((Q, "Q"), (K, "K"), (V, "V")):
         require_ndim(x, name, 2, 4)
         require_nonempty(x, name)
@@ -109,25 +135,15 @@ def attention_inputs(Q, K, V, mask=None, scale=None):
         raise ValueError(f"Queries and keys must have the same width d_k: Q has {Q.shape[-1]}, K has {K.shape[-1]}.")
     if K.shape[-2] != V.shape[-2]:
         raise ValueError(f"K and V must have one row per key position: K has {K.shape[-2]}, V has {V.shape[-2]}.")
-    lead = Q.shape[:-2]
-    if Q.ndim < 4:
-        pad = (1,) * (4 - Q.ndim)
-        Q, K, V = Q.reshape(pad + Q.shape), K.reshape(pad + K.shape), V.reshape(pad + V.shape)
-    # 3. the mask
-    mask = additive_mask(mask, Q.shape[:3] + (K.shape[2],), dtype)
-    # 4. the scale
-    scale = score_scale(scale, Q.shape[3])
-    # 5. values
-    check_values(Q, K, V, mask, scale)
-    return Q, K, V, mask, scale, lead
+    raise AssertionError("every shape rule holds")   # unreachable: attention_inputs found one broken
 
 
 def additive_mask(mask, scores_shape: tuple, dtype) -> np.ndarray:
     """``mask`` as a C-contiguous 4-D additive mask of ``dtype`` whose axes are 1 or those of
-    ``scores_shape`` ``(B, H, Tq, Tk)``. Boolean masks mean "may attend" where True (as in
-    PyTorch) and become 0 / -inf. Its values are checked by :func:`check_values`."""
+    ``scores_shape`` ``(B, H, Tq, Tk)``; None means no mask. Boolean masks mean "may attend"
+    where True (as in PyTorch) and become 0 / -inf. Its values are checked by :func:`check_values`."""
     if mask is None:
-        return _NO_MASK[dtype]
+        return _NO_MASK[np.dtype(dtype)]
     m = mask if type(mask) is np.ndarray else np.asarray(mask)
     if m.dtype == bool:
         m = np.where(m, 0.0, -np.inf)
@@ -143,10 +159,8 @@ def additive_mask(mask, scores_shape: tuple, dtype) -> np.ndarray:
     return m if m.ndim == 4 else m.reshape((1,) * (4 - m.ndim) + m.shape)
 
 
-def score_scale(scale, d_k: int) -> float:
-    """The factor the scores are multiplied by: ``1/sqrt(d_k)`` by default, else a finite number."""
-    if scale is None:
-        return 1.0 / math.sqrt(d_k)
+def score_scale(scale) -> float:
+    """The factor given for the scores, as a float; it must be a finite number."""
     try:
         value = float(scale)
     except (TypeError, ValueError):
@@ -157,34 +171,29 @@ def score_scale(scale, d_k: int) -> float:
 
 
 def check_values(Q, K, V, mask, scale: float, *, computed_from: str | None = None) -> None:
-    """Step 5 of :func:`attention_inputs`: one compiled pass finds ``max |Q|``, ``max |K|``,
-    ``max |V|`` and any NaN or +inf in the mask; then Q, K, V must be finite and the scores fit.
+    r"""Step 5 of :func:`attention_inputs`: one compiled pass finds ``max |Q|``, ``max |K|``,
+    ``max |V|`` and any NaN or +inf in the mask; then Q, K and V must be finite and the scores fit.
 
-    All four are C-contiguous 4-D arrays of one float dtype. ``computed_from`` names what Q, K
-    and V were computed from (multi-head attention's projections), for the message when they
-    overflowed on the way.
+    The scores fit when :math:`\max|Q| \cdot |scale| \cdot \max(\max|K| \cdot d_k, 1)` stays below
+    a quarter of the dtype's largest number, which bounds :math:`|q \cdot k| \cdot scale` and also
+    ``Q * scale`` (the tuned kernels scale the queries before the dot products): beyond it,
+    ``inf - inf`` would give NaN weights. All four arrays are C-contiguous, 4-D, of one float
+    dtype. ``computed_from`` names what Q, K and V were computed from (multi-head attention's
+    projections), for the message when they overflowed on the way.
     """
     peak_Q, peak_K, peak_V, mask_ok = _scan(Q, K, V, mask)
-    for peak, x, name in ((peak_Q, Q, "Q"), (peak_K, K, "K"), (peak_V, V, "V")):
-        if computed_from and not math.isfinite(peak):
-            raise ValueError(f"{name} = {computed_from} overflows {x.dtype}: use smaller values or float64.")
-        _require_finite(peak, x, name)
+    if not (math.isfinite(peak_Q) and math.isfinite(peak_K) and math.isfinite(peak_V)):
+        for peak, x, name in ((peak_Q, Q, "Q"), (peak_K, K, "K"), (peak_V, V, "V")):
+            if computed_from and not math.isfinite(peak):
+                raise ValueError(f"{name} = {computed_from} overflows {x.dtype}: use smaller values or float64.")
+            _require_finite(peak, x, name)
     if not mask_ok:
         raise ValueError("The mask may hold 0, finite numbers or -inf, but not NaN or +inf.")
-    check_scores_fit(peak_Q, peak_K, Q.shape[3], scale, Q.dtype)
-
-
-def check_scores_fit(peak_Q: float, peak_K: float, d_k: int, scale: float, dtype) -> None:
-    """Refuse inputs whose scores could overflow the dtype (inf - inf would give NaN weights).
-
-    ``|q . k| * scale <= max|Q| * max|K| * d_k * |scale|``; the kernels scale the queries before
-    the dot products, so ``max|Q| * |scale|`` must fit as well.
-    """
-    bound = peak_Q * abs(scale) * max(peak_K * d_k, 1.0)
-    limit = _LARGEST[np.dtype(dtype)]
+    bound = peak_Q * abs(scale) * max(peak_K * Q.shape[3], 1.0)
+    limit = _LARGEST[Q.dtype]
     if not bound <= limit:
         raise ValueError(
-            f"Q and K are too large: their scores could reach {bound:.3g}, beyond what {np.dtype(dtype)} holds "
+            f"Q and K are too large: their scores could reach {bound:.3g}, beyond what {Q.dtype} holds "
             f"({limit:.3g}). Use smaller values or float64.")
 
 
@@ -208,6 +217,7 @@ def warm_up(dtype) -> None:
 
 def common_dtype(*arrays) -> np.dtype:
     """float32 only when every input (None aside) is float32; otherwise float64."""
+    dtype = _FLOAT64
     for a in arrays:
         if a is None:
             continue
@@ -217,7 +227,8 @@ def common_dtype(*arrays) -> np.dtype:
             return _FLOAT64
         if kind != _FLOAT32:
             return _FLOAT64
-    return _FLOAT32 if any(a is not None for a in arrays) else _FLOAT64
+        dtype = _FLOAT32
+    return dtype
 
 
 def require_ndim(arr: np.ndarray, name: str, low: int, high: int) -> None:
