@@ -24,6 +24,7 @@ import math
 
 import numpy as np
 from numba import njit
+from llvmlite import ir
 from numba.extending import intrinsic
 
 from core.kernels.tuned import simd
@@ -39,7 +40,7 @@ _jit_reduce = dict(_jit, fastmath=REDUCE)
 # ----------------------------------------------------------------------------------------------
 # 1. matrix products (register tiles: 4 output rows by 3 SIMD vectors)
 # ----------------------------------------------------------------------------------------------
-@njit(inline="always", **_jit)
+@njit(**_jit)
 def _tile_starts(n, width, i):
     """Start of tile ``i`` of ``width`` along an axis of length ``n >= width``: the last tile is
     moved back to end at ``n``, so it may overlap the one before (its results are recomputed
@@ -125,18 +126,27 @@ def _project_plain(A, X, Y0, Y, add):
                 Y[m, n] += a * X[k, n]
 
 
-@njit(inline="always", **_jit)
-def _hsum(v, scratch):
-    """The sum of a vector's lanes, in lane order (``scratch`` holds one vector)."""
-    simd.store(scratch, 0, v)
-    total = scratch[0]
-    for i in range(1, scratch.shape[0]):
-        total += scratch[i]
-    return total
+@intrinsic
+def _lane_sum(typingctx, v):
+    """The sum of a vector's lanes, as a tree of adds (half the lanes onto the other half, and
+    again): a fixed order, so the same bits every time."""
+    if not isinstance(v, simd.Vector):
+        return None
+
+    def codegen(context, builder, signature, args):
+        x, n = args[0], v.lanes
+        while n > 1:
+            n //= 2
+            low = builder.shuffle_vector(x, x, ir.Constant(ir.VectorType(ir.IntType(32), n), list(range(n))))
+            high = builder.shuffle_vector(x, x, ir.Constant(ir.VectorType(ir.IntType(32), n), list(range(n, 2 * n))))
+            x = builder.fadd(low, high)
+        return builder.extract_element(x, ir.Constant(ir.IntType(32), 0))
+
+    return v.dtype(v), codegen
 
 
 @njit(inline="always", **_jit)
-def _gram_tile(x, g, N, NV, k, m, scratch, out):
+def _gram_tile(x, g, N, NV, k, m, out):
     """``out[k:k+4, m:m+3] = sum_n X[k+r, n] G[m+s, n]`` over the whole rows: twelve vectors of
     running sums over the first ``NV`` columns (whole vectors), then each one's lanes and the
     last ``N - NV`` columns added in order."""
@@ -153,7 +163,7 @@ def _gram_tile(x, g, N, NV, k, m, scratch, out):
     sums = ((a00, a01, a02), (a10, a11, a12), (a20, a21, a22), (a30, a31, a32))
     for r in range(4):
         for s in range(3):
-            total = _hsum(sums[r][s], scratch)
+            total = _lane_sum(sums[r][s])
             for n in range(NV, N):
                 total += x[(k + r) * N + n] * g[(m + s) * N + n]
             out[k + r, m + s] = total
@@ -177,11 +187,10 @@ def gram(X, G, out):
         return
     L = simd.lanes_of(X)
     x, g = X.ravel(), G.ravel()
-    scratch = np.empty(L, X.dtype)
     NV = N - N % L
     for tk in range((K + 3) // 4):
         for tm in range((M + 2) // 3):
-            _gram_tile(x, g, N, NV, _tile_starts(K, 4, tk), _tile_starts(M, 3, tm), scratch, out)
+            _gram_tile(x, g, N, NV, _tile_starts(K, 4, tk), _tile_starts(M, 3, tm), out)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -316,7 +325,7 @@ def _maximum(typingctx, a, b):
     return a(a, b), codegen
 
 
-@njit(inline="always", **_jit)
+@njit(**_jit)
 def _mul(a, b, like):
     """``a * b`` lane by lane (one rounding, as ``fma(a, b, 0)``)."""
     return simd.fma(a, b, simd.zeros(like))
@@ -404,22 +413,25 @@ def attention_forward(qkv, H, P, ctx):
                     simd.store(p, row + j * L, s)
                     top = _maximum(s, top)
                 shift = _mul(top, minus_one, qkv)
-                # 2. exponentials (a loop from 0 over a slice, which LLVM vectorises), and their sum
-                weights = p[row:row + TL]
                 for j in range(T):
-                    simd.store(weights, j * L, simd.add(simd.load(weights, j * L), shift))
-                for n in range(TL):
-                    weights[n] = fast_exp(weights[n])
+                    simd.store(p, row + j * L, simd.add(simd.load(p, row + j * L), shift))
+            # 2. exponentials of the whole block, every query at once (one long loop from 0 over a
+            # slice, which LLVM vectorises; a loop per query spent a third of its time starting)
+            weights = p[block:block + T * TL]
+            for n in range(T * TL):
+                weights[n] = fast_exp(weights[n])
+            for i in range(T):
+                row = block + i * TL
+                # 3. divide by the sum over the keys
                 total = simd.zeros(qkv)
                 for j in range(T):
-                    total = simd.add(total, simd.load(weights, j * L))
-                # 3. divide by the sum
+                    total = simd.add(total, simd.load(p, row + j * L))
                 simd.store(lanes, 0, total)
                 for lane in range(L):
                     lanes[lane] = 1.0 / lanes[lane]
                 inverse = simd.load(lanes, 0)
                 for j in range(T):
-                    simd.store(weights, j * L, _mul(simd.load(weights, j * L), inverse, qkv))
+                    simd.store(p, row + j * L, _mul(simd.load(p, row + j * L), inverse, qkv))
                 # 4. the head's output for query i: o_c = sum_j P_ij v_j[c]
                 _dots_into(out, q0 + i * L, N, p, row, L, x, v0, N, L, T, dk, qkv)
 
@@ -458,17 +470,22 @@ def attention_backward(qkv, P, dctx, dqkv):
                     diff = simd.add(simd.load(dS, at), minus_rowdot)
                     simd.store(dS, at, _mul(_mul(simd.load(p, block + at), diff, qkv), scale, qkv))
             for t in range(T):
-                # 3. dq_t = sum_j dS_tj k_j
-                _dots_into(dx, q0 + t * L, N, dS, t * TL, L, x, k0, N, L, T, dk, qkv)
-                # 4. dk_t = sum_i dS_it q_i, and dv_t = sum_i P_it dO_i
-                _dots_into(dx, k0 + t * L, N, dS, t * L, TL, x, q0, N, L, T, dk, qkv)
-                _dots_into(dx, v0 + t * L, N, p, block + t * L, TL, g, q0, N, L, T, dk, qkv)
+                for job in range(3):
+                    # 3. dq_t = sum_j dS_tj k_j; 4. dk_t = sum_i dS_it q_i; 5. dv_t = sum_i P_it dO_i
+                    # (one call site: each copy of the inlined loops costs seconds of compile time)
+                    if job == 0:
+                        out, w, wo, ws, y, yo = q0, dS, t * TL, L, x, k0
+                    elif job == 1:
+                        out, w, wo, ws, y, yo = k0, dS, t * L, TL, x, q0
+                    else:
+                        out, w, wo, ws, y, yo = v0, p, block + t * L, TL, g, q0
+                    _dots_into(dx, out + t * L, N, w, wo, ws, y, yo, N, L, T, dk, qkv)
 
 
 # ----------------------------------------------------------------------------------------------
 # 4. embedding, pooling, classifier and loss
 # ----------------------------------------------------------------------------------------------
-@njit(inline="always", **_jit)
+@njit(**_jit)
 def column(b, t, T, L):
     """The column of position ``t`` of sequence ``b`` in a chunk's activations: sequences are
     grouped by vectors of ``L`` (their lanes), each group holding its ``T x L`` columns
