@@ -22,10 +22,15 @@ def main(argv: list[str]) -> None:
     print(f"# Benchmarks\n\nPython {platform.python_version()}, NumPy {np.__version__}, Numba {numba.__version__}, "
           f"{platform.machine()}, {numba.config.NUMBA_NUM_THREADS} CPU threads available\n")
     for name in chosen:
+        # Other work on the machine slows every figure, multi-threaded ones most (a parallel region
+        # waits for its slowest thread): say how busy the machine was around each section.
+        print(f"(load average before this section: {_load()}; {os.cpu_count()} CPUs)\n")
         importlib.import_module(f"bench.{name}").main()
-        # Other work on the machine slows every figure: say how busy it was.
-        print(f"\n(load average after this section: {', '.join(f'{x:.2f}' for x in os.getloadavg())} "
-              f"over 1, 5, 15 minutes)\n")
+        print(f"\n(load average after this section: {_load()})\n")
+
+
+def _load() -> str:
+    return ", ".join(f"{x:.2f}" for x in os.getloadavg()) + " over 1, 5, 15 minutes"
 
 
 if __name__ == "__main__":
