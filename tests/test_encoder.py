@@ -58,11 +58,11 @@ def _loss(params, tokens, labels, cfg):
     return -logp[np.arange(len(labels)), labels].mean()
 
 
-def _check_gradients(cfg, T, seed=0, per_param=6):
+def _check_gradients(cfg, T, seed=0, per_param=6, batch=3):
     params = _perturbed_params(cfg, seed=seed + 1)
     rng = np.random.default_rng(seed)
-    tokens = rng.integers(0, cfg.vocab_size, size=(3, T))
-    labels = rng.integers(0, cfg.n_classes, size=3)
+    tokens = rng.integers(0, cfg.vocab_size, size=(batch, T))
+    labels = rng.integers(0, cfg.n_classes, size=batch)
     loss, grads = encoder.loss_and_grads(params, tokens, labels, cfg)
     assert loss == pytest.approx(_loss(params, tokens, labels, cfg), rel=1e-12)
     assert set(grads) == set(params)
@@ -102,6 +102,21 @@ def test_gradients_match_finite_differences(positional):
 def test_gradients_single_token_and_short_sequences():
     _check_gradients(EncoderConfig(**SMALL, positional="learned"), T=1, seed=3)
     _check_gradients(EncoderConfig(**SMALL, positional="learned"), T=3, seed=4)
+
+
+def test_sizes_that_are_not_whole_tiles_and_batches_of_several_chunks():
+    """d_model 6, d_ff 10, d_k 3 (no product a whole number of register tiles) and 21 sequences
+    (two chunks, the second padded with dummy sequences): forward against the reference, the
+    gradient against finite differences."""
+    cfg = EncoderConfig(vocab_size=5, seq_len=4, d_model=6, n_heads=2, d_ff=10, n_layers=2, n_classes=2,
+                        positional="learned")
+    params = _perturbed_params(cfg, seed=7)
+    tokens = np.random.default_rng(8).integers(0, cfg.vocab_size, size=(21, 4))
+    logits, cache = encoder.forward(params, tokens, cfg)
+    want_logits, want_attn = _reference_forward(params, tokens, cfg)
+    np.testing.assert_allclose(logits, want_logits, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(cache["attn"], want_attn, rtol=1e-10, atol=1e-13)
+    _check_gradients(cfg, T=4, seed=9, per_param=4, batch=21)
 
 
 @pytest.mark.parametrize("positional", ["sinusoidal", "learned", "none"])
