@@ -171,8 +171,8 @@ def score_scale(scale) -> float:
 
 
 def check_values(Q, K, V, mask, scale: float, *, computed_from: str | None = None) -> None:
-    r"""Step 5 of :func:`attention_inputs`: one compiled pass finds ``max |Q|``, ``max |K|``,
-    ``max |V|`` and any NaN or +inf in the mask; then Q, K and V must be finite and the scores fit.
+    r"""Step 5 of :func:`attention_inputs`: Q, K and V finite, the mask free of NaN and +inf, and
+    the scores well inside the dtype, all checked by one compiled pass over the four arrays.
 
     The scores fit when :math:`\max|Q| \cdot |scale| \cdot \max(\max|K| \cdot d_k, 1)` stays below
     a quarter of the dtype's largest number, which bounds :math:`|q \cdot k| \cdot scale` and also
@@ -181,31 +181,37 @@ def check_values(Q, K, V, mask, scale: float, *, computed_from: str | None = Non
     dtype. ``computed_from`` names what Q, K and V were computed from (multi-head attention's
     projections), for the message when they overflowed on the way.
     """
-    peak_Q, peak_K, peak_V, mask_ok = _scan(Q, K, V, mask)
-    if not (math.isfinite(peak_Q) and math.isfinite(peak_K) and math.isfinite(peak_V)):
-        for peak, x, name in ((peak_Q, Q, "Q"), (peak_K, K, "K"), (peak_V, V, "V")):
-            if computed_from and not math.isfinite(peak):
-                raise ValueError(f"{name} = {computed_from} overflows {x.dtype}: use smaller values or float64.")
-            _require_finite(peak, x, name)
-    if not mask_ok:
-        raise ValueError("The mask may hold 0, finite numbers or -inf, but not NaN or +inf.")
-    bound = peak_Q * abs(scale) * max(peak_K * Q.shape[3], 1.0)
-    limit = _LARGEST[Q.dtype]
-    if not bound <= limit:
-        raise ValueError(
-            f"Q and K are too large: their scores could reach {bound:.3g}, beyond what {Q.dtype} holds "
-            f"({limit:.3g}). Use smaller values or float64.")
+    if not _values_ok(Q, K, V, mask, abs(scale), _LARGEST[Q.dtype]):
+        _refuse_values(Q, K, V, mask, scale, computed_from)
 
 
 @njit(cache=True)
-def _scan(Q, K, V, mask):
-    """``(max |Q|, max |K|, max |V|, mask free of NaN and +inf)`` for C-contiguous arrays."""
+def _values_ok(Q, K, V, mask, scale, limit):
+    """Every rule of :func:`check_values` in one pass (NaN fails every comparison)."""
     m = mask.ravel()
     bad = 0
     for i in range(m.shape[0]):   # no early exit: the loop vectorises (a (T, T) mask in a few ns)
         v = m[i]
         bad += (v != v) | (v == np.inf)
-    return _max_abs_flat(Q.ravel()), _max_abs_flat(K.ravel()), _max_abs_flat(V.ravel()), bad == 0
+    peak_Q, peak_K, peak_V = _max_abs_flat(Q.ravel()), _max_abs_flat(K.ravel()), _max_abs_flat(V.ravel())
+    return bad == 0 and peak_V < np.inf and peak_Q * scale * max(peak_K * Q.shape[3], 1.0) <= limit
+
+
+def _refuse_values(Q, K, V, mask, scale: float, computed_from: str | None) -> None:
+    """:func:`check_values`, rule by rule: raise for the first one broken."""
+    peaks = []
+    for x, name in ((Q, "Q"), (K, "K"), (V, "V")):
+        peak = max_abs(x)
+        if computed_from and not math.isfinite(peak):
+            raise ValueError(f"{name} = {computed_from} overflows {x.dtype}: use smaller values or float64.")
+        _require_finite(peak, x, name)
+        peaks.append(peak)
+    if np.isnan(mask).any() or (mask == np.inf).any():
+        raise ValueError("The mask may hold 0, finite numbers or -inf, but not NaN or +inf.")
+    bound = peaks[0] * abs(scale) * max(peaks[1] * Q.shape[3], 1.0)
+    raise ValueError(
+        f"Q and K are too large: their scores could reach {bound:.3g}, beyond what {Q.dtype} holds "
+        f"({_LARGEST[Q.dtype]:.3g}). Use smaller values or float64.")
 
 
 def warm_up(dtype) -> None:

@@ -299,6 +299,7 @@ GOOD = np.ones((3, 2))
     ((np.full((3, 2), np.nan), GOOD, GOOD), "Q contains NaN"),
     ((GOOD, np.full((3, 2), np.inf), GOOD), "K contains an infinite value"),
     ((GOOD, GOOD, [[1, np.nan]] * 3), "V contains NaN"),
+    ((GOOD, GOOD, [[1, -np.inf]] * 3), "V contains an infinite value"),
     ((np.ones((0, 2)), GOOD, GOOD), "Q is empty"),
     ((GOOD, np.ones((3, 0)), GOOD), "empty"),
     ((GOOD.astype(complex), GOOD, GOOD), "complex"),

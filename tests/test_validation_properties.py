@@ -133,3 +133,72 @@ def test_max_abs_is_the_largest_magnitude_or_non_finite(dtype, data):
     else:
         assert not math.isfinite(peak)
         assert math.isnan(peak) == bool(np.isnan(x).any())
+
+
+# --- the inputs of attention: each rule holds, or the first one broken is named ---------------
+
+shapes = st.lists(st.integers(0, 3), min_size=0, max_size=5).map(tuple)
+
+
+def first_broken_shape_rule(q, k, v) -> str | None:
+    """The shape rules of ``core.validate.attention_inputs``, in their order, as plain Python."""
+    for shape, name in ((q, "Q"), (k, "K"), (v, "V")):
+        if not 2 <= len(shape) <= 4:
+            return f"{name} must have 2 to 4 dimensions"
+        if 0 in shape:
+            return f"{name} is empty"
+    if not q[:-2] == k[:-2] == v[:-2]:
+        return "must share their batch/head axes"
+    if q[-1] != k[-1]:
+        return "same width d_k"
+    if k[-2] != v[-2]:
+        return "one row per key position"
+    return None
+
+
+@settings(max_examples=300, deadline=None)
+@given(q=shapes, k=shapes, v=shapes)
+def test_attention_shapes_pass_or_the_first_broken_rule_is_named(q, k, v):
+    """The few comparisons that pass good shapes and the rule-by-rule messages agree, any shapes."""
+    from core.validate import attention_inputs
+
+    broken = first_broken_shape_rule(q, k, v)
+    if broken is None:
+        Q4, K4, V4, mask, scale, lead = attention_inputs(np.ones(q), np.ones(k), np.ones(v))
+        assert lead == q[:-2] and Q4.ndim == K4.ndim == V4.ndim == mask.ndim == 4
+        assert Q4.shape[-2:] == q[-2:] and V4.shape[-2:] == v[-2:]
+    else:
+        with pytest.raises(ValueError, match=broken):
+            attention_inputs(np.ones(q), np.ones(k), np.ones(v))
+
+
+@settings(max_examples=200, deadline=None)
+@given(dtype=st.sampled_from([np.float32, np.float64]), T=st.integers(1, 4), d=st.integers(1, 3),
+       where=st.sampled_from(["Q", "K", "V", "mask", None]),
+       bad=st.sampled_from([np.nan, np.inf, -np.inf, "huge"]), data=st.data())
+def test_attention_values_pass_or_the_first_broken_rule_is_named(dtype, T, d, where, bad, data):
+    """One compiled pass decides; the message names the rule: NaN or infinity in Q, K or V, NaN or
+    +inf in the mask (-inf is allowed there), or scores beyond what the dtype holds."""
+    from core.validate import attention_inputs
+
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**16)))
+    arrays = {"Q": rng.standard_normal((T, d)), "K": rng.standard_normal((T, d)),
+              "V": rng.standard_normal((T, d)), "mask": np.zeros((T, T))}
+    arrays = {name: x.astype(dtype) for name, x in arrays.items()}
+    if where is not None:
+        x = arrays[where]
+        x.flat[data.draw(st.integers(0, x.size - 1))] = float(np.finfo(dtype).max) / 2 if bad == "huge" else bad
+    if where in ("Q", "K", "V") and bad != "huge":
+        expected = f"{where} contains {'NaN' if bad != bad else 'an infinite value'}"
+    elif where == "mask" and (bad != bad or bad == np.inf):
+        expected = "not NaN or \\+inf"
+    elif (float(np.abs(arrays["Q"]).max()) / np.sqrt(d) * max(float(np.abs(arrays["K"]).max()) * d, 1.0)
+          > float(np.finfo(dtype).max) / 4):
+        expected = "too large"          # |q . k| / sqrt(d_k) could come near the dtype's largest number
+    else:   # nothing wrong: a huge V, a huge or -inf mask entry are all fine
+        expected = None
+    if expected is None:
+        attention_inputs(arrays["Q"], arrays["K"], arrays["V"], arrays["mask"])
+    else:
+        with pytest.raises(ValueError, match=expected):
+            attention_inputs(arrays["Q"], arrays["K"], arrays["V"], arrays["mask"])
