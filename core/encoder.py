@@ -11,10 +11,9 @@ Architecture (the original Transformer encoder: post-norm, ReLU, no dropout)::
 
 Parameters are a ``dict[str, np.ndarray]`` (names in ``param_shapes``) and are computed in their
 own dtype, float32 (fast, for training) or float64 (gradient checks). The computation is compiled
-whole (``core/encoder_step.py``, on the kernels of ``core/encoder_kernels.py``): a forward pass, or
-a training step with its backward pass and Adam, is one call into Numba. Its matrix products are
-our own, so nothing depends on a BLAS thread pool, and a seed gives the same numbers bit for bit
-whatever else the process is doing.
+whole (``core/encoder_kernels.py``): a forward pass, or a training step with its backward pass and
+Adam, is one call into Numba. Its matrix products are our own, so nothing depends on a BLAS thread
+pool, and a seed gives the same numbers bit for bit whatever else the process is doing.
 
 Backend: ``backend=`` is accepted and resolved like everywhere else, but the encoder always runs
 on the CPU kernels. A model this small (about 20k parameters, a 64 x 16 batch) is dominated by
@@ -34,9 +33,8 @@ import numpy as np
 
 from core import backend as _backend
 from core import encoder_kernels as K
-from core import encoder_step as S
 from core import positional as _positional
-from core.encoder_step import LAYER_PARAMS
+from core.encoder_kernels import LAYER_PARAMS
 from core.validate import check_heads
 
 POSITIONAL_CHOICES = ("sinusoidal", "learned", "none")
@@ -146,7 +144,7 @@ def _fixed_table(kind: str, T: int, d: int, dtype_str: str) -> np.ndarray:
 
 
 @functools.lru_cache(maxsize=64)
-def layout(cfg: EncoderConfig) -> S.Layout:
+def layout(cfg: EncoderConfig) -> K.Layout:
     """Where each parameter of ``cfg`` starts in a flat buffer packed in ``param_shapes`` order."""
     offsets, at = {}, 0
     for name, shape in param_shapes(cfg).items():
@@ -157,7 +155,7 @@ def layout(cfg: EncoderConfig) -> S.Layout:
                       dtype=np.int64).reshape(cfg.n_layers, len(LAYER_PARAMS))
     top.setflags(write=False)
     layers.setflags(write=False)
-    return S.Layout(cfg.vocab_size, cfg.seq_len, cfg.d_model, cfg.n_heads, cfg.d_ff, cfg.n_classes,
+    return K.Layout(cfg.vocab_size, cfg.seq_len, cfg.d_model, cfg.n_heads, cfg.d_ff, cfg.n_classes,
                     cfg.positional == "learned", top, layers)
 
 
@@ -169,7 +167,7 @@ def flatten(params: dict, cfg: EncoderConfig) -> np.ndarray:
 def _pe_for(flat: np.ndarray, cfg: EncoderConfig, T: int) -> np.ndarray:
     """The (T, d) positional table for a flat buffer (for learned positions, a view of it)."""
     if cfg.positional == "learned":
-        at = int(layout(cfg).top[S.POS])
+        at = int(layout(cfg).top[K.POS])
         view = flat[at:at + T * cfg.d_model].reshape(T, cfg.d_model)
         view.setflags(write=False)        # read-only like the fixed tables: one compiled signature
         return view
@@ -264,7 +262,7 @@ def forward(params: dict, tokens, cfg: EncoderConfig, *, backend=None):
     L, H, d = cfg.n_layers, cfg.n_heads, cfg.d_model
     out = (np.empty((B, cfg.n_classes), flat.dtype), np.empty((L, B, H, T, T), flat.dtype),
            np.empty((B, T, d), flat.dtype), np.empty((B, d), flat.dtype))
-    _run(S.FORWARD, flat, tok, None, cfg, out=out)
+    _run(K.FORWARD, flat, tok, None, cfg, out=out)
     logits, attn, hidden, pooled = out
     return logits, {"attn": attn, "hidden": hidden, "pooled": pooled, "logits": logits, "tokens": tok}
 
@@ -278,7 +276,7 @@ def predict(params: dict, tokens, cfg: EncoderConfig) -> np.ndarray:
 def predict_flat(flat: np.ndarray, tok: np.ndarray, cfg: EncoderConfig) -> np.ndarray:
     """:func:`predict` without checks, on a flat buffer (:func:`flatten`) and int64 tokens (B, T)."""
     logits = np.empty((tok.shape[0], cfg.n_classes), flat.dtype)
-    _run(S.FORWARD, flat, tok, None, cfg, out=(logits, *_no_maps(flat.dtype)))
+    _run(K.FORWARD, flat, tok, None, cfg, out=(logits, *_no_maps(flat.dtype)))
     return np.argmax(logits, axis=1)
 
 
@@ -289,7 +287,7 @@ def _no_maps(dtype) -> tuple:
 
 
 def _run(mode, flat, tok, lab, cfg, *, grad_flat=None, optimizer=None, out=None):
-    """One call of the compiled encoder (``core.encoder_step.run``), with empty stand-ins for the
+    """One call of the compiled encoder (``core.encoder_kernels.run``), with empty stand-ins for the
     arrays ``mode`` does not use (Numba compiles one version per dtype, whatever the mode)."""
     dtype = flat.dtype
     nothing = np.empty(0, dtype)
@@ -301,7 +299,7 @@ def _run(mode, flat, tok, lab, cfg, *, grad_flat=None, optimizer=None, out=None)
         adam = (optimizer.m, optimizer.v, optimizer.lr, optimizer.beta1, optimizer.beta2, optimizer.eps,
                 optimizer.t)
     out = (np.empty((0, 0), dtype), *_no_maps(dtype)) if out is None else out
-    return S.run(mode, flat, layout(cfg), tok, lab, _pe_for(flat, cfg, tok.shape[1]), float(cfg.ln_eps),
+    return K.run(mode, flat, layout(cfg), tok, lab, _pe_for(flat, cfg, tok.shape[1]), float(cfg.ln_eps),
                  grad_flat, adam, out)
 
 
@@ -313,7 +311,7 @@ def loss_and_grads(params: dict, tokens, labels, cfg: EncoderConfig, *, backend=
 
     Returns ``(loss, grads)``; ``grads`` has the same names, shapes and dtype as ``params``. The
     backward pass is written by hand, step by step, mirroring the forward pass
-    (``core/encoder_step.py``; CPU kernels, see the module docstring about ``backend``).
+    (``core/encoder_kernels.py``; CPU kernels, see the module docstring about ``backend``).
     """
     _backend.resolve(backend)
     check_params(params, cfg)
@@ -321,7 +319,7 @@ def loss_and_grads(params: dict, tokens, labels, cfg: EncoderConfig, *, backend=
     lab = check_labels(labels, tok.shape[0], cfg)
     flat = flatten(params, cfg)
     grad_flat = np.empty_like(flat)
-    loss, _ = _run(S.GRADIENT, flat, tok, lab, cfg, grad_flat=grad_flat)
+    loss, _ = _run(K.GRADIENT, flat, tok, lab, cfg, grad_flat=grad_flat)
     grads, at = {}, 0
     for name, shape in param_shapes(cfg).items():
         size = int(np.prod(shape))
@@ -342,7 +340,7 @@ def train_step(flat: np.ndarray, grad_flat: np.ndarray, optimizer: "Adam", tok: 
     if flat.size != param_count(cfg) or grad_flat.shape != flat.shape or optimizer.m.shape != flat.shape:
         raise ValueError(f"The flat buffers hold {flat.size} numbers; this configuration has {param_count(cfg)}.")
     optimizer.t += 1
-    loss, hits = _run(S.STEP, flat, tok, lab, cfg, grad_flat=grad_flat, optimizer=optimizer)
+    loss, hits = _run(K.STEP, flat, tok, lab, cfg, grad_flat=grad_flat, optimizer=optimizer)
     return float(loss), int(hits)
 
 
