@@ -123,3 +123,32 @@ def test_dockerfile_serves_what_the_app_needs():
     assert "NUMBA_CACHE_DIR=" in text and "bench.coldstart --warm-only" in text
     assert "EXPOSE 8501" in text and '"--server.address", "0.0.0.0"' in text
     assert "libgomp1" in text, "Numba's thread-safe OpenMP layer needs libgomp in the slim image"
+
+
+LESSON_PAGE = r"""
+import json, sys
+from streamlit.testing.v1 import AppTest
+page = AppTest.from_file(sys.argv[1], default_timeout=300).run()
+assert not page.exception, [e.message for e in page.exception]
+from core.kernels import cpu
+print(json.dumps({
+    "compiled": sorted({k.__name__ for ks in cpu.KERNELS.values() for k in ks if k.signatures}),
+    "tuned_imported": "core.kernels.tuned.cpu" in sys.modules,
+    "cuda_imported": "numba.cuda" in sys.modules,
+}))
+"""
+
+
+def test_a_lesson_page_compiles_only_the_lesson_kernels_it_runs(tmp_path):
+    """On an empty cache, the one-head page compiles its four lesson kernels (scores, mask,
+    softmax, weighted sum) and nothing else: no other lesson kernel, and the tuned kernels are not
+    even imported (nor is Numba's CUDA support, on a machine without a GPU)."""
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    env.update(NUMBA_CACHE_DIR=str(tmp_path / "cache"), PYTHONPATH=str(ROOT), ATTN_BACKEND="cpu")
+    proc = subprocess.run([sys.executable, "-c", LESSON_PAGE, str(ROOT / "pages" / "one_head.py")], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    ran = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert ran["compiled"] == ["add_mask_kernel", "scores_kernel", "softmax_kernel", "weighted_sum_kernel"]
+    assert not ran["tuned_imported"]
+    assert not ran["cuda_imported"]
