@@ -9,7 +9,7 @@ from core.limits import MAX_MATRIX_ENTRY
 from ui import charts
 from ui.router import ensure_routed
 from ui.state import matrix_input
-from ui.widgets import chosen_backend, ensure_kernels, kernel_source, recording, timed
+from ui.widgets import chosen_backend, ensure_kernels, kernel_source, recording
 
 ensure_routed()   # a link opened first on a fresh server: rerun through app.py
 
@@ -51,7 +51,7 @@ st.latex(r"H_t = -\sum_i A_{ti}\log_2 A_{ti}, \qquad \text{effective positions} 
          r"\text{score}(t, 1) = \frac{\text{gain}}{\sqrt{d_k}}")
 gain = st.slider("gain", -20.0, 20.0, 3.0, step=0.1, key="cy_gain")
 with recording() as ran:
-    A, t_gain = timed(exercises.first_token_weights, gain, backend=chosen_backend())
+    A = exercises.first_token_weights(gain, backend=chosen_backend())
 T = exercises.FIRST_TOKEN_T
 labels = [str(i + 1) for i in range(T)]
 left, right = st.columns([1, 1])
@@ -85,7 +85,7 @@ with st.expander("Hint"):
                 "keys 2 and 4 lack, and what should query 4 ask for?")
 try:
     with recording() as ran:
-        result, t_two = timed(exercises.check_two_position_head, Q, K, backend=chosen_backend())
+        result = exercises.check_two_position_head(Q, K, backend=chosen_backend())
 except ValueError as err:
     st.error(str(err))
 else:

@@ -10,7 +10,7 @@ from core.attention import filter_bank, multi_head_attention
 from core.limits import MAX_MATRIX_ENTRY
 from ui import charts, state
 from ui.router import ensure_routed
-from ui.widgets import chosen_backend, chosen_dtype, ensure_kernels, kernel_source, recording, timed
+from ui.widgets import chosen_backend, chosen_dtype, ensure_kernels, kernel_source, recording
 
 ensure_routed()   # a link opened first on a fresh server: rerun through app.py
 
@@ -72,7 +72,7 @@ mask = masks.causal(D) if ss[k("causal")] else None
 try:
     with recording() as ran:
         args = [m.astype(dtype) for m in (pipe.X, pipe.W_Q, pipe.W_K, W_V, W_O)]
-        res, seconds = timed(multi_head_attention, *args, H, mask, backend=backend)
+        res = multi_head_attention(*args, H, mask, backend=backend)
         terms = filter_bank(args[0], args[3], args[4], res.weights, H, backend=backend)   # (H, T, d_model)
 except ValueError as err:
     st.error(str(err))

@@ -7,7 +7,7 @@ from core import attention, masks, positional
 from core.limits import MAX_HEADS, MAX_TOKENS
 from ui import charts, state
 from ui.router import ensure_routed
-from ui.widgets import chosen_backend, chosen_dtype, ensure_kernels, kernel_source, recording, timed, tokens_from
+from ui.widgets import chosen_backend, chosen_dtype, ensure_kernels, kernel_source, recording, tokens_from
 
 ensure_routed()   # a link opened first on a fresh server: rerun through app.py
 
@@ -58,9 +58,9 @@ try:
         words = tokens_from(sentence, max_tokens=MAX_TOKENS)
         X = embed(words, D_MODEL)
         W_Q, W_K, W_V, W_O = seeded_layer(D_MODEL, 1)
-        free, t_free = timed(attention.multi_head_attention, X, W_Q, W_K, W_V, W_O, 1, backend=chosen_backend())
-        causal, t_causal = timed(attention.multi_head_attention, X, W_Q, W_K, W_V, W_O, 1,
-                                 mask=masks.causal(len(words)), backend=chosen_backend())
+        free = attention.multi_head_attention(X, W_Q, W_K, W_V, W_O, 1, backend=chosen_backend())
+        causal = attention.multi_head_attention(X, W_Q, W_K, W_V, W_O, 1, mask=masks.causal(len(words)),
+                                                backend=chosen_backend())
 except ValueError as err:
     st.error(str(err))
 else:
@@ -98,8 +98,8 @@ try:
     rng = np.random.default_rng(2)
     Xb = rng.normal(size=(len(lengths), T_pad, D_MODEL)).astype(chosen_dtype())   # (B, T, d)
     with recording() as ran:
-        res, t_pad = timed(attention.multi_head_attention, Xb, *seeded_layer(D_MODEL, n_heads), n_heads,
-                           mask=mask, backend=chosen_backend())
+        res = attention.multi_head_attention(Xb, *seeded_layer(D_MODEL, n_heads), n_heads, mask=mask,
+                                             backend=chosen_backend())
 except ValueError as err:
     st.error(str(err))
 else:
@@ -131,8 +131,8 @@ try:
         src = tokens_from(source, max_tokens=MAX_TOKENS)
         tgt = tokens_from(target, max_tokens=MAX_TOKENS)
         H_enc, Y = embed(src, D_MODEL, seed=3), embed(tgt, D_MODEL, seed=4)
-        cross, t_cross = timed(attention.multi_head_attention, Y, *seeded_layer(D_MODEL, 2, seed=5), 2,
-                               X_kv=H_enc, backend=chosen_backend())
+        cross = attention.multi_head_attention(Y, *seeded_layer(D_MODEL, 2, seed=5), 2, X_kv=H_enc,
+                                               backend=chosen_backend())
 except ValueError as err:
     st.error(str(err))
 else:

@@ -10,7 +10,7 @@ from core.attention import attention, scores
 from core.limits import MAX_D_K, MAX_HEADS, MAX_MATRIX_ENTRY, MAX_TOKENS
 from ui import charts, state
 from ui.router import ensure_routed
-from ui.widgets import chosen_backend, chosen_dtype, ensure_kernels, kernel_source, recording, timed
+from ui.widgets import chosen_backend, chosen_dtype, ensure_kernels, kernel_source, recording
 
 ensure_routed()   # a link opened first on a fresh server: rerun through app.py
 
@@ -72,7 +72,7 @@ dtype, backend = chosen_dtype(), chosen_backend()
 V = np.broadcast_to(np.eye(T, dtype=dtype), (H, T, T)).copy()   # one-hot values: output row = weight row
 try:
     with recording() as ran:
-        (_, A), seconds = timed(attention, Qs.astype(dtype), Ks.astype(dtype), V, mask, backend=backend)
+        _, A = attention(Qs.astype(dtype), Ks.astype(dtype), V, mask, backend=backend)
         S = scores(Qs.astype(dtype), Ks.astype(dtype), mask, backend=backend)
 except ValueError as err:
     state.publish(PAGE, SPEC, active, extra)

@@ -9,7 +9,7 @@ from core.attention import attention, scores
 from core.limits import MAX_D_K, MAX_MATRIX_ENTRY, MAX_TOKENS
 from ui import charts, state
 from ui.router import ensure_routed
-from ui.widgets import chosen_backend, chosen_dtype, ensure_kernels, kernel_source, recording, timed, tokens_from
+from ui.widgets import chosen_backend, chosen_dtype, ensure_kernels, kernel_source, recording, tokens_from
 
 ensure_routed()   # a link opened first on a fresh server: rerun through app.py
 
@@ -77,8 +77,8 @@ dtype, backend = chosen_dtype(), chosen_backend()
 try:
     with recording() as ran:
         S = scores(Q.astype(dtype), K.astype(dtype), mask, scale=scale, backend=backend)
-        (out, A), seconds = timed(attention, Q.astype(dtype), K.astype(dtype), np.eye(T, dtype=dtype), mask,
-                                  scale=scale, backend=backend)
+        out, A = attention(Q.astype(dtype), K.astype(dtype), np.eye(T, dtype=dtype), mask, scale=scale,
+                           backend=backend)
 except ValueError as err:
     st.error(str(err))
     st.stop()

@@ -7,7 +7,7 @@ from core import masks, positional
 from core.limits import MAX_D_MODEL, MAX_PE_POSITIONS, MAX_TOKENS
 from ui import charts, state
 from ui.router import ensure_routed
-from ui.widgets import chosen_backend, chosen_dtype, ensure_kernels, kernel_source, recording, timed, tokens_from
+from ui.widgets import chosen_backend, chosen_dtype, ensure_kernels, kernel_source, recording, tokens_from
 
 ensure_routed()   # a link opened first on a fresh server: rerun through app.py
 
@@ -47,10 +47,10 @@ try:
     with recording() as ran:
         words_a = tokens_from(sentence_a, max_tokens=MAX_TOKENS)
         words_b = tokens_from(sentence_b, max_tokens=MAX_TOKENS)
-        (plain, t_plain) = timed(positional.order_blindness, words_a, words_b, with_pe=False,
-                                 backend=chosen_backend(), dtype=chosen_dtype())
-        (coded, t_coded) = timed(positional.order_blindness, words_a, words_b, with_pe=True,
-                                 backend=chosen_backend(), dtype=chosen_dtype())
+        plain = positional.order_blindness(words_a, words_b, with_pe=False, backend=chosen_backend(),
+                                           dtype=chosen_dtype())
+        coded = positional.order_blindness(words_a, words_b, with_pe=True, backend=chosen_backend(),
+                                           dtype=chosen_dtype())
 except ValueError as err:
     st.error(str(err))
 else:
@@ -81,7 +81,7 @@ st.caption(f"Caps: T ≤ {MAX_PE_POSITIONS}, d_model ≤ {MAX_D_MODEL}; heatmaps
            f"{DRAW_POSITIONS} positions and {DRAW_DIMS} dimensions.")
 try:
     with recording() as ran:
-        PE, t_pe = timed(positional.sinusoidal, T, d_model, base, backend=chosen_backend(), dtype=chosen_dtype())
+        PE = positional.sinusoidal(T, d_model, base, backend=chosen_backend(), dtype=chosen_dtype())
 except ValueError as err:
     st.error(str(err))
     st.stop()

@@ -2,8 +2,7 @@
 from __future__ import annotations
 
 import inspect
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
@@ -51,13 +50,6 @@ def ensure_kernels(*operations: str) -> None:
         st.error(f"{err} Choose another backend in the sidebar.")
         st.stop()
     _kernels_ready(name, np.dtype(chosen_dtype()).name, operations)
-
-
-def timed(fn: Callable, *args, **kwargs):
-    """``(result, seconds)`` of one call."""
-    start = time.perf_counter()
-    result = fn(*args, **kwargs)
-    return result, time.perf_counter() - start
 
 
 def kernel_source(ran: dispatch.Record) -> None:
