@@ -227,12 +227,10 @@ def backward_chunk(flat, grads, lay, Wqkv, tokens, labels, batch, acts):
         project(Wqkv[i].T, dqkv, dr, dh, True)           # dh = dr + [dq dk dv] [W_Q|W_K|W_V]^T
     # 1'. embeddings and (learned) positions
     d_embed = _mat(grads, lay.top[EMBED], lay.vocab_size, d)
-    d_embed[:, :] = 0.0
     if lay.learned_positions:
         d_pos = _mat(grads, lay.top[POS], lay.seq_len, d)
     else:
         d_pos = np.empty((T, d), dt)
-    d_pos[:, :] = 0.0
     embed_backward(tokens, dh, d_embed, d_pos)
     return loss, hits
 
@@ -308,10 +306,13 @@ def run(mode, flat, lay, tokens, labels, pe, eps, grads, adam, out):
     if mode == FORWARD:
         return 0.0, 0
     # the chunks' gradients, losses and hits, added in chunk order
-    grads[:] = partial[0]
+    for n in range(flat.size):
+        total = partial[0, n]
+        for ci in range(1, n_chunks):
+            total += partial[ci, n]
+        grads[n] = total
     loss, hit = losses[0], hits[0]
     for ci in range(1, n_chunks):
-        grads += partial[ci]
         loss += losses[ci]
         hit += hits[ci]
     if mode == STEP:
@@ -795,10 +796,16 @@ def embed_forward(tokens, embed, pe, X):
 @njit(**_jit)
 def embed_backward(tokens, dX, d_embed, d_pos):
     """Scatter-add the columns of ``dX`` (d, N) into ``d_embed`` (V, d) by token and ``d_pos``
-    (at least T, d) by position. Adds to both (the caller zeroes them)."""
+    (at least T, d) by position; both are zeroed first."""
     Bp, T = tokens.shape
     d = dX.shape[0]
     L = simd.lanes_of(dX)
+    for v in range(d_embed.shape[0]):
+        for c in range(d):
+            d_embed[v, c] = 0.0
+    for t in range(d_pos.shape[0]):
+        for c in range(d):
+            d_pos[t, c] = 0.0
     for b in range(Bp):
         for t in range(T):
             n, tok = column(b, t, T, L), tokens[b, t]
@@ -841,7 +848,9 @@ def cross_entropy(logits, labels, scale, dlogits):
     C = logits.shape[1]
     loss = 0.0
     correct = 0
-    dlogits[:, :] = 0.0
+    for b in range(dlogits.shape[0]):
+        for k in range(C):
+            dlogits[b, k] = 0.0
     for b in range(labels.shape[0]):
         top, best = logits[b, 0], 0
         for k in range(1, C):

@@ -20,6 +20,13 @@ def workers_alive() -> list:
     return [t for t in threading.enumerate() if t.name == "encoder-trainer" and t.is_alive()]
 
 
+@pytest.fixture(scope="module", autouse=True)
+def compiled_encoder():
+    """Compile (or load from the cache) the encoder's step once, before any test waits on a clock:
+    from an empty Numba cache that takes longer than the waits below."""
+    encoder.warm_up(tiny().config())
+
+
 @pytest.fixture
 def trainer():
     t = Trainer(snapshot_every=5)
