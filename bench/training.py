@@ -183,10 +183,11 @@ def main() -> None:
     if torch_rows:
         best = min(torch_rows, key=torch_rows.get)
         ratio = torch_rows[best] / ours
-        medians = statistics.median(times[best]) / statistics.median(times["ours"])
+        # on the medians, against whichever setting has the lower median
+        medians = min(statistics.median(times[k]) for k in torch_rows) / statistics.median(times["ours"])
         print(f"\nTarget: a step at least 2x faster than PyTorch at its best. PyTorch's faster setting here: "
-              f"{best}; ours is {ratio:.2f}x faster (best rounds; medians {medians:.2f}x): "
-              f"{'met' if ratio >= 2 else 'not met'}.")
+              f"{best}; ours is {ratio:.2f}x faster (best rounds; {medians:.2f}x on the medians, against "
+              f"PyTorch's lower median): {'met' if ratio >= 2 else 'not met'}.")
     else:
         print("\nPyTorch is not installed: no comparison.")
     first = time_to_accuracy()
