@@ -17,7 +17,7 @@ from typing import NamedTuple
 import numpy as np
 
 from core.kernels import dispatch
-from core.validate import (additive_mask, as_float_array, attention_inputs, check_heads, check_values,
+from core.validate import (additive_mask, as_float_array, attention_inputs, check_arrays, check_heads,
                            common_dtype, require_ndim, require_nonempty)
 
 __all__ = ["attention", "multi_head_attention", "filter_bank", "split_heads", "merge_heads",
@@ -178,7 +178,7 @@ def multi_head_attention(X, W_Q, W_K, W_V, W_O, n_heads, mask=None, *,
     if mask is not None and np.ndim(mask) in (2, 3):
         m = np.asarray(mask)
         mask = m.reshape(m.shape[:-2] + (1,) + m.shape[-2:]) if m.ndim == 3 else m
-    mask = additive_mask(mask, (B, n_heads, Tq, Tk), dtype)
+    mask = additive_mask(mask, dtype)
     run = dispatch.run
 
     # 2. project, the head split folded into the store
@@ -186,7 +186,7 @@ def multi_head_attention(X, W_Q, W_K, W_V, W_O, n_heads, mask=None, *,
     K = run(backend, Xkv3.size * W_K.shape[1], "project_heads", Xkv3, W_K, b_K, n_heads)  # (B, H, Tk, d_k)
     V = run(backend, Xkv3.size * W_V.shape[1], "project_heads", Xkv3, W_V, b_V, n_heads)  # (B, H, Tk, d_v)
     scale = 1.0 / math.sqrt(d_k)
-    check_values(Q, K, V, mask, scale, computed_from="X W + b")
+    check_arrays(Q, K, V, mask, scale, computed_from="X W + b")
     # 3. attend per head
     heads, A = run(backend, B * n_heads * Tq * Tk * (d_k + d_v), "attention_with_weights",
                    Q, K, V, mask, scale)                                   # (B, H, Tq, d_v), (B, H, Tq, Tk)

@@ -75,7 +75,7 @@ _LARGEST = {np.dtype(t): float(np.finfo(t).max) / 4 for t in FLOAT_DTYPES}
 def attention_inputs(Q, K, V, mask=None, scale=None):
     r"""Check the inputs of scaled dot-product attention and lay them out for the kernels.
 
-    The rules, in the order they are checked:
+    The rules, in the order a broken one is reported:
 
     1. numbers: Q, K and V hold real numbers (integers and booleans are converted); the result
        is float32 when all three are float32, else float64;
@@ -84,13 +84,12 @@ def attention_inputs(Q, K, V, mask=None, scale=None):
     3. the mask: numeric (0 where a query may look, -inf where not) or boolean (True where it may),
        broadcastable to ``(B, H, Tq, Tk)``;
     4. the scale: a finite number (default :math:`1/\sqrt{d_k}`);
-    5. values, in one compiled pass over all four arrays: Q, K, V finite, the mask free of NaN
-       and +inf, and the scores :math:`|q \cdot k| \cdot scale` well inside the dtype
-       (:func:`check_values`).
+    5. values: Q, K and V finite, the mask free of NaN and +inf, and the scores
+       :math:`|q \cdot k| \cdot scale` well inside the dtype.
 
-    Each broken rule raises a ``ValueError`` that names it. The inputs of the lesson pages are a
-    few dozen numbers, so the checks cost what attention itself does: the rules hold in a few
-    comparisons, and only a broken one is looked for rule by rule.
+    The shapes and values of all four arrays are checked together, by :func:`check_arrays`'s one
+    compiled pass: at the lesson pages' sizes (a few dozen numbers) the checks then cost about
+    what the attention itself does. Each broken rule raises a ``ValueError`` that names it.
 
     Returns
     -------
@@ -103,29 +102,26 @@ def attention_inputs(Q, K, V, mask=None, scale=None):
     # 1. numbers, in one dtype
     dtype = common_dtype(Q, K, V)
     Q, K, V = _as_float(Q, "Q", dtype), _as_float(K, "K", dtype), _as_float(V, "V", dtype)
-    # 2. shapes
-    q, k, v = Q.shape, K.shape, V.shape
-    if not (2 <= len(q) <= 4 and len(k) == len(q) == len(v) and q[:-2] == k[:-2] == v[:-2]
-            and q[-1] == k[-1] and k[-2] == v[-2] and Q.size and K.size and V.size):
-        _refuse_shapes(Q, K, V)
-    lead = q[:-2]
-    if len(q) < 4:
-        pad = (1,) * (4 - len(q))
-        Q, K, V = Q.reshape(pad + q), K.reshape(pad + k), V.reshape(pad + v)   # (B, H, T, d)
-    # 3. the mask
-    if mask is None:
-        mask = _NO_MASK[dtype]
-    else:
-        mask = additive_mask(mask, Q.shape[:3] + (K.shape[2],), dtype)
+    given = Q, K, V                                        # as given: the results' leading axes, messages
+    # 2. the kernels' layout, (B, H, T, d): axes of length 1 in front where the inputs have fewer
+    n = Q.ndim
+    if not (2 <= n <= 4 and K.ndim == n and V.ndim == n):
+        check_shapes(Q, K, V)                              # raises: names the rule broken
+    if n < 4:
+        front = (None,) * (4 - n)                          # new axes of length 1, views of the same data
+        Q, K, V = Q[front], K[front], V[front]             # (B, H, T, d)
+    # 3. the mask, as a 4-D additive array
+    mask = _NO_MASK[dtype] if mask is None else additive_mask(mask, dtype)
     # 4. the scale
-    scale = 1.0 / math.sqrt(q[-1]) if scale is None else score_scale(scale)
-    # 5. values
-    check_values(Q, K, V, mask, scale)
-    return Q, K, V, mask, scale, lead
+    scale = 1.0 / math.sqrt(max(Q.shape[3], 1)) if scale is None else score_scale(scale)   # d_k = 0: refused next
+    # 2.-5. shapes and values, in one compiled pass
+    check_arrays(Q, K, V, mask, scale, given=given)
+    return Q, K, V, mask, scale, given[0].shape[:-2]
 
 
-def _refuse_shapes(Q, K, V) -> None:
-    """Step 2 of :func:`attention_inputs`, rule by rule: raise for the first one broken."""
+def check_shapes(Q, K, V) -> None:
+    """The shape rules of :func:`attention_inputs` one by one, on the arrays as given: raise a
+    ``ValueError`` for the first one broken."""
     for x, name in ((Q, "Q"), (K, "K"), (V, "V")):
         require_ndim(x, name, 2, 4)
         require_nonempty(x, name)
@@ -135,28 +131,27 @@ def _refuse_shapes(Q, K, V) -> None:
         raise ValueError(f"Queries and keys must have the same width d_k: Q has {Q.shape[-1]}, K has {K.shape[-1]}.")
     if K.shape[-2] != V.shape[-2]:
         raise ValueError(f"K and V must have one row per key position: K has {K.shape[-2]}, V has {V.shape[-2]}.")
-    raise AssertionError("every shape rule holds")   # unreachable: attention_inputs found one broken
 
 
-def additive_mask(mask, scores_shape: tuple, dtype) -> np.ndarray:
-    """``mask`` as a C-contiguous 4-D additive mask of ``dtype`` whose axes are 1 or those of
-    ``scores_shape`` ``(B, H, Tq, Tk)``; None means no mask. Boolean masks mean "may attend"
-    where True (as in PyTorch) and become 0 / -inf. Its values are checked by :func:`check_values`."""
+def additive_mask(mask, dtype) -> np.ndarray:
+    """``mask`` as a C-contiguous 4-D additive mask of ``dtype`` (None means no mask): boolean masks
+    mean "may attend" where True (as in PyTorch) and become 0 / -inf, and axes of length 1 are put
+    in front up to four. Whether it broadcasts to the scores ``(B, H, Tq, Tk)``, and its values,
+    are for :func:`check_arrays`."""
     if mask is None:
         return _NO_MASK[np.dtype(dtype)]
     m = mask if type(mask) is np.ndarray else np.asarray(mask)
-    if m.dtype == bool:
+    kind = m.dtype.kind
+    if kind == "b":
         m = np.where(m, 0.0, -np.inf)
-    elif m.dtype.kind not in "iuf":
+    elif kind not in "iuf":
         raise ValueError(f"The mask must be numeric (0 where allowed, -inf where not), got {m.dtype}.")
-    fits = m.ndim <= 4
-    for n, full in zip(reversed(m.shape), reversed(scores_shape)):
-        fits = fits and n in (1, full)
-    if not fits:
+    if m.ndim > 4:
         raise ValueError(f"The mask has shape {m.shape}, which does not broadcast to the attention "
-                         f"scores' shape {tuple(scores_shape)} (..., queries, keys).")
-    m = np.ascontiguousarray(m, dtype=dtype)
-    return m if m.ndim == 4 else m.reshape((1,) * (4 - m.ndim) + m.shape)
+                         f"scores' four axes (batch, heads, queries, keys).")
+    if m.dtype != dtype or not m.flags.c_contiguous:
+        m = np.ascontiguousarray(m, dtype=dtype)
+    return m[(None,) * (4 - m.ndim)]                      # (Bm, Hm, Tqm, Tkm)
 
 
 def score_scale(scale) -> float:
@@ -170,35 +165,50 @@ def score_scale(scale) -> float:
     return value
 
 
-def check_values(Q, K, V, mask, scale: float, *, computed_from: str | None = None) -> None:
-    r"""Step 5 of :func:`attention_inputs`: Q, K and V finite, the mask free of NaN and +inf, and
-    the scores well inside the dtype, all checked by one compiled pass over the four arrays.
+def check_arrays(Q, K, V, mask, scale: float, *, given=None, computed_from: str | None = None) -> None:
+    r"""Steps 2, 3 and 5 of :func:`attention_inputs` on the kernels' layout, in one compiled pass:
+    Q, K and V non-empty, agreeing in shape and finite; the mask broadcastable and free of NaN and
+    +inf; and the scores well inside the dtype.
 
     The scores fit when :math:`\max|Q| \cdot |scale| \cdot \max(\max|K| \cdot d_k, 1)` stays below
     a quarter of the dtype's largest number, which bounds :math:`|q \cdot k| \cdot scale` and also
     ``Q * scale`` (the tuned kernels scale the queries before the dot products): beyond it,
     ``inf - inf`` would give NaN weights. All four arrays are C-contiguous, 4-D, of one float
-    dtype. ``computed_from`` names what Q, K and V were computed from (multi-head attention's
-    projections), for the message when they overflowed on the way.
+    dtype. ``given`` holds Q, K and V as the caller gave them (for the messages); ``computed_from``
+    names what Q, K and V were computed from (multi-head attention's projections), for the message
+    when they overflowed on the way.
     """
-    if not _values_ok(Q, K, V, mask, abs(scale), _LARGEST[Q.dtype]):
-        _refuse_values(Q, K, V, mask, scale, computed_from)
+    if not _arrays_ok(Q, K, V, mask, abs(scale), _LARGEST[Q.dtype]):
+        _refuse_arrays(Q, K, V, mask, scale, given or (Q, K, V), computed_from)
 
 
 @njit(cache=True)
-def _values_ok(Q, K, V, mask, scale, limit):
-    """Every rule of :func:`check_values` in one pass (NaN fails every comparison)."""
+def _arrays_ok(Q, K, V, mask, scale, limit):
+    """Every rule of :func:`check_arrays` at once (NaN fails every comparison)."""
+    B, H, Tq, d_k = Q.shape
+    Tk = K.shape[2]
+    if not (Q.size > 0 and K.size > 0 and V.size > 0 and K.shape[0] == B and V.shape[0] == B
+            and K.shape[1] == H and V.shape[1] == H and K.shape[3] == d_k and V.shape[2] == Tk):
+        return False
+    Bm, Hm, Tqm, Tkm = mask.shape
+    if not ((Bm == 1 or Bm == B) and (Hm == 1 or Hm == H) and (Tqm == 1 or Tqm == Tq) and (Tkm == 1 or Tkm == Tk)):
+        return False
     m = mask.ravel()
     bad = 0
     for i in range(m.shape[0]):   # no early exit: the loop vectorises (a (T, T) mask in a few ns)
         v = m[i]
         bad += (v != v) | (v == np.inf)
     peak_Q, peak_K, peak_V = _max_abs_flat(Q.ravel()), _max_abs_flat(K.ravel()), _max_abs_flat(V.ravel())
-    return bad == 0 and peak_V < np.inf and peak_Q * scale * max(peak_K * Q.shape[3], 1.0) <= limit
+    return bad == 0 and peak_V < np.inf and peak_Q * scale * max(peak_K * d_k, 1.0) <= limit
 
 
-def _refuse_values(Q, K, V, mask, scale: float, computed_from: str | None) -> None:
-    """:func:`check_values`, rule by rule: raise for the first one broken."""
+def _refuse_arrays(Q, K, V, mask, scale: float, given, computed_from: str | None) -> None:
+    """:func:`check_arrays` rule by rule: raise for the first one broken."""
+    check_shapes(*given)
+    scores_shape = Q.shape[:3] + (K.shape[2],)
+    if any(m not in (1, n) for m, n in zip(mask.shape, scores_shape)):
+        raise ValueError(f"The mask has shape {mask.shape}, which does not broadcast to the attention "
+                         f"scores' shape {scores_shape} (batch, heads, queries, keys).")
     peaks = []
     for x, name in ((Q, "Q"), (K, "K"), (V, "V")):
         peak = max_abs(x)
@@ -217,7 +227,7 @@ def _refuse_values(Q, K, V, mask, scale: float, computed_from: str | None) -> No
 def warm_up(dtype) -> None:
     """Compile (or load from the disk cache) the input checks for one dtype."""
     x = np.ones((1, 1, 1, 1), dtype)
-    check_values(x, x, x, _NO_MASK[np.dtype(dtype)], 1.0)
+    check_arrays(x, x, x, _NO_MASK[np.dtype(dtype)], 1.0)
     max_abs(x)
 
 

@@ -31,7 +31,7 @@ X = np.random.default_rng(0).normal(size=(6, 4))
 attention.attention(X, X, X, backend="cpu")            # lesson kernels: scores, mask, softmax, weighted sum
 attention.attention(X, X, X, return_weights=False, backend="cpu")     # the fused lesson kernel
 positional.sinusoidal(8, 6, backend="cpu")
-compiled = {k for ks in cpu.KERNELS.values() for k in ks} | {validate._values_ok}
+compiled = {k for ks in cpu.KERNELS.values() for k in ks} | {validate._arrays_ok}
 used = [k for k in compiled if k.signatures]
 print(json.dumps({
     "cache_dir": os.environ.get("NUMBA_CACHE_DIR"),
