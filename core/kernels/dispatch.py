@@ -31,18 +31,21 @@ LESSON_CPU, TUNED_CPU, LESSON_GPU = "core.kernels.cpu", "core.kernels.tuned.cpu"
 
 # Work counts multiply-adds: B*H*Tq*Tk*(d_k + d_v) for attention, B*T*d_in*d_out for a
 # projection, T*d_model for positions (see core/attention.py). Measured at float32 on 2 cores,
-# the tuned kernels overtake the lesson ones at about 2-5k (H=4, T=6..8, d=4..8: 3 us against
-# 5 us at 16k), so the threshold is where it is for another reason: every lesson page runs, and
-# shows, the lesson kernels at any size its widgets allow. The largest are multi-head attention
-# with 8 heads of 16 tokens (49k), and the positional page's 512 x 512 code (262k); there the
-# lesson kernels take 0.1 ms and 5 ms, against 0.03 ms and 3 ms tuned. The benchmark sizes
-# (T >= 64: a million and more) run the tuned kernels.
+# the tuned attention kernels draw level with the lesson ones at about 2k (H=4, T=8, d=4: 7 us
+# each) and pull ahead from there (2x at 33k, 9x at 262k: 0.2 ms against 0.02 ms at H=8, T=32,
+# d=16); the tuned projection is the slower one up to 262k and level beyond; the tuned sinusoid,
+# a prange loop, takes half the time on two cores. The threshold is nonetheless set above every
+# input a lesson page allows, so that a lesson page runs, shows and compiles lesson kernels only:
+# the largest are the multi-head page's 8 heads of 16 tokens (49k, 0.05 ms) and the positional
+# page's 512 x 512 code (262k, 8 ms against 4 ms). Attention with 8 heads at T >= 64 (1M and
+# more) runs the tuned kernels.
 TUNED_MIN_WORK = 1 << 19
 
 
 def kernels_for(backend: str | None, work: int) -> types.ModuleType:
-    """The kernel module for one call: on CUDA the lesson GPU kernels; on the CPU the lesson
-    kernels below ``TUNED_MIN_WORK`` multiply-adds, the tuned ones from there on."""
+    """The kernel module for one call: on CUDA the lesson GPU kernels (one thread per entry, or
+    per query with shared key tiles: readable and fast at once); on the CPU the lesson kernels
+    below ``TUNED_MIN_WORK`` multiply-adds, the tuned ones from there on."""
     if _backend.resolve(backend) == "cuda":
         return _module(LESSON_GPU)
     return _module(LESSON_CPU if work < TUNED_MIN_WORK else TUNED_CPU)
