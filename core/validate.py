@@ -141,16 +141,17 @@ def additive_mask(mask, dtype) -> np.ndarray:
     if mask is None:
         return _NO_MASK[np.dtype(dtype)]
     m = mask if type(mask) is np.ndarray else np.asarray(mask)
-    kind = m.dtype.kind
-    if kind == "b":
-        m = np.where(m, 0.0, -np.inf)
-    elif kind not in "iuf":
-        raise ValueError(f"The mask must be numeric (0 where allowed, -inf where not), got {m.dtype}.")
+    if m.dtype != dtype:                                  # booleans, integers, the other float
+        if m.dtype.kind == "b":
+            m = np.where(m, 0.0, -np.inf)
+        elif m.dtype.kind not in "iuf":
+            raise ValueError(f"The mask must be numeric (0 where allowed, -inf where not), got {m.dtype}.")
+        m = np.ascontiguousarray(m, dtype=dtype)
+    elif not m.flags.c_contiguous:
+        m = np.ascontiguousarray(m)
     if m.ndim > 4:
         raise ValueError(f"The mask has shape {m.shape}, which does not broadcast to the attention "
                          f"scores' four axes (batch, heads, queries, keys).")
-    if m.dtype != dtype or not m.flags.c_contiguous:
-        m = np.ascontiguousarray(m, dtype=dtype)
     return m[(None,) * (4 - m.ndim)]                      # (Bm, Hm, Tqm, Tkm)
 
 

@@ -222,7 +222,7 @@ def scaled_scores(Q, K, mask, scale):
     """``S = Q K^T * scale + M`` -> (B, H, Tq, Tk)."""
     B, H, Tq, _ = Q.shape
     S = np.empty((B, H, Tq, K.shape[2]), dtype=Q.dtype)
-    scores_kernel(Q, K, Q.dtype.type(scale), S)
+    scores_kernel(Q, K, float(scale), S)            # a float64, like the sums (see the kernels)
     add_mask_kernel(S, mask)
     return S
 
@@ -246,7 +246,7 @@ def fused_attention(Q, K, V, mask, scale):
     """``softmax(Q K^T * scale + M) V`` without materialising the (Tq, Tk) weights -> (B, H, Tq, d_v)."""
     B, H, Tq, _ = Q.shape
     out = np.empty((B, H, Tq, V.shape[3]), dtype=V.dtype)
-    fused_attention_kernel(Q, K, V, mask, Q.dtype.type(scale), out)
+    fused_attention_kernel(Q, K, V, mask, float(scale), out)
     return out
 
 
