@@ -218,7 +218,7 @@ def test_the_one_head_page_shows_the_functions_that_computed_its_numbers(backend
     assert [h.split("**")[1] for h in headings] == [f"`{module.__name__}.scaled_scores`",
                                                     f"`{module.__name__}.attention_with_weights`"]
     # and those functions give the page's numbers: its weights are theirs, to the last bit
-    Q, K, A = (matrix_named(page, name) for name in "QKA")
+    Q, K, A = (np.ascontiguousarray(matrix_named(page, name)) for name in "QKA")   # as the kernels take them
     T, d_k = Q.shape
     mask = masks.causal(T).reshape(1, 1, T, T)
     _, want_A = module.attention_with_weights(Q.reshape(1, 1, T, d_k), K.reshape(1, 1, T, d_k),
