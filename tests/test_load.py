@@ -93,7 +93,7 @@ async def _student(i, browser, server, pages, barrier, stats: Stats) -> None:
         by_name = {p.name: p for p in pages}
         one_head = by_name["one_head"]
         # 1. everyone opens the one-head page and types a sentence of their own, at the same time
-        await page.goto(server.page_url(one_head))
+        await page.goto(server.page_url(one_head), timeout=STEP_MS)   # ten browsers load at once
         await _wait_idle(page)
         await _check(page, who, "one_head", stats)
         sentence, word = _sentence(i)
@@ -163,7 +163,7 @@ async def _class(chromium_path, server, pages, stats: Stats) -> float:
         ctx = await browser.new_context(viewport=VIEWPORT)
         page = await ctx.new_page()
         for info in pages:
-            await page.goto(server.page_url(info))
+            await page.goto(server.page_url(info), timeout=STEP_MS)
             await _wait_idle(page, timeout_ms=180_000)
         await ctx.close()
 
