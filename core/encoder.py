@@ -33,8 +33,8 @@ import numpy as np
 
 from core import backend as _backend
 from core import encoder_kernels as K
-from core import positional as _positional
 from core.encoder_kernels import LAYER_PARAMS
+from core.models.layers import init_by_name, sinusoid_table
 from core.validate import check_heads
 
 POSITIONAL_CHOICES = ("sinusoidal", "learned", "none")
@@ -103,25 +103,7 @@ def param_count(cfg: EncoderConfig) -> int:
 def init_params(cfg: EncoderConfig, seed: int = 0, dtype=np.float32) -> dict[str, np.ndarray]:
     """Fresh parameters: weights ``N(0, 1/d_in)``, embeddings ``N(0, 1)``, learned positions
     ``N(0, 0.1^2)``, biases 0, layer-norm gains 1 (deterministic for a seed)."""
-    dtype = np.dtype(dtype)
-    if dtype not in (np.float32, np.float64):
-        raise ValueError(f"Parameters must be float32 or float64, got {dtype}.")
-    rng = np.random.default_rng(seed)
-    params = {}
-    for name, shape in param_shapes(cfg).items():
-        short = name.rsplit(".", 1)[-1]
-        if short == "embed":
-            value = rng.standard_normal(shape)
-        elif short == "pos":
-            value = 0.1 * rng.standard_normal(shape)
-        elif short.startswith("W_"):
-            value = rng.standard_normal(shape) / math.sqrt(shape[0])
-        elif short in ("ln1_g", "ln2_g"):
-            value = np.ones(shape)
-        else:
-            value = np.zeros(shape)
-        params[name] = np.ascontiguousarray(value, dtype=dtype)
-    return params
+    return init_by_name(param_shapes(cfg), seed, dtype)
 
 
 def positional_table(params: dict, cfg: EncoderConfig, T: int) -> np.ndarray:
@@ -134,11 +116,10 @@ def positional_table(params: dict, cfg: EncoderConfig, T: int) -> np.ndarray:
 
 @functools.lru_cache(maxsize=64)
 def _fixed_table(kind: str, T: int, d: int, dtype_str: str) -> np.ndarray:
-    """The sinusoidal table (computed in float64 by our CPU kernels, then rounded) or zeros; read-only."""
+    """The sinusoidal table (:func:`core.models.layers.sinusoid_table`) or zeros; read-only."""
     if kind == "sinusoidal":
-        table = _positional.sinusoidal(T, d, backend="cpu", dtype=np.float64).astype(np.dtype(dtype_str))
-    else:
-        table = np.zeros((T, d), dtype=np.dtype(dtype_str))
+        return sinusoid_table(T, d, dtype_str)
+    table = np.zeros((T, d), dtype=np.dtype(dtype_str))
     table.setflags(write=False)
     return table
 

@@ -31,12 +31,10 @@ full causal forward pass over the whole prefix, O(T^2) work per token, and gives
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 
 import numpy as np
 
-from core import positional as _positional
 from core.models import layers as L
 from core.models import sampling
 from core.validate import check_heads
@@ -147,25 +145,7 @@ def param_count(cfg: DecoderConfig) -> int:
 def init_params(cfg: DecoderConfig, seed: int = 0, dtype=np.float32) -> dict[str, np.ndarray]:
     """Fresh parameters, deterministic for a seed: weights ``N(0, 1/d_in)``, embeddings
     ``N(0, 1)``, learned positions ``N(0, 0.1^2)``, biases 0, layer-norm gains 1."""
-    dtype = np.dtype(dtype)
-    if dtype not in (np.float32, np.float64):
-        raise ValueError(f"Parameters must be float32 or float64, got {dtype}.")
-    rng = np.random.default_rng(seed)
-    params = {}
-    for name, shape in param_shapes(cfg).items():
-        short = name.rsplit(".", 1)[-1]
-        if short == "embed":
-            value = rng.standard_normal(shape)
-        elif short == "pos":
-            value = 0.1 * rng.standard_normal(shape)
-        elif short.startswith(("W_", "cross_W_")):
-            value = rng.standard_normal(shape) / math.sqrt(shape[0])
-        elif short.endswith("_g"):
-            value = np.ones(shape)
-        else:
-            value = np.zeros(shape)
-        params[name] = np.ascontiguousarray(value, dtype=dtype)
-    return params
+    return L.init_by_name(param_shapes(cfg), seed, dtype)
 
 
 def check_params(params: dict, cfg: DecoderConfig) -> np.dtype:
@@ -234,14 +214,6 @@ def _check_pair(cfg: DecoderConfig, tgt, src):
 # ----------------------------------------------------------------------------------------------
 # the forward pass, teacher forcing
 # ----------------------------------------------------------------------------------------------
-@functools.lru_cache(maxsize=32)
-def _sinusoid_table(T: int, d: int, dtype_str: str) -> np.ndarray:
-    """``PE (T, d)`` from the CPU kernels, computed in float64 and rounded once; read-only."""
-    table = _positional.sinusoidal(T, d, backend="cpu", dtype=np.float64).astype(np.dtype(dtype_str))
-    table.setflags(write=False)
-    return table
-
-
 def _embed(params: dict, prefix: str, tokens: np.ndarray, cfg: DecoderConfig, start: int = 0) -> np.ndarray:
     """``embed[tokens] + PE[start:start+T]`` for ``tokens (B, T)`` at positions ``start..start+T-1``."""
     x = params[f"{prefix}embed"][tokens]                                   # (B, T, d)
@@ -250,7 +222,7 @@ def _embed(params: dict, prefix: str, tokens: np.ndarray, cfg: DecoderConfig, st
         return x + params[f"{prefix}pos"][start:start + T]
     if cfg.positional == "sinusoidal":
         length = cfg.tgt_len if prefix == "dec." else cfg.src_len
-        return x + _sinusoid_table(length, cfg.d_model, x.dtype.str)[start:start + T]
+        return x + L.sinusoid_table(length, cfg.d_model, x.dtype.str)[start:start + T]
     return x
 
 

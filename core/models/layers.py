@@ -10,10 +10,13 @@ behind: ``scores``, ``weights``, ``head_outputs``, ``concat``, ``output``.
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
 from numba import njit
+
+from core import positional
 
 ATTENTION_PARAMS = ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O")
 
@@ -48,6 +51,43 @@ def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     C = np.empty((A.shape[0], A.shape[1], B.shape[2]), dtype=np.result_type(a, b))
     _matmul_batches(A, B, C)
     return C.reshape(lead + C.shape[1:])
+
+
+# ----------------------------------------------------------------------------------------------
+# initial parameters
+# ----------------------------------------------------------------------------------------------
+def init_by_name(shapes: dict, seed: int, dtype) -> dict[str, np.ndarray]:
+    """Fresh parameters for ``{name: shape}``, deterministic for a seed, chosen by each name's last
+    part: weights (``W_...``, ``cross_W_...``) ``N(0, 1/d_in)``, embeddings ``N(0, 1)``, learned
+    positions ``N(0, 0.1^2)``, layer-norm gains (``..._g``) 1, everything else (biases, shifts) 0."""
+    dtype = np.dtype(dtype)
+    if dtype not in (np.float32, np.float64):
+        raise ValueError(f"Parameters must be float32 or float64, got {dtype}.")
+    rng = np.random.default_rng(seed)
+    params = {}
+    for name, shape in shapes.items():
+        short = name.rsplit(".", 1)[-1]
+        if short == "embed":
+            value = rng.standard_normal(shape)
+        elif short == "pos":
+            value = 0.1 * rng.standard_normal(shape)
+        elif short.startswith(("W_", "cross_W_")):
+            value = rng.standard_normal(shape) / math.sqrt(shape[0])
+        elif short.endswith("_g"):
+            value = np.ones(shape)
+        else:
+            value = np.zeros(shape)
+        params[name] = np.ascontiguousarray(value, dtype=dtype)
+    return params
+
+
+@functools.lru_cache(maxsize=64)
+def sinusoid_table(T: int, d: int, dtype_str: str) -> np.ndarray:
+    """``PE (T, d)`` from our CPU kernels, computed in float64 and rounded once to the parameters'
+    dtype; cached and read-only, as every forward pass of a given length adds the same table."""
+    table = positional.sinusoidal(T, d, backend="cpu", dtype=np.float64).astype(np.dtype(dtype_str))
+    table.setflags(write=False)
+    return table
 
 
 # ----------------------------------------------------------------------------------------------
