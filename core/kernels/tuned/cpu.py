@@ -322,11 +322,7 @@ def _scores_rows(Q, K, mask, scale, S, Kt, block):
 @njit(**_jit)
 def _weights_unit(Q, Kt, Vp, mask, scale, b, h, i0, i1, A, out, Qs, S4, O4):
     """Rows ``i0..i1`` of ``A = softmax(Q K^T * scale + M)``, four queries at a time (see
-    :func:`_scores_tile`), and ``out = A V`` for them unless ``Vp`` has no columns (weights only).
-
-    A run-time test rather than a constant ``with_output`` argument: Numba would compile the
-    function once for each constant, which had cost 4 s of the first page's compile.
-    """
+    :func:`_scores_tile`), and ``out = A V`` for them."""
     Q, Kt, Vp, mask, A, out = borrowed(Q), borrowed(Kt), borrowed(Vp), borrowed(mask), borrowed(A), borrowed(out)
     Qs, S4, O4 = borrowed(Qs), borrowed(S4), borrowed(O4)
     Tk, dv = A.shape[3], out.shape[3]
@@ -335,14 +331,13 @@ def _weights_unit(Q, Kt, Vp, mask, scale, b, h, i0, i1, A, out, Qs, S4, O4):
         lo, hi = _scores_group(Q, Kt[b, h], mask, scale, b, h, i, n, 0, Tk, Qs, S4)
         for r in range(n):
             _softmax_live(S4[r], lo, hi, A[b, h, i + r])
-        if Vp.shape[3] > 0:
-            for r in range(4):
-                _fill(O4[r], 0, O4.shape[1], 0.0)
-            last = i + n - 1                   # rows past n repeat the last one, into O4 only
-            _weighted_sum_tile(A[b, h, i], A[b, h, min(i + 1, last)], A[b, h, min(i + 2, last)],
-                               A[b, h, min(i + 3, last)], Vp[b, h], 0, lo, hi, O4[0], O4[1], O4[2], O4[3])
-            for r in range(n):
-                _copy(O4[r], out[b, h, i + r], dv)
+        for r in range(4):
+            _fill(O4[r], 0, O4.shape[1], 0.0)
+        last = i + n - 1                       # rows past n repeat the last one, into O4 only
+        _weighted_sum_tile(A[b, h, i], A[b, h, min(i + 1, last)], A[b, h, min(i + 2, last)],
+                           A[b, h, min(i + 3, last)], Vp[b, h], 0, lo, hi, O4[0], O4[1], O4[2], O4[3])
+        for r in range(n):
+            _copy(O4[r], out[b, h, i + r], dv)
 
 
 def _attention_rows(Q, K, V, mask, scale, A, out, Kt, Vp, block):
