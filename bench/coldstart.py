@@ -56,7 +56,7 @@ def warm_cache(timeout: float = 600) -> dict[str, float]:
     training steps (the encoder's kernels). Seconds per item."""
     from streamlit.testing.v1 import AppTest
 
-    from core import training
+    from core.models import training
 
     seconds = {}
     for precision in ("float64", "float32"):

@@ -29,9 +29,9 @@ import textwrap
 
 import numpy as np
 
-from core import encoder, training
-from core.encoder import EncoderConfig
-from core.tasks import make_dataset
+from core.models import encoder, training
+from core.models.encoder import EncoderConfig
+from core.models.tasks import make_dataset
 
 BATCH, SEQ_LEN = 64, 16
 CFG = EncoderConfig(vocab_size=10, seq_len=SEQ_LEN, d_model=32, n_heads=4, d_ff=64, n_layers=2)

@@ -46,9 +46,11 @@ numba.config.THREADING_LAYER = os.environ["NUMBA_THREADING_LAYER"]
 
 
 # The public names of the package, wherever their modules live: ``from core import analysis`` keeps
-# working now that the lesson helpers sit in core/lessons/ (imported on first use, not here, so that
+# working now that the lesson helpers sit in core/lessons/ and the models in core/models/ (imported on first use, not here, so that
 # importing ``core`` stays cheap).
-_PUBLIC_MODULES = {"analysis": "core.lessons.analysis", "decoder": "core.models.decoder"}
+_PUBLIC_MODULES = {"analysis": "core.lessons.analysis", "decoder": "core.models.decoder",
+                   "encoder": "core.models.encoder", "tasks": "core.models.tasks",
+                   "training": "core.models.training"}
 
 
 def __getattr__(name: str):

@@ -2,11 +2,14 @@
 import pandas as pd
 import streamlit as st
 
-from core import limits, tasks
-from core.encoder import POSITIONAL_CHOICES
+from core import limits
+from core.models import tasks
+from core.models.encoder import POSITIONAL_CHOICES
 from ui import charts, state
 from ui.router import ensure_routed
-from ui.trainer import RunSpec, Trainer, weights_from_upload
+from core.models.runs import RunSpec
+from core.models.upload import weights_from_upload
+from ui.trainer import Trainer
 
 ensure_routed()   # a link opened first on a fresh server: rerun through app.py
 

@@ -7,7 +7,8 @@ import pytest
 
 from core import encoder, limits
 from ui import trainer as trainer_module
-from ui.trainer import DONE, ERROR, IDLE, LOADED, PAUSED, RUNNING, RunSpec, Trainer, TrainerBusy
+from core.models.runs import RunSpec
+from ui.trainer import DONE, ERROR, IDLE, LOADED, PAUSED, RUNNING, Trainer, TrainerBusy
 
 TINY = dict(task="sum", n_layers=1, d_model=16, n_heads=2, n_train=200, n_val=40, n_test=40, eval_every=5)
 

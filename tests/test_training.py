@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from core import training
-from core.tasks import make_dataset
+from core.models.tasks import make_dataset
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

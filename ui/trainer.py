@@ -23,14 +23,14 @@ import dataclasses
 import io
 import threading
 import time
-import zipfile
 
 import numpy as np
 
-from core import encoder, limits, training
-from core.encoder import EncoderConfig
-from core.tasks import Dataset, make_dataset
-from core.validate import check_heads
+from core import limits
+from core.models import encoder, training
+from core.models.encoder import EncoderConfig
+from core.models.runs import RunSpec
+from core.models.tasks import Dataset, make_dataset
 
 MAX_CONCURRENT_RUNS = 3       # worker threads training at once, over all sessions of the server
 RATE_WINDOW = 25              # steps per second is measured over the last this-many steps
@@ -42,50 +42,6 @@ _slots = threading.BoundedSemaphore(MAX_CONCURRENT_RUNS)
 
 class TrainerBusy(ValueError):
     """Every training slot of the server is taken; try again in a moment."""
-
-
-# ----------------------------------------------------------------------------------------------
-# what to train
-# ----------------------------------------------------------------------------------------------
-@dataclasses.dataclass(frozen=True)
-class RunSpec:
-    """One training run: the task, the model's sizes and the optimiser's settings."""
-
-    task: str = "sum"
-    n_layers: int = 2
-    n_heads: int = 4
-    d_model: int = 32
-    positional: str = "sinusoidal"
-    lr: float = 3e-3
-    steps: int = 300
-    seed: int = 0
-    label: str = "run"
-    n_train: int = 4000
-    n_val: int = 1000
-    n_test: int = 1000
-    batch_size: int = 64
-    eval_every: int = 25
-
-    def check(self) -> "RunSpec":
-        """Refuse sizes beyond ``core.limits`` or a head count that does not divide d_model."""
-        if not 1 <= int(self.n_layers) <= limits.MAX_TRAIN_LAYERS:
-            raise ValueError(f"Layers must be between 1 and {limits.MAX_TRAIN_LAYERS}, got {self.n_layers}.")
-        if not 1 <= int(self.d_model) <= limits.MAX_TRAIN_D_MODEL:
-            raise ValueError(f"d_model must be between 1 and {limits.MAX_TRAIN_D_MODEL}, got {self.d_model}.")
-        if not 1 <= int(self.n_heads) <= limits.MAX_TRAIN_HEADS:
-            raise ValueError(f"Heads must be between 1 and {limits.MAX_TRAIN_HEADS}, got {self.n_heads}.")
-        check_heads(int(self.d_model), int(self.n_heads))
-        if not 1 <= int(self.steps) <= limits.MAX_TRAIN_STEPS:
-            raise ValueError(f"Steps must be between 1 and {limits.MAX_TRAIN_STEPS}, got {self.steps}.")
-        if not (np.isfinite(self.lr) and 0 < self.lr <= 1):
-            raise ValueError(f"The learning rate must be in (0, 1], got {self.lr}.")
-        return self
-
-    def config(self) -> EncoderConfig:
-        """The encoder this spec trains (feed-forward width 2 d_model, as the default 32 -> 64)."""
-        return training.config_for(self.task, d_model=int(self.d_model), n_heads=int(self.n_heads),
-                                   d_ff=2 * int(self.d_model), n_layers=int(self.n_layers),
-                                   positional=self.positional)
 
 
 @dataclasses.dataclass
@@ -257,7 +213,7 @@ class Trainer:
     def load(self, params: dict, cfg: EncoderConfig, spec: RunSpec) -> None:
         """Replace everything by a trained model (e.g. an uploaded file), evaluated on ``spec.task``.
 
-        ``params`` must already be checked against ``cfg`` (``core.encoder.load`` does it). Raises
+        ``params`` must already be checked against ``cfg`` (``core.models.encoder.load`` does it). Raises
         ``ValueError`` when the model does not fit the task's data; nothing changes then.
         """
         spec = spec.check()
@@ -322,7 +278,7 @@ class Trainer:
 
     def weights_npz(self, index: int = 0) -> bytes:
         """Run ``index``'s parameters as ``.npz`` bytes, one array per design name, with the head
-        count and the positional encoding (see :func:`core.encoder.save`)."""
+        count and the positional encoding (see :func:`core.models.encoder.save`)."""
         params, cfg = self.params(index)
         buffer = io.BytesIO()
         encoder.save(params, buffer, cfg)
@@ -458,56 +414,3 @@ class Trainer:
 
     def _bump(self) -> None:
         self._version += 1
-
-
-# ----------------------------------------------------------------------------------------------
-# an uploaded weights file
-# ----------------------------------------------------------------------------------------------
-def weights_from_upload(raw: bytes, *, n_heads: int, positional: str,
-                        max_mb: float = limits.MAX_UPLOAD_MB) -> tuple[dict, EncoderConfig, list[str]]:
-    """Check an uploaded ``.npz`` and rebuild its config: ``(params, cfg, notes)``.
-
-    The archive is read by ``core.encoder.load_with_settings`` (no pickles; every name, shape and
-    value checked). Files saved by this dashboard record the head count and the positional
-    encoding; for a file that does not, those come from the page's settings (``n_heads`` when it
-    divides the file's d_model) and ``notes`` says so. Anything wrong raises ``ValueError``.
-    """
-    size = len(raw)
-    if size > max_mb * 2 ** 20:
-        raise ValueError(f"The file is {size / 2 ** 20:.1f} MB; weight files may be at most {max_mb:g} MB.")
-    if size == 0:
-        raise ValueError("The file is empty.")
-    _check_unpacked_size(raw, max_mb)
-    params, cfg, stored = encoder.load_with_settings(raw)    # infers a config and checks everything
-    notes = []
-    heads = stored.get("n_heads", int(n_heads))
-    if "n_heads" not in stored:
-        if heads < 1 or cfg.d_model % heads:
-            notes.append(f"The file does not record the number of heads, and {heads} does not divide its "
-                         f"d_model = {cfg.d_model}: using {cfg.n_heads}.")
-            heads = cfg.n_heads
-        else:
-            notes.append(f"The file does not record the number of heads: using {heads} from the settings.")
-    if "positional" in stored or cfg.positional == "learned":
-        kind = cfg.positional
-    elif positional in ("sinusoidal", "none"):
-        kind = positional
-        notes.append(f"The file has no learned position table: using the '{kind}' encoding from the settings.")
-    else:
-        kind = "sinusoidal"
-        notes.append("The settings ask for learned positions but the file has no 'pos' array: using sinusoidal.")
-    cfg = dataclasses.replace(cfg, n_heads=heads, positional=kind)
-    encoder.check_params(params, cfg)
-    return params, cfg, notes
-
-
-def _check_unpacked_size(raw: bytes, max_mb: float) -> None:
-    """Refuse an archive whose arrays would unpack to more than ``max_mb`` (a compressed bomb)."""
-    try:
-        with zipfile.ZipFile(io.BytesIO(raw)) as archive:
-            unpacked = sum(info.file_size for info in archive.infolist())
-    except (zipfile.BadZipFile, OSError, ValueError, EOFError):
-        return   # not a zip archive: core.encoder.load says so in its own words
-    if unpacked > max_mb * 2 ** 20:
-        raise ValueError(f"The arrays in the file would take {unpacked / 2 ** 20:.1f} MB once unpacked; "
-                         f"weight files may hold at most {max_mb:g} MB.")

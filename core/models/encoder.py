@@ -32,8 +32,8 @@ import zipfile
 import numpy as np
 
 from core import backend as _backend
-from core import encoder_kernels as K
-from core.encoder_kernels import LAYER_PARAMS
+from core.models import encoder_kernels as K
+from core.models.encoder_kernels import LAYER_PARAMS
 from core.models.layers import init_by_name, sinusoid_table
 from core.validate import check_heads
 
@@ -268,7 +268,7 @@ def _no_maps(dtype) -> tuple:
 
 
 def _run(mode, flat, tok, lab, cfg, *, grad_flat=None, optimizer=None, out=None):
-    """One call of the compiled encoder (``core.encoder_kernels.run``), with empty stand-ins for the
+    """One call of the compiled encoder (``core.models.encoder_kernels.run``), with empty stand-ins for the
     arrays ``mode`` does not use (Numba compiles one version per dtype, whatever the mode)."""
     dtype = flat.dtype
     nothing = np.empty(0, dtype)

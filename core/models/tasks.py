@@ -279,7 +279,7 @@ def digits_text(ids) -> str:
 # a tiny character-level corpus for the language model (core/models/corpus.txt, written for
 # this project: short sentences about attention and transformers)
 # ----------------------------------------------------------------------------------------------
-CORPUS_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "models", "corpus.txt")
+CORPUS_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus.txt")
 
 
 @functools.lru_cache(maxsize=1)

@@ -3,7 +3,7 @@ backward and Adam), is one call into Numba.
 
     loss, hits = run(STEP, flat, layout, tokens, labels, pe, ln_eps, grads, adam, out)
 
-(``core.encoder`` makes these calls: ``forward``, ``loss_and_grads``, ``train_step``.) At this size
+(``core.models.encoder`` makes these calls: ``forward``, ``loss_and_grads``, ``train_step``.) At this size
 (a 64 x 16 batch, d_model 32, two layers) the arithmetic of a step takes about a millisecond; a
 step made of dozens of separate calls (NumPy products, small kernels, their allocations) spent
 most of its time between them.
@@ -12,7 +12,7 @@ Part A is the step, numbered like the forward pass it mirrors; part B the kernel
 live in one file on purpose: Numba's on-disk cache keys a compiled function on its own file only,
 so a step in another file would keep running the old machine code of kernels edited here.
 
-Parameters live in one flat buffer (``core.encoder.pack``, in ``core.encoder.param_shapes``
+Parameters live in one flat buffer (``core.models.encoder.pack``, in ``core.models.encoder.param_shapes``
 order) and are read through a :data:`Layout`: the sizes and the offset of every array. Gradients
 go to a buffer of the same layout.
 
