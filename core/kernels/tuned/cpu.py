@@ -597,11 +597,11 @@ def sinusoidal(T, d_model, base, dtype):
 
 
 def warm_up(dtype, builds=(0,)) -> None:
-    """Compile (or load from the on-disk cache) every kernel for one dtype.
+    """Compile (or load from the on-disk cache) every tuned kernel for one dtype.
 
-    Serial builds only by default: a lesson page's inputs sit below ``PARALLEL_MIN_WORK``, and
-    each parallel build costs seconds to compile, paid on the first large input instead.
-    ``builds=(0, 1)`` compiles both (for an image build that should ship every kernel compiled).
+    Serial builds only by default (inputs below ``PARALLEL_MIN_WORK``: what "Make it fast" times
+    at small T); ``builds=(0, 1)`` compiles the parallel builds too, which cost seconds each.
+    The lesson pages never get here: the dispatch gives them the lesson kernels.
     """
     dtype = np.dtype(dtype)
     X4 = np.ones((1, 1, 2, 2), dtype)                   # Q, K, V, scores, weights, outputs
