@@ -16,6 +16,9 @@ ENC_DEC = dict(vocab_size=5, tgt_len=4, d_model=4, n_heads=2, d_ff=6, n_layers=2
                cross_attention=True, src_vocab_size=6, src_len=3)
 DEC_ONLY = dict(vocab_size=5, tgt_len=4, d_model=4, n_heads=2, d_ff=6, n_layers=2, cross_attention=False)
 KINDS = {"encoder-decoder": ENC_DEC, "decoder-only": DEC_ONLY}
+# d_ff=0: no feed-forward sublayer (and no ln2) in any layer, the attention-only models
+GRADIENT_KINDS = {**KINDS, "decoder-only, attention-only": dict(DEC_ONLY, d_ff=0),
+                  "encoder-decoder, attention-only": dict(ENC_DEC, d_ff=0)}
 
 
 def _perturbed_params(cfg, seed=1):
@@ -47,14 +50,15 @@ def _loss(params, cfg, tgt_in, tgt_out, src):
 # ----------------------------------------------------------------------------------------------
 # gradients
 # ----------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", GRADIENT_KINDS)
 def test_every_gradient_matches_central_differences(kind):
-    cfg = DecoderConfig(**KINDS[kind], positional="learned")         # learned: the position tables get checked too
+    cfg = DecoderConfig(**GRADIENT_KINDS[kind], positional="learned")         # learned: the position tables get checked too
     params = _perturbed_params(cfg)
     src, tgt_in, tgt_out = _batch(cfg)
     loss, grads = D.loss_and_grads(params, cfg, tgt_in, tgt_out, src)
     assert loss == pytest.approx(_loss(params, cfg, tgt_in, tgt_out, src), rel=1e-13)
     assert list(grads) == list(params)
+    assert cfg.d_ff > 0 or not [name for name in params if name.endswith(("W_1", "b_2", "ln2_g"))]
     h, vanishing = 1e-5, []
     for name, value in params.items():
         assert grads[name].shape == value.shape and grads[name].dtype == np.float64

@@ -43,6 +43,7 @@ POSITIONAL_CHOICES = ("sinusoidal", "learned", "none")
 ATTENTION = L.ATTENTION_PARAMS                     # W_Q W_K W_V W_O b_Q b_K b_V b_O
 LAYER_PARAMS = ATTENTION + ("ln1_g", "ln1_b", "W_1", "b_1", "W_2", "b_2", "ln2_g", "ln2_b")
 CROSS_PARAMS = tuple(f"cross_{name}" for name in ATTENTION) + ("ln_cross_g", "ln_cross_b")
+FFN_PARAMS = ("W_1", "b_1", "W_2", "b_2", "ln2_g", "ln2_b")      # absent when d_ff == 0
 
 
 # ----------------------------------------------------------------------------------------------
@@ -60,6 +61,8 @@ class DecoderConfig:
     ``src_len`` (the longest source); ``False`` builds a decoder-only language model, which has
     no source. ``tgt_len`` is the decoder's context: the most target positions it reads.
     ``bos_id``, optional, is the start token generation begins with when no prompt is given.
+    ``d_ff=0`` drops the feed-forward sublayer (and its LayerNorm) from every layer: an
+    attention-only model, whose layers are ``x = LN1(x + MHA(x))``.
     """
 
     vocab_size: int
@@ -78,6 +81,8 @@ class DecoderConfig:
     def __post_init__(self):
         for name in ("vocab_size", "tgt_len", "d_model", "n_heads", "d_ff", "n_layers"):
             value = getattr(self, name)
+            if name == "d_ff" and _whole(value) and value == 0:
+                continue                                    # attention-only: no feed-forward sublayer
             if not _whole(value) or value < 1:
                 raise ValueError(f"{name} must be a positive whole number, got {value!r}.")
         check_heads(self.d_model, self.n_heads)
@@ -112,6 +117,8 @@ def _layer_shapes(cfg: DecoderConfig, cross: bool) -> dict[str, tuple[int, ...]]
     shapes.update({name: (d,) for name in ("b_Q", "b_K", "b_V", "b_O", "ln1_g", "ln1_b", "ln2_g", "ln2_b")})
     shapes.update({"W_1": (d, F), "b_1": (F,), "W_2": (F, d), "b_2": (d,)})
     names = list(LAYER_PARAMS)
+    if cfg.d_ff == 0:                                   # attention-only: no W_1 ... b_2, no ln2
+        names = [name for name in names if name not in FFN_PARAMS]
     if cross:
         shapes.update({f"cross_{name}": shapes[name] for name in ATTENTION})
         shapes.update({"ln_cross_g": (d,), "ln_cross_b": (d,)})
@@ -232,8 +239,9 @@ def _causal_mask(n_new: int, start: int, dtype) -> np.ndarray:
 
 
 def _sub(params: dict, prefix: str, names) -> dict:
-    """The parameters ``prefix + name`` under their short names (``cross_`` dropped)."""
-    return {name.removeprefix("cross_"): params[prefix + name] for name in names}
+    """The parameters ``prefix + name`` under their short names (``cross_`` dropped); names the
+    configuration lacks (the feed-forward ones when ``d_ff == 0``) are left out."""
+    return {name.removeprefix("cross_"): params[prefix + name] for name in names if prefix + name in params}
 
 
 def _encoder_layer(h: np.ndarray, p: dict, cfg: DecoderConfig):
@@ -242,7 +250,9 @@ def _encoder_layer(h: np.ndarray, p: dict, cfg: DecoderConfig):
     # 1. self-attention over the whole source, residual, norm
     a, c["attn"] = L.attention(h, h, p, cfg.n_heads)
     h1, c["ln1"] = L.layer_norm(h + a, p["ln1_g"], p["ln1_b"], cfg.ln_eps)
-    # 2. feed-forward, residual, norm
+    # 2. feed-forward, residual, norm (none in an attention-only model)
+    if cfg.d_ff == 0:
+        return h1, c
     f, c["ffn"] = L.feed_forward(h1, p)
     h2, c["ln2"] = L.layer_norm(h1 + f, p["ln2_g"], p["ln2_b"], cfg.ln_eps)
     return h2, c
@@ -259,7 +269,9 @@ def _decoder_layer(x: np.ndarray, memory, p: dict, pc, cfg: DecoderConfig, mask:
     if memory is not None:
         a, c["cross"] = L.attention(x, memory, pc, cfg.n_heads)
         x, c["ln_cross"] = L.layer_norm(x + a, pc["ln_cross_g"], pc["ln_cross_b"], cfg.ln_eps)
-    # 3. feed-forward, residual, norm
+    # 3. feed-forward, residual, norm (none in an attention-only model)
+    if cfg.d_ff == 0:
+        return x, c
     f, c["ffn"] = L.feed_forward(x, p)
     x, c["ln2"] = L.layer_norm(x + f, p["ln2_g"], p["ln2_b"], cfg.ln_eps)
     return x, c
@@ -350,10 +362,12 @@ def forward(params: dict, cfg: DecoderConfig, tgt_in, src=None):
 def _encoder_layer_backward(dh2: np.ndarray, c: dict, p: dict):
     """Gradient of an encoder layer's input, and of its parameters."""
     g = {}
-    # 2. feed-forward, residual, norm:  h2 = LN2(h1 + FFN(h1))
-    d_sum, g["ln2_g"], g["ln2_b"] = L.layer_norm_backward(dh2, c["ln2"])
-    dh1, g_ffn = L.feed_forward_backward(d_sum, c["ffn"], p)
-    dh1 = dh1 + d_sum                                                      # the residual path
+    # 2. feed-forward, residual, norm:  h2 = LN2(h1 + FFN(h1)); attention-only: h2 = h1
+    dh1, g_ffn = dh2, {}
+    if "ffn" in c:
+        d_sum, g["ln2_g"], g["ln2_b"] = L.layer_norm_backward(dh2, c["ln2"])
+        dh1, g_ffn = L.feed_forward_backward(d_sum, c["ffn"], p)
+        dh1 = dh1 + d_sum                                                  # the residual path
     # 1. self-attention, residual, norm:  h1 = LN1(h + MHA(h))
     d_sum, g["ln1_g"], g["ln1_b"] = L.layer_norm_backward(dh1, c["ln1"])
     dq, dkv, g_attn = L.attention_backward(d_sum, c["attn"], p)
@@ -366,11 +380,13 @@ def _decoder_layer_backward(dx3: np.ndarray, c: dict, p: dict, pc):
     """Gradient of a decoder layer's input, of the memory (None without cross-attention), and of
     its parameters (cross-attention ones under their ``cross_`` names)."""
     g = {}
-    # 3. feed-forward, residual, norm:  x3 = LN2(x2 + FFN(x2))
-    d_sum, g["ln2_g"], g["ln2_b"] = L.layer_norm_backward(dx3, c["ln2"])
-    dx2, g_ffn = L.feed_forward_backward(d_sum, c["ffn"], p)
-    dx2 = dx2 + d_sum
-    g.update(g_ffn)
+    # 3. feed-forward, residual, norm:  x3 = LN2(x2 + FFN(x2)); attention-only: x3 = x2
+    dx2 = dx3
+    if "ffn" in c:
+        d_sum, g["ln2_g"], g["ln2_b"] = L.layer_norm_backward(dx3, c["ln2"])
+        dx2, g_ffn = L.feed_forward_backward(d_sum, c["ffn"], p)
+        dx2 = dx2 + d_sum
+        g.update(g_ffn)
     # 2. cross-attention, residual, norm:  x2 = LN_cross(x1 + MHA(x1, memory))
     d_memory = None
     if "cross" in c:
@@ -510,8 +526,9 @@ def _extend(params: dict, cfg: DecoderConfig, new_tokens: np.ndarray, kv: KVCach
             a, c = L.attend(x, *cross_kv[i], pc, cfg.n_heads)
             cross_w.append(c["weights"])
             x = L.layer_norm(x + a, pc["ln_cross_g"], pc["ln_cross_b"], cfg.ln_eps)[0]
-        # 3. feed-forward
-        x = L.layer_norm(x + L.feed_forward(x, p)[0], p["ln2_g"], p["ln2_b"], cfg.ln_eps)[0]
+        # 3. feed-forward (none in an attention-only model)
+        if cfg.d_ff:
+            x = L.layer_norm(x + L.feed_forward(x, p)[0], p["ln2_g"], p["ln2_b"], cfg.ln_eps)[0]
     kv.advance(n)
     return L.linear(x, params["W_out"], params["b_out"]), self_w, cross_w
 
