@@ -44,6 +44,18 @@ class TrainerBusy(ValueError):
     """Every training slot of the server is taken; try again in a moment."""
 
 
+def take_slot() -> None:
+    """Claim one of the server's training slots (raise :class:`TrainerBusy` when none is free).
+    Every worker that trains, whatever its model, holds one and gives it back with :func:`release_slot`."""
+    if not _slots.acquire(blocking=False):
+        raise TrainerBusy(f"{MAX_CONCURRENT_RUNS} runs are already training on this server; "
+                          "try again in a minute.")
+
+
+def release_slot() -> None:
+    _slots.release()
+
+
 @dataclasses.dataclass
 class _Run:
     """A run's live objects; only the worker thread touches ``state`` while the trainer runs."""
@@ -287,9 +299,7 @@ class Trainer:
     # -- the worker ----------------------------------------------------------------------------------
     @staticmethod
     def _take_slot() -> None:
-        if not _slots.acquire(blocking=False):
-            raise TrainerBusy(f"{MAX_CONCURRENT_RUNS} runs are already training on this server; "
-                              "try again in a minute.")
+        take_slot()
 
     def _launch(self) -> None:
         """Start the worker; the caller holds a slot, which the worker gives back when it ends."""

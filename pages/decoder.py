@@ -1,0 +1,435 @@
+"""Decoder and generation: train a small decoder live, see teacher forcing, then generate one token
+at a time through the KV cache and watch the attention rows, the cache and the sampler."""
+import inspect
+import time
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from core import limits
+from core.models import decoder, layers, sampling, tasks
+from ui import charts, state
+from ui.decoder_trainer import TASKS, DecoderTrainer, build
+from ui.router import ensure_routed
+
+ensure_routed()   # a link opened first on a fresh server: rerun through app.py
+
+PAGE = "decoder"
+SPEC = {
+    "task": state.choice_field("reverse", tuple(TASKS)),
+    "steps": state.int_field(400, 1, limits.MAX_TRAIN_STEPS),
+    "example": state.int_field(0, 0, 10_000),
+    "prompt": state.text_field("attention "),
+    "temperature": state.float_field(1.0, 0.0, 100.0),
+    "top_k": state.text_field(""),
+    "top_p": state.float_field(1.0, 0.0, 1.0),
+    "seed": state.int_field(0, 0, 1_000_000),
+    "step": state.int_field(1, 1, 64),
+    "layer": state.int_field(1, 1, limits.MAX_TRAIN_LAYERS),
+    "head": state.int_field(1, 1, limits.MAX_TRAIN_HEADS),
+}
+k = lambda name: state.key(PAGE, name)  # noqa: E731
+TRAINER_KEY, POLL_KEY = k("trainer"), k("poll_seconds")      # tests put a faster poll here
+GOOD_KEY, MEMO_KEY = k("good_inputs"), k("memo")
+LM_NEW_TOKENS = 24          # characters the language model writes after a prompt (context allowing)
+TIMING_REPEATS = 3          # generation timings: the best of this many calls
+
+if TRAINER_KEY not in st.session_state:
+    st.session_state[TRAINER_KEY] = DecoderTrainer()
+trainer: DecoderTrainer = st.session_state[TRAINER_KEY]
+poll = float(st.session_state.get(POLL_KEY, 0.5))
+
+
+@st.cache_resource(show_spinner="Building the data set…")
+def setup_of(task: str):
+    """The task's model configuration, data and default settings (shared, read-only)."""
+    return build(task)
+
+
+st.title("Decoder and generation")
+state.restore(PAGE, SPEC)
+st.markdown(
+    "A decoder writes its output one token at a time, each token conditioned on the ones before it. "
+    "Here it runs as an **encoder-decoder** that reverses or sorts a string of 8 digits (cross-attention "
+    "reads the encoder's output), or as a **decoder-only** character language model. Forward pass, "
+    "backward pass, Adam, the KV cache and the sampler are our own NumPy + Numba code.")
+
+with st.expander("The decoder layer, in equations"):
+    st.latex(r"x \leftarrow \mathrm{LN}_1\big(x + \mathrm{MHA}(x, x;\ M_{\text{causal}})\big)"
+             r"\quad\text{(masked self-attention)}")
+    st.latex(r"x \leftarrow \mathrm{LN}_{\times}\big(x + \mathrm{MHA}(x, m)\big)"
+             r"\quad\text{(cross-attention: queries from } x\text{, keys and values from the encoder's } m)")
+    st.latex(r"x \leftarrow \mathrm{LN}_2\big(x + \max(0, xW_1 + b_1)W_2 + b_2\big), \qquad "
+             r"p(y_t \mid y_{<t}, \text{src}) = \mathrm{softmax}(x_t W_{\text{out}} + b_{\text{out}})")
+    st.caption("The decoder-only model has no encoder and no cross-attention sublayer.")
+
+
+def act(fn, *args) -> None:
+    """Run a trainer command; a refusal (or anything unexpected) becomes a message on the page."""
+    try:
+        fn(*args)
+    except ValueError as err:
+        st.error(str(err))
+    except Exception as err:   # no traceback on the page
+        st.error(f"That did not work: {type(err).__name__}: {err}")
+
+
+def task_changed() -> None:
+    """A new task starts from its own default step count."""
+    st.session_state[k("steps")] = setup_of(st.session_state[k("task")]).steps
+
+
+# 1. train ----------------------------------------------------------------------------------------
+st.header("1. Train")
+left, right = st.columns(2)
+left.selectbox("Model and task", tuple(TASKS), format_func=TASKS.get, key=k("task"), on_change=task_changed)
+task = st.session_state[k("task")]
+setup = setup_of(task)
+cfg = setup.cfg
+left.caption(tasks.SEQUENCE_TASKS[task].description if setup.seq2seq else
+             f"Predict the next character of a small English corpus ({cfg.vocab_size} characters, "
+             f"context {cfg.tgt_len}).")
+right.number_input(f"Steps (at most {limits.MAX_TRAIN_STEPS}; this task's default is {setup.steps})",
+                   1, limits.MAX_TRAIN_STEPS, key=k("steps"))
+right.caption(f"{cfg.n_layers} layers, d_model {cfg.d_model}, {cfg.n_heads} heads, "
+              f"{decoder.param_count(cfg):,} parameters; Adam, batch {setup.batch_size}, learning rate "
+              f"{setup.lr:g} with {setup.warmup} warm-up steps and a cosine decay. A run stops after "
+              f"{limits.MAX_TRAIN_SECONDS:.0f} s of training at most.")
+b1, b2, b3 = st.columns(3)
+if b1.button("Train", type="primary", disabled=trainer.running):
+    act(trainer.start, setup, int(st.session_state[k("steps")]))
+if b2.button("Stop", disabled=not trainer.running):
+    act(trainer.stop)
+if b3.button("Reset"):
+    act(trainer.reset)
+
+polling = trainer.running
+
+
+@st.fragment(run_every=poll if polling else None)
+def live() -> None:
+    """The run's progress and curves; polls the trainer only while it runs."""
+    try:     # a fragment's own reruns bypass any try block around its first call: guard inside
+        draw_live()
+    except Exception as err:   # no traceback on the page
+        st.error(f"Could not draw the training view: {type(err).__name__}: {err}")
+
+
+def draw_live() -> None:
+    view = trainer.view()
+    if not view.metrics and not view.running:
+        st.info("Press **Train**. Until a run ends, the sections below show the model with its "
+                "untrained (random) weights.")
+        return
+    if view.task and view.task != task:
+        st.caption(f"The last run trained the task '{view.task}'.")
+    st.progress(min(view.step / max(view.target_steps, 1), 1.0),
+                text=f"{view.status}: step {view.step} of {view.target_steps}")
+    if view.status == "error":
+        st.error(view.message)
+    elif view.message:
+        st.caption(view.message)
+    last = view.last
+    c = st.columns(3)
+    c[0].metric("Loss (last batch)", f"{last['loss']:.4f}" if last else "–")
+    c[1].metric(f"Validation {view.metric}", f"{view.final_eval:.3f}" if view.final_eval is not None else "–")
+    c[2].metric("Seconds", f"{last['elapsed']:.1f}" if last else "–")
+    if view.metrics:
+        stride = max(1, len(view.metrics) // 400)       # thinned: a redraw stays cheap
+        loss = pd.DataFrame(view.metrics[::stride])
+        a, b = st.columns(2)
+        a.vega_lite_chart(charts.lines(loss, "step", "loss", title="Loss (cross-entropy of each batch)"),
+                          width="stretch")
+        evals = pd.DataFrame(view.evals, columns=["step", "value"])
+        b.vega_lite_chart(charts.lines(evals, "step", "value", title=f"Validation {view.metric}",
+                                       y_title=view.metric, y_domain=(0.0, 1.0), points=True), width="stretch")
+    if polling and not view.running:
+        st.rerun()          # the run ended: redraw the whole page once, with the trained model
+
+
+live()
+params, model_version, trained = trainer.model(setup)
+if not trained:
+    st.warning("The sections below use **untrained** weights (seed 0) until a run on this task ends.")
+
+
+# 2. teacher forcing ------------------------------------------------------------------------------
+st.header("2. Training: teacher forcing and the causal mask")
+tgt_in_val, tgt_out_val, src_val = setup.val_arrays()
+n_val = len(tgt_in_val)
+if st.session_state[k("example")] > n_val - 1:
+    st.session_state[k("example")] = n_val - 1
+st.number_input(f"Validation example (0 to {n_val - 1})", 0, n_val - 1, key=k("example"))
+i = int(st.session_state[k("example")])
+src = None if src_val is None else src_val[i]
+tgt_in, tgt_out = tgt_in_val[i], tgt_out_val[i]
+logits, fcache = decoder.forward(params, cfg, tgt_in, src)                 # (T, V)
+prediction = logits.argmax(axis=-1)
+
+
+def text_of(ids) -> list[str]:
+    """Token ids as the characters they stand for, one per id."""
+    return list(tasks.digits_text(ids)) if setup.seq2seq else list(setup.data.vocab.decode(ids))
+
+
+def shown(chars: list[str]) -> list[str]:
+    """Characters made visible in a table or an axis (a space as ␣, a newline as ⏎)."""
+    return [c.replace(" ", "␣").replace("\n", "⏎") for c in chars]
+
+
+st.markdown("In training, the decoder reads the **target shifted right** (starting with the start "
+            "symbol `^`) and must predict the target at every position at once. The causal mask keeps "
+            "position *t* from seeing positions after it, so all *T* predictions come from one forward pass.")
+st.latex(r"M_{ij} = \begin{cases} 0 & j \le i \\ -\infty & j > i \end{cases}, \qquad "
+         r"\mathcal{L} = -\frac{1}{T}\sum_{t=1}^{T} \log p_\theta\big(y_t \mid y_{<t}\big)")
+rows = {"position": np.arange(1, len(tgt_in) + 1)}
+if src is not None:
+    rows["source"] = shown(text_of(src))
+rows.update({"decoder input": shown(text_of(tgt_in)), "target": shown(text_of(tgt_out)),
+             "prediction (argmax)": shown(text_of(prediction)),
+             "p(target)": np.exp(layers.log_softmax(logits.astype(np.float64)))[np.arange(len(tgt_out)), tgt_out],
+             "right": prediction == tgt_out})
+st.dataframe(pd.DataFrame(rows), hide_index=True)
+st.metric("Positions predicted right (teacher forcing, this example)", f"{int((prediction == tgt_out).sum())} of {len(tgt_out)}")
+st.caption("Teacher forcing: each position reads the *true* earlier tokens, not the model's own guesses. "
+           "Generation, below, has no true tokens to read: it must run one position at a time and feed "
+           "each new token back in.")
+
+
+# 3. generation -----------------------------------------------------------------------------------
+st.header("3. Generation, one token at a time")
+st.markdown("Generation has no target to read: each step runs the decoder on everything written so far, "
+            "turns the last position's logits into a distribution, draws one token and appends it. With "
+            "the **KV cache**, each step runs only the new token; its keys and values join the cache, and "
+            "its query attends over every cached row.")
+st.latex(r"p_i = \frac{e^{z_i/\tau}}{\sum_j e^{z_j/\tau}}\ \ (\tau = 0:\ \arg\max), \qquad "
+         r"\text{top-}k:\ \text{the } k \text{ likeliest}, \qquad "
+         r"\text{top-}p:\ \text{the fewest likeliest with } \textstyle\sum p_i \ge p")
+g1, g2, g3, g4 = st.columns(4)
+g1.number_input("Temperature τ (0 = greedy)", key=k("temperature"), step=0.1, format="%.2f")
+g2.text_input("top-k (blank: no limit)", key=k("top_k"))
+g3.number_input("top-p (1 keeps every token)", key=k("top_p"), step=0.05, format="%.2f")
+g4.number_input("Seed of the sampler", 0, 1_000_000, key=k("seed"))
+if not setup.seq2seq:
+    st.text_input(f"Prompt (1 to {cfg.tgt_len} characters from the corpus's alphabet)", key=k("prompt"))
+
+
+def sampler_settings() -> sampling.SamplerSettings:
+    """The sampler's settings from the widgets; ``ValueError`` in the user's terms."""
+    raw_k = str(st.session_state[k("top_k")]).strip()
+    top_k = None
+    if raw_k:
+        try:
+            top_k = int(raw_k)
+        except ValueError:
+            raise ValueError(f"top-k must be a whole number >= 1, or blank for no limit; got {raw_k!r}.") from None
+    return sampling.SamplerSettings(float(st.session_state[k("temperature")]), top_k,
+                                    float(st.session_state[k("top_p")]))
+
+
+def prompt_ids() -> np.ndarray:
+    """The language model's prompt as ids; ``ValueError`` for an empty, unknown or too long prompt."""
+    text = str(st.session_state[k("prompt")])
+    if not text:
+        raise ValueError("The prompt is empty: type at least one character.")
+    if len(text) > cfg.tgt_len:
+        raise ValueError(f"The prompt has {len(text)} characters, longer than the model's context of "
+                         f"{cfg.tgt_len}.")
+    return setup.data.vocab.encode(text)
+
+
+# a refused input keeps the last good one (per task), so the rest of the page stays as it was
+good = st.session_state.setdefault(GOOD_KEY, {}).setdefault(
+    task, {"settings": sampling.SamplerSettings(), "prompt": None if setup.seq2seq else setup.data.vocab.encode("attention ")})
+try:
+    good["settings"] = sampler_settings()
+except ValueError as err:
+    st.error(f"{err} Keeping the last good sampler settings.")
+if not setup.seq2seq:
+    try:
+        good["prompt"] = prompt_ids()
+    except ValueError as err:
+        st.error(f"{err} Keeping the last good prompt.")
+settings, prompt = good["settings"], good["prompt"]
+n_new = cfg.tgt_len if setup.seq2seq else min(LM_NEW_TOKENS, cfg.tgt_len - len(prompt) + 1)
+seed = int(st.session_state[k("seed")])
+
+
+def timed_generation(use_cache: bool):
+    """One ``decoder.generate`` call of this section, and the best wall time of a few."""
+    best, gen = np.inf, None
+    for _ in range(TIMING_REPEATS):
+        start = time.perf_counter()
+        gen = decoder.generate(params, cfg, src, prompt=prompt, max_new_tokens=n_new, temperature=settings.temperature,
+                               top_k=settings.top_k, top_p=settings.top_p, use_cache=use_cache, seed=seed)
+        best = min(best, time.perf_counter() - start)
+    return gen, best
+
+
+memo_key = (task, model_version, None if src is None else src.tobytes(),
+            None if prompt is None else prompt.tobytes(), settings, seed, n_new)
+memo = st.session_state.get(MEMO_KEY)
+if memo is None or memo["key"] != memo_key:       # recompute only when an input changed
+    try:
+        cached, cached_s = timed_generation(True)
+        full, full_s = timed_generation(False)
+    except ValueError as err:
+        st.error(str(err))
+        st.stop()
+    memo = {"key": memo_key, "cached": cached, "cached_s": cached_s, "full": full, "full_s": full_s}
+    st.session_state[MEMO_KEY] = memo
+gen = memo["cached"]
+P, V = gen.prompt_len, cfg.vocab_size
+vocab_labels = shown(text_of(np.arange(V)))
+written = shown(text_of(gen.tokens))
+if src is not None:
+    st.markdown(f"Source `{tasks.digits_text(src)}` → generated `{tasks.digits_text(gen.new_tokens)}` "
+                f"(target `{tasks.digits_text(tgt_out)}`)")
+else:
+    st.markdown(f"Prompt `{''.join(written[:P])}` → generated `{''.join(written[P:])}`")
+
+
+def labelled(matrix, row_labels, col_labels, corner: str) -> pd.DataFrame:
+    """A matrix as a table whose first column, headed ``corner``, holds the row labels."""
+    frame = pd.DataFrame(np.asarray(matrix, dtype=float), columns=list(col_labels))
+    frame.insert(0, corner, list(row_labels))
+    return frame
+
+
+def step_by(delta: int) -> None:
+    st.session_state[k("step")] = int(np.clip(st.session_state[k("step")] + delta, 1, n_new))
+
+
+st.session_state[k("step")] = int(np.clip(st.session_state[k("step")], 1, n_new))
+s1, s2, s3 = st.columns([1, 1, 6])
+s1.button("◀ Previous", on_click=step_by, args=(-1,), disabled=st.session_state[k("step")] <= 1)
+s2.button("Next ▶", on_click=step_by, args=(1,), disabled=st.session_state[k("step")] >= n_new)
+if n_new > 1:
+    s3.slider("Step", 1, n_new, key=k("step"))
+step = int(st.session_state[k("step")])
+j = step - 1
+read = written[:P + j]
+picked = int(gen.tokens[P + j])
+st.markdown(f"**Step {step} of {n_new}**: reads `{''.join(read)}` ({P + j} positions), writes "
+            f"**`{written[P + j]}`**.")
+m = st.columns(3)
+m[0].metric("Rows in the K/V cache after this step", int(gen.cache_sizes[j]))
+m[1].metric("Positions run through the decoder at this step", int(gen.positions_computed[j]))
+m[2].metric("Probability of the token written", f"{gen.step_probs[j, picked]:.3f}")
+
+c1, c2 = st.columns(2)
+for col, name, count in ((c1, "layer", cfg.n_layers), (c2, "head", cfg.n_heads)):
+    st.session_state[k(name)] = int(np.clip(st.session_state[k(name)], 1, count))
+    col.selectbox(f"{name.capitalize()} (attention rows: every head; K and V: this head)", range(1, count + 1),
+                  key=k(name))
+layer, head = int(st.session_state[k("layer")]) - 1, int(st.session_state[k("head")]) - 1
+heads = [f"head {h + 1}" for h in range(cfg.n_heads)]
+key_labels = charts.position_labels(read)
+self_row = gen.self_attn[j][layer]                                           # (H, P + j)
+panels = [(f"Causal self-attention of the new query, layer {layer + 1}", self_row, key_labels, "self-attention")]
+if gen.cross_attn is not None:
+    panels.append((f"Cross-attention of the new query, layer {layer + 1}", gen.cross_attn[j, layer],
+                   charts.position_labels(tasks.digits_text(src)), "cross-attention"))
+cols = st.columns(len(panels))
+for col, (title, matrix, labels, _) in zip(cols, panels):
+    col.vega_lite_chart(charts.heatmap(matrix, heads, labels, title=title, row_title="head",
+                                       col_title="key position", size=320))
+rows_shown = int(gen.cache_sizes[j])
+kv_rows = charts.position_labels(written[:rows_shown])
+dims = [f"{c + 1}" for c in range(cfg.d_k)]
+kc, vc = st.columns(2)
+for col, name, cache in ((kc, "K", gen.keys), (vc, "V", gen.values)):
+    col.vega_lite_chart(charts.heatmap(cache[layer, head, :rows_shown], kv_rows, dims, kind="signed",
+                                       value_name=name, title=f"{name} cache, layer {layer + 1}, head {head + 1}: "
+                                       f"{rows_shown} rows", row_title="position", col_title="feature",
+                                       size=260, annotate=False, domain_values=cache[layer, head]))
+st.caption("One row joins each cache per step, and earlier rows never change: a position's keys and values "
+           "depend only on the tokens up to it.")
+
+before, _ = sampling.distribution(gen.step_logits[j], sampling.SamplerSettings(settings.temperature))
+status = np.where(np.arange(V) == picked, "picked", np.where(gen.allowed[j], "allowed", "removed"))
+chart = charts.bar(before, vocab_labels, title=f"Next-token distribution at step {step} (τ = {settings.temperature:g})",
+                   x_title="next token", y_title="probability")
+for row, s in zip(chart["data"]["values"], status):
+    row["status"] = str(s)
+chart["encoding"]["color"] = {"field": "status", "type": "nominal", "title": "sampler",
+                              "scale": {"domain": ["picked", "allowed", "removed"]}}
+chart["encoding"]["opacity"] = {"condition": {"test": "datum.status === 'removed'", "value": 0.35}, "value": 1.0}
+chart["encoding"]["tooltip"].append({"field": "status", "type": "nominal", "title": "sampler"})
+st.vega_lite_chart(chart, width="stretch")
+st.caption(f"Bars: softmax(z/τ) before top-k and top-p. The sampler could pick {int(gen.allowed[j].sum())} of "
+           f"{V} tokens (coloured 'allowed' or 'picked'); it draws from them, renormalised.")
+
+with st.expander("The numbers behind these charts"):
+    for title, matrix, labels, corner in panels:
+        st.markdown(f"**{title}**")
+        st.dataframe(labelled(matrix, heads, labels, corner), hide_index=True)
+    for name, cache in (("K", gen.keys), ("V", gen.values)):
+        st.markdown(f"**{name} cache rows, layer {layer + 1}, head {head + 1}**")
+        st.dataframe(labelled(cache[layer, head, :rows_shown], kv_rows, dims, name), hide_index=True)
+    st.markdown("**Next-token distribution**")
+    st.dataframe(pd.DataFrame({"token": vocab_labels, "p before top-k/top-p": before,
+                               "p sampled from": gen.step_probs[j], "allowed": gen.allowed[j],
+                               "picked": np.arange(V) == picked}), hide_index=True)
+
+
+# 4. cache vs full recompute ---------------------------------------------------------------------
+st.header("4. With the KV cache or without: same logits, less work")
+full = memo["full"]
+diff = float(np.abs(gen.step_logits.astype(np.float64) - full.step_logits.astype(np.float64)).max())
+st.markdown("Both runs use the same input, settings and seed. Without the cache, step *t* runs the whole "
+            "prefix of *t* positions through the decoder again: O(T²) positions for T tokens. With it, "
+            "each step runs one new position: O(T).")
+st.latex(r"\text{positions computed: } \sum_{t=P}^{P+n-1} t \ \text{ (recompute)} \quad \text{vs} \quad "
+         r"P + (n - 1) \ \text{ (cache)}")
+d1, d2 = st.columns(2)
+d1.metric("Largest |logit difference|, cached vs recomputed", f"{diff:.2e}")
+d2.metric("Same tokens written", "yes" if np.array_equal(gen.tokens, full.tokens) else "no")
+cost = pd.DataFrame({
+    "generation": ["with the KV cache", "full recompute"],
+    "positions computed": [int(gen.positions_computed.sum()), int(full.positions_computed.sum())],
+    "ms per token (best of 3)": [memo["cached_s"] / n_new * 1e3, memo["full_s"] / n_new * 1e3],
+})
+e1, e2 = st.columns([2, 3])
+e1.dataframe(cost, hide_index=True)
+e1.caption(f"Times measured on this server just now, for {n_new} tokens of a model this small; they vary "
+           "with whatever else runs. The position counts are exact.")
+per_step = pd.DataFrame({"step": np.tile(np.arange(1, n_new + 1), 2),
+                         "positions": np.concatenate([gen.positions_computed, full.positions_computed]),
+                         "generation": ["with the KV cache"] * n_new + ["full recompute"] * n_new})
+e2.vega_lite_chart(charts.lines(per_step, "step", "positions", "generation", points=True,
+                                title="Positions run through the decoder at each step"), width="stretch")
+
+
+# 5. what the trained attention does -------------------------------------------------------------
+st.header("5. The attention maps of this model")
+names = [f"layer {l + 1}, head {h + 1}" for l in range(cfg.n_layers) for h in range(cfg.n_heads)]
+if setup.seq2seq:
+    cross = fcache["cross_attn"]                                               # (L, H, T, S)
+    st.markdown(f"Cross-attention of validation example {i} (teacher forcing): one row per output position, "
+                "one column per source digit." + (" Trained on **reverse**, some head reads the source from "
+                "its end: output position t looks at source position T + 1 − t, the anti-diagonal." if
+                task == "reverse" else ""))
+    st.vega_lite_chart(charts.heatmap_grid([cross[l, h] for l in range(cfg.n_layers) for h in range(cfg.n_heads)],
+                                           charts.position_labels(shown(text_of(tgt_in))),
+                                           charts.position_labels(tasks.digits_text(src)), names,
+                                           columns=cfg.n_heads, size=150, annotate=False,
+                                           row_title="decoder input", col_title="source"))
+    st.caption("Compare the random-weight cross-attention on the page **Masks and cross-attention**: the "
+               "same computation, but nothing there has learned where to look.")
+else:
+    att = fcache["self_attn"]                                                  # (L, H, T, T)
+    st.markdown(f"The language model has no cross-attention. Its causal self-attention on validation "
+                f"window {i}: zero above the diagonal, as the mask demands.")
+    labels = charts.position_labels(shown(text_of(tgt_in)))
+    st.vega_lite_chart(charts.heatmap_grid([att[l, h] for l in range(cfg.n_layers) for h in range(cfg.n_heads)],
+                                           labels, labels, names, columns=cfg.n_heads, size=200, annotate=False))
+
+with st.expander("Source — the code that computed these numbers"):
+    for fn in (decoder.generate, decoder._extend, decoder.KVCache, layers.attend, sampling.distribution,
+               decoder._decode, decoder._decoder_layer):
+        st.markdown(f"**`{fn.__module__}.{fn.__qualname__}`**")
+        st.code(inspect.getsource(fn), language="python")
+
+state.publish(PAGE, SPEC)
