@@ -24,6 +24,7 @@ PAGES = {
     ],
     "Practice": [
         st.Page("pages/training.py", title="Train an encoder", icon="🏋️"),
+        st.Page("pages/decoder.py", title="Decoder and generation", icon="✍️"),
         st.Page("pages/check_yourself.py", title="Check yourself", icon="✅"),
     ],
     "Under the hood": [st.Page("pages/make_it_fast.py", title="Make it fast", icon="🚀")],
