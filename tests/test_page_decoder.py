@@ -1,0 +1,186 @@
+"""The "Decoder and generation" page through Streamlit's AppTest: it reads the numbers the page
+shows (tables, metrics) and checks that each control moves them as it should."""
+import time
+
+import numpy as np
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from page_support import table_named
+
+TRAINER = "decoder.trainer"
+
+
+def page() -> AppTest:
+    at = AppTest.from_file("../pages/decoder.py", default_timeout=120)
+    at.session_state["decoder.poll_seconds"] = 0.2
+    return at
+
+
+@pytest.fixture
+def at():
+    app = page()
+    yield app
+    if TRAINER in app.session_state:
+        app.session_state[TRAINER].reset()
+
+
+def metric(at, start: str) -> str:
+    found = [m.value for m in at.metric if m.label.startswith(start)]
+    assert len(found) == 1, f"expected one metric starting {start!r}, found {found}"
+    return found[0]
+
+
+def button(at, label):
+    return next(b for b in at.button if b.label == label)
+
+
+def distribution(at):
+    return table_named(at, "token")
+
+
+def errors(at) -> str:
+    return " ".join(e.value for e in at.error)
+
+
+def test_page_shows_teacher_forcing_generation_and_the_cache_agreement(at):
+    at.run()
+    assert not at.exception and not at.error
+    assert len(at.latex) >= 5
+    tf = table_named(at, "position")
+    assert list(tf.columns[:3]) == ["source", "decoder input", "target"]
+    # the decoder input is the target shifted right, after the start symbol
+    assert tf["decoder input"].iloc[0] == "^"
+    assert list(tf["decoder input"].iloc[1:]) == list(tf["target"].iloc[:-1])
+    # reverse: the target is the source backwards
+    assert list(tf["target"]) == list(tf["source"])[::-1]
+    # cached and recomputed generation agree, and the recompute runs 1 + 2 + ... + 8 positions
+    assert float(metric(at, "Largest |logit difference|")) < 1e-4
+    assert metric(at, "Same tokens written") == "yes"
+    cost = table_named(at, "generation")
+    assert cost.loc["with the KV cache", "positions computed"] == 8
+    assert cost.loc["full recompute", "positions computed"] == sum(range(1, 9))
+    assert "Source" in " ".join(e.label for e in at.expander)
+
+
+def test_stepping_grows_the_attention_row_and_the_cache(at):
+    at.run()
+    row1, k1 = table_named(at, "self-attention"), table_named(at, "K")
+    assert row1.shape[1] == 1 and len(k1) == 1
+    assert metric(at, "Rows in the K/V cache") == "1"
+    button(at, "Next ▶").click().run()
+    row2, k2 = table_named(at, "self-attention"), table_named(at, "K")
+    assert row2.shape[1] == 2 and len(k2) == 2                      # one more key, one more cached row
+    np.testing.assert_allclose(row2.to_numpy(float).sum(axis=1), 1.0, atol=1e-5)
+    np.testing.assert_array_equal(k2.to_numpy(float)[0], k1.to_numpy(float)[0])   # earlier rows never change
+    assert metric(at, "Rows in the K/V cache") == "2"
+    at.slider(key="decoder.step").set_value(8).run()
+    assert table_named(at, "self-attention").shape[1] == 8 and len(table_named(at, "V")) == 8
+    assert table_named(at, "cross-attention").shape[1] == 8          # always the whole source
+    button(at, "◀ Previous").click().run()
+    assert table_named(at, "self-attention").shape[1] == 7
+
+
+def test_sampler_controls_move_the_distribution_and_the_allowed_set(at):
+    at.run()
+    d1 = distribution(at)
+    assert d1["allowed"].all()                                       # no filter: every token allowed
+    at.number_input(key="decoder.temperature").set_value(2.0).run()
+    d2 = distribution(at)
+    # a hotter softmax is flatter: its largest probability falls
+    assert d2["p before top-k/top-p"].max() < d1["p before top-k/top-p"].max()
+    at.text_input(key="decoder.top_k").input("3").run()
+    d3 = distribution(at)
+    assert d3["allowed"].sum() == 3
+    top3 = d3["p before top-k/top-p"].nlargest(3).index
+    assert set(d3.index[d3["allowed"]]) == set(top3)
+    np.testing.assert_allclose(d3["p sampled from"].sum(), 1.0)
+    assert (d3.loc[~d3["allowed"], "p sampled from"] == 0).all()
+    at.text_input(key="decoder.top_k").input("").run()
+    at.number_input(key="decoder.top_p").set_value(0.3).run()
+    d4 = distribution(at)
+    kept = d4.loc[d4["allowed"], "p before top-k/top-p"]
+    assert 1 <= len(kept) < len(d4)
+    assert kept.sum() >= 0.3 and kept.sum() - kept.min() < 0.3     # the fewest likeliest reaching 0.3
+    at.number_input(key="decoder.temperature").set_value(0.0).run()
+    d5 = distribution(at)
+    assert d5["allowed"].sum() == 1 and d5["picked"].equals(d5["allowed"])   # greedy
+    assert not at.error
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("top_k", "0", "top_k must be a whole number >= 1"),
+    ("top_k", "two", "top-k must be a whole number"),
+    ("top_p", 0.0, "top_p must be in (0, 1]"),
+    ("top_p", 1.5, "top_p must be in (0, 1]"),
+    ("temperature", -1.0, "temperature must be a number >= 0"),
+])
+def test_bad_sampler_settings_show_an_error_and_change_nothing_else(at, field, value, message):
+    at.run()
+    button(at, "Next ▶").click().run()
+    before_dist, before_cost = distribution(at), table_named(at, "generation")["positions computed"]
+    widget = at.text_input(key=f"decoder.{field}") if field == "top_k" else at.number_input(key=f"decoder.{field}")
+    (widget.input(value) if field == "top_k" else widget.set_value(value)).run()
+    assert not at.exception
+    assert message in errors(at)
+    assert distribution(at).equals(before_dist)
+    assert table_named(at, "generation")["positions computed"].equals(before_cost)
+    assert metric(at, "Rows in the K/V cache") == "2"
+
+
+@pytest.mark.parametrize("prompt, message", [
+    ("", "The prompt is empty"),
+    ("attention #", "Unknown character"),
+    ("a" * 40, "longer than the model's context of 32"),
+])
+def test_bad_prompts_show_an_error_and_change_nothing_else(at, prompt, message):
+    at.run()
+    at.selectbox(key="decoder.task").set_value("chars").run()
+    assert not at.error
+    before = distribution(at)
+    written = [m.value for m in at.markdown if m.value.startswith("Prompt `")]
+    at.text_input(key="decoder.prompt").input(prompt).run()
+    assert not at.exception
+    assert message in errors(at)
+    assert distribution(at).equals(before)
+    assert [m.value for m in at.markdown if m.value.startswith("Prompt `")] == written
+    at.text_input(key="decoder.prompt").input("the ").run()           # a good prompt is taken again
+    assert not at.error
+    assert [m.value for m in at.markdown if m.value.startswith("Prompt `")][0].startswith("Prompt `the␣`")
+
+
+def test_a_short_run_trains_and_replaces_the_model_shown(at):
+    at.run()
+    before = table_named(at, "position")["p(target)"].to_numpy()
+    at.number_input(key="decoder.steps").set_value(5).run()
+    button(at, "Train").click().run()
+    trainer = at.session_state[TRAINER]
+    assert trainer.join(120)
+    at.run()
+    view = trainer.view()
+    assert view.status == "done" and view.step == 5 and len(view.metrics) == 5
+    assert [e["step"] for e in view.evals] == [0, 5]
+    assert not at.exception and not at.error
+    assert metric(at, "Loss (last batch)") == f"{view.metrics[-1]['loss']:.4f}"
+    after = table_named(at, "position")["p(target)"].to_numpy()
+    assert not np.allclose(before, after)                            # the trained weights are shown
+    assert not any("untrained" in w.value for w in at.warning)
+    button(at, "Reset").click().run()
+    assert any("untrained" in w.value for w in at.warning)
+    np.testing.assert_allclose(table_named(at, "position")["p(target)"].to_numpy(), before)
+
+
+def test_stop_ends_a_run_early_and_keeps_its_model(at):
+    at.run()
+    at.number_input(key="decoder.steps").set_value(2000).run()
+    button(at, "Train").click().run()
+    trainer = at.session_state[TRAINER]
+    end = time.monotonic() + 60
+    while trainer.view().step < 3 and time.monotonic() < end:
+        time.sleep(0.1)
+    at.run()
+    button(at, "Stop").click().run()
+    view = trainer.view()
+    assert view.status == "stopped" and 3 <= view.step < 2000
+    assert "Stopped at step" in view.message
+    assert trainer.model(trainer._setup)[2]                          # trained weights kept
