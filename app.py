@@ -24,6 +24,7 @@ PAGES = {
     ],
     "Practice": [
         st.Page("pages/training.py", title="Train an encoder", icon="🏋️"),
+        st.Page("pages/inside_model.py", title="Inside a trained model", icon="🔬"),
         st.Page("pages/decoder.py", title="Decoder and generation", icon="✍️"),
         st.Page("pages/check_yourself.py", title="Check yourself", icon="✅"),
     ],

@@ -1,0 +1,323 @@
+"""Inside a trained model: one example through a layer, sublayer by sublayer, and heads removed to
+see what the accuracy really depends on."""
+import hashlib
+import inspect
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from core import limits
+from core.lessons import inside
+from core.models import encoder, tasks
+from ui import charts, state
+from ui.router import ensure_routed
+
+ensure_routed()   # a link opened first on a fresh server: rerun through app.py
+
+PAGE = "inside_model"
+SPEC = {
+    "source": state.choice_field("default", ("default", "trained")),
+    "task": state.choice_field("sum", tuple(tasks.TASKS)),
+    "seed": state.int_field(0, 0, 999),
+    "example": state.int_field(0, 0, 99_999),
+    "layer": state.int_field(1, 1, limits.MAX_TRAIN_LAYERS),
+    "mode": state.choice_field("zero", inside.ABLATION_MODES),
+    "show": state.text_field(""),
+    "remove": state.text_field(""),
+}
+k = lambda name: state.key(PAGE, name)  # noqa: E731
+ss = st.session_state
+# test hooks: tiny data sets and step counts for the default model
+SIZES_KEY, STEPS_KEY = k("data_sizes"), k("steps")
+TRAINER_KEY = "training.trainer"          # the "Train an encoder" page's worker (ui/trainer.py)
+
+st.title("Inside a trained model")
+state.restore(PAGE, SPEC)
+st.markdown(
+    "A trained encoder taken apart. First one test sequence is followed through a layer, sublayer by "
+    "sublayer, with the shape of every arrow; then heads are removed to measure what the model's "
+    "accuracy depends on. Every number comes from the encoder's **forward cache**: the compiled forward "
+    "pass with its intermediates kept, not a second implementation.")
+
+
+# 0. the model ----------------------------------------------------------------------------------
+@st.cache_resource(show_spinner="Training the default model (a few seconds, once per task and seed)…",
+                   max_entries=8)
+def default_model(task: str, seed: int, sizes: tuple, steps) -> inside.Model:
+    return inside.train_default(task, seed, n_train=sizes[0], n_val=sizes[1], n_test=sizes[2], steps=steps)
+
+
+@st.cache_resource(max_entries=8)
+def task_data(task: str, sizes: tuple, seed: int) -> tasks.Dataset:
+    return tasks.make_dataset(task, *sizes, seed=seed)
+
+
+@st.cache_resource(show_spinner="Removing each head in turn and scoring the test set…", max_entries=8)
+def head_report(key: str, _model: inside.Model) -> inside.HeadReport:
+    return inside.head_ablation(_model.params, _model.cfg, _model.data.X_test, _model.data.y_test)
+
+
+@st.cache_resource(max_entries=8)
+def pooling(key: str, _model: inside.Model):
+    _, cache = encoder.forward(_model.params, _model.data.X_test, _model.cfg)
+    return inside.pooling_accuracy(cache, _model.params, _model.data.y_test)
+
+
+@st.cache_resource(max_entries=64)
+def several_removed(key: str, heads: tuple, mode: str, _model: inside.Model, _means) -> float:
+    return inside.ablated_accuracy(_model.params, _model.cfg, _model.data.X_test, _model.data.y_test,
+                                   list(heads), mode, _means)
+
+
+def model_key(model: inside.Model) -> str:
+    """Names a model by its numbers and data, so cached analyses follow the model, not the session."""
+    digest = hashlib.sha1(encoder.flatten(model.params, model.cfg).tobytes())
+    digest.update(repr((model.cfg, model.data.task, model.data.X_test.shape)).encode())
+    return digest.hexdigest()
+
+
+def finished_run():
+    """The training page's model when it holds a finished (or uploaded) run, else None."""
+    trainer = ss.get(TRAINER_KEY)
+    if trainer is None or trainer.status not in ("done", "loaded"):
+        return None
+    view = trainer.view()
+    params, cfg = trainer.params(0)
+    spec = view.runs[0].spec
+    data = task_data(spec.task, (spec.n_train, spec.n_val, spec.n_test), spec.seed)
+    return inside.Model(params, cfg, data, f"your run from “Train an encoder”: {view.runs[0].step} steps "
+                                           f"on '{spec.task}'")
+
+
+st.header("0. The model")
+try:
+    trained = finished_run()
+except ValueError as err:
+    trained = None
+    st.warning(f"The training page's model could not be read: {err}")
+c = st.columns(3)
+if trained is not None:
+    c[0].radio("Model", ("default", "trained"), key=k("source"), horizontal=True,
+               format_func={"default": "default model", "trained": "your trained run"}.get)
+elif ss[k("source")] == "trained":
+    st.info("The “Train an encoder” page holds no finished run in this session: using the default model.")
+use_trained = trained is not None and ss[k("source")] == "trained"
+c[1].selectbox("Task of the default model", tuple(tasks.TASKS), key=k("task"), disabled=use_trained)
+c[2].number_input("Seed of the default model (0 to 999)", 0, 999, key=k("seed"), disabled=use_trained)
+try:
+    model = trained if use_trained else default_model(ss[k("task")], int(ss[k("seed")]),
+                                                      tuple(ss.get(SIZES_KEY, (4000, 1000, 1000))),
+                                                      ss.get(STEPS_KEY))
+except ValueError as err:
+    st.error(str(err))
+    st.stop()
+cfg, data, key = model.cfg, model.data, model_key(model)
+X, y = data.X_test, data.y_test
+st.caption(f"Using the {model.origin}: {cfg.n_layers} layers, {cfg.n_heads} heads, d_model {cfg.d_model}, "
+           f"d_ff {cfg.d_ff}, {cfg.positional} positions; task: {tasks.describe(data.task)}")
+
+# 1. one example, sublayer by sublayer ----------------------------------------------------------
+st.header("1. One example through one layer")
+n_test, L = len(y), cfg.n_layers
+ss[k("example")] = min(int(ss[k("example")]), n_test - 1)
+ss[k("layer")] = min(int(ss[k("layer")]), L)
+c = st.columns(2)
+c[0].number_input(f"Test example (0 to {n_test - 1})", 0, n_test - 1, key=k("example"))
+if L > 1:
+    c[1].slider("Layer", 1, L, key=k("layer"))
+example, layer = int(ss[k("example")]), int(ss[k("layer")]) - 1
+_, cache = encoder.forward_cache(model.params, X[example:example + 1], cfg)
+steps = {s.name: s for s in inside.walkthrough(cache, model.params, cfg, layer, 0)}
+tokens = X[example]
+T = len(tokens)
+rows = [f"{t + 1}:{tok}" for t, tok in enumerate(tokens)]
+feat = lambda n: [str(j + 1) for j in range(n)]  # noqa: E731
+st.markdown(f"Tokens `{' '.join(map(str, tokens))}`, label **{y[example]}**. Each arrow below names its "
+            "array and writes out its shape.")
+
+
+def arrow(number: int, step: inside.Step, note: str = "") -> None:
+    st.markdown(f"**{number}. {step.name}** → `{step.shape}`{'  ' + note if note else ''}")
+
+
+def signed(matrix, title: str, value: str = "value", cols=None) -> None:
+    st.vega_lite_chart(charts.heatmap(matrix, rows, cols or feat(np.shape(matrix)[1]), title=title, kind="signed",
+                                      value_name=value, row_title="token", col_title="feature", annotate=False,
+                                      size=420))
+
+
+s = steps["embeddings + positions"]
+arrow(1, s, "(token embedding + position; the layer-1 input)")
+a, b = st.columns(2)
+with a:
+    signed(s.arrays["token embeddings"], "token embeddings E[x_t]")
+with b:
+    signed(s.arrays["sum"], "E[x_t] + PE_t")
+s = steps[f"layer {layer + 1} input h"]
+arrow(2, s, "" if layer == 0 else f"(the output of layer {layer})")
+s = steps["attention weights"]
+arrow(3, s)
+st.vega_lite_chart(charts.heatmap_grid(list(s.arrays["weights"]), rows, rows,
+                                       [f"head {h + 1}" for h in range(cfg.n_heads)],
+                                       columns=min(cfg.n_heads, 4), size=170, annotate=False))
+a, b = st.columns(2)
+with a:
+    arrow(4, steps["heads' outputs, concatenated"])
+    signed(steps["heads' outputs, concatenated"].arrays["concat"], "concat")
+with b:
+    arrow(5, steps["attention output concat W_O + b_O"])
+    signed(steps["attention output concat W_O + b_O"].arrays["attn_out"], "MHA(h)")
+st.latex(r"r_1 = h + \mathrm{MHA}(h), \qquad \mathrm{LN}(r)_t = g \odot \frac{r_t - \mu_t}{\sqrt{\sigma_t^2 + "
+         r"\varepsilon}} + b, \quad \mu_t = \tfrac{1}{d}\textstyle\sum_j r_{tj},\; "
+         r"\sigma_t^2 = \tfrac{1}{d}\sum_j (r_{tj} - \mu_t)^2")
+
+
+def layernorm(number: int, name: str) -> None:
+    step = steps[name]
+    arrow(number, step, f"(ε = {cfg.ln_eps:g})")
+    table = pd.DataFrame({"token": rows, **inside.layernorm_table(step)})
+    st.dataframe(table, hide_index=True, key=k(f"table_{name}"))
+    st.caption("x-hat is normalised before the gain and bias: mean 0, and a standard deviation of "
+               "√(σ²/(σ²+ε)), a hair under 1. The gain and bias then give each feature its own scale "
+               "and offset.")
+    a, b = st.columns(2)
+    with a:
+        st.vega_lite_chart(charts.bar(step.arrays["gain"], feat(cfg.d_model), title="learned gain g",
+                                      x_title="feature", y_title="gain", y_domain=None))
+    with b:
+        st.vega_lite_chart(charts.bar(step.arrays["bias"], feat(cfg.d_model), title="learned bias b",
+                                      x_title="feature", y_title="bias", y_domain=None))
+
+
+a, b = st.columns(2)
+with a:
+    arrow(6, steps["residual sum h + attention"])
+    signed(steps["residual sum h + attention"].arrays["ln1_in"], "r₁ = h + MHA(h)")
+with b:
+    signed(steps["LayerNorm 1"].arrays["out"], "LN₁(r₁)")
+layernorm(7, "LayerNorm 1")
+s = steps["FFN hidden relu(x W_1 + b_1)"]
+off = inside.relu_off_fraction(s.arrays["hidden"])
+arrow(8, s)
+st.latex(r"\mathrm{FFN}(x) = \max(0,\; x W_1 + b_1)\, W_2 + b_2")
+m = st.columns(2)
+m[0].metric("ReLUs off (output 0), over all tokens", f"{off.mean():.1%}")
+m[1].metric("Tokens with more than half off", f"{int((off > 0.5).sum())} of {T}")
+signed(s.arrays["hidden"], "relu(x W₁ + b₁)", "activation")
+a, b = st.columns(2)
+with a:
+    arrow(9, steps["FFN output hidden W_2 + b_2"])
+    signed(steps["FFN output hidden W_2 + b_2"].arrays["ffn_out"], "FFN(x)")
+with b:
+    arrow(10, steps["residual sum x + FFN"])
+    signed(steps["residual sum x + FFN"].arrays["ln2_in"], "r₂ = x + FFN(x)")
+layernorm(11, "LayerNorm 2")
+signed(steps["LayerNorm 2"].arrays["out"], f"the output of layer {layer + 1}")
+s, z = steps["mean over positions (after the last layer)"], steps["logits pooled W_cls + b_cls"]
+arrow(12, s, f"(the mean of layer {L}'s output over the {T} positions)")
+st.latex(r"\bar h = \tfrac{1}{T}\textstyle\sum_t h^{(L)}_t, \qquad z = \bar h\, W_{\mathrm{cls}} + b_{\mathrm{cls}}")
+st.vega_lite_chart(charts.bar(s.arrays["pooled"], feat(cfg.d_model), title="pooled vector", x_title="feature",
+                              y_title="value", y_domain=None))
+arrow(13, z)
+logits = z.arrays["logits"]
+st.dataframe(pd.DataFrame({"class": [str(c) for c in range(cfg.n_classes)], "logit": logits}), hide_index=True,
+             key=k("logits"))
+m = st.columns(2)
+m[0].metric("Predicted class", int(np.argmax(logits)))
+m[1].metric("True label", int(y[example]))
+
+# 2. head ablation ------------------------------------------------------------------------------
+st.header("2. Remove a head: what does the accuracy depend on?")
+st.markdown(
+    "Attention maps are **diagnostics, not explanations**. A head with a sharp, striking map may be one "
+    "the classifier barely uses. To find out, remove it: replace its output, before W_O, by zero or by "
+    "its mean over the test set, and score the test set again.")
+st.latex(r"z_h \leftarrow 0 \quad\text{or}\quad z_h \leftarrow \mathbb{E}_{\text{test set}}[z_h]"
+         r"\ \text{(per position)}, \qquad \mathrm{MHA}(h) = [z_1, \dots, z_H]\, W^O + b^O")
+report = head_report(key, model)
+st.radio("Remove by", inside.ABLATION_MODES, key=k("mode"), horizontal=True,
+         format_func={"zero": "zero", "mean": "mean over the test set"}.get)
+mode = ss[k("mode")]
+labels = [f"L{i + 1}H{h + 1}" for i in range(L) for h in range(cfg.n_heads)]
+change = report.change(mode).ravel()
+table = pd.DataFrame({"head": labels, "focus of its mean map": report.focus.ravel(),
+                      "test accuracy without it": report.accuracy[mode].ravel(), "change": change})
+focused = labels[int(np.argmax(report.focus))]
+if ss[k("show")] not in labels:
+    ss[k("show")] = focused
+st.metric("Test accuracy, every head in place", f"{report.baseline:.3f}")
+a, b = st.columns([3, 2])
+with a:
+    st.dataframe(table, hide_index=True, key=k("ablation_table"))
+    st.vega_lite_chart(charts.bar(change, labels, title=f"Change in test accuracy with one head removed ({mode})",
+                                  x_title="head removed", y_title="change in accuracy", y_domain=None))
+with b:
+    st.selectbox("Head whose map is shown", labels, key=k("show"))
+    shown = labels.index(ss[k("show")])
+    i, h = divmod(shown, cfg.n_heads)
+    st.vega_lite_chart(charts.heatmap(report.mean_maps[i, h], feat(T), feat(T), annotate=False, size=260,
+                                      title=f"{ss[k('show')]}: mean map over the test set"))
+    st.metric(f"Removing {ss[k('show')]} changes the test accuracy by", f"{change[shown]:+.3f}")
+st.caption(f"Focus = 1 − (mean row entropy of the head's test-set mean map) / log₂T: 0 for a uniform map, 1 when "
+           f"every query looks at one key. The most focused head here is {focused} (focus "
+           f"{report.focus.ravel().max():.3f}); removing it changes the accuracy by "
+           f"{change[labels.index(focused)]:+.3f}, while the largest drop comes from removing "
+           f"{labels[int(np.argmin(change))]} ({change.min():+.3f}).")
+
+ss[k("remove_heads")] = [x for x in ss.get(k("remove_heads"), [t for t in ss[k("remove")].split(",") if t])
+                         if x in labels]
+st.multiselect("Remove several heads at once", labels, key=k("remove_heads"))
+removed = ss[k("remove_heads")]
+ss[k("remove")] = ",".join(removed)
+heads = tuple(divmod(labels.index(x), cfg.n_heads) for x in removed)
+acc = several_removed(key, heads, mode, model, report.head_means)
+st.metric(f"Test accuracy with {len(removed)} head(s) removed ({mode})", f"{acc:.3f}",
+          delta=f"{acc - report.baseline:+.3f}")
+
+st.subheader("Layer-1 attention, averaged over the heads, for two test sequences")
+pair = [0, min(5, n_test - 1)]
+_, pair_cache = encoder.forward(model.params, X[pair], cfg)
+titles = []
+for name, idx in zip(("Example A", "Example B"), pair):
+    extra = f"sum={int(X[idx].sum())}, " if data.task == "sum" else ""
+    titles.append(f"{name} (test #{idx}): {extra}label={int(y[idx])}")
+grid = charts.heatmap_grid([inside.head_averaged_attention(pair_cache, 0, j) for j in range(2)], feat(T), feat(T),
+                           titles, columns=2, size=260, annotate=False, panel_title="example")
+grid["spec"]["layer"][0]["encoding"]["color"]["scale"] = {"scheme": charts.SEQUENTIAL, "domain": [0.0, 2.5 / T],
+                                                          "clamp": True}
+st.vega_lite_chart(grid)
+st.caption(f"The colour scale ends at 2.5/T = {2.5 / T:.3f} (weights above it share its colour), so a near-uniform "
+           f"map (every weight about 1/T = {1 / T:.3f}) still shows its structure. On the 'sum' task the maps "
+           "stay broad: the label depends on every token equally.")
+
+st.subheader("Pooling: the mean over positions, or one position alone ([CLS]-style)")
+mean_acc, single = pooling(key, model)
+st.markdown(
+    "This encoder has no [CLS] token: like the lesson's model it classifies the **mean** of its final hidden "
+    "states. A [CLS] model instead reads the final state of one position. Here the trained classifier "
+    "reads each single position in place of the mean, without retraining: how much of the sequence's "
+    "information has each position gathered through attention? (A model trained with [CLS] pooling would "
+    "learn to gather it there; this measures the mean-pooled model only.)")
+pool_table = pd.DataFrame({
+    "pooling": ["mean over positions (as trained)", "position 1 only ([CLS]-style)",
+                f"best single position ({int(np.argmax(single)) + 1})",
+                f"worst single position ({int(np.argmin(single)) + 1})"],
+    "test accuracy": [mean_acc, single[0], single.max(), single.min()]})
+a, b = st.columns(2)
+with a:
+    st.dataframe(pool_table, hide_index=True, key=k("pooling_table"))
+with b:
+    st.vega_lite_chart(charts.bar(single, feat(T), title="Test accuracy reading one position", x_title="position",
+                                  y_title="test accuracy"))
+
+with st.expander("Source of these numbers"):
+    st.markdown("The forward cache (`core/models/encoder.py`): the compiled kernels of the forward pass, called "
+                "step by step, and the cache's arrays rearranged per sequence; then the lesson's summaries "
+                "(`core/lessons/inside.py`).")
+    for fn in (encoder.forward_cache, encoder._chunk_steps, encoder._by_sequence, inside.walkthrough,
+               inside.layernorm_table, inside.head_ablation, inside.ablated_accuracy, inside.pooling_accuracy,
+               inside.position_logits):
+        st.code(inspect.getsource(fn), language="python")
+
+state.publish(PAGE, SPEC)
