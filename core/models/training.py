@@ -156,9 +156,28 @@ def run(task: str = "sum", steps: int = 300, *, seed: int = 0, lr: float = 3e-3,
             "ms_per_step": 1000.0 * state.train_seconds / max(state.step, 1), "state": state, "data": data}
 
 
+INDUCTION_TASK = "induction"       # the two-layer attention-only decoder of core.models.induction
+
+
+def _main_induction(args) -> int:
+    """Train the induction model; the result line adds the heads' scores and the two halves' losses."""
+    from core.models import induction
+
+    try:
+        setup = induction.InductionSetup(steps=args.steps, lr=args.lr)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    run_ = induction.train_induction(setup, seed=args.seed, callback=lambda step, loss: (
+        step % 100 == 99 and print(f"step {step + 1:5d}  loss {loss:.4f}", flush=True)))
+    result = induction.summary(run_, induction.measure(run_.params, run_.cfg, induction.held_out(setup, args.seed)))
+    print(json.dumps(result) if args.json else "\n".join(f"{k}: {v}" for k, v in result.items()))
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m core.training", description="Train the tiny encoder.")
-    parser.add_argument("--task", default="sum", choices=sorted(TASKS))
+    parser.add_argument("--task", default="sum", choices=sorted(TASKS) + [INDUCTION_TASK])
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--lr", type=float, default=3e-3)
@@ -172,6 +191,8 @@ def main(argv=None) -> int:
             print(f"step {m['step']:5d}  loss {m['loss']:.4f}  train_acc {m['train_acc']:.3f}  "
                   f"val_acc {m['val_acc']:.3f}  {m['elapsed']:.2f} s", flush=True)
 
+    if args.task == INDUCTION_TASK:
+        return _main_induction(args)
     try:
         result = run(args.task, args.steps, seed=args.seed, lr=args.lr, positional=args.positional,
                      max_seconds=args.max_seconds, on_metrics=report)
