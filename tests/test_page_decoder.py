@@ -117,7 +117,10 @@ def test_sampler_controls_move_the_distribution_and_the_allowed_set(at):
 ])
 def test_bad_sampler_settings_show_an_error_and_change_nothing_else(at, field, value, message):
     at.run()
+    at.number_input(key="decoder.temperature").set_value(0.5).run()     # a good non-default value to keep
+    at.text_input(key="decoder.top_k").input("4").run()
     button(at, "Next ▶").click().run()
+    assert not at.error and distribution(at)["allowed"].sum() == 4
     before_dist, before_cost = distribution(at), table_named(at, "generation")["positions computed"]
     widget = at.text_input(key=f"decoder.{field}") if field == "top_k" else at.number_input(key=f"decoder.{field}")
     (widget.input(value) if field == "top_k" else widget.set_value(value)).run()
