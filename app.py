@@ -26,6 +26,7 @@ PAGES = {
         st.Page("pages/training.py", title="Train an encoder", icon="🏋️"),
         st.Page("pages/inside_model.py", title="Inside a trained model", icon="🔬"),
         st.Page("pages/decoder.py", title="Decoder and generation", icon="✍️"),
+        st.Page("pages/induction.py", title="Induction heads", icon="🔁"),
         st.Page("pages/check_yourself.py", title="Check yourself", icon="✅"),
     ],
     "Under the hood": [st.Page("pages/make_it_fast.py", title="Make it fast", icon="🚀")],
