@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from core.lessons import analysis
+from core.lessons import analysis, heads
 from core.limits import MAX_D_MODEL, MAX_TOKENS
 from ui import charts, state
 from ui.router import ensure_routed
@@ -19,13 +19,28 @@ PRESET_LABELS = {"custom": "Custom (the sizes above)"} | {k: s.name for k, s in 
 SPEC = {"d_model": state.int_field(64, 8, MAX_D_MODEL), "heads": state.int_field(8, 1, 64),
         "d_ff": state.int_field(4 * 64, 8, 4 * MAX_D_MODEL), "layers": state.int_field(6, 1, 48),
         "vocab": state.int_field(10_000, 1, 1_000_000), "T": state.int_field(128, 1, 4096),
-        "bias": state.bool_field(False), "preset": state.choice_field("custom", tuple(PRESET_LABELS))}
+        "bias": state.bool_field(False), "preset": state.choice_field("custom", tuple(PRESET_LABELS)),
+        "ff_auto": state.bool_field(True),
+        "keep": state.choice_field("d_k", analysis.GROW_KEEPING), "h0": state.int_field(8, 1, 64),
+        "h1": state.int_field(16, 1, 64), "dk0": state.int_field(64, 1, 512)}
 key = lambda name: state.key(PAGE, name)  # noqa: E731
+ss = st.session_state
 
 st.title("Parameters and cost")
+first_run = key("__restored") not in ss
 state.restore(PAGE, SPEC)
 for name in ("d_model", "d_ff"):          # these sliders move in steps of 8
-    st.session_state[key(name)] = max(8, st.session_state[key(name)] // 8 * 8)
+    ss[key(name)] = max(8, ss[key(name)] // 8 * 8)
+# d_ff follows 4·d_model until the student sets it. A moved d_ff slider differs from the value the
+# page last wrote; on a link's first run, a d_ff other than the default and 4·d_model was chosen.
+auto_ff = 4 * ss[key("d_model")]
+written = ss.get(key("ff_written"))
+if (first_run and ss[key("d_ff")] not in (SPEC["d_ff"].default, auto_ff)) or \
+        (written is not None and ss[key("d_ff")] != written):
+    ss[key("ff_auto")] = False
+if ss[key("ff_auto")]:
+    ss[key("d_ff")] = auto_ff
+ss[key("ff_written")] = ss[key("d_ff")]
 st.markdown(
     "Count the numbers a Transformer has to learn. Pick the sizes below; every count on this page is "
     "plain arithmetic on shapes (no kernel runs here)."
@@ -43,7 +58,9 @@ c1, c2, c3 = st.columns(3)
 d_model = c1.slider("d_model", 8, MAX_D_MODEL, step=8, key=key("d_model"),
                     help=f"Model width (at most {MAX_D_MODEL} on this page).")
 n_heads = c2.number_input("Heads H", 1, 64, key=key("heads"), help="Must divide d_model.")
-d_ff = c3.slider("d_ff (feed-forward width)", 8, 4 * MAX_D_MODEL, step=8, key=key("d_ff"))
+d_ff = c3.slider("d_ff (feed-forward width)", 8, 4 * MAX_D_MODEL, step=8, key=key("d_ff"),
+                 help="Starts at 4·d_model, the original Transformer's ratio, and follows d_model until you move it.")
+c3.checkbox("d_ff = 4·d_model", key=key("ff_auto"), help="Untick to set d_ff yourself; tick to follow d_model again.")
 c4, c5, c6 = st.columns(3)
 n_layers = c4.slider("Layers", 1, 48, key=key("layers"))
 vocab = c5.number_input("Vocabulary size", 1, 1_000_000, step=1000, key=key("vocab"))
@@ -78,6 +95,44 @@ st.metric("Attention parameters", f"{mha:,}",
 st.caption(f"Check: allocating every weight array with these shapes gives {built:,} numbers "
            f"({'equal to' if built == mha else 'DIFFERENT from'} 4·{d_model}²{' + 4·' + str(d_model) if bias else ''}).")
 
+# 2b. the lesson's own example: d_model = 4, two heads ----------------------------------------------
+st.subheader("The lesson's example: d_model = 4, two heads")
+toy = analysis.packed_param_split(4, 2)
+st.latex(rf"\underbrace{{3 \cdot {toy.per_matrix}}}_{{W_Q,\,W_K,\,W_V}} + \underbrace{{{toy.out}}}_{{W_O}}"
+         rf" = {toy.qkv} + {toy.out} = {toy.total}")
+st.markdown(f"Each of W_Q, W_K, W_V packs the two heads' 4 × 2 matrices side by side into one 4 × 4 matrix: "
+            f"**{toy.per_matrix}** numbers each, **{toy.qkv}** for the three. W_O maps the 4 concatenated "
+            f"columns back to d_model = 4: **{toy.out}**. Total **{toy.total}** (weights only; biases "
+            f"would add 4·d_model = 16).")
+t1, t2, t3 = st.columns(3)
+t1.metric("W_Q, W_K, W_V", f"{toy.qkv}")
+t2.metric("W_O", f"{toy.out}")
+t3.metric("total (d_model = 4, H = 2)", f"{toy.total}")
+# The packed W_Q of the lesson's two-head pipeline: with X = I, head h's queries are its own matrix.
+pipe = heads.two_head_pipeline()
+toy_dk = pipe.W_Q.shape[1] // pipe.n_heads
+per_head_W_Q = [heads.self_position(4, toy_dk)[0], heads.uniform(4, toy_dk)[0]]   # how each head was built
+slice_err = analysis.packed_slice_error(pipe.X, pipe.W_Q, per_head_W_Q)
+q_cols = [f"h{h + 1}.q{j + 1}" for h in range(pipe.n_heads) for j in range(toy_dk)]
+x_rows = [f"x{i + 1}" for i in range(pipe.W_Q.shape[0])]
+packed = charts.heatmap(pipe.W_Q, x_rows, q_cols, kind="signed", value_name="W_Q", row_title="input feature",
+                        col_title="query dimension", size=240,
+                        title="Packed W_Q (d_model × H·d_k): columns 1–2 = head 1, 3–4 = head 2")
+packed["layer"].append({   # a bar on each slice boundary, so the heads read as column blocks
+    "data": {"values": [{"col": q_cols[h * toy_dk]} for h in range(1, pipe.n_heads)]},
+    "mark": {"type": "rule", "strokeWidth": 4, "color": "black"},
+    "encoding": {"x": {"field": "col", "type": "nominal", "bandPosition": 0}}})
+w1, w2 = st.columns([1, 1])
+w1.vega_lite_chart(packed)
+w2.dataframe(pd.DataFrame(pipe.W_Q + 0.0, columns=q_cols).assign(**{"W_Q": x_rows})[["W_Q", *q_cols]].round(4),
+             hide_index=True)
+w2.latex(r"Q_{\text{all}} = X\,W_Q, \qquad \text{slice error} = "
+         r"\max_h \bigl|\,Q_{\text{all}}[:,\, h d_k:(h+1) d_k] - X W_Q^h\bigr|")
+w2.metric("slice error", f"{slice_err:g}",
+          help="One packed matmul against each head's own projection, computed now (X = I, the lesson's tokens).")
+st.caption("Head 1 (self, on the circle code) owns columns 1–2, head 2 (uniform, Q = 0) columns 3–4: "
+           "one product X·W_Q computes every head's queries at once.")
+
 # 3. every H that divides d_model -----------------------------------------------------------------
 st.subheader("Change H, keep d_model: d_k moves, the count does not")
 divisors = [h for h in range(1, d_model + 1) if d_model % h == 0 and h <= 64]
@@ -99,6 +154,36 @@ f1, f2 = st.columns(2)
 f1.metric("One head of width d_model", f"{cost.one_wide_head:,} FLOPs")
 f2.metric(f"{cost.n_heads} heads of width {cost.d_k}", f"{cost.narrow_heads:,} FLOPs")
 st.caption("Same arithmetic; the narrow heads buy H attention patterns, each with a score matrix of rank at most d_k.")
+
+# 4b. exercise 5: grow H keeping d_k (or d_model) --------------------------------------------------
+st.subheader("Grow H: keep d_k fixed, or keep d_model fixed")
+st.markdown("The lesson's exercise 5: d_model = 512 with H = 8 gives d_k = 64. Keep **d_k = 64** and grow "
+            "**H to 16**: d_model = H·d_k grows with H. Switch to *keep d_model* to see the other way.")
+g = st.columns(4)
+keep = g[0].radio("Keep fixed", analysis.GROW_KEEPING, key=key("keep"), horizontal=True,
+                  format_func={"d_k": "d_k (d_model = H·d_k grows)", "d_model": "d_model (d_k = d_model/H shrinks)"}.get)
+h0 = g[1].number_input("H before", 1, 64, key=key("h0"))
+h1 = g[2].number_input("H after", 1, 64, key=key("h1"))
+dk0 = g[3].number_input("d_k before", 1, 512, key=key("dk0"), help="So d_model before = H before · d_k.")
+try:
+    before, after = analysis.grow_heads(int(h0), int(h1), int(dk0), T, keep=keep, bias=bias)
+except ValueError as err:
+    st.error(f"Keeping d_model fixed: {err}")
+else:
+    rows = [("H", before.n_heads, after.n_heads), ("d_k", before.d_k, after.d_k),
+            ("d_model", before.d_model, after.d_model), ("attention parameters", before.parameters, after.parameters),
+            (f"score FLOPs at T = {T}", before.score_flops, after.score_flops)]
+    st.dataframe(pd.DataFrame([(n, a, b, b / a) for n, a, b in rows],
+                              columns=["quantity", "before", "after", "after / before"]),
+                 hide_index=True, column_config={"after / before": st.column_config.NumberColumn(format="×%.2f")})
+    e1, e2 = st.columns(2)
+    e1.metric("Attention parameters after", f"{after.parameters:,}",
+              delta=f"×{after.parameters / before.parameters:g} (was {before.parameters:,})", delta_color="off")
+    e2.metric("Score FLOPs after", f"{after.score_flops:,}",
+              delta=f"×{after.score_flops / before.score_flops:g} (was {before.score_flops:,})", delta_color="off")
+    st.caption("Keeping d_k: parameters grow as (H₁/H₀)², score FLOPs as H₁/H₀, and every head keeps its "
+               "width (its rank budget). Keeping d_model: the same parameters and FLOPs, narrower heads. "
+               "Practitioners fix d_k and scale d_model with H, so heads never become too narrow to be useful.")
 
 # 5. one block ------------------------------------------------------------------------------------
 st.header("One Transformer block")
@@ -153,4 +238,12 @@ if base.published_total and not changed:
 elif base.published_total:
     m2.metric("Published (unchanged preset)", f"{base.published_total / 1e6:.0f}M")
     st.caption("You changed the preset, so the published figure no longer describes this model.")
+split = analysis.blocks_and_embeddings(spec)
+millions = lambda n: f"{n / 1e6:.0f}M" if n >= 1e7 else f"{n / 1e6:.1f}M" if n >= 1e5 else f"{n:,}"  # noqa: E731
+label = spec.name if preset != "custom" and not changed else "This model"
+st.markdown(f"**{label}: {split.n_blocks} blocks ≈ {millions(split.blocks)} "
+            f"parameters, plus embeddings** ({millions(split.embeddings)})"
+            + (f" and {millions(split.other)} more ({', '.join(split.other_parts)})" if split.other else "")
+            + f": {split.blocks:,} + {split.embeddings:,}" + (f" + {split.other:,}" if split.other else "")
+            + f" = {counted.total:,} ≈ {counted.total / 1e6:.1f}M.")
 state.publish(PAGE, SPEC)

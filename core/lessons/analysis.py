@@ -404,3 +404,145 @@ def channels_mixing_heads(W_O, n_heads: int, tol: float = 0.0) -> list[int]:
     heads never meet.
     """
     return [int(j) for j in np.flatnonzero(heads_per_channel(W_O, n_heads, tol) > 1)]
+
+
+# ---------------------------------------------------------------------------------------------
+# the lesson's toy count, packed projections, and scaling the number of heads
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PackedSplit:
+    """Weights of one attention block, split as the lesson counts them (no biases)."""
+
+    per_matrix: int      # one packed d_model x d_model projection
+    qkv: int             # W_Q, W_K, W_V together: 3 d_model^2
+    out: int             # W_O: d_model^2
+
+    @property
+    def total(self) -> int:
+        return self.qkv + self.out
+
+
+def packed_param_split(d_model: int, n_heads: int) -> PackedSplit:
+    """``3 d^2 + d^2``, read off the per-head shapes of :func:`mha_param_shapes`.
+
+    Head by head ``W_Q^h`` is ``(d_model, d_k)``; packed side by side, the ``H`` of them fill one
+    ``d_model x (H d_k) = d_model x d_model`` matrix. For the lesson's ``d_model = 4, H = 2``:
+    ``W_Q`` holds 16 numbers, ``W_Q, W_K, W_V`` hold 48 and ``W_O`` 16, 64 in all.
+    """
+    shapes = mha_param_shapes(d_model, n_heads, bias=False)
+    size = lambda prefix: sum(int(np.prod(s)) for name, s in shapes.items() if name.startswith(prefix))  # noqa: E731
+    return PackedSplit(per_matrix=size("W_Q"), qkv=size("W_Q") + size("W_K") + size("W_V"), out=size("W_O"))
+
+
+def packed_slice_error(X, W_packed, per_head_W) -> float:
+    """``max_h max |(X W)[:, h d_k:(h+1) d_k] - X W^h|``: one packed product against each head's own.
+
+    ``W_packed`` is ``(d_model, H d_k)``; ``per_head_W`` is the ``H`` matrices ``(d_model, d_k)`` the
+    heads were built from. 0 when head ``h`` really owns columns ``h d_k .. (h+1) d_k - 1``.
+    """
+    X = as_float_array(X, "X", dtype=np.float64)
+    W_packed = as_float_array(W_packed, "The packed projection", dtype=np.float64)
+    per_head = [as_float_array(W, "A head's projection", dtype=np.float64) for W in per_head_W]
+    if not per_head or any(W.shape != per_head[0].shape for W in per_head):
+        raise ValueError("Give one projection per head, all of the same shape (d_model, d_k).")
+    d_k = per_head[0].shape[1]
+    if W_packed.shape != (X.shape[-1], len(per_head) * d_k) or per_head[0].shape[0] != X.shape[-1]:
+        raise ValueError(f"The packed projection must be (d_model, H*d_k) = ({X.shape[-1]}, {len(per_head) * d_k}), "
+                         f"got {W_packed.shape}.")
+    Q_all = X @ W_packed                                           # (T, H*d_k): every head at once
+    return max(float(np.max(np.abs(Q_all[:, h * d_k:(h + 1) * d_k] - X @ W), initial=0.0))
+               for h, W in enumerate(per_head))
+
+
+@dataclass(frozen=True)
+class HeadLayout:
+    """One way to lay out attention: ``H`` heads of width ``d_k`` in a model of width ``d_model = H d_k``."""
+
+    n_heads: int
+    d_k: int
+    d_model: int
+    parameters: int      # 4 d_model^2 (+ 4 d_model)
+    score_flops: int     # H * 2 T^2 d_k
+
+
+GROW_KEEPING = ("d_k", "d_model")
+
+
+def grow_heads(n_heads_from: int, n_heads_to: int, d_k: int, T: int, *, keep: str = "d_k",
+               bias: bool = False) -> tuple[HeadLayout, HeadLayout]:
+    """Attention before and after changing the head count from ``H_0`` to ``H_1``.
+
+    Before: ``H_0`` heads of width ``d_k``, so ``d_model = H_0 d_k``. After:
+
+    - ``keep="d_k"`` (the lesson's exercise 5): ``d_model = H_1 d_k`` grows with ``H``, so the
+      parameters grow as ``(H_1 / H_0)^2`` and the score FLOPs as ``H_1 / H_0``;
+    - ``keep="d_model"``: ``d_k = d_model / H_1`` shrinks; parameters and score FLOPs stay put
+      (``H_1`` must divide ``d_model``).
+    """
+    if keep not in GROW_KEEPING:
+        raise ValueError(f"Keep one of {', '.join(GROW_KEEPING)} fixed, not {keep!r}.")
+    for name, v in (("H before", n_heads_from), ("H after", n_heads_to), ("d_k", d_k)):
+        if int(v) != v or v < 1:
+            raise ValueError(f"{name} must be a positive whole number, got {v}.")
+
+    def layout(H: int, d_model: int) -> HeadLayout:
+        width = check_heads(d_model, H)
+        return HeadLayout(H, width, d_model, mha_param_count(d_model, H, bias), score_flops(T, width, H))
+
+    d_model = int(n_heads_from) * int(d_k)
+    after_width = int(n_heads_to) * int(d_k) if keep == "d_k" else d_model
+    return layout(int(n_heads_from), d_model), layout(int(n_heads_to), after_width)
+
+
+@dataclass(frozen=True)
+class BlocksAndEmbeddings:
+    """A model's count in three parts: its stacked blocks, its embedding tables, everything else."""
+
+    n_blocks: int
+    blocks: int
+    embeddings: int
+    other: int
+    other_parts: tuple[str, ...] = ()   # what "other" holds (pooler, output projection, ...)
+
+
+def blocks_and_embeddings(spec: TransformerSpec) -> BlocksAndEmbeddings:
+    """Split :func:`model_param_count` into the layers, the embeddings, and the rest.
+
+    For BERT-base: 12 blocks of ``4d^2 + 2 d d_ff`` plus biases and LayerNorms, about 85M, plus
+    about 24M of embeddings (tokens, positions, segments, their LayerNorm) and the pooler.
+    """
+    parts = model_param_count(spec).parts
+    layer_parts = ("self-attention", "cross-attention", "FFN", "LayerNorms")
+    in_blocks = {k for k in parts if k.split(" ", 1)[0] in ("encoder", "decoder")
+                 and k.split(" ", 1)[-1] in layer_parts}
+    in_embeddings = {k for k in parts if "embedding" in k}
+    other = [k for k, v in parts.items() if k not in in_blocks | in_embeddings and v]
+    return BlocksAndEmbeddings(spec.n_encoder_layers + spec.n_decoder_layers,
+                               sum(parts[k] for k in in_blocks), sum(parts[k] for k in in_embeddings),
+                               sum(parts[k] for k in other), tuple(other))
+
+
+@dataclass(frozen=True)
+class PathLengths:
+    """How far apart two tokens are, in steps, for attention and for a recurrent network."""
+
+    n_tokens: int
+    attention_path: int          # layers between any two tokens: 1
+    rnn_path: int                # recurrent steps from the first token to the last: n - 1
+    attention_sequential: int    # steps that must run one after another, per layer: 1
+    rnn_sequential: int          # n
+
+
+def interaction_paths(n_tokens: int) -> PathLengths:
+    """Longest path between two of ``n`` tokens, and sequential steps per layer.
+
+    Self-attention scores every pair in one step, so any two tokens are one layer apart (O(1)) and
+    the whole sequence is computed at once. A recurrent network passes information one position per
+    step: from the first token to the last is ``n - 1`` steps (O(n)), and the ``n`` steps run in order.
+    """
+    if int(n_tokens) != n_tokens or n_tokens < 2:
+        raise ValueError(f"Take at least two tokens, got {n_tokens}.")
+    n = int(n_tokens)
+    return PathLengths(n, 1, n - 1, 1, n)
