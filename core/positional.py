@@ -88,6 +88,60 @@ def learned(T: int, d_model: int, seed: int = 0, std: float = 0.02, dtype=np.flo
     return rng.normal(0.0, std, size=(T, d_model)).astype(dtype)
 
 
+def lookup_learned(table, T: int) -> np.ndarray:
+    """Rows ``0..T-1`` of a learned position table, ``(T, d_model)``.
+
+    A learned table has exactly as many rows as the positions it was trained on; asking for more
+    is a ``ValueError`` that names the missing positions (what an embedding lookup does with an
+    index past the end, said in the user's terms).
+    """
+    table = _as_code(table)
+    T = _check_length_width(T, table.shape[1])[0]
+    if T > table.shape[0]:
+        raise ValueError(
+            f"A learned table trained at {table.shape[0]} positions has rows for positions 0 to "
+            f"{table.shape[0] - 1} only: positions {table.shape[0]} to {T - 1} ({T - table.shape[0]} of the "
+            f"{T} asked for) have no vector. It cannot extrapolate beyond its training length.")
+    return table[:T]
+
+
+@dataclass(frozen=True)
+class LongerThanTrained:
+    """A learned table and the sinusoidal code, both asked for more positions than training saw."""
+
+    trained: int
+    asked: int
+    learned_rows: np.ndarray     # (asked, d_model): the table's rows, NaN where no row exists
+    sinusoidal_rows: np.ndarray  # (asked, d_model): every row, from the formula
+    message: str                 # what the learned lookup says ("" when the table is long enough)
+
+    @property
+    def missing(self) -> int:
+        """Positions with no learned vector."""
+        return int(np.isnan(self.learned_rows).all(axis=1).sum())
+
+
+def longer_than_trained(trained: int, asked: int, d_model: int, base: float = 10000.0, *, seed: int = 0,
+                        backend: str | None = None, dtype=np.float64) -> LongerThanTrained:
+    """Ask a learned table of ``trained`` rows and the sinusoidal formula for ``asked`` positions.
+
+    The learned lookup fails past row ``trained - 1`` (those rows come back as NaN, with the
+    lookup's message); the sinusoidal code is a formula of ``p`` and gives every row.
+    """
+    trained, d_model = _check_length_width(trained, d_model)
+    asked = _check_length_width(asked, d_model)[0]
+    table = learned(trained, d_model, seed=seed, dtype=dtype)
+    rows = np.full((asked, d_model), np.nan, dtype=dtype)
+    message = ""
+    try:
+        rows[:] = lookup_learned(table, asked)
+    except ValueError as err:
+        message = str(err)
+        rows[:trained] = table
+    return LongerThanTrained(trained, asked, rows, sinusoidal(asked, d_model, base, backend=backend, dtype=dtype),
+                             message)
+
+
 # ---------------------------------------------------------------------------------------------
 # measuring a code
 # ---------------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ ensure_routed()   # a link opened first on a fresh server: rerun through app.py
 
 PAGE = "multi_head"
 FILTERS = {"first_token": "first-sample hold", "previous_token": "unit delay z⁻¹", "self": "identity",
-           "uniform": "growing box", "two_positions": "two taps", "custom": "your own filter"}
+           "nearby": "local window", "uniform": "growing box", "two_positions": "two taps", "custom": "your own filter"}
 SPEC = {"T": state.int_field(6, 2, MAX_TOKENS), "d_k": state.int_field(2, 1, MAX_D_K),
         "H": state.int_field(4, 1, MAX_HEADS), "causal": state.bool_field(True),
         "open": state.int_field(4, 1, MAX_HEADS), "row": state.int_field(4, 1, MAX_TOKENS)}
@@ -104,6 +104,17 @@ st.markdown(f"Row {t} of head {h}: `[{', '.join(f'{w:.4f}' for w in A[h - 1, t -
 ranks = np.atleast_1d(analysis.score_rank(Qs, Ks))
 st.markdown(f"rank(Q_h K_hᵀ) for heads 1..{H}: **{', '.join(map(str, ranks))}** "
             f"(budget: d_k = {d_k} per head)")
+
+# 4b. every head's impulse response at row t, side by side
+st.subheader(f"Impulse responses at row {t}, every head side by side")
+for first in range(0, H, 4):
+    cols = st.columns(4)
+    for i in range(first, min(first + 4, H)):
+        cols[i - first].vega_lite_chart(charts.stem(A[i, t - 1], title=f"head {i + 1}: {FILTERS[ss[k(f'p{i + 1}')]]}"))
+st.dataframe(pd.DataFrame(A[:, t - 1], columns=labels).assign(
+    **{"impulse response": [f"head {i + 1}: {FILTERS[ss[k(f'p{i + 1}')]]}" for i in range(H)]})[["impulse response", *labels]]
+    .round(4), hide_index=True)
+st.caption("Row t of each A_h is the filter that head applies at time t: its taps are non-negative and sum to 1.")
 
 # 5. selectivity of every head, and the cost of many narrow heads
 st.subheader("Selectivity in bits (rows: query position t)")

@@ -165,3 +165,45 @@ def test_spec_refuses_inconsistent_models():
         analysis.TransformerSpec(d_model=510, n_heads=8)
     with pytest.raises(ValueError, match="Unknown positional"):
         analysis.TransformerSpec(positional="rotary")
+
+
+def test_packed_split_is_the_lessons_48_plus_16():
+    split = analysis.packed_param_split(4, 2)
+    assert (split.per_matrix, split.qkv, split.out, split.total) == (16, 48, 16, 64)
+    assert analysis.packed_param_split(512, 8).total == analysis.mha_param_count(512, 8) == 1_048_576
+
+
+def test_slice_error_is_zero_only_for_the_right_column_blocks():
+    rng = np.random.default_rng(0)
+    X, per_head = rng.normal(size=(5, 6)), [rng.normal(size=(6, 2)) for _ in range(3)]
+    W = np.hstack(per_head)                                     # (6, 3*2): head h in columns 2h, 2h+1
+    assert analysis.packed_slice_error(X, W, per_head) == 0.0
+    assert analysis.packed_slice_error(X, W[:, [1, 0, 2, 3, 4, 5]], per_head) > 0.1
+    with pytest.raises(ValueError, match="H\\*d_k"):
+        analysis.packed_slice_error(X, W[:, :4], per_head)
+
+
+def test_exercise_5_grow_heads():
+    before, after = analysis.grow_heads(8, 16, 64, 1024, keep="d_k")
+    assert (before.d_model, after.d_model, after.d_k) == (512, 1024, 64)
+    assert after.parameters == 4 * before.parameters == 4 * 1024 ** 2
+    assert after.score_flops == 2 * before.score_flops == 2 * (2 * 1024 ** 2 * 512)
+    same_before, same_after = analysis.grow_heads(8, 16, 64, 1024, keep="d_model")
+    assert (same_after.d_model, same_after.d_k) == (512, 32) and same_after.parameters == same_before.parameters
+    assert same_after.score_flops == same_before.score_flops == 1_073_741_824   # the lesson's T=1024, d=512
+    with pytest.raises(ValueError, match="cannot be split evenly"):
+        analysis.grow_heads(8, 7, 64, 16, keep="d_model")
+
+
+def test_bert_base_is_12_blocks_of_85M_plus_embeddings():
+    split = analysis.blocks_and_embeddings(analysis.BERT_BASE)
+    assert split.n_blocks == 12 and round(split.blocks / 1e6) == 85
+    assert split.embeddings == (30522 + 512 + 2) * 768 + 2 * 768 and split.other_parts == ("pooler",)
+    assert split.blocks + split.embeddings + split.other == analysis.model_param_count(analysis.BERT_BASE).total
+
+
+def test_interaction_paths():
+    p = analysis.interaction_paths(10)
+    assert (p.attention_path, p.rnn_path, p.attention_sequential, p.rnn_sequential) == (1, 9, 1, 10)
+    with pytest.raises(ValueError):
+        analysis.interaction_paths(1)

@@ -161,3 +161,18 @@ def test_output_projection_presets():
         assert any(reads_both) == mixes, name
     with pytest.raises(ValueError, match="2 heads of width 2"):
         heads.output_projection("lesson_mixing", 3, 2)
+
+
+def test_nearby_window_is_a_gaussian_window_around_the_query():
+    """Scores -(gain/4)(i - t)^2 / sqrt(d_k) up to a per-row constant: weights are a window on t."""
+    T, gain = 7, 3.0
+    Q, K = heads.nearby_window(T, 2, gain)
+    t, i = np.arange(1, T + 1)[:, None], np.arange(1, T + 1)[None, :]
+    window = np.exp(-(gain / 4) * (i - t) ** 2 / np.sqrt(2))
+    np.testing.assert_allclose(reference.softmax(reference.scaled_scores(Q, K)),
+                               window / window.sum(axis=1, keepdims=True), atol=1e-12)
+    A = causal_weights(Q, K)
+    np.testing.assert_allclose(A[3, 2] / A[3, 3], np.exp(-(gain / 4) / np.sqrt(2)))   # a neighbour: 0.59
+    assert heads.PRESETS["nearby"].min_d_k == 2
+    with pytest.raises(ValueError, match="d_k >= 2"):
+        heads.nearby_window(5, 1)

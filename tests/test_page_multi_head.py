@@ -1,4 +1,5 @@
 """The multi-head page through AppTest: the lesson's four heads on screen, widgets, links, custom heads."""
+import json
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +22,13 @@ def markdown(at):
     return " ".join(m.value for m in at.markdown)
 
 
+def table_headed(at, first):
+    """The one st.dataframe whose first column is ``first``."""
+    found = [d.value for d in at.dataframe if len(d.value.columns) and d.value.columns[0] == first]
+    assert len(found) == 1
+    return found[0]
+
+
 @pytest.fixture(scope="module")
 def page():
     return run()
@@ -29,13 +37,14 @@ def page():
 def test_lesson_numbers_on_screen(page):
     assert not page.exception and not page.error and not page.warning
     assert page.title[0].value == "Multi-head attention, set by hand"
-    assert [s.value for s in page.subheader] == ["Open one head", "Selectivity in bits (rows: query position t)",
+    assert [s.value for s in page.subheader] == ["Open one head", "Impulse responses at row 4, every head side by side",
+                                                "Selectivity in bits (rows: query position t)",
                                                 "One wide head or H narrow ones"]
     # row 4 of the uniform head (head 4, opened by default)
     assert "Row 4 of head 4: `[0.2500, 0.2500, 0.2500, 0.2500, 0.0000, 0.0000]`" in markdown(page)
     assert "heads 1..4: **1, 2, 2, 0**" in markdown(page)
     # the entropy table equals core.lessons.analysis on the lesson heads, and the lesson's printed values
-    table = page.dataframe[0].value
+    table = table_headed(page, "t")
     Q, K = heads.lesson_heads(6, 2, 3.0)
     expected = np.array([[1.0, 0.0, 0.0, 0.0, 0.0, 0.0], [2.0, 1.0, 0.490928, 0.241602, 0.241602, 1.0],
                          [3.0, 1.584963, 0.901880, 0.466890, 0.242633, 1.584963],
@@ -44,7 +53,7 @@ def test_lesson_numbers_on_screen(page):
                          [6.0, 2.584963, 1.824399, 0.468905, 0.468905, 2.584963]])
     np.testing.assert_allclose(table.to_numpy(dtype=float), expected, atol=2e-6)
     assert list(table.columns) == ["t", "ceiling (bits)", "head 1", "head 2", "head 3", "head 4"]
-    flops = page.dataframe[1].value
+    flops = table_headed(page, "T")
     assert flops["one wide head"].tolist() == flops["H narrow heads"].tolist() == [576, 1073741824]
     assert Q.shape == (4, 6, 2) and analysis.score_rank(Q, K).tolist() == [1, 2, 2, 0]
 
@@ -119,7 +128,7 @@ def test_fewer_heads_drop_their_settings_from_the_link():
 def test_sharper_first_token_head_spends_fewer_bits():
     at = run(g1="9", open="1", row="6")
     assert not at.exception
-    table = at.dataframe[0].value
+    table = table_headed(at, "t")
     assert table["head 1"].iloc[5] < 0.2 < 1.824399        # exercise 6: gain 9 against the lesson's 3
 
 
@@ -160,3 +169,49 @@ def test_custom_head_from_session_state_and_bad_input():
         at.run()
         assert not at.exception and any(words in w.value for w in at.warning)
         assert at.query_params["q1"] == ";".join(["0,0"] * 5 + ["1,0"])   # the last good matrix stays
+
+
+# --- every impulse response side by side, and the nearby-window head -----------------------------
+
+
+def stems(at):
+    """The titles of the stem charts (every vega-lite chart whose layers draw bars and points)."""
+    specs = [json.loads(c.proto.spec) for c in at.get("vega_lite_chart")]
+    return [sp["title"] for sp in specs if "layer" in sp and isinstance(sp["layer"][0]["mark"], dict)
+            and sp["layer"][0]["mark"].get("type") == "bar"]
+
+
+def test_all_four_impulse_responses_side_by_side(page):
+    titles = stems(page)
+    side_by_side = ["head 1: first-sample hold", "head 2: unit delay z⁻¹", "head 3: identity", "head 4: growing box"]
+    assert titles[-4:] == side_by_side                  # four stems at once, besides the opened head's
+    table = table_headed(page, "impulse response").set_index("impulse response")
+    assert list(table.index) == side_by_side
+    Q, K = heads.lesson_heads(6, 2, 3.0)
+    A = ref.softmax(ref.scaled_scores(Q, K, ref.causal_mask(6)))          # (4, 6, 6)
+    np.testing.assert_allclose(table.to_numpy(float), A[:, 3, :], atol=6e-5)
+    np.testing.assert_allclose(table.sum(axis=1), 1.0, atol=3e-4)        # each filter's taps sum to 1
+    assert table.loc["head 4: growing box"].tolist() == [0.25, 0.25, 0.25, 0.25, 0.0, 0.0]
+
+
+def test_the_row_slider_and_the_head_count_move_the_side_by_side_stems():
+    at = run()
+    at.slider(key="multi_head.row").set_value(6).run()
+    table = table_headed(at, "impulse response")
+    assert np.allclose(table.iloc[3, 1:].to_numpy(float), 1 / 6, atol=1e-4)   # the growing box at row 6
+    at.number_input(key="multi_head.H").set_value(6).run()
+    assert len(stems(at)) == 1 + 6 and len(table_headed(at, "impulse response")) == 6
+
+
+def test_the_nearby_window_head_attends_to_the_tokens_around_the_query():
+    at = run(p1="nearby", open="1", row="4")
+    check_heads(at, presets={1: "nearby"}, open_head=1)
+    row = table_headed(at, "impulse response").iloc[0, 1:].to_numpy(float)
+    assert row.argmax() == 3 and row[2] > row[1] > row[0] and row[4:].sum() == 0   # causal: the left half
+    assert row[2:4].sum() > 0.9                                                     # mostly t and t - 1
+    at.toggle(key="multi_head.causal").set_value(False).run()
+    row = table_headed(at, "impulse response").iloc[0, 1:].to_numpy(float)
+    assert row.argmax() == 3 and abs(row[2] - row[4]) < 1e-4 and row[2] > 0.2       # symmetric window
+    narrow = at.slider(key="multi_head.g1").set_value(9.0).run()
+    row9 = table_headed(narrow, "impulse response").iloc[0, 1:].to_numpy(float)
+    assert row9[3] > row[3] and row9[2] < row[2]                                    # a larger gain: narrower

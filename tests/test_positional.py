@@ -150,3 +150,16 @@ def test_alibi_adds_a_linear_distance_penalty_per_head():
                           + reference.causal_mask(5))
     np.testing.assert_allclose(A[0, 4, 3] / A[0, 4, 4], np.exp(-2.0 ** -4))   # e^(-m_1), m_1 = 2^-4
     assert A[0, 4, 0] < A[1, 4, 0]
+
+
+def test_a_learned_table_stops_at_its_training_length_and_sinusoidal_goes_on():
+    res = positional.longer_than_trained(512, 1024, 16, backend="cpu")
+    assert res.missing == 512 and "positions 512 to 1023" in res.message
+    assert np.isnan(res.learned_rows[512:]).all() and np.isfinite(res.learned_rows[:512]).all()
+    np.testing.assert_allclose(res.sinusoidal_rows, reference.sinusoidal(1024, 16), atol=1e-12)
+    table = positional.learned(512, 16)
+    np.testing.assert_array_equal(positional.lookup_learned(table, 512), table)
+    with pytest.raises(ValueError, match="cannot extrapolate"):
+        positional.lookup_learned(table, 513)
+    fits = positional.longer_than_trained(512, 300, 16, backend="cpu")
+    assert fits.missing == 0 and fits.message == ""

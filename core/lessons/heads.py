@@ -124,6 +124,33 @@ def self_position(T: int, d_k: int = 2, gain: float = DEFAULT_GAIN) -> tuple[np.
     return Q, K
 
 
+def nearby_window(T: int, d_k: int = 2, gain: float = DEFAULT_GAIN) -> tuple[np.ndarray, np.ndarray]:
+    """Positional head that looks at the tokens near it: a window centred on the query.
+
+    With the positions centred (``u_i = i - (T + 1) / 2``, so the numbers stay small):
+
+    ``Q_t = [u_t, 1]``, ``K_i = (gain / 4) [2 u_i, -u_i^2]``, so
+    ``Q_t . K_i = (gain / 4) (2 u_t u_i - u_i^2) = -(gain / 4) (i - t)^2 + (gain / 4) u_t^2``.
+
+    The last term is the same for a whole row, and softmax ignores it: each row is a Gaussian
+    window ``exp(-(gain / 4) (i - t)^2 / sqrt(d_k))`` around ``t``. At the lesson's gain 3 and
+    ``d_k = 2`` a neighbour gets 0.59 of the query's own share and a token two away 0.12, so
+    about three positions count; a larger gain narrows the window towards the identity.
+    Under a causal mask only the left half (the token and the ones just before it) is seen.
+
+    Returns
+    -------
+    Q, K : ndarray, shape (T, d_k)
+    """
+    _check_size(T, d_k, needs=2)
+    gain = _check_gain(gain)
+    Q, K = _zeros(T, d_k)
+    u = np.arange(1, T + 1) - (T + 1) / 2.0                  # (T,), centred positions
+    Q[:, 0], Q[:, 1] = u, 1.0
+    K[:, 0], K[:, 1] = (gain / 4.0) * 2.0 * u, -(gain / 4.0) * u ** 2
+    return Q, K
+
+
 def uniform(T: int, d_k: int = 2, gain: float = DEFAULT_GAIN) -> tuple[np.ndarray, np.ndarray]:
     """Degenerate head: all scores zero, so each row averages everything it may see.
 
@@ -229,6 +256,8 @@ PRESETS: dict[str, HeadPreset] = {
                                  "Positional head: each query points one step back on a circle code.", 2),
     "self": HeadPreset("Self", self_position,
                        "Positional head: query and key share the circle code, so each token finds itself.", 2),
+    "nearby": HeadPreset("Nearby window", nearby_window,
+                         "Positional head: a window centred on each query, so nearby tokens count most.", 2),
     "uniform": HeadPreset("Uniform", uniform,
                           "Zero queries and keys: every visible position gets the same weight.", 1),
     "two_positions": HeadPreset("Two positions at once", two_positions,
