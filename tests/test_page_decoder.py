@@ -187,3 +187,21 @@ def test_stop_ends_a_run_early_and_keeps_its_model(at):
     assert view.status == "stopped" and 3 <= view.step < 2000
     assert "Stopped at step" in view.message
     assert trainer.model(trainer._setup)[2]                          # trained weights kept
+
+
+def test_the_decoder_trainer_shares_the_servers_training_slots(monkeypatch):
+    import threading
+
+    import ui.trainer as trainer_module
+    from ui.decoder_trainer import DecoderTrainer, build
+
+    monkeypatch.setattr(trainer_module, "_slots", threading.BoundedSemaphore(1))
+    trainer_module._slots.acquire()                  # an encoder run holds the only slot
+    trainer = DecoderTrainer()
+    with pytest.raises(trainer_module.TrainerBusy, match="already training"):
+        trainer.start(build("reverse"), 3)
+    assert trainer.view().status == "idle" and trainer.view().metrics == []
+    trainer_module._slots.release()
+    trainer.start(build("reverse"), 3)               # the slot is free again
+    assert trainer.join(120) and trainer.view().status == "done"
+    assert trainer_module._slots.acquire(blocking=False)   # and the worker gave it back
