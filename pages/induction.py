@@ -14,11 +14,12 @@ ensure_routed()   # a link opened first on a fresh server: rerun through app.py
 PAGE = "induction"
 SETUP = induction.InductionSetup()
 N, T, H = SETUP.half, 2 * SETUP.half - 1, SETUP.n_heads
-SPEC = {"seed": state.int_field(0, 0, 999), "example": state.int_field(0, 0, SETUP.n_held_out - 1),
+MAX_STEPS = 2000                # about half a minute on two cores
+SPEC = {"seed": state.int_field(0, 0, 999), "steps": state.int_field(SETUP.steps, 20, MAX_STEPS),
+        "example": state.int_field(0, 0, SETUP.n_held_out - 1),
         "layer": state.int_field(2, 1, 2), "head": state.int_field(1, 1, H)}
 k = lambda name: state.key(PAGE, name)  # noqa: E731
 ss = st.session_state
-STEPS_KEY = k("steps")          # test hook: fewer training steps
 
 
 @st.cache_resource(show_spinner=False, max_entries=8)
@@ -44,9 +45,12 @@ st.latex(r"x_{1..2n} = (a_1, \dots, a_n,\; a_1, \dots, a_n), \qquad n = %d,\ \te
 
 # 1. the model ------------------------------------------------------------------------------------
 with st.form(k("train")):
-    st.number_input("Seed (initial weights and training sequences)", 0, 999, key=k("seed"))
-    st.form_submit_button("Train with this seed")
-seed, steps = int(ss[k("seed")]), int(ss.get(STEPS_KEY, SETUP.steps))
+    f1, f2 = st.columns(2)
+    f1.number_input("Seed (initial weights and training sequences)", 0, 999, key=k("seed"))
+    f2.number_input("Training steps", 20, MAX_STEPS, step=100, key=k("steps"),
+                    help="With a few hundred steps the repeated half is not learned yet: no induction head.")
+    st.form_submit_button("Train")
+seed, steps = int(ss[k("seed")]), int(ss[k("steps")])
 with st.spinner(f"Training a two-layer attention-only model, {steps} steps (about 10-20 s, once per seed)…"):
     run, (tgt_in, tgt_out), m = trained(seed, steps)
 prev_head, ind_head = induction.best_heads(m)

@@ -1,5 +1,6 @@
 """The Induction heads page: the scores and losses it shows are core.models.induction's, and the
-example, layer and head controls move what is shown. Trained with few steps (a session-state hook)."""
+example, layer and head controls move what is shown. Trained with few steps (the steps control, set
+before the first run: the numbers must match core's, not reach the done-when figures)."""
 from pathlib import Path
 
 import numpy as np
@@ -9,7 +10,7 @@ from streamlit.testing.v1 import AppTest
 from core.models import induction as I
 
 PAGE = str(Path(__file__).resolve().parents[1] / "pages" / "induction.py")
-STEPS = 150                     # a short run: the numbers must match core's, not reach the done-when
+STEPS = 150
 
 
 def _open(**link) -> AppTest:
@@ -80,3 +81,20 @@ def test_a_link_sets_the_controls_and_bad_links_warn():
     bad = _open(head=9)
     assert bad.warning and not bad.exception
     assert bad.radio(key="induction.head").value == 1
+
+
+def test_a_new_seed_trains_a_new_model_once_submitted(core_numbers):
+    _, m0 = core_numbers
+    at = _open()
+    at.number_input(key="induction.seed").set_value(1)
+    at.run()
+    assert _metric(at, "loss, first half") == pytest.approx(m0.loss_first_half, abs=5e-4)   # not yet submitted
+    at.number_input(key="induction.seed").set_value(1)
+    at.button[0].click()                                       # the form's submit button
+    at.run()
+    setup = I.InductionSetup(steps=STEPS)
+    run = I.train_induction(setup, seed=1)
+    m1 = I.measure(run.params, run.cfg, I.held_out(setup, 1))
+    assert _metric(at, "loss, first half") == pytest.approx(m1.loss_first_half, abs=5e-4)
+    assert m1.loss_first_half != pytest.approx(m0.loss_first_half, abs=5e-4)
+    assert at.query_params["seed"] == "1"
