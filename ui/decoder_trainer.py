@@ -154,17 +154,17 @@ class DecoderTrainer:
         with self._lock:
             if self._status == RUNNING:
                 raise ValueError("A run is already training: stop it first.")
+        first = {"step": 0, "value": setup.evaluate(_untrained(setup))}   # the weights every run starts from
         self._join()
         take_slot()        # before anything changes: a busy server leaves the old record alone
-        params = decoder.init_params(setup.cfg, seed=0)
         with self._lock:
             self._generation += 1
             self._setup, self._target = setup, int(steps)
-            self._metrics, self._evals = [], [{"step": 0, "value": setup.evaluate(params)}]
+            self._metrics, self._evals = [], [first]
             self._status, self._message = RUNNING, ""
             self._stop.clear()
             self._bump()
-        self._thread = threading.Thread(target=self._work, args=(self._generation, setup, params, int(steps)),
+        self._thread = threading.Thread(target=self._work, args=(self._generation, setup, int(steps)),
                                         name="decoder-trainer", daemon=True)
         try:
             self._thread.start()
@@ -227,7 +227,7 @@ class DecoderTrainer:
             self._thread = None
         return True
 
-    def _work(self, generation: int, setup: Setup, params: dict, steps: int) -> None:
+    def _work(self, generation: int, setup: Setup, steps: int) -> None:
         def mine() -> bool:
             return self._generation == generation      # else a reset or a new start owns the record
 
@@ -249,6 +249,7 @@ class DecoderTrainer:
             return bool(reason)
 
         try:
+            params = decoder.init_params(setup.cfg, seed=0)
             tgt_in, tgt_out, src = setup.train_arrays()
             decoder.train(params, setup.cfg, tgt_in, tgt_out, src, steps=steps, batch_size=setup.batch_size,
                           lr=setup.lr, warmup=setup.warmup, seed=0, callback=after_step)
