@@ -100,7 +100,9 @@ c = st.columns(3)
 if trained is not None:
     c[0].radio("Model", ("default", "trained"), key=k("source"), horizontal=True,
                format_func={"default": "default model", "trained": "your trained run"}.get)
-elif ss[k("source")] == "trained":
+else:
+    c[0].caption("A finished run on the “Train an encoder” page can be taken apart here too.")
+if trained is None and ss[k("source")] == "trained":
     st.info("The “Train an encoder” page holds no finished run in this session: using the default model.")
 use_trained = trained is not None and ss[k("source")] == "trained"
 c[1].selectbox("Task of the default model", tuple(tasks.TASKS), key=k("task"), disabled=use_trained)
