@@ -144,6 +144,8 @@ def draw_live() -> None:
         evals = pd.DataFrame(view.evals, columns=["step", "value"])
         b.vega_lite_chart(charts.lines(evals, "step", "value", title=f"Validation {view.metric}",
                                        y_title=view.metric, y_domain=(0.0, 1.0), points=True), width="stretch")
+        b.caption("Measured on the validation set with the weights the run starts from and with those it "
+                  "ends with (the training loop reports only each step's loss while it runs).")
     if polling and not view.running:
         st.rerun()          # the run ended: redraw the whole page once, with the trained model
 
