@@ -73,7 +73,8 @@ def several_removed(key: str, heads: tuple, mode: str, _model: inside.Model, _me
 def model_key(model: inside.Model) -> str:
     """Names a model by its numbers and data, so cached analyses follow the model, not the session."""
     digest = hashlib.sha1(encoder.flatten(model.params, model.cfg).tobytes())
-    digest.update(repr((model.cfg, model.data.task, model.data.X_test.shape)).encode())
+    digest.update(repr((model.cfg, model.data.task)).encode())
+    digest.update(model.data.X_test.tobytes())
     return digest.hexdigest()
 
 

@@ -127,10 +127,7 @@ def _fixed_table(kind: str, T: int, d: int, dtype_str: str) -> np.ndarray:
 @functools.lru_cache(maxsize=64)
 def layout(cfg: EncoderConfig) -> K.Layout:
     """Where each parameter of ``cfg`` starts in a flat buffer packed in ``param_shapes`` order."""
-    offsets, at = {}, 0
-    for name, shape in param_shapes(cfg).items():
-        offsets[name] = at
-        at += int(np.prod(shape))
+    offsets = _offsets(cfg)
     top = np.array([offsets["embed"], offsets.get("pos", -1), offsets["W_cls"], offsets["b_cls"]], dtype=np.int64)
     layers = np.array([[offsets[f"layers.{i}.{name}"] for name in LAYER_PARAMS] for i in range(cfg.n_layers)],
                       dtype=np.int64).reshape(cfg.n_layers, len(LAYER_PARAMS))
@@ -413,6 +410,7 @@ def _mat_view(flat, cfg: EncoderConfig, name: str) -> np.ndarray:
 
 @functools.lru_cache(maxsize=64)
 def _offsets(cfg: EncoderConfig) -> dict:
+    """Each parameter's first index in the flat buffer (``param_shapes`` order)."""
     offsets, at = {}, 0
     for name, shape in param_shapes(cfg).items():
         offsets[name] = at
