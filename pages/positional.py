@@ -19,7 +19,8 @@ SPEC = {"a": state.text_field("dog bites man"), "b": state.text_field("man bites
         "T": state.int_field(50, 2, MAX_PE_POSITIONS), "d": state.int_field(128, 2, MAX_D_MODEL),
         "base": state.float_field(10000.0, 2.0, 1e6), "from": state.int_field(0, 0, MAX_PE_POSITIONS - 1),
         "k": state.int_field(5, 1, MAX_PE_POSITIONS - 1), "Tc": state.int_field(100, 16, MAX_PE_POSITIONS),
-        "Ts": state.int_field(8, 4, MAX_TOKENS)}
+        "Ts": state.int_field(8, 4, MAX_TOKENS), "trained": state.int_field(512, 1, MAX_PE_POSITIONS),
+        "asked": state.int_field(1024, 1, 2 * MAX_PE_POSITIONS)}
 key = lambda name: state.key(PAGE, name)  # noqa: E731
 
 st.title("Positional encoding")
@@ -138,6 +139,44 @@ st.dataframe(pd.DataFrame({
     "cosine": [p.cosine for p in pairs]}), hide_index=True)
 st.markdown("Where *apart* is 1, the nearest code to a position is its neighbour's: fine. Where it is "
             "large, two distant positions look alike, and the model cannot tell them apart.")
+
+st.subheader("Longer than training: learned positions stop, sinusoids go on")
+st.markdown("A learned table has one row per position it was trained on. Ask a table trained at 512 "
+            "positions for 1024 and half the rows do not exist; the sinusoidal code is a formula of p and "
+            "gives every row.")
+l1, l2 = st.columns(2)
+trained = l1.number_input(f"Positions the learned table was trained on (at most {MAX_PE_POSITIONS})", 1,
+                          MAX_PE_POSITIONS, key=key("trained"))
+asked = l2.number_input(f"Positions asked for (at most {2 * MAX_PE_POSITIONS})", 1, 2 * MAX_PE_POSITIONS,
+                        key=key("asked"))
+with recording() as ran:
+    longer = positional.longer_than_trained(int(trained), int(asked), d_model, base, backend=chosen_backend(),
+                                            dtype=chosen_dtype())
+last = int(asked) - 1
+st.dataframe(pd.DataFrame({
+    "code": [f"learned (trained at {int(trained)})", "sinusoidal (formula)"],
+    "positions asked": [int(asked)] * 2,
+    "rows it has": [int(asked) - longer.missing, int(np.isfinite(longer.sinusoidal_rows).all(axis=1).sum())],
+    "missing rows": [longer.missing, int((~np.isfinite(longer.sinusoidal_rows)).all(axis=1).sum())],
+    f"|vector of position {last}|": [float(np.linalg.norm(longer.learned_rows[last])),
+                                     float(np.linalg.norm(longer.sinusoidal_rows[last]))]}), hide_index=True)
+if longer.message:
+    st.markdown(f"**Looking up the learned table:** {longer.message}")
+else:
+    st.markdown(f"**Looking up the learned table:** all {int(asked)} positions are within its {int(trained)} rows.")
+lo = max(0, int(trained) - 8)
+hi = min(int(asked), lo + 16)
+strip = [str(p) for p in range(lo, hi)]
+dims = [str(i) for i in range(min(16, d_model))]
+st.vega_lite_chart(charts.heatmap_grid(
+    [longer.learned_rows[lo:hi, :len(dims)], longer.sinusoidal_rows[lo:hi, :len(dims)]], strip, dims,
+    [f"learned: rows {lo}–{hi - 1} (blank: no row)", f"sinusoidal: rows {lo}–{hi - 1}"], kind="signed",
+    value_name="PE", columns=2, row_title="position", col_title="dimension", size=220, annotate=False))
+st.caption("The sinusoidal rows exist, but that is not the same as working: a model trained on sequences of "
+           "length ≤ 512 has never seen the codes of positions 512–1023 next to its data, and may behave "
+           "unexpectedly there. That is one reason practitioners cap sequence lengths or move to relative "
+           "schemes such as RoPE and ALiBi (below).")
+kernel_source(ran)
 
 # 3. other ways to tell position -----------------------------------------------------------------
 st.header("Other codes, seen in the scores")

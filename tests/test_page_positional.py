@@ -143,3 +143,19 @@ def test_a_link_restores_the_controls_and_out_of_range_positions_are_clamped():
     check_code(at, T=12, d=6, base=500.0, origin=11, k=11, Tc=20, Ts=5)
     at.slider(key="positional.T").set_value(20).run()
     assert at.query_params["T"] == "20" and at.query_params["base"] == "500"
+
+
+def test_a_learned_table_trained_at_512_asked_for_1024_misses_512_rows_and_sinusoidal_has_them():
+    at = open_page(PAGE)
+    table = table_with(at, "code").set_index("code")
+    assert table.loc["learned (trained at 512)", "rows it has"] == 512
+    assert table.loc["learned (trained at 512)", "missing rows"] == 512
+    assert table.loc["sinusoidal (formula)", "rows it has"] == 1024
+    assert table.loc["sinusoidal (formula)", "missing rows"] == 0
+    assert "positions 512 to 1023 (512 of the 1024 asked for) have no vector" in markdown(at)
+    at.number_input(key="positional.asked").set_value(300).run()       # within the table: nothing missing
+    table = table_with(at, "code").set_index("code")
+    assert table.loc["learned (trained at 512)", "missing rows"] == 0
+    assert "all 300 positions are within its 512 rows" in markdown(at)
+    at.number_input(key="positional.trained").set_value(100).run()
+    assert table_with(at, "code").set_index("code").loc["learned (trained at 100)", "missing rows"] == 200

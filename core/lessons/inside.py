@@ -97,19 +97,22 @@ def walkthrough(cache: dict, params: dict, cfg: EncoderConfig, layer: int, examp
     p = f"layers.{layer}."
     return [
         Step("embeddings + positions", td, {"token embeddings": cache["tok_embed"][example],
-                                             "positions": cache["pos_embed"], "sum": cache["layers.0.resid_pre"][example]}),
+                                             "positions": cache["pos_embed"],
+                                             "sum": cache["layers.0.resid_pre"][example]}),
         Step(f"layer {layer + 1} input h", td, {"h": at("resid_pre")}),
         Step("attention weights", shape_label(("H", "T", "T"), (H, T, T)), {"weights": at("weights")}),
         Step("heads' outputs, concatenated", td, {"concat": at("concat")}),
         Step("attention output concat W_O + b_O", td, {"attn_out": at("attn_out")}),
         Step("residual sum h + attention", td, {"ln1_in": at("ln1_in")}),
-        Step("LayerNorm 1", td, {"xhat": at("ln1_xhat"), "out": at("ln1_out"), "mean": at("ln1_mean"),
-                                 "rstd": at("ln1_rstd"), "gain": params[p + "ln1_g"], "bias": params[p + "ln1_b"]}),
+        Step("LayerNorm 1", td, {"in": at("ln1_in"), "xhat": at("ln1_xhat"), "out": at("ln1_out"),
+                                 "mean": at("ln1_mean"), "rstd": at("ln1_rstd"),
+                                 "gain": params[p + "ln1_g"], "bias": params[p + "ln1_b"]}),
         Step("FFN hidden relu(x W_1 + b_1)", tf, {"pre": at("ffn_pre"), "hidden": at("ffn_hidden")}),
         Step("FFN output hidden W_2 + b_2", td, {"ffn_out": at("ffn_out")}),
         Step("residual sum x + FFN", td, {"ln2_in": at("ln2_in")}),
-        Step("LayerNorm 2", td, {"xhat": at("ln2_xhat"), "out": at("ln2_out"), "mean": at("ln2_mean"),
-                                 "rstd": at("ln2_rstd"), "gain": params[p + "ln2_g"], "bias": params[p + "ln2_b"]}),
+        Step("LayerNorm 2", td, {"in": at("ln2_in"), "xhat": at("ln2_xhat"), "out": at("ln2_out"),
+                                 "mean": at("ln2_mean"), "rstd": at("ln2_rstd"),
+                                 "gain": params[p + "ln2_g"], "bias": params[p + "ln2_b"]}),
         Step("mean over positions (after the last layer)", shape_label(("d_model",), (d,)),
              {"pooled": cache["pooled"][example]}),
         Step("logits pooled W_cls + b_cls", shape_label(("classes",), (C,)), {"logits": cache["logits"][example]}),
@@ -117,11 +120,13 @@ def walkthrough(cache: dict, params: dict, cfg: EncoderConfig, layer: int, examp
 
 
 def layernorm_table(step: Step) -> dict[str, np.ndarray]:
-    """Per token (T,), from a LayerNorm :class:`Step`: the input's mean (the kernel's) and its
-    divisor ``sqrt(var + eps) = 1 / rstd``; the normalised ``xhat``'s mean and standard deviation
-    (0 and just under 1: ``sqrt(var / (var + eps))``); the output's after gain and bias."""
+    """Per token (T,), from a LayerNorm :class:`Step`: the input's mean (the kernel's), standard
+    deviation and the kernel's divisor ``sqrt(var + eps) = 1 / rstd``; the normalised ``xhat``'s
+    mean and standard deviation (0 and just under 1: ``sqrt(var / (var + eps))``); the output's
+    after gain and bias."""
     a = step.arrays
-    return {"mean before": a["mean"], "sqrt(var + eps) before": 1.0 / a["rstd"],
+    return {"mean before": a["mean"], "std before": a["in"].std(axis=-1),
+            "sqrt(var + eps) before": 1.0 / a["rstd"],
             "mean of x-hat": a["xhat"].mean(axis=-1), "std of x-hat": a["xhat"].std(axis=-1),
             "mean after gain and bias": a["out"].mean(axis=-1), "std after gain and bias": a["out"].std(axis=-1)}
 
@@ -220,4 +225,5 @@ def position_logits(cache: dict, params: dict) -> np.ndarray:
 def pooling_accuracy(cache: dict, params: dict, y: np.ndarray) -> tuple[float, np.ndarray]:
     """Test accuracy with mean pooling (the model as trained) and, (T,), with the classifier
     reading a single position instead, as a [CLS] readout would."""
-    return accuracy(cache["logits"], y), np.array([accuracy(z, y) for z in position_logits(cache, params).transpose(1, 0, 2)])
+    single = [accuracy(z, y) for z in position_logits(cache, params).transpose(1, 0, 2)]     # one per position
+    return accuracy(cache["logits"], y), np.array(single)

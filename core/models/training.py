@@ -175,12 +175,32 @@ def _main_induction(args) -> int:
     return 0
 
 
+def _main_decoder(args) -> int:
+    """Train a decoder task (``core.models.decoder_runs.DEFAULTS``: reverse, sort, lm) with its
+    defaults; ``--steps`` and ``--lr`` override them when given."""
+    from core.models import decoder_runs
+
+    overrides = {} if args.lr is None else {"lr": args.lr}
+    try:
+        run_ = decoder_runs.train_task(args.task, steps=args.steps, seed=args.seed, **overrides, callback=(
+            lambda step, loss: step % 100 == 99 and print(f"step {step + 1:5d}  loss {loss:.4f}", flush=True)))
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    result = decoder_runs.summary(run_)
+    print(json.dumps(result) if args.json else "\n".join(f"{k}: {v}" for k, v in result.items()))
+    return 0
+
+
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m core.training", description="Train the tiny encoder.")
-    parser.add_argument("--task", default="sum", choices=sorted(TASKS) + [INDUCTION_TASK])
-    parser.add_argument("--steps", type=int, default=300)
+    from core.models.decoder_runs import DEFAULTS as DECODER_TASKS
+
+    parser = argparse.ArgumentParser(prog="python -m core.training", description="Train the tiny encoder "
+                                     "(or a decoder: reverse, sort, lm).")
+    parser.add_argument("--task", default="sum", choices=sorted(TASKS) + [INDUCTION_TASK] + sorted(DECODER_TASKS))
+    parser.add_argument("--steps", type=int, default=None, help="default 300 (a decoder task: its own)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--lr", type=float, default=3e-3)
+    parser.add_argument("--lr", type=float, default=None, help="default 3e-3 (a decoder task: its own)")
     parser.add_argument("--positional", default="sinusoidal", choices=["sinusoidal", "learned", "none"])
     parser.add_argument("--max-seconds", type=float, default=None)
     parser.add_argument("--json", action="store_true", help="end with one JSON line of results")
@@ -191,6 +211,10 @@ def main(argv=None) -> int:
             print(f"step {m['step']:5d}  loss {m['loss']:.4f}  train_acc {m['train_acc']:.3f}  "
                   f"val_acc {m['val_acc']:.3f}  {m['elapsed']:.2f} s", flush=True)
 
+    if args.task in DECODER_TASKS:
+        return _main_decoder(args)
+    args.steps = 300 if args.steps is None else args.steps
+    args.lr = 3e-3 if args.lr is None else args.lr
     if args.task == INDUCTION_TASK:
         return _main_induction(args)
     try:
