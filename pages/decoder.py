@@ -9,8 +9,9 @@ import streamlit as st
 
 from core import limits
 from core.models import decoder, layers, sampling, tasks
+from core.models.decoder_runs import DEFAULTS, build
 from ui import charts, state
-from ui.decoder_trainer import TASKS, DecoderTrainer, build
+from ui.decoder_trainer import TASKS, DecoderTrainer
 from ui.router import ensure_routed
 
 ensure_routed()   # a link opened first on a fresh server: rerun through app.py
@@ -18,7 +19,7 @@ ensure_routed()   # a link opened first on a fresh server: rerun through app.py
 PAGE = "decoder"
 SPEC = {
     "task": state.choice_field("reverse", tuple(TASKS)),
-    "steps": state.int_field(400, 1, limits.MAX_TRAIN_STEPS),
+    "steps": state.int_field(DEFAULTS["reverse"].steps, 1, limits.MAX_TRAIN_STEPS),
     "example": state.int_field(0, 0, 10_000),
     "prompt": state.text_field("attention "),
     "temperature": state.float_field(1.0, 0.0, 100.0),
@@ -77,7 +78,7 @@ def act(fn, *args) -> None:
 
 def task_changed() -> None:
     """A new task starts from its own default step count."""
-    st.session_state[k("steps")] = setup_of(st.session_state[k("task")]).steps
+    st.session_state[k("steps")] = setup_of(st.session_state[k("task")]).defaults.steps
 
 
 # 1. train ----------------------------------------------------------------------------------------
@@ -90,11 +91,11 @@ cfg = setup.cfg
 left.caption(tasks.SEQUENCE_TASKS[task].description if setup.seq2seq else
              f"Predict the next character of a small English corpus ({cfg.vocab_size} characters, "
              f"context {cfg.tgt_len}).")
-right.number_input(f"Steps (at most {limits.MAX_TRAIN_STEPS}; this task's default is {setup.steps})",
+right.number_input(f"Steps (at most {limits.MAX_TRAIN_STEPS}; this task's default is {setup.defaults.steps})",
                    1, limits.MAX_TRAIN_STEPS, key=k("steps"))
 right.caption(f"{cfg.n_layers} layers, d_model {cfg.d_model}, {cfg.n_heads} heads, "
-              f"{decoder.param_count(cfg):,} parameters; Adam, batch {setup.batch_size}, learning rate "
-              f"{setup.lr:g} with {setup.warmup} warm-up steps and a cosine decay. A run stops after "
+              f"{decoder.param_count(cfg):,} parameters; Adam, batch {setup.defaults.batch_size}, learning rate "
+              f"{setup.defaults.lr:g} with {setup.defaults.warmup} warm-up steps and a cosine decay. A run stops after "
               f"{limits.MAX_TRAIN_SECONDS:.0f} s of training at most.")
 b1, b2, b3 = st.columns(3)
 if b1.button("Train", type="primary", disabled=trainer.running):

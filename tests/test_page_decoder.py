@@ -138,7 +138,7 @@ def test_bad_sampler_settings_show_an_error_and_change_nothing_else(at, field, v
 ])
 def test_bad_prompts_show_an_error_and_change_nothing_else(at, prompt, message):
     at.run()
-    at.selectbox(key="decoder.task").set_value("chars").run()
+    at.selectbox(key="decoder.task").set_value("lm").run()
     assert not at.error
     before = distribution(at)
     written = [m.value for m in at.markdown if m.value.startswith("Prompt `")]
@@ -193,7 +193,8 @@ def test_the_decoder_trainer_shares_the_servers_training_slots(monkeypatch):
     import threading
 
     import ui.trainer as trainer_module
-    from ui.decoder_trainer import DecoderTrainer, build
+    from core.models.decoder_runs import build
+    from ui.decoder_trainer import DecoderTrainer
 
     monkeypatch.setattr(trainer_module, "_slots", threading.BoundedSemaphore(1))
     trainer_module._slots.acquire()                  # an encoder run holds the only slot

@@ -6,10 +6,11 @@ only appends to lists behind a lock, and the page's ``st.fragment(run_every=...)
 :meth:`DecoderTrainer.view`. A run is bounded by ``core.limits`` (steps and wall-clock seconds).
 
     trainer = DecoderTrainer()
-    trainer.start("reverse", steps=400)
+    setup = decoder_runs.build("reverse")       # the task's model, data and defaults
+    trainer.start(setup, steps=400)
     trainer.view().metrics            # grows while it trains
     trainer.stop(); trainer.reset()
-    setup, params, version = trainer.model()   # the last trained model (or the untrained one)
+    params, version, trained = trainer.model(setup)   # the last trained model (or the untrained one)
 
 Nothing here imports Streamlit: tests drive it as a plain object.
 """
@@ -22,74 +23,14 @@ import time
 import numpy as np
 
 from core import limits
-from core.models import decoder, tasks
-from core.models.decoder import DecoderConfig
+from core.models import decoder, decoder_runs
+from core.models.decoder_runs import LM_TASK, Setup
 from ui.trainer import DONE, ERROR, IDLE, RUNNING, release_slot, take_slot
 
 STOPPED = "stopped"
-TASKS = {"reverse": "encoder-decoder: reverse 8 digits",
+TASKS = {"reverse": "encoder-decoder: reverse 8 digits",      # the page's labels of decoder_runs.DEFAULTS
          "sort": "encoder-decoder: sort 8 digits",
-         "chars": "decoder-only: character language model"}
-EVAL_EVERY = 50          # steps between two evaluations of the validation metric
-
-
-# ----------------------------------------------------------------------------------------------
-# what a run trains: model, data and optimiser settings, in one place
-# ----------------------------------------------------------------------------------------------
-@dataclasses.dataclass(frozen=True)
-class Setup:
-    """A task's model configuration, its data and its default optimiser settings."""
-
-    task: str
-    cfg: DecoderConfig
-    data: object                  # tasks.SequenceDataset or tasks.CharCorpus
-    steps: int                    # default number of steps
-    batch_size: int
-    lr: float
-    warmup: int
-    metric: str                   # what the accuracy curve measures
-
-    @property
-    def seq2seq(self) -> bool:
-        return self.task in tasks.SEQUENCE_TASKS
-
-    def train_arrays(self):
-        """``(tgt_in, tgt_out, src)`` of the training split (``src`` None for the language model)."""
-        d = self.data
-        if self.seq2seq:
-            return d.tgt_in_train, d.tgt_out_train, d.src_train
-        return d.X_train, d.Y_train, None
-
-    def val_arrays(self):
-        """``(tgt_in, tgt_out, src)`` of the validation split."""
-        d = self.data
-        if self.seq2seq:
-            return d.tgt_in_val, d.tgt_out_val, d.src_val
-        return d.X_val, d.Y_val, None
-
-    def evaluate(self, params: dict, limit: int = 500) -> float:
-        """Sequence tasks: greedy exact match on (up to ``limit``) validation examples; the language
-        model: share of validation characters predicted right (argmax, teacher forcing)."""
-        tgt_in, tgt_out, src = (a if a is None else a[:limit] for a in self.val_arrays())
-        if self.seq2seq:
-            return decoder.greedy_exact_match(params, self.cfg, src, tgt_out)
-        logits, _ = decoder.forward(params, self.cfg, tgt_in)
-        return float((logits.argmax(axis=-1) == tgt_out).mean())
-
-
-def build(task: str) -> Setup:
-    """The model, data and defaults of ``task`` ("reverse", "sort" or "chars")."""
-    if task in tasks.SEQUENCE_TASKS:
-        ds = tasks.make_sequence_dataset(task, n_train=4000, n_val=500, seq_len=8, seed=0)
-        cfg = DecoderConfig(ds.vocab_size, ds.seq_len, src_vocab_size=ds.src_vocab_size, src_len=ds.seq_len,
-                            bos_id=ds.bos_id)
-        steps = 400 if task == "reverse" else 800
-        return Setup(task, cfg, ds, steps, batch_size=64, lr=3e-3, warmup=50, metric="exact match (greedy)")
-    if task == "chars":
-        corpus = tasks.make_char_corpus(context=32)
-        cfg = DecoderConfig(corpus.vocab.size, corpus.context, cross_attention=False)
-        return Setup(task, cfg, corpus, 400, batch_size=32, lr=3e-3, warmup=50, metric="next-character accuracy")
-    raise ValueError(f"Unknown task {task!r}: choose one of {', '.join(TASKS)}.")
+         LM_TASK: "decoder-only: character language model"}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -146,15 +87,15 @@ class DecoderTrainer:
 
     # -- control ---------------------------------------------------------------------------------
     def start(self, setup: Setup, steps: int | None = None) -> None:
-        """Train a fresh model of ``setup`` for ``steps`` (default ``setup.steps``; at most
+        """Train a fresh model of ``setup`` for ``steps`` (default: the task's; at most
         ``max_steps``). Raises ``ValueError`` (or ``ui.trainer.TrainerBusy``); nothing changes then."""
-        steps = setup.steps if steps is None else steps
+        steps = setup.defaults.steps if steps is None else steps
         if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or not 1 <= steps <= self.max_steps:
             raise ValueError(f"Steps must be a whole number between 1 and {self.max_steps}, got {steps!r}.")
         with self._lock:
             if self._status == RUNNING:
                 raise ValueError("A run is already training: stop it first.")
-        first = {"step": 0, "value": setup.evaluate(_untrained(setup))}   # the weights every run starts from
+        first = {"step": 0, "value": _val_acc(setup, _untrained(setup))}   # the weights every run starts from
         self._join()
         take_slot()        # before anything changes: a busy server leaves the old record alone
         with self._lock:
@@ -249,11 +190,8 @@ class DecoderTrainer:
             return bool(reason)
 
         try:
-            params = decoder.init_params(setup.cfg, seed=0)
-            tgt_in, tgt_out, src = setup.train_arrays()
-            decoder.train(params, setup.cfg, tgt_in, tgt_out, src, steps=steps, batch_size=setup.batch_size,
-                          lr=setup.lr, warmup=setup.warmup, seed=0, callback=after_step)
-            value = setup.evaluate(params)
+            params, _ = decoder_runs.fit(setup, steps=steps, seed=0, callback=after_step)
+            value = _val_acc(setup, params)
             with self._lock:
                 if mine():
                     done = self._metrics[-1]["step"] if self._metrics else 0
@@ -274,6 +212,10 @@ class DecoderTrainer:
 
     def _bump(self) -> None:
         self._version += 1
+
+
+def _val_acc(setup: Setup, params: dict) -> float:
+    return decoder_runs.evaluate(setup, params)["val_acc"]
 
 
 _UNTRAINED: dict = {}
