@@ -44,4 +44,5 @@ with st.sidebar:
     else:
         st.caption(f"Running on: {description}")
 
-st.navigation(PAGES).run()
+# expanded: every page stays a link (the default folds all past the tenth under "View more").
+st.navigation(PAGES, expanded=True).run()

@@ -118,9 +118,11 @@ x_rows = [f"x{i + 1}" for i in range(pipe.W_Q.shape[0])]
 packed = charts.heatmap(pipe.W_Q, x_rows, q_cols, kind="signed", value_name="W_Q", row_title="input feature",
                         col_title="query dimension", size=240,
                         title="Packed W_Q (d_model × H·d_k): columns 1–2 = head 1, 3–4 = head 2")
-packed["layer"].append({   # a bar on each slice boundary, so the heads read as column blocks
+# A bar on each slice boundary, so the heads read as column blocks; mid-grey keeps 3:1 contrast
+# against both themes' backgrounds (Vega-Lite's default black vanishes on the dark one).
+packed["layer"].append({
     "data": {"values": [{"col": q_cols[h * toy_dk]} for h in range(1, pipe.n_heads)]},
-    "mark": {"type": "rule", "strokeWidth": 4, "color": "black"},
+    "mark": {"type": "rule", "strokeWidth": 4, "color": "#808080"},
     "encoding": {"x": {"field": "col", "type": "nominal", "bandPosition": 0}}})
 w1, w2 = st.columns([1, 1])
 w1.vega_lite_chart(packed)
