@@ -1,4 +1,5 @@
-"""Landing page: what the dashboard teaches and where to start."""
+"""Landing page: what the dashboard teaches, where to start, and why attention took over."""
+import pandas as pd
 import streamlit as st
 
 from ui.router import ensure_routed
@@ -27,9 +28,55 @@ st.markdown(
 | Positional encoding | see why attention alone is blind to word order, and the fixes |
 | Masks and cross-attention | causal, padding, and decoder-over-encoder attention |
 | Train an encoder | train a tiny transformer live and watch its heads form |
+| Inside a trained model | follow one example through a layer, then remove heads and measure what changes |
+| Decoder and generation | train an encoder-decoder or a small language model, then generate token by token |
+| Induction heads | watch two attention layers learn to copy what followed the last time |
 | Check yourself | questions and hands-on exercises the app checks for you |
+| Make it fast | the same attention timed on the lesson kernel, the tuned kernel and NumPy |
 
 The sidebar picks the backend and the precision. The three attention pages and the training page
 keep their settings in the address, so a link you copy opens exactly what you see.
+"""
+)
+
+st.header("Why attention")
+st.markdown(
+    """
+A recurrent network reads a sentence one token at a time: step t needs the state of step t − 1.
+Self-attention compares every token with every other in one go, so the whole layer is a few matrix
+products a GPU (or a CPU's vector units) runs at once, and any two tokens meet directly, however far
+apart they are.
+"""
+)
+n_tokens = st.slider("Tokens in the sequence", 2, 4096, 512, key="home.n")
+st.dataframe(pd.DataFrame({
+    "per layer": ["steps that must run one after another", "most steps between two tokens"],
+    "recurrent network": [n_tokens, n_tokens - 1],
+    "self-attention": [1, 1],
+}), hide_index=True)
+st.caption(f"The price: attention scores every pair, {n_tokens:,}² = {n_tokens ** 2:,} scores per head and "
+           "layer, where a recurrent step touches each token once. Blocks of the same shape also stack "
+           "easily, and decoder-only stacks trained to predict the next token at scale (GPT, LLaMA) learn "
+           "representations that transfer to many tasks.")
+
+st.subheader("Before you deploy one")
+st.markdown(
+    """
+- **Bias amplification.** A model trained on text crawled from the web reproduces and reinforces the
+  stereotypes in that text; multi-head attention has no mechanism that avoids them.
+- **Memorisation.** Encoder-decoder models can reproduce training sequences word for word, private
+  data such as e-mail addresses or medical notes included.
+- **Environmental cost.** Training a large transformer takes a lot of energy, and serving it at scale
+  keeps costing.
+- **Misused cross-attention.** In models that read text and images together, cross-attention can be
+  exploited to produce misleading output (caption attacks, adversarial images).
+- **Maps are diagnostics, not explanations.** An attention heatmap shows where a head looked, not why
+  the model decided; the page *Inside a trained model* removes a striking head and often nothing changes.
+- **Position is not reasoning.** Knowing where a token sits does not give a model any sense of time,
+  cause or logical order.
+
+At a student's scale: evaluate on diverse subgroups, not only on the overall accuracy; prefer
+fine-tuning a small pre-trained model to training a large one from scratch; look at the training data
+before you deploy.
 """
 )
