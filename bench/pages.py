@@ -1,6 +1,7 @@
 """Warm redraw time of the lesson pages after one widget change (AppTest, median of repeats).
 
-Run as ``python -m bench.pages [--repeats N]``; prints a Markdown table. Target: under 100 ms.
+Run as ``python -m bench.pages [--repeats N]``; prints a Markdown table. Target: under 100 ms on
+the lesson pages, under 300 ms on the other pages (training runs aside: they show progress).
 Each page is drawn once first (imports, kernels compiled or loaded from the disk cache, first
 draw), then one control is moved back and forth; each redraw is timed from the change to the end
 of the page's run.
@@ -16,14 +17,22 @@ from pathlib import Path
 from streamlit.testing.v1 import AppTest
 
 PAGES = Path(__file__).resolve().parents[1] / "pages"
-TARGET_MS = 100.0
-# (page, query parameters of the link it opens with, what is changed, widget kind, key, two values)
+# (page, query parameters of the link it opens with, what is changed, widget kind, key, two values, target ms)
 CASES = [
-    ("one_head", {}, "temperature τ", "slider", "one_head.temperature", (0.5, 1.5)),
-    ("one_head", {}, "random seed", "number_input", "one_head.seed", (1, 2)),
-    ("multi_head", {"H": "4"}, "gain of head 1", "slider", "multi_head.g1", (5.0, 6.0)),
-    ("multi_head", {"H": "8"}, "gain of head 1", "slider", "multi_head.g1", (5.0, 6.0)),
-    ("filter_bank", {}, "gain of head 1", "slider", "filter_bank.gain", (2.0, 3.0)),
+    ("one_head", {}, "temperature τ", "slider", "one_head.temperature", (0.5, 1.5), 100),
+    ("one_head", {}, "random seed", "number_input", "one_head.seed", (1, 2), 100),
+    ("multi_head", {"H": "4"}, "gain of head 1", "slider", "multi_head.g1", (5.0, 6.0), 100),
+    ("multi_head", {"H": "8"}, "gain of head 1", "slider", "multi_head.g1", (5.0, 6.0), 100),
+    ("multi_head", {}, "query row t (impulse responses)", "slider", "multi_head.row", (3, 4), 100),
+    ("filter_bank", {}, "gain of head 1", "slider", "filter_bank.gain", (2.0, 3.0), 100),
+    ("parameters", {}, "d_model", "slider", "parameters.d_model", (128, 64), 300),
+    ("positional", {}, "positions asked of a learned table", "number_input", "positional.asked", (300, 1024), 300),
+    ("inside_model", {}, "test example", "number_input", "inside_model.example", (1, 0), 300),
+    ("inside_model", {}, "layer", "slider", "inside_model.layer", (2, 1), 300),
+    ("induction", {}, "held-out sequence", "slider", "induction.example", (1, 0), 300),
+    ("induction", {}, "head", "radio", "induction.head", (2, 1), 300),
+    ("decoder", {}, "generation step", "slider", "decoder.step", (2, 1), 300),
+    ("decoder", {}, "temperature", "number_input", "decoder.temperature", (0.5, 1.0), 300),
 ]
 
 
@@ -53,11 +62,11 @@ def main(argv=None) -> list[tuple[str, float]]:
     print("| page | link | widget changed | median warm redraw (ms) | target |")
     print("|---|---|---|---|---|")
     rows = []
-    for page, link, label, kind, key, values in CASES:
+    for page, link, label, kind, key, values, target in CASES:
         ms = redraw_ms(page, link, kind, key, values, args.repeats)
         rows.append((page, ms))
         shown = ", ".join(f"{k}={v}" for k, v in link.items()) or "default"
-        print(f"| {page} | {shown} | {label} | {ms:.1f} | {'ok' if ms < TARGET_MS else 'over'} < {TARGET_MS:.0f} |")
+        print(f"| {page} | {shown} | {label} | {ms:.1f} | {'ok' if ms < target else 'over'} < {target} |")
     return rows
 
 
