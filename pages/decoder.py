@@ -8,7 +8,7 @@ import pandas as pd
 import streamlit as st
 
 from core import limits
-from core.models import decoder, layers, sampling, tasks
+from core.models import decoder, encoder_kernels, layers, sampling, tasks
 from core.models.decoder_runs import DEFAULTS, build
 from ui import charts, state
 from ui.decoder_trainer import TASKS, DecoderTrainer
@@ -436,11 +436,13 @@ def sources() -> list[tuple[str, str]]:
     """Name and source of the functions behind this page's numbers (read once per process)."""
     return [(f"{fn.__module__}.{fn.__qualname__}", inspect.getsource(fn))
             for fn in (decoder.generate, decoder._extend, decoder.KVCache, layers.attend, sampling.distribution,
-                       decoder._decode, decoder._decoder_layer)]
+                       decoder._decode, decoder._decoder_layer, decoder.train, encoder_kernels.decoder_chunk)]
 
 
 with st.expander("Source — the code that computed these numbers"):
-    st.caption("Generation (with and without the cache), the attention it runs, and the sampler.")
+    st.caption("Generation (with and without the cache), the attention it runs, and the sampler; then "
+               "training: the loop, and the compiled step it calls for each batch's loss and gradient "
+               "(the same numbers as `decoder.loss_and_grads`, sublayer by sublayer, in one call).")
     for name, code in sources():
         st.markdown(f"**`{name}`**")
         st.code(code, language="python")

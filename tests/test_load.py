@@ -147,7 +147,9 @@ async def _student(i, browser, server, pages, barrier, stats: Stats) -> None:
                     stats.errors.append(f"{who}: sees a training run it never started")
         elif "training" in by_name:
             await barrier.wait()
-    except BaseException:
+    except BaseException as err:
+        if not isinstance(err, asyncio.BrokenBarrierError):   # the cause, not the others' wake-up
+            stats.errors.append(f"{who} stopped: {type(err).__name__}: {err}")
         await barrier.abort()     # the others must not wait for this student forever
         raise
     finally:
@@ -196,6 +198,9 @@ def test_class_of_students():
         sampler.start()
         try:
             elapsed = asyncio.run(_class(chromium_path, server, pages, stats))
+        except Exception as err:
+            pytest.fail(f"the class did not finish ({type(err).__name__}); the sessions reported:\n  "
+                        + "\n  ".join(stats.errors) + f"\nserver log (end):\n{server.log()[-3000:]}")
         finally:
             stop.set()
             sampler.join()

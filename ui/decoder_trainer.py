@@ -23,7 +23,7 @@ import time
 import numpy as np
 
 from core import limits
-from core.models import decoder, decoder_runs
+from core.models import decoder, decoder_runs, decoder_step
 from core.models.decoder_runs import LM_TASK, Setup
 from ui.trainer import DONE, ERROR, IDLE, RUNNING, release_slot, take_slot
 
@@ -172,8 +172,7 @@ class DecoderTrainer:
         def mine() -> bool:
             return self._generation == generation      # else a reset or a new start owns the record
 
-        start = time.perf_counter()
-        reason = ""
+        start, reason = time.perf_counter(), ""
 
         def after_step(step: int, loss: float) -> bool:
             nonlocal reason
@@ -190,6 +189,10 @@ class DecoderTrainer:
             return bool(reason)
 
         try:
+            self._say("Loading the compiled training step (a new server compiles it first: up to a minute)…", mine)
+            decoder_step.warm_up()
+            self._say("", mine)
+            start = time.perf_counter()           # the time cap counts training, not compiling
             params, _ = decoder_runs.fit(setup, steps=steps, seed=0, callback=after_step)
             value = _val_acc(setup, params)
             with self._lock:
@@ -209,6 +212,12 @@ class DecoderTrainer:
                     self._bump()
         finally:
             release_slot()
+
+    def _say(self, message: str, mine) -> None:
+        with self._lock:
+            if mine():
+                self._message = message
+                self._bump()
 
     def _bump(self) -> None:
         self._version += 1

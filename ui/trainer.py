@@ -353,6 +353,7 @@ class Trainer:
     def _train(self, run: _Run, budget: float) -> bool:
         """Train ``run`` until it ends (True) or a pause is asked for (False)."""
         state, spec = run.state, run.spec
+        encoder.warm_up(run.cfg, state.grad_flat.dtype)   # compiling (a new server's first run) is not training
         if state.step == 0:
             self._snapshot(run)
         segment_start = time.perf_counter()

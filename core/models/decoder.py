@@ -35,8 +35,8 @@ import math
 
 import numpy as np
 
+from core.models import decoder_step, sampling
 from core.models import layers as L
-from core.models import sampling
 from core.validate import check_heads
 
 POSITIONAL_CHOICES = ("sinusoidal", "learned", "none")
@@ -768,7 +768,8 @@ def train(params: dict, cfg: DecoderConfig, tgt_in, tgt_out, src=None, *, steps:
 
     The learning rate rises linearly over ``warmup`` steps, then decays as a half cosine to a tenth
     of ``lr`` at the last step. ``callback(step, loss)``, if given, runs after every step; it may
-    return True to stop early.
+    return True to stop early. Each step's loss and gradient are :func:`loss_and_grads`'s, computed
+    in one compiled call (``core.models.decoder_step``; the tests hold the two together).
     """
     check_params(params, cfg)
     tgt_all, src_all, _ = _check_pair(cfg, tgt_in, src)
@@ -779,16 +780,17 @@ def train(params: dict, cfg: DecoderConfig, tgt_in, tgt_out, src=None, *, steps:
         raise ValueError("steps and batch_size must be positive whole numbers.")
     names = list(param_shapes(cfg))
     flat, views = pack({name: params[name] for name in names})      # flat follows the names' order
+    gradient = decoder_step.Gradient(cfg, flat)     # _loss_and_grads's numbers, in one compiled call
+    grads = np.empty_like(flat)
     opt = Adam(flat.size, flat.dtype, lr)
     rng = np.random.default_rng(seed)
     losses = []
     for step in range(steps):
         idx = rng.integers(0, len(tgt_all), size=batch_size)
-        loss, grads = _loss_and_grads(views, cfg, tgt_all[idx], y_all[idx],
-                                      None if src_all is None else src_all[idx])
+        loss = gradient(tgt_all[idx], y_all[idx], None if src_all is None else src_all[idx], grads)
         progress = step / max(steps - 1, 1)
         rate = lr * min(1.0, (step + 1) / max(warmup, 1)) * (0.55 + 0.45 * math.cos(math.pi * progress))
-        opt.step(flat, np.concatenate([grads[name].ravel() for name in names]), rate)
+        opt.step(flat, grads, rate)
         losses.append(loss)
         if callback is not None and callback(step, loss):
             break

@@ -439,7 +439,7 @@ def _chunk_steps(flat, cfg: EncoderConfig, Wqkv, bqkv, tokens, pe, acts, scale, 
         K.project(Wqkv[i], x, qkv, qkv, False)
         K.add_bias(qkv, bqkv[i])
         # 3. every head: softmax(q k^T / sqrt(d_k)) v                    P: (H, Bv, T, T, lanes), ctx: (d, N)
-        K.attention_forward(qkv, H, acts.P[i], ctx)
+        K.attention_forward(qkv, 0, qkv, d, 2 * d, False, acts.P[i], ctx)
         # 3b. head ablation: z_h <- s z_h + (1 - s) fill_h, only for heads with s != 1
         for h in np.flatnonzero(scale[i] != 1.0):
             rows = slice(h * cfg.d_k, (h + 1) * cfg.d_k)

@@ -8,9 +8,11 @@ backward and Adam), is one call into Numba.
 step made of dozens of separate calls (NumPy products, small kernels, their allocations) spent
 most of its time between them.
 
-Part A is the step, numbered like the forward pass it mirrors; part B the kernels it calls. They
-live in one file on purpose: Numba's on-disk cache keys a compiled function on its own file only,
-so a step in another file would keep running the old machine code of kernels edited here.
+Part A is the step, numbered like the forward pass it mirrors; part B the kernels it calls; part C
+the decoder's loss and gradient (``core.models.decoder_step``), made of the same sublayers plus
+causal masks and cross-attention. They live in one file on purpose: Numba's on-disk cache keys a
+compiled function on its own file only, so a step in another file would keep running the old
+machine code of kernels edited here.
 
 Parameters live in one flat buffer (``core.models.encoder.pack``, in ``core.models.encoder.param_shapes``
 order) and are read through a :data:`Layout`: the sizes and the offset of every array. Gradients
@@ -150,32 +152,55 @@ def new_activations(lay, T, Bp, like):
 @njit(inline="always", **_jit)
 def forward_chunk(flat, lay, Wqkv, bqkv, tokens, pe, eps, acts):
     """The encoder on a chunk's ``tokens`` (Bp, T), everything kept in ``acts``; ``pe`` (>= T, d)."""
-    Bp, T = tokens.shape
-    L, d, H, N = lay.layers.shape[0], lay.d_model, lay.n_heads, T * Bp
-    sub = np.empty((d, N), flat.dtype)             # a sublayer's output, before residual and norm
+    L, d = lay.layers.shape[0], lay.d_model
     # 1. h = embed[tokens] + PE                                                   x[0]: (d, N)
     embed_forward(tokens, _mat(flat, lay.top[EMBED], lay.vocab_size, d), pe, acts.x[0])
-    for i in range(L):
-        p = layer_views(flat, lay, i)
-        x, qkv, ctx, h1, a = acts.x[i], acts.qkv[i], acts.ctx[i], acts.h1[i], acts.a[i]
-        # 2. [q; k; v] = (h [W_Q | W_K | W_V] + [b_Q | b_K | b_V])^T                qkv: (3d, N)
-        project(Wqkv[i], x, qkv, qkv, False)
-        add_bias(qkv, bqkv[i])
-        # 3. every head: P = softmax(q k^T / sqrt(d_k)), its output P v   P: (H, Bv, T, T, lanes), ctx: (d, N)
-        attention_forward(qkv, H, acts.P[i], ctx)
-        # 4. h1 = LN1(h + ctx W_O + b_O)                                              h1: (d, N)
-        project(p.W_O, ctx, sub, sub, False)
-        residual_layernorm(x, sub, p.b_O, p.ln1_g, p.ln1_b, eps, h1, acts.xhat1[i], acts.rstd1[i])
-        # 5. a = relu(h1 W_1 + b_1)                                                 a: (d_ff, N)
-        project(p.W_1, h1, a, a, False)
-        bias_relu(a, p.b_1)
-        # 6. h = LN2(h1 + a W_2 + b_2), the next layer's input                    x[i+1]: (d, N)
-        project(p.W_2, a, sub, sub, False)
-        residual_layernorm(h1, sub, p.b_2, p.ln2_g, p.ln2_b, eps, acts.x[i + 1], acts.xhat2[i], acts.rstd2[i])
+    # 2.-6. the layers                                                            x[L]: (d, N)
+    encoder_layers(flat, lay, Wqkv, bqkv, eps, acts)
     # 7. logits = mean over positions of h, then W_cls and b_cls       pooled: (d, Bp), logits: (Bp, C)
-    mean_pool(acts.x[L], T, acts.pooled)
+    mean_pool(acts.x[L], tokens.shape[1], acts.pooled)
     classify(acts.pooled, _mat(flat, lay.top[W_CLS], d, lay.n_classes),
                flat[lay.top[B_CLS]:lay.top[B_CLS] + lay.n_classes], acts.logits)
+
+
+@njit(**_jit)
+def encoder_layers(flat, lay, Wqkv, bqkv, eps, acts):
+    """Every layer, from ``acts.x[0]`` to ``acts.x[L]``, keeping what the backward pass needs."""
+    sub = np.empty_like(acts.x[0])                 # a sublayer's output, before residual and norm
+    for i in range(lay.layers.shape[0]):
+        p = layer_views(flat, lay, i)
+        self_attention(p, Wqkv[i], bqkv[i], acts.x[i], False, eps, acts.qkv[i], acts.P[i], acts.ctx[i],
+                       sub, acts.h1[i], acts.xhat1[i], acts.rstd1[i])
+        feed_forward(p, acts.h1[i], eps, acts.a[i], sub, acts.x[i + 1], acts.xhat2[i], acts.rstd2[i])
+
+
+@njit(**_jit)
+def self_attention(p, Wqkv, bqkv, x, causal, eps, qkv, P, ctx, sub, h1, xhat1, rstd1):
+    """The attention sublayer, steps 2-4: ``h1 = LN1(x + MHA(x) + b_O)`` for ``x`` (d, N)."""
+    d = x.shape[0]
+    # 2. [q; k; v] = (x [W_Q | W_K | W_V] + [b_Q | b_K | b_V])^T                  qkv: (3d, N)
+    project(Wqkv, x, qkv, qkv, False)
+    add_bias(qkv, bqkv)
+    # 3. every head: P = softmax(q k^T / sqrt(d_k)), its output P v   P: (H, Bv, T, T, lanes), ctx: (d, N)
+    attention_forward(qkv, 0, qkv, d, 2 * d, causal, P, ctx)
+    # 4. h1 = LN1(x + ctx W_O + b_O)                                                h1: (d, N)
+    project(p.W_O, ctx, sub, sub, False)
+    residual_layernorm(x, sub, p.b_O, p.ln1_g, p.ln1_b, eps, h1, xhat1, rstd1)
+
+
+@njit(**_jit)
+def feed_forward(p, h1, eps, a, sub, y, xhat2, rstd2):
+    """The feed-forward sublayer, steps 5-6: ``y = LN2(h1 + relu(h1 W_1 + b_1) W_2 + b_2)``;
+    with ``d_ff = 0`` (an attention-only model) there is none: ``y = h1``."""
+    if a.shape[0] == 0:
+        y[:, :] = h1
+        return
+    # 5. a = relu(h1 W_1 + b_1)                                                     a: (d_ff, N)
+    project(p.W_1, h1, a, a, False)
+    bias_relu(a, p.b_1)
+    # 6. y = LN2(h1 + a W_2 + b_2), the next layer's input                          y: (d, N)
+    project(p.W_2, a, sub, sub, False)
+    residual_layernorm(h1, sub, p.b_2, p.ln2_g, p.ln2_b, eps, y, xhat2, rstd2)
 
 
 @njit(inline="always", **_jit)
@@ -184,47 +209,16 @@ def backward_chunk(flat, grads, lay, Wqkv, tokens, labels, batch, acts):
     the number of hits; writes the chunk's share of the gradient of the mean loss over ``batch``
     sequences into ``grads`` (every entry)."""
     Bp, T = tokens.shape
-    L, d, H, F, C, N = lay.layers.shape[0], lay.d_model, lay.n_heads, lay.d_ff, lay.n_classes, T * Bp
+    d, C, N = lay.d_model, lay.n_classes, T * Bp
     dt = flat.dtype
     dh = np.empty((d, N), dt)            # gradient of a layer's output (of x[i+1])
-    dr = np.empty((d, N), dt)            # gradient of a residual sum, before its layer norm
-    dh1 = np.empty((d, N), dt)
-    da = np.empty((F, N), dt)
-    dctx = np.empty((d, N), dt)
-    dqkv = np.empty((3 * d, N), dt)
-    dW_qkv = np.empty((d, 3 * d), dt)
-    db_qkv = np.empty(3 * d, dt)
     dlogits = np.empty((Bp, C), dt)
     # 7'. loss, classifier and the mean over positions
     loss, hits = cross_entropy(acts.logits, labels, 1.0 / batch, dlogits)       # padding rows: 0
     classify_backward(acts.pooled, _mat(flat, lay.top[W_CLS], d, C), dlogits, T,
                         _mat(grads, lay.top[W_CLS], d, C), grads[lay.top[B_CLS]:lay.top[B_CLS] + C], dh)
-    for i in range(L - 1, -1, -1):
-        p, g = layer_views(flat, lay, i), layer_views(grads, lay, i)
-        # 6'. through LN2; dr is the gradient of h1 + a W_2 + b_2
-        layernorm_backward(dh, acts.xhat2[i], acts.rstd2[i], p.ln2_g, dr, g.ln2_g, g.ln2_b)
-        row_sums(dr, g.b_2)
-        gram(acts.a[i], dr, g.W_2)                       # dW_2 = a^T dr
-        # 5'. through W_2, the ReLU and W_1; the residual path adds dr
-        project(p.W_2.T, dr, da, da, False)              # da = dr W_2^T               (d_ff, N)
-        relu_backward(da, acts.a[i], g.b_1)
-        gram(acts.h1[i], da, g.W_1)                      # dW_1 = h1^T da
-        project(p.W_1.T, da, dr, dh1, True)              # dh1 = dr + da W_1^T
-        # 4'. through LN1; dr is now the gradient of h + ctx W_O + b_O
-        layernorm_backward(dh1, acts.xhat1[i], acts.rstd1[i], p.ln1_g, dr, g.ln1_g, g.ln1_b)
-        row_sums(dr, g.b_O)
-        gram(acts.ctx[i], dr, g.W_O)                     # dW_O = ctx^T dr
-        project(p.W_O.T, dr, dctx, dctx, False)          # dctx = dr W_O^T
-        # 3'. the attention core                                                  dqkv: (3d, N)
-        attention_backward(acts.qkv[i], acts.P[i], dctx, dqkv)
-        # 2'. the packed projection; the residual path adds dr
-        row_sums(dqkv, db_qkv)
-        gram(acts.x[i], dqkv, dW_qkv)                    # [dW_Q | dW_K | dW_V] = h^T [dq dk dv]
-        for c in range(d):
-            g.b_Q[c], g.b_K[c], g.b_V[c] = db_qkv[c], db_qkv[d + c], db_qkv[2 * d + c]
-            for r in range(d):
-                g.W_Q[r, c], g.W_K[r, c], g.W_V[r, c] = dW_qkv[r, c], dW_qkv[r, d + c], dW_qkv[r, 2 * d + c]
-        project(Wqkv[i].T, dqkv, dr, dh, True)           # dh = dr + [dq dk dv] [W_Q|W_K|W_V]^T
+    # 6'.-2'. the layers, last first
+    encoder_layers_backward(flat, grads, lay, Wqkv, acts, dh)
     # 1'. embeddings and (learned) positions
     d_embed = _mat(grads, lay.top[EMBED], lay.vocab_size, d)
     if lay.learned_positions:
@@ -233,6 +227,60 @@ def backward_chunk(flat, grads, lay, Wqkv, tokens, labels, batch, acts):
         d_pos = np.empty((T, d), dt)
     embed_backward(tokens, dh, d_embed, d_pos)
     return loss, hits
+
+
+@njit(**_jit)
+def encoder_layers_backward(flat, grads, lay, Wqkv, acts, dh):
+    """Backward of :func:`encoder_layers`: ``dh`` (d, N) arrives as the gradient of ``x[L]`` and
+    leaves as that of ``x[0]``; the layers' gradients go to ``grads``."""
+    d, F, N = lay.d_model, lay.d_ff, dh.shape[1]
+    dt = flat.dtype
+    dr, dh1, dctx = np.empty((d, N), dt), np.empty((d, N), dt), np.empty((d, N), dt)
+    da, dqkv = np.empty((F, N), dt), np.empty((3 * d, N), dt)
+    dW_qkv, db_qkv = np.empty((d, 3 * d), dt), np.empty(3 * d, dt)
+    for i in range(lay.layers.shape[0] - 1, -1, -1):
+        p, g = layer_views(flat, lay, i), layer_views(grads, lay, i)
+        feed_forward_backward(p, g, dh, acts.xhat2[i], acts.rstd2[i], acts.a[i], acts.h1[i], dr, da, dh1)
+        self_attention_backward(p, g, Wqkv[i], dh1, acts.xhat1[i], acts.rstd1[i], acts.x[i], acts.qkv[i],
+                                acts.P[i], acts.ctx[i], dr, dctx, dqkv, dW_qkv, db_qkv, dh)
+
+
+@njit(**_jit)
+def feed_forward_backward(p, g, dy, xhat2, rstd2, a, h1, dr, da, dh1):
+    """Backward of :func:`feed_forward`: ``dh1`` from ``dy``; ``dr`` and ``da`` are scratch."""
+    if a.shape[0] == 0:
+        dh1[:, :] = dy
+        return
+    # 6'. through LN2; dr is the gradient of h1 + a W_2 + b_2
+    layernorm_backward(dy, xhat2, rstd2, p.ln2_g, dr, g.ln2_g, g.ln2_b)
+    row_sums(dr, g.b_2)
+    gram(a, dr, g.W_2)                               # dW_2 = a^T dr
+    # 5'. through W_2, the ReLU and W_1; the residual path adds dr
+    project(p.W_2.T, dr, da, da, False)              # da = dr W_2^T               (d_ff, N)
+    relu_backward(da, a, g.b_1)
+    gram(h1, da, g.W_1)                              # dW_1 = h1^T da
+    project(p.W_1.T, da, dr, dh1, True)              # dh1 = dr + da W_1^T
+
+
+@njit(**_jit)
+def self_attention_backward(p, g, Wqkv, dh1, xhat1, rstd1, x, qkv, P, ctx, dr, dctx, dqkv, dW_qkv, db_qkv, dx):
+    """Backward of :func:`self_attention`: ``dx`` from ``dh1``; the rest after ``ctx`` is scratch."""
+    d = x.shape[0]
+    # 4'. through LN1; dr is the gradient of x + ctx W_O + b_O
+    layernorm_backward(dh1, xhat1, rstd1, p.ln1_g, dr, g.ln1_g, g.ln1_b)
+    row_sums(dr, g.b_O)
+    gram(ctx, dr, g.W_O)                             # dW_O = ctx^T dr
+    project(p.W_O.T, dr, dctx, dctx, False)          # dctx = dr W_O^T
+    # 3'. the attention core                                                      dqkv: (3d, N)
+    attention_backward(qkv, 0, qkv, d, 2 * d, P, dctx, dqkv, dqkv)
+    # 2'. the packed projection; the residual path adds dr
+    row_sums(dqkv, db_qkv)
+    gram(x, dqkv, dW_qkv)                            # [dW_Q | dW_K | dW_V] = x^T [dq dk dv]
+    for c in range(d):
+        g.b_Q[c], g.b_K[c], g.b_V[c] = db_qkv[c], db_qkv[d + c], db_qkv[2 * d + c]
+        for r in range(d):
+            g.W_Q[r, c], g.W_K[r, c], g.W_V[r, c] = dW_qkv[r, c], dW_qkv[r, d + c], dW_qkv[r, 2 * d + c]
+    project(Wqkv.T, dqkv, dr, dx, True)              # dx = dr + [dq dk dv] [W_Q|W_K|W_V]^T
 
 
 # ----------------------------------------------------------------------------------------------
@@ -667,106 +715,120 @@ def _dots_into(out, oo, orr, w, wo, ws, y, yo, yr, yt, n, m, like):
 
 
 @njit(**_jit)
-def attention_forward(qkv, H, P, ctx):
+def attention_forward(xq, q_row, xkv, k_row, v_row, causal, P, ctx):
     """Per-head scaled dot-product attention on a chunk, a vector of sequences at a time.
 
-    ``qkv`` (3d, N): rows ``0:d`` the queries, ``d:2d`` the keys, ``2d:3d`` the values (biases
-    included), columns in :func:`column` order. Writes ``P`` (H, Bv, T, T, lanes),
-    ``P[h, v, i, j, l] = softmax_j(q_i . k_j / sqrt(d_k))`` of sequence ``v lanes + l``, and the
-    heads' outputs, concatenated, ``ctx`` (d, N): ``ctx[h d_k + c, (i)] = sum_j P[h, i, j] v_j[c]``.
+    Queries are rows ``q_row:q_row+d`` of ``xq`` (rows, Nq); keys and values rows ``k_row:k_row+d``
+    and ``v_row:v_row+d`` of ``xkv`` (rows, Nk), biases included, columns in :func:`column` order
+    (Nq = Tq Bp, Nk = Tk Bp). Self-attention passes the packed ``qkv`` (3d, N) twice, with rows 0,
+    d and 2d; cross-attention the decoder's queries and the encoder's keys and values. Writes
+    ``P`` (H, Bv, Tq, Tk, lanes), ``P[h, v, i, j, l] = softmax_j(q_i . k_j / sqrt(d_k))`` of sequence
+    ``v lanes + l`` (``causal``: keys ``j > i`` get weight exactly 0), and the heads' outputs,
+    concatenated, ``ctx`` (d, Nq): ``ctx[h d_k + c, (i)] = sum_j P[h, i, j] v_j[c]``.
     """
-    H, Bv, T = P.shape[0], P.shape[1], P.shape[2]
-    N = qkv.shape[1]
-    d = qkv.shape[0] // 3
-    dk = d // H
-    L = simd.lanes_of(qkv)
-    TL = T * L                                   # a vector's columns in a row; one query's block of P
-    x, p, out = qkv.ravel(), P.ravel(), ctx.ravel()
-    scale = simd.splat(1.0 / math.sqrt(dk), qkv)
-    minus_one = simd.splat(-1.0, qkv)
-    lanes = np.empty(L, qkv.dtype)
+    H, Bv, Tq, Tk = P.shape[0], P.shape[1], P.shape[2], P.shape[3]
+    Nq, Nk = xq.shape[1], xkv.shape[1]
+    dk = ctx.shape[0] // H
+    L = simd.lanes_of(xq)
+    TL = Tk * L                                  # one query's block of P
+    x, y, p, out = xq.ravel(), xkv.ravel(), P.ravel(), ctx.ravel()
+    scale = simd.splat(1.0 / math.sqrt(dk), xq)
+    minus_one = simd.splat(-1.0, xq)
+    masked = simd.splat(-np.inf, xq)
+    lanes = np.empty(L, xq.dtype)
     for h in range(H):
         for v in range(Bv):
             # this head's Q, K, V rows and output rows, at this vector's columns; its block of P
-            q0, k0, v0 = h * dk * N + v * TL, (d + h * dk) * N + v * TL, (2 * d + h * dk) * N + v * TL
-            block = (h * Bv + v) * T * TL
-            for i in range(T):
-                row = block + i * TL                                     # P[h, v, i]: (T, lanes)
-                # 1. scores s_j = q_i . k_j / sqrt(d_k) of every key j, minus their maximum
-                _dots_into(p, row, L, x, q0 + i * L, N, x, k0, L, N, dk, T, qkv)
-                top = simd.splat(-np.inf, qkv)
-                for j in range(T):
-                    s = _mul(simd.load(p, row + j * L), scale, qkv)
+            q0 = (q_row + h * dk) * Nq + v * Tq * L
+            k0, v0 = (k_row + h * dk) * Nk + v * TL, (v_row + h * dk) * Nk + v * TL
+            o0 = h * dk * Nq + v * Tq * L
+            block = (h * Bv + v) * Tq * TL
+            for i in range(Tq):
+                row = block + i * TL                                     # P[h, v, i]: (Tk, lanes)
+                live = min(i + 1, Tk) if causal else Tk                  # keys this query may see
+                # 1. scores s_j = q_i . k_j / sqrt(d_k) of every visible key j, minus their maximum
+                _dots_into(p, row, L, x, q0 + i * L, Nq, y, k0, L, Nk, dk, live, xq)
+                top = simd.splat(-np.inf, xq)
+                for j in range(live):
+                    s = _mul(simd.load(p, row + j * L), scale, xq)
                     simd.store(p, row + j * L, s)
                     top = _maximum(s, top)
-                shift = _mul(top, minus_one, qkv)
-                for j in range(T):
+                shift = _mul(top, minus_one, xq)
+                for j in range(live):
                     simd.store(p, row + j * L, simd.add(simd.load(p, row + j * L), shift))
+                for j in range(live, Tk):
+                    simd.store(p, row + j * L, masked)                   # exp(-inf) = 0 exactly
             # 2. exponentials of the whole block, every query at once (one long loop from 0 over a
             # slice, which LLVM vectorises; a loop per query spent a third of its time starting)
-            weights = p[block:block + T * TL]
-            for n in range(T * TL):
+            weights = p[block:block + Tq * TL]
+            for n in range(Tq * TL):
                 weights[n] = fast_exp(weights[n])
-            for i in range(T):
+            for i in range(Tq):
                 row = block + i * TL
                 # 3. divide by the sum over the keys
-                total = simd.zeros(qkv)
-                for j in range(T):
+                total = simd.zeros(xq)
+                for j in range(Tk):
                     total = simd.add(total, simd.load(p, row + j * L))
                 simd.store(lanes, 0, total)
                 for lane in range(L):
                     lanes[lane] = 1.0 / lanes[lane]
                 inverse = simd.load(lanes, 0)
-                for j in range(T):
-                    simd.store(p, row + j * L, _mul(simd.load(p, row + j * L), inverse, qkv))
+                for j in range(Tk):
+                    simd.store(p, row + j * L, _mul(simd.load(p, row + j * L), inverse, xq))
                 # 4. the head's output for query i: o_c = sum_j P_ij v_j[c]
-                _dots_into(out, q0 + i * L, N, p, row, L, x, v0, N, L, T, dk, qkv)
+                _dots_into(out, o0 + i * L, Nq, p, row, L, y, v0, Nk, L, Tk, dk, xq)
 
 
 @njit(**_jit)
-def attention_backward(qkv, P, dctx, dqkv):
-    """Backward of :func:`attention_forward`: ``dqkv`` (3d, N), overwritten.
+def attention_backward(xq, q_row, xkv, k_row, v_row, P, dctx, dxq, dxkv):
+    """Backward of :func:`attention_forward`: the gradients of the queries into rows
+    ``q_row:q_row+d`` of ``dxq``, of the keys and values into rows ``k_row:``, ``v_row:`` of
+    ``dxkv`` (laid out as ``xq`` and ``xkv``; self-attention passes ``dqkv`` twice), overwritten.
 
     With ``S = Q K^T / sqrt(d_k)``, ``P = softmax(S)``, ``O = P V``: ``dP = dO V^T``,
     ``dS = P * (dP - rowsum(dP * P))``, then ``dQ = dS K / sqrt(d_k)``, ``dK = dS^T Q / sqrt(d_k)``,
-    ``dV = P^T dO``. Each output is one sum per entry (no read-modify-write).
+    ``dV = P^T dO``. Each output is one sum per entry (no read-modify-write). A causal mask needs
+    nothing here: its weights are 0, so are their ``dS``.
     """
-    H, Bv, T = P.shape[0], P.shape[1], P.shape[2]
-    N = qkv.shape[1]
-    d = qkv.shape[0] // 3
-    dk = d // H
-    L = simd.lanes_of(qkv)
-    TL = T * L
-    x, p, g, dx = qkv.ravel(), P.ravel(), dctx.ravel(), dqkv.ravel()
-    scale = simd.splat(1.0 / math.sqrt(dk), qkv)
-    minus_one = simd.splat(-1.0, qkv)
-    dS = np.empty(T * TL, qkv.dtype)                 # dS of one (head, vector), laid out as its P block
+    H, Bv, Tq, Tk = P.shape[0], P.shape[1], P.shape[2], P.shape[3]
+    Nq, Nk = xq.shape[1], xkv.shape[1]
+    dk = dctx.shape[0] // H
+    L = simd.lanes_of(xq)
+    TL = Tk * L
+    x, y, p, g, dx, dy = xq.ravel(), xkv.ravel(), P.ravel(), dctx.ravel(), dxq.ravel(), dxkv.ravel()
+    scale = simd.splat(1.0 / math.sqrt(dk), xq)
+    minus_one = simd.splat(-1.0, xq)
+    dS = np.empty(Tq * TL, xq.dtype)                # dS of one (head, vector), laid out as its P block
     for h in range(H):
         for v in range(Bv):
-            q0, k0, v0 = h * dk * N + v * TL, (d + h * dk) * N + v * TL, (2 * d + h * dk) * N + v * TL
-            block = (h * Bv + v) * T * TL
-            for i in range(T):
+            q0 = (q_row + h * dk) * Nq + v * Tq * L
+            k0, v0 = (k_row + h * dk) * Nk + v * TL, (v_row + h * dk) * Nk + v * TL
+            o0 = h * dk * Nq + v * Tq * L
+            block = (h * Bv + v) * Tq * TL
+            for i in range(Tq):
                 row = i * TL
                 # 1. dP_ij = dO_i . v_j
-                _dots_into(dS, row, L, g, q0 + i * L, N, x, v0, L, N, dk, T, qkv)
+                _dots_into(dS, row, L, g, o0 + i * L, Nq, y, v0, L, Nk, dk, Tk, xq)
                 # 2. through the softmax and the 1 / sqrt(d_k): dS_ij = P_ij (dP_ij - sum_j P_ij dP_ij)
-                rowdot = _dot1(p, block + row, L, dS, row, L, T, qkv)
-                minus_rowdot = _mul(rowdot, minus_one, qkv)
-                for j in range(T):
+                rowdot = _dot1(p, block + row, L, dS, row, L, Tk, xq)
+                minus_rowdot = _mul(rowdot, minus_one, xq)
+                for j in range(Tk):
                     at = row + j * L
                     diff = simd.add(simd.load(dS, at), minus_rowdot)
-                    simd.store(dS, at, _mul(_mul(simd.load(p, block + at), diff, qkv), scale, qkv))
-            for t in range(T):
-                for job in range(3):
-                    # 3. dq_t = sum_j dS_tj k_j; 4. dk_t = sum_i dS_it q_i; 5. dv_t = sum_i P_it dO_i
-                    # (one call site: each copy of the inlined loops costs seconds of compile time)
-                    if job == 0:
-                        out, w, wo, ws, y, yo = q0, dS, t * TL, L, x, k0
-                    elif job == 1:
-                        out, w, wo, ws, y, yo = k0, dS, t * L, TL, x, q0
-                    else:
-                        out, w, wo, ws, y, yo = v0, p, block + t * L, TL, g, q0
-                    _dots_into(dx, out + t * L, N, w, wo, ws, y, yo, N, L, T, dk, qkv)
+                    simd.store(dS, at, _mul(_mul(simd.load(p, block + at), diff, xq), scale, xq))
+            for job in range(3):
+                # 3. dq_t = sum_j dS_tj k_j; 4. dk_t = sum_i dS_it q_i; 5. dv_t = sum_i P_it dO_i
+                # (one call site: each copy of the inlined loops costs seconds of compile time)
+                if job == 0:
+                    d_out, out, n_out, N_out, w, wo, ws, src, so, sr, n = dx, q0, Tq, Nq, dS, 0, L, y, k0, Nk, Tk
+                elif job == 1:
+                    d_out, out, n_out, N_out, w, wo, ws, src, so, sr, n = dy, k0, Tk, Nk, dS, 0, TL, x, q0, Nq, Tq
+                else:
+                    d_out, out, n_out, N_out, w, wo, ws, src, so, sr, n = dy, v0, Tk, Nk, p, block, TL, g, o0, Nq, Tq
+                for t in range(n_out):
+                    # job 0 reads row t of dS (stride L over keys), jobs 1 and 2 column t (stride TL)
+                    start = wo + (t * TL if job == 0 else t * L)
+                    _dots_into(d_out, out + t * L, N_out, w, start, ws, src, so, sr, L, n, dk, xq)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -918,3 +980,224 @@ def adam_update(p, g, m, v, lr, beta1, beta2, eps, step):
         m[i] = mi
         v[i] = vi
         p[i] -= step_size * mi / (math.sqrt(vi * v_scale) + tiny)
+
+
+# ==============================================================================================
+# C. the decoder's gradient (core.models.decoder_step): the same kernels, in a decoder's order
+# ==============================================================================================
+# A decoder layer (core/models/decoder.py) is an encoder layer with a causal mask and, in an
+# encoder-decoder, a cross-attention sublayer between its self-attention and its feed-forward:
+#     x -> h1 = LN1(x + MHA(x, causal)) -> h2 = LN_cross(h1 + MHA(h1, over m)) -> LN2(h2 + FFN(h2))
+# The encoder's output m (the "memory") gives the keys and values of every cross-attention.
+CROSS_PARAMS = ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O", "ln_g", "ln_b")
+Cross = namedtuple("Cross", CROSS_PARAMS)
+DecoderLayout = namedtuple("DecoderLayout", ["enc", "dec", "cross"])
+DecoderLayout.__doc__ = """Where a decoder's parameters start in its flat buffer.
+
+``enc``, ``dec``: a :data:`Layout` each, for the encoder's and the decoder's stacks (their
+self-attention and feed-forward sublayers; ``dec.top`` holds ``W_out`` and ``b_out`` where an
+encoder holds its classifier, ``dec.n_classes`` is the vocabulary); a decoder-only model's
+``enc`` has no layers. ``cross`` (L, 10): each decoder layer's cross-attention arrays, in
+``CROSS_PARAMS`` order (no rows without cross-attention). Sublayers a model lacks (the
+feed-forward one when ``d_ff = 0``) have offset 0: their views are never read."""
+# The cross-attention sublayers' activations, per decoder layer i: cq[i] (d, N) queries, ckv[i]
+# (2d, Ns) keys and values of the memory, Pc[i] (H, Bv, T, S, lanes) weights, cctx[i] (d, N)
+# heads' outputs, h2[i] (d, N) after LN_cross, xhatc[i] and rstdc[i] for that norm.
+CrossActivations = namedtuple("CrossActivations", ["cq", "ckv", "Pc", "cctx", "h2", "xhatc", "rstdc"])
+
+
+@njit(**_jit)
+def cross_views(flat, lay, i):
+    """Decoder layer ``i``'s cross-attention arrays as views of ``flat``."""
+    d = lay.dec.d_model
+    at = lay.cross[i]
+    return Cross(_mat(flat, at[0], d, d), _mat(flat, at[1], d, d), _mat(flat, at[2], d, d),
+                 _mat(flat, at[3], d, d), flat[at[4]:at[4] + d], flat[at[5]:at[5] + d],
+                 flat[at[6]:at[6] + d], flat[at[7]:at[7] + d], flat[at[8]:at[8] + d], flat[at[9]:at[9] + d])
+
+
+@njit(**_jit)
+def packed_kv(flat, lay):
+    """``[W_K | W_V]`` (L, d, 2d) and ``[b_K | b_V]`` (L, 2d) of every cross-attention: the memory's
+    keys and values in one projection."""
+    L, d = lay.cross.shape[0], lay.dec.d_model
+    W = np.empty((L, d, 2 * d), flat.dtype)
+    b = np.empty((L, 2 * d), flat.dtype)
+    for i in range(L):
+        c = cross_views(flat, lay, i)
+        W[i, :, :d] = c.W_K
+        W[i, :, d:] = c.W_V
+        b[i, :d] = c.b_K
+        b[i, d:] = c.b_V
+    return W, b
+
+
+@njit(**_jit)
+def cross_attention(c, Wkv, bkv, h1, memory, eps, cq, ckv, Pc, cctx, sub, h2, xhatc, rstdc):
+    """``h2 = LN_cross(h1 + MHA(queries from h1, keys and values from memory) + b_O)``."""
+    d = h1.shape[0]
+    project(c.W_Q, h1, cq, cq, False)                # q = (h1 W_Q + b_Q)^T              (d, N)
+    add_bias(cq, c.b_Q)
+    project(Wkv, memory, ckv, ckv, False)            # [k; v] = (m [W_K | W_V] + ...)^T (2d, Ns)
+    add_bias(ckv, bkv)
+    attention_forward(cq, 0, ckv, 0, d, False, Pc, cctx)
+    project(c.W_O, cctx, sub, sub, False)
+    residual_layernorm(h1, sub, c.b_O, c.ln_g, c.ln_b, eps, h2, xhatc, rstdc)
+
+
+@njit(**_jit)
+def cross_attention_backward(c, gc, Wkv, dh2, xhatc, rstdc, h1, memory, cq, ckv, Pc, cctx, dr, dcctx, dcq,
+                             dckv, dW_kv, db_kv, scratch, dmemory, dh1):
+    """Backward of :func:`cross_attention`: ``dh1`` from ``dh2``, and the memory's share added to
+    ``dmemory`` (d, Ns); ``dr`` ... ``scratch`` are scratch."""
+    d = h1.shape[0]
+    layernorm_backward(dh2, xhatc, rstdc, c.ln_g, dr, gc.ln_g, gc.ln_b)
+    row_sums(dr, gc.b_O)
+    gram(cctx, dr, gc.W_O)                           # dW_O = cctx^T dr
+    project(c.W_O.T, dr, dcctx, dcctx, False)
+    attention_backward(cq, 0, ckv, 0, d, Pc, dcctx, dcq, dckv)
+    row_sums(dcq, gc.b_Q)
+    gram(h1, dcq, gc.W_Q)                            # dW_Q = h1^T dq
+    project(c.W_Q.T, dcq, dr, dh1, True)             # dh1 = dr + dq W_Q^T (the residual path adds dr)
+    row_sums(dckv, db_kv)
+    gram(memory, dckv, dW_kv)                        # [dW_K | dW_V] = m^T [dk dv]
+    gc.W_K[:, :] = dW_kv[:, :d]
+    gc.W_V[:, :] = dW_kv[:, d:]
+    gc.b_K[:] = db_kv[:d]
+    gc.b_V[:] = db_kv[d:]
+    project(Wkv.T, dckv, dmemory, scratch, True)     # dm += [dk dv] [W_K | W_V]^T
+    dmemory[:, :] = scratch
+
+
+@njit(**_jit)
+def token_cross_entropy(logits, targets, n_real, scale, dlogits):
+    """Summed cross-entropy (float64) of every position of the first ``n_real`` sequences of
+    ``targets`` (Bp, T) under ``logits`` (V, N); ``dlogits = (softmax - onehot) * scale`` there, 0
+    in the padding sequences' columns."""
+    V = logits.shape[0]
+    T = targets.shape[1]
+    L = simd.lanes_of(logits)
+    dlogits[:, :] = 0.0
+    loss = 0.0
+    for b in range(n_real):
+        for t in range(T):
+            n, y = column(b, t, T, L), targets[b, t]
+            top = logits[0, n]
+            for k in range(1, V):
+                top = max(top, logits[k, n])
+            total = 0.0
+            for k in range(V):
+                total += math.exp(logits[k, n] - top)
+            loss += math.log(total) + top - logits[y, n]
+            for k in range(V):
+                dlogits[k, n] = math.exp(logits[k, n] - top) / total * scale
+            dlogits[y, n] -= scale
+    return loss
+
+
+@njit(**_jit)
+def decoder_chunk(flat, grads, lay, packed, src, tgt_in, tgt_out, n_real, scale, pe_src, pe_tgt, eps):
+    """Forward and backward on one chunk (sequences padded to whole vectors); the chunk's share of
+    the gradient into ``grads`` (every entry). Returns its summed cross-entropy."""
+    Wqkv_e, bqkv_e, Wqkv_d, bqkv_d, Wkv, bkv = packed
+    enc, dec = lay.enc, lay.dec
+    Bp, T = tgt_in.shape
+    S = src.shape[1]
+    L, d, H, V = dec.layers.shape[0], dec.d_model, dec.n_heads, dec.n_classes
+    N, Ns, lanes, dt = T * Bp, S * Bp, simd.lanes_of(flat), flat.dtype
+    Lc = lay.cross.shape[0]                        # L with cross-attention, 0 without
+    cross = Lc > 0
+    # forward: the encoder (encoder-decoder only), then the decoder, keeping what the backward needs
+    ea = new_activations(enc, S, Bp, flat)
+    if cross:
+        embed_forward(src, _mat(flat, enc.top[EMBED], enc.vocab_size, d), pe_src, ea.x[0])
+        encoder_layers(flat, enc, Wqkv_e, bqkv_e, eps, ea)
+    memory = ea.x[ea.x.shape[0] - 1]                                             # (d, Ns)
+    da = new_activations(dec, T, Bp, flat)
+    ca = CrossActivations(np.empty((Lc, d, N), dt), np.empty((Lc, 2 * d, Ns), dt),
+                          np.empty((Lc, H, Bp // lanes, T, S, lanes), dt), np.empty((Lc, d, N), dt),
+                          np.empty((Lc, d, N), dt), np.empty((Lc, d, N), dt), np.empty((Lc, N), dt))
+    sub = np.empty((d, N), dt)
+    embed_forward(tgt_in, _mat(flat, dec.top[EMBED], dec.vocab_size, d), pe_tgt, da.x[0])
+    for i in range(L):
+        p = layer_views(flat, dec, i)
+        self_attention(p, Wqkv_d[i], bqkv_d[i], da.x[i], True, eps, da.qkv[i], da.P[i], da.ctx[i],
+                       sub, da.h1[i], da.xhat1[i], da.rstd1[i])
+        mid = da.h1[i]
+        if cross:
+            cross_attention(cross_views(flat, lay, i), Wkv[i], bkv[i], da.h1[i], memory, eps, ca.cq[i],
+                            ca.ckv[i], ca.Pc[i], ca.cctx[i], sub, ca.h2[i], ca.xhatc[i], ca.rstdc[i])
+            mid = ca.h2[i]
+        feed_forward(p, mid, eps, da.a[i], sub, da.x[i + 1], da.xhat2[i], da.rstd2[i])
+    logits, dlogits = np.empty((V, N), dt), np.empty((V, N), dt)
+    W_out = _mat(flat, dec.top[W_CLS], d, V)
+    project(W_out, da.x[L], logits, logits, False)          # logits = (x W_out + b_out)^T    (V, N)
+    add_bias(logits, flat[dec.top[B_CLS]:dec.top[B_CLS] + V])
+    loss = token_cross_entropy(logits, tgt_out, n_real, scale, dlogits)
+    # backward, the same steps in reverse
+    dh = np.empty((d, N), dt)
+    row_sums(dlogits, grads[dec.top[B_CLS]:dec.top[B_CLS] + V])
+    gram(da.x[L], dlogits, _mat(grads, dec.top[W_CLS], d, V))
+    project(W_out.T, dlogits, dh, dh, False)                 # dx = dlogits W_out^T
+    F = dec.d_ff
+    dr, dmid, dh1, dctx = np.empty((d, N), dt), np.empty((d, N), dt), np.empty((d, N), dt), np.empty((d, N), dt)
+    d_a, dqkv = np.empty((F, N), dt), np.empty((3 * d, N), dt)
+    dW_qkv, db_qkv = np.empty((d, 3 * d), dt), np.empty(3 * d, dt)
+    dmemory, scratch = np.zeros((d, Ns), dt), np.empty((d, Ns), dt)
+    dcq, dckv = np.empty((d, N), dt), np.empty((2 * d, Ns), dt)
+    dW_kv, db_kv = np.empty((d, 2 * d), dt), np.empty(2 * d, dt)
+    for i in range(L - 1, -1, -1):
+        p, g = layer_views(flat, dec, i), layer_views(grads, dec, i)
+        mid = ca.h2[i] if cross else da.h1[i]
+        feed_forward_backward(p, g, dh, da.xhat2[i], da.rstd2[i], da.a[i], mid, dr, d_a, dmid)
+        d_in = dmid
+        if cross:
+            cross_attention_backward(cross_views(flat, lay, i), cross_views(grads, lay, i), Wkv[i], dmid,
+                                     ca.xhatc[i], ca.rstdc[i], da.h1[i], memory, ca.cq[i], ca.ckv[i],
+                                     ca.Pc[i], ca.cctx[i], dr, dctx, dcq, dckv, dW_kv, db_kv, scratch,
+                                     dmemory, dh1)
+            d_in = dh1
+        self_attention_backward(p, g, Wqkv_d[i], d_in, da.xhat1[i], da.rstd1[i], da.x[i], da.qkv[i],
+                                da.P[i], da.ctx[i], dr, dctx, dqkv, dW_qkv, db_qkv, dh)
+    embed_backward(tgt_in, dh, _mat(grads, dec.top[EMBED], dec.vocab_size, d), _positions(grads, dec, T))
+    if cross:
+        encoder_layers_backward(flat, grads, enc, Wqkv_e, ea, dmemory)
+        embed_backward(src, dmemory, _mat(grads, enc.top[EMBED], enc.vocab_size, d), _positions(grads, enc, S))
+    return loss
+
+
+@njit(**_jit)
+def _positions(grads, lay, T):
+    """Where the gradient of the positions goes: the learned table, or scratch."""
+    if lay.learned_positions:
+        return _mat(grads, lay.top[POS], lay.seq_len, lay.d_model)
+    return np.empty((T, lay.d_model), grads.dtype)
+
+
+@njit(**_jit)
+def decoder_gradient(flat, lay, src, tgt_in, tgt_out, pe_src, pe_tgt, eps, grads):
+    """The mean cross-entropy over every target position of the batch, and its gradient into
+    ``grads``: ``src`` (B, S) (an empty (B, 0) for a decoder-only model), ``tgt_in`` and ``tgt_out``
+    (B, T); ``pe_src`` (S, d) and ``pe_tgt`` (T, d) the positions added to the embeddings.
+
+    Chunk by chunk as :func:`run`: each chunk's gradient goes to a buffer of its own; they are
+    added in chunk order, so the result does not depend on threads or timing."""
+    B, T = tgt_in.shape
+    n_chunks = (B + CHUNK - 1) // CHUNK
+    Wqkv_e, bqkv_e = packed_qkv(flat, lay.enc)
+    Wqkv_d, bqkv_d = packed_qkv(flat, lay.dec)
+    Wkv, bkv = packed_kv(flat, lay)
+    packed = (Wqkv_e, bqkv_e, Wqkv_d, bqkv_d, Wkv, bkv)
+    partial = np.zeros((n_chunks, flat.size), flat.dtype)
+    loss = 0.0
+    for ci in range(n_chunks):
+        b0, b1 = ci * CHUNK, min(B, (ci + 1) * CHUNK)
+        loss += decoder_chunk(flat, partial[ci], lay, packed, padded_chunk(src, b0, b1, flat),
+                              padded_chunk(tgt_in, b0, b1, flat), padded_chunk(tgt_out, b0, b1, flat), b1 - b0,
+                              1.0 / (B * T), pe_src, pe_tgt, eps)
+    for n in range(flat.size):
+        total = partial[0, n]
+        for ci in range(1, n_chunks):
+            total += partial[ci, n]
+        grads[n] = total
+    return loss / (B * T)

@@ -24,6 +24,7 @@ import time
 import numpy as np
 
 from core.models import decoder as D
+from core.models import decoder_step
 from core.models import layers as L
 
 
@@ -172,15 +173,16 @@ def train_induction(setup: InductionSetup = InductionSetup(), *, seed: int = 0, 
     runs after each step."""
     cfg = setup.config
     flat, params = D.pack(D.init_params(cfg, seed=seed, dtype=np.float32))
-    names = list(params)
+    gradient, grads = decoder_step.Gradient(cfg, flat), np.empty_like(flat)   # D.loss_and_grads, compiled
     opt = D.Adam(flat.size, flat.dtype, setup.lr)
     rng = np.random.default_rng([seed, 1])
+    decoder_step.warm_up()                          # compiling (the first time) is not training
     losses, t0 = [], time.perf_counter()
     for step in range(setup.steps):
         tgt_in, tgt_out = make_data(setup.batch_size, setup, rng=rng)
-        loss, grads = D.loss_and_grads(params, cfg, tgt_in, tgt_out)
+        loss = gradient(tgt_in, tgt_out, None, grads)
         rate = setup.lr * min(1.0, (step + 1) / setup.warmup)
-        opt.step(flat, np.concatenate([grads[name].ravel() for name in names]), rate)
+        opt.step(flat, grads, rate)
         losses.append(loss)
         if callback is not None:
             callback(step, loss)

@@ -1,0 +1,93 @@
+"""The decoder's gradient in one compiled call, for training (``core.models.decoder.train``).
+
+    grad = Gradient(cfg, flat)              # flat: the parameters in param_shapes order
+    loss = grad(tgt_in, tgt_out, src, out)  # the mean cross-entropy; its gradient into out
+
+:func:`core.models.decoder.loss_and_grads` computes the same numbers sublayer by sublayer, in
+NumPy and small kernels: the version to read. This one runs the encoder's compiled kernels
+(``core.models.encoder_kernels``, part C) over chunks of sequences, with no Python between the
+steps; at the page's sizes that is where a step made of a few hundred calls spent its time. The
+tests hold the two to the same loss and gradients.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from core.models import encoder_kernels as K
+from core.models import layers
+
+
+class Gradient:
+    """The compiled loss-and-gradient of one model (``cfg``) whose parameters live in ``flat``."""
+
+    def __init__(self, cfg, flat: np.ndarray):
+        from core.models.decoder import param_shapes         # decoder imports this module
+
+        self.cfg, self.flat = cfg, flat
+        offsets, at = {}, 0
+        for name, shape in param_shapes(cfg).items():
+            offsets[name] = at
+            at += math.prod(shape)
+        if at != flat.size:
+            raise ValueError(f"flat holds {flat.size} numbers, the model has {at}.")
+        self.offsets = offsets
+        cross_rows = [[offsets[f"dec.layers.{i}.{_cross_name(n)}"] for n in K.CROSS_PARAMS]
+                      for i in range(cfg.n_layers)] if cfg.cross_attention else []
+        self.layout = K.DecoderLayout(
+            self._stack("enc.", cfg.src_vocab_size or 0, cfg.src_len or 0, cfg.cross_attention),
+            self._stack("dec.", cfg.vocab_size, cfg.tgt_len, True),
+            np.array(cross_rows, np.int64).reshape(-1, len(K.CROSS_PARAMS)))
+
+    def _stack(self, prefix: str, vocab: int, length: int, present: bool) -> K.Layout:
+        cfg, at = self.cfg, self.offsets
+        rows = [[at.get(f"{prefix}layers.{i}.{name}", 0) for name in K.LAYER_PARAMS]
+                for i in range(cfg.n_layers if present else 0)]
+        top = np.array([at.get(f"{prefix}embed", 0), at.get(f"{prefix}pos", -1), at["W_out"], at["b_out"]], np.int64)
+        return K.Layout(vocab, length, cfg.d_model, cfg.n_heads, cfg.d_ff, cfg.vocab_size,
+                        cfg.positional == "learned", top, np.array(rows, np.int64).reshape(-1, len(K.LAYER_PARAMS)))
+
+    def _positions(self, prefix: str, length: int, T: int) -> np.ndarray:
+        """``(T, d)``: what the forward pass adds to the first T embeddings (``decoder._embed``)."""
+        cfg = self.cfg
+        if T == 0:                                     # a decoder-only model's (absent) source
+            return np.zeros((0, cfg.d_model), self.flat.dtype)
+        if cfg.positional == "learned":
+            at = self.offsets[f"{prefix}pos"]
+            return self.flat[at:at + length * cfg.d_model].reshape(length, cfg.d_model)[:T]
+        if cfg.positional == "sinusoidal":
+            # a writable copy: a read-only array is another type to Numba, another compile of the step
+            return layers.sinusoid_table(length, cfg.d_model, self.flat.dtype.str)[:T].copy()
+        return np.zeros((T, cfg.d_model), self.flat.dtype)
+
+    def __call__(self, tgt_in: np.ndarray, tgt_out: np.ndarray, src, out: np.ndarray) -> float:
+        """The mean cross-entropy of checked int64 ``(B, T)`` targets (``src`` (B, S), or None for a
+        decoder-only model); writes its gradient, in the layout of ``flat``, into ``out``."""
+        cfg = self.cfg
+        B, T = tgt_in.shape
+        src = np.zeros((B, 0), np.int64) if src is None else src
+        S = src.shape[1]
+        pe_src = self._positions("enc.", cfg.src_len or 0, S)
+        pe_tgt = self._positions("dec.", cfg.tgt_len, T)
+        return float(K.decoder_gradient(self.flat, self.layout, np.ascontiguousarray(src, np.int64),
+                                        np.ascontiguousarray(tgt_in, np.int64),
+                                        np.ascontiguousarray(tgt_out, np.int64), pe_src, pe_tgt,
+                                        float(cfg.ln_eps), out))
+
+
+def _cross_name(name: str) -> str:
+    """The decoder's name of a cross-attention array (``ln_g`` is ``ln_cross_g``)."""
+    return {"ln_g": "ln_cross_g", "ln_b": "ln_cross_b"}.get(name, f"cross_{name}")
+
+
+def warm_up(dtype=np.float32) -> None:
+    """Compile (or load from Numba's on-disk cache) the gradient for ``dtype``, on a tiny model: the
+    machine code depends on the dtype only, not on the sizes or the kind of model."""
+    from core.models.decoder import DecoderConfig, init_params, pack
+
+    cfg = DecoderConfig(vocab_size=3, tgt_len=2, d_model=4, n_heads=1, d_ff=4, n_layers=1,
+                        src_vocab_size=3, src_len=2)
+    flat, _ = pack(init_params(cfg, 0, dtype))
+    tokens = np.zeros((1, 2), np.int64)
+    Gradient(cfg, flat)(tokens, tokens, tokens, np.empty_like(flat))
