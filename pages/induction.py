@@ -51,7 +51,8 @@ with st.form(k("train")):
                     help="With a few hundred steps the repeated half is not learned yet: no induction head.")
     st.form_submit_button("Train")
 seed, steps = int(ss[k("seed")]), int(ss[k("steps")])
-with st.spinner(f"Training a two-layer attention-only model, {steps} steps (about 10-20 s, once per seed)…"):
+with st.spinner(f"Training a two-layer attention-only model, {steps} steps (a few seconds at most, once per seed; "
+                "a new server first compiles the training step: up to a minute)…"):
     run, (tgt_in, tgt_out), m = trained(seed, steps)
 prev_head, ind_head = induction.best_heads(m)
 c = st.columns(4)

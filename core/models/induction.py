@@ -30,7 +30,7 @@ from core.models import layers as L
 
 @dataclasses.dataclass(frozen=True)
 class InductionSetup:
-    """The task and the model's sizes; the defaults train in about 10-20 s on two cores."""
+    """The task and the model's sizes; the defaults train in about a second on two cores."""
 
     half: int = 10                 # n: tokens in each half
     vocab_size: int = 20
