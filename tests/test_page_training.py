@@ -193,6 +193,19 @@ def test_ablations_run_in_the_worker_and_show_side_by_side(at):
     assert "no PE, 4 heads" in tables and "PE, 1 head" in tables
 
 
+def test_curves_keep_the_runs_order_for_their_colours():
+    """Vega-Lite sorts a nominal colour field alphabetically unless told not to (sort: null), which
+    gave one run two colours in the loss and the accuracy charts."""
+    import pandas as pd
+
+    from ui import charts
+
+    runs = ["PE, 4 heads", "no PE, 4 heads", "PE, 1 head"]
+    spec = charts.lines(pd.DataFrame({"step": [1, 1, 1], "loss": [1.0, 2.0, 3.0], "run": runs}), "step", "loss", "run")
+    assert spec["encoding"]["color"]["sort"] is None
+    assert [row["run"] for row in spec["data"]["values"]] == runs
+
+
 def test_upload_without_recorded_settings_takes_them_from_the_page(at):
     cfg = encoder.EncoderConfig(n_layers=1, d_model=16, n_heads=2)
     buffer = io.BytesIO()

@@ -181,7 +181,8 @@ def lines(df: pd.DataFrame, x: str, y: str, color: str | None = None, *, title: 
     enc = {"x": {"field": x, "type": "quantitative", "title": x_title or x}, "y": y_enc,
            "tooltip": [{"field": x, "type": "quantitative"}, {"field": y, "type": "quantitative", "format": ".4f"}]}
     if color:
-        enc["color"] = {"field": color, "type": "nominal", "title": color}
+        # in the frame's order, not alphabetical: a run keeps its colour in every chart that lists the runs
+        enc["color"] = {"field": color, "type": "nominal", "title": color, "sort": None}
         enc["tooltip"].insert(0, {"field": color, "type": "nominal"})
     columns = [c for c in (x, y, color) if c]
     records = df[columns].to_dict("records")
