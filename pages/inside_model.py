@@ -42,7 +42,8 @@ st.markdown(
 
 
 # 0. the model ----------------------------------------------------------------------------------
-@st.cache_resource(show_spinner="Training the default model (a few seconds, once per task and seed)…",
+@st.cache_resource(show_spinner="Training the default model (a few seconds, once per task and seed; a new server first "
+                   "compiles the training step: up to a minute)…",
                    max_entries=8)
 def default_model(task: str, seed: int, sizes: tuple, steps) -> inside.Model:
     return inside.train_default(task, seed, n_train=sizes[0], n_val=sizes[1], n_test=sizes[2], steps=steps)
