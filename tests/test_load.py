@@ -84,6 +84,8 @@ def _sentence(i: int) -> tuple[str, str]:
 
 
 async def _student(i, browser, server, pages, barrier, stats: Stats) -> None:
+    from playwright.async_api import TimeoutError as PlaywrightTimeout
+
     who = f"session {i}"
     ctx = await browser.new_context(viewport=VIEWPORT)
     page = await ctx.new_page()
@@ -137,7 +139,10 @@ async def _student(i, browser, server, pages, barrier, stats: Stats) -> None:
                 await _check(page, who, "training (running)", stats)
                 pause = page.get_by_role("button", name="Pause")
                 if await pause.is_enabled():
-                    await pause.click()           # leave the two cores to the others
+                    try:                          # leave the two cores to the others
+                        await pause.click(timeout=5_000)
+                    except PlaywrightTimeout:     # the run ended between the check and the click
+                        pass
                     await _wait_idle(page)
             await barrier.wait()                  # trainers' runs have started
             if i == OBSERVER:
