@@ -11,7 +11,7 @@ from core import limits
 from core.models import decoder, encoder_kernels, layers, sampling, tasks
 from core.models.decoder_runs import DEFAULTS, build
 from ui import charts, state
-from ui.decoder_trainer import TASKS, DecoderTrainer
+from ui.decoder_trainer import EVAL_EVERY, TASKS, DecoderTrainer
 from ui.router import ensure_routed
 
 ensure_routed()   # a link opened first on a fresh server: rerun through app.py
@@ -145,8 +145,8 @@ def draw_live() -> None:
         evals = pd.DataFrame(view.evals, columns=["step", "value"])
         b.vega_lite_chart(charts.lines(evals, "step", "value", title=f"Validation {view.metric}",
                                        y_title=view.metric, y_domain=(0.0, 1.0), points=True), width="stretch")
-        b.caption("Measured on the validation set with the weights the run starts from and with those it "
-                  "ends with (the training loop reports only each step's loss while it runs).")
+        b.caption(f"Measured on the validation set with the weights the run starts from, every {EVAL_EVERY} "
+                  "steps while it trains, and with the weights it ends with.")
     if polling and not view.running:
         st.rerun()          # the run ended: redraw the whole page once, with the trained model
 

@@ -485,6 +485,22 @@ def test_reverse_reaches_95_percent_exact_match_quickly():
     assert any((row == np.arange(8)[::-1]).all() for row in reads)
 
 
+def test_on_params_sees_the_parameters_of_each_checkpoint():
+    cfg = DecoderConfig(**ENC_DEC)
+    src, tgt_in, tgt_out = _batch(cfg, B=6)
+    seen = {}
+
+    def keep(step, params):
+        seen[step] = {name: value.copy() for name, value in params.items()}
+
+    D.train(D.init_params(cfg, seed=0), cfg, tgt_in, tgt_out, src, steps=5, batch_size=4, every=2, on_params=keep)
+    assert sorted(seen) == [2, 4]                          # not after the last step: the caller has those
+    stopped = D.init_params(cfg, seed=0)                   # the same run, stopped after its fourth step
+    D.train(stopped, cfg, tgt_in, tgt_out, src, steps=5, batch_size=4, callback=lambda step, loss: step == 3)
+    for name, value in stopped.items():
+        np.testing.assert_array_equal(seen[4][name], value, err_msg=name)
+
+
 def test_language_model_beats_the_unigram_baseline():
     corpus = tasks.make_char_corpus(context=32)
     cfg = DecoderConfig(corpus.vocab.size, 32, cross_attention=False)

@@ -7,6 +7,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from page_support import table_named
+from ui.decoder_trainer import EVAL_EVERY
 
 TRAINER = "decoder.trainer"
 
@@ -162,7 +163,7 @@ def test_a_short_run_trains_and_replaces_the_model_shown(at):
     at.run()
     view = trainer.view()
     assert view.status == "done" and view.step == 5 and len(view.metrics) == 5
-    assert [e["step"] for e in view.evals] == [0, 5]
+    assert [e["step"] for e in view.evals] == [0, 5]                 # the start and the end
     assert not at.exception and not at.error
     assert metric(at, "Loss (last batch)") == f"{view.metrics[-1]['loss']:.4f}"
     after = table_named(at, "position")["p(target)"].to_numpy()
@@ -171,6 +172,19 @@ def test_a_short_run_trains_and_replaces_the_model_shown(at):
     button(at, "Reset").click().run()
     assert any("untrained" in w.value for w in at.warning)
     np.testing.assert_allclose(table_named(at, "position")["p(target)"].to_numpy(), before)
+
+
+def test_a_run_measures_the_validation_metric_as_it_trains(at):
+    at.run()
+    at.number_input(key="decoder.steps").set_value(250).run()
+    button(at, "Train").click().run()
+    trainer = at.session_state[TRAINER]
+    assert trainer.join(120)
+    evals = trainer.view().evals
+    assert [e["step"] for e in evals] == [0, EVAL_EVERY, 2 * EVAL_EVERY, 250]
+    assert evals[-1]["value"] > evals[0]["value"]                  # the reverse task is being learned
+    at.run()
+    assert not at.exception and not at.error
 
 
 def test_stop_ends_a_run_early_and_keeps_its_model(at):

@@ -763,12 +763,15 @@ class Adam:
 
 
 def train(params: dict, cfg: DecoderConfig, tgt_in, tgt_out, src=None, *, steps: int, batch_size: int = 64,
-          lr: float = 3e-3, warmup: int = 50, seed: int = 0, callback=None) -> list[float]:
+          lr: float = 3e-3, warmup: int = 50, seed: int = 0, callback=None, every: int = 0,
+          on_params=None) -> list[float]:
     """Train ``params`` in place with Adam on random minibatches; return each step's loss.
 
     The learning rate rises linearly over ``warmup`` steps, then decays as a half cosine to a tenth
     of ``lr`` at the last step. ``callback(step, loss)``, if given, runs after every step; it may
-    return True to stop early. Each step's loss and gradient are :func:`loss_and_grads`'s, computed
+    return True to stop early. ``on_params(step, params)``, if given, runs after every ``every``-th
+    step but the last, with the parameters as they are then (views into the training buffer: read
+    them, do not keep them). Each step's loss and gradient are :func:`loss_and_grads`'s, computed
     in one compiled call (``core.models.decoder_step``; the tests hold the two together).
     """
     check_params(params, cfg)
@@ -794,6 +797,8 @@ def train(params: dict, cfg: DecoderConfig, tgt_in, tgt_out, src=None, *, steps:
         losses.append(loss)
         if callback is not None and callback(step, loss):
             break
+        if on_params is not None and every > 0 and (step + 1) % every == 0 and step + 1 < steps:
+            on_params(step + 1, views)
     for name in names:
         params[name][...] = views[name]
     return losses

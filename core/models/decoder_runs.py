@@ -127,15 +127,18 @@ class TaskRun:
         return self.metrics["val_acc"]
 
 
-def fit(setup: Setup, *, steps: int | None = None, seed: int = 0, callback=None) -> tuple[dict, list]:
+def fit(setup: Setup, *, steps: int | None = None, seed: int = 0, callback=None, every: int = 0,
+        on_params=None) -> tuple[dict, list]:
     """Train a fresh model of ``setup`` (weights and batches from ``seed``) for ``steps`` (default:
     the task's) with the task's optimiser settings; ``(params, losses)``. ``callback(step, loss)``
-    as in :func:`core.models.decoder.train` (returning True stops the run)."""
+    (returning True stops the run) and ``on_params(step, params)`` every ``every`` steps as in
+    :func:`core.models.decoder.train`."""
     d = setup.defaults
     params = decoder.init_params(setup.cfg, seed=seed)
     tgt_in, tgt_out, src = setup.train_arrays()
     losses = decoder.train(params, setup.cfg, tgt_in, tgt_out, src, steps=d.steps if steps is None else steps,
-                           batch_size=d.batch_size, lr=d.lr, warmup=d.warmup, seed=seed, callback=callback)
+                           batch_size=d.batch_size, lr=d.lr, warmup=d.warmup, seed=seed, callback=callback,
+                           every=every, on_params=on_params)
     return params, losses
 
 
