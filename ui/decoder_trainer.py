@@ -175,7 +175,7 @@ class DecoderTrainer:
         def mine() -> bool:
             return self._generation == generation      # else a reset or a new start owns the record
 
-        start, reason = time.perf_counter(), ""
+        reason = ""
 
         def after_step(step: int, loss: float) -> bool:
             nonlocal reason

@@ -354,11 +354,7 @@ def run(mode, flat, lay, tokens, labels, pe, eps, grads, adam, out):
     if mode == FORWARD:
         return 0.0, 0
     # the chunks' gradients, losses and hits, added in chunk order
-    for n in range(flat.size):
-        total = partial[0, n]
-        for ci in range(1, n_chunks):
-            total += partial[ci, n]
-        grads[n] = total
+    add_in_order(partial, grads)
     loss, hit = losses[0], hits[0]
     for ci in range(1, n_chunks):
         loss += losses[ci]
@@ -367,6 +363,17 @@ def run(mode, flat, lay, tokens, labels, pe, eps, grads, adam, out):
         moment1, moment2, lr, beta1, beta2, adam_eps, t = adam
         adam_update(flat, grads, moment1, moment2, lr, beta1, beta2, adam_eps, t)
     return loss / B, hit
+
+
+@njit(**_jit)
+def add_in_order(partial, out):
+    """``out = partial[0] + partial[1] + ...``, added in that order: the same bits however the
+    chunks were computed."""
+    for n in range(out.shape[0]):
+        total = partial[0, n]
+        for ci in range(1, partial.shape[0]):
+            total += partial[ci, n]
+        out[n] = total
 
 
 # ==============================================================================================
@@ -1195,9 +1202,5 @@ def decoder_gradient(flat, lay, src, tgt_in, tgt_out, pe_src, pe_tgt, eps, grads
         loss += decoder_chunk(flat, partial[ci], lay, packed, padded_chunk(src, b0, b1, flat),
                               padded_chunk(tgt_in, b0, b1, flat), padded_chunk(tgt_out, b0, b1, flat), b1 - b0,
                               1.0 / (B * T), pe_src, pe_tgt, eps)
-    for n in range(flat.size):
-        total = partial[0, n]
-        for ci in range(1, n_chunks):
-            total += partial[ci, n]
-        grads[n] = total
+    add_in_order(partial, grads)
     return loss / (B * T)
