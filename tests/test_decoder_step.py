@@ -50,15 +50,6 @@ def test_compiled_gradient_equals_the_readable_one(kind, dtype, B, T, S):
         np.testing.assert_allclose(got / scale, want[name] / scale, rtol=0, atol=tol, err_msg=name)
 
 
-def test_the_gradient_is_the_same_bits_for_the_same_batch():
-    cfg = DecoderConfig(**ENC_DEC)
-    _, flat, _, tgt_in, tgt_out, src = _case(cfg, np.float32, 40, 7, 8)
-    gradient = Gradient(cfg, flat)
-    first, second = np.empty_like(flat), np.empty_like(flat)
-    assert gradient(tgt_in, tgt_out, src, first) == gradient(tgt_in, tgt_out, src, second)
-    np.testing.assert_array_equal(first, second)
-
-
 def test_a_buffer_of_another_model_is_refused():
     cfg = DecoderConfig(**ENC_DEC)
     with pytest.raises(ValueError, match="the model has"):
