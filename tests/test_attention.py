@@ -29,14 +29,17 @@ def small_blocks(monkeypatch):
     monkeypatch.setattr(cpu, "KEY_TILE", 3)
 
 
-@pytest.fixture(params=["cpu-lesson", "cpu-tuned", "cpu-tuned-parallel", "cuda"])
+@pytest.fixture(params=["cpu-lesson", "cpu-tuned", "cpu-tuned-parallel", "cpu-tuned-parallel-blocks", "cuda"])
 def backend(request, monkeypatch):
     """Each kernel track the public operations dispatch to, whatever the size: the lesson CPU
-    kernels, the tuned CPU kernels' serial builds and their prange builds, and the lesson CUDA
-    kernels (on Numba's simulator when there is no GPU)."""
+    kernels, the tuned CPU kernels' serial builds and their prange builds (work units of whole
+    heads where the heads share evenly among the threads; "blocks": units of a few queries
+    always), and the lesson CUDA kernels (on Numba's simulator when there is no GPU)."""
     track = request.param
     monkeypatch.setattr(dispatch, "TUNED_MIN_WORK", 0 if "tuned" in track else 1 << 62)
-    monkeypatch.setattr(cpu, "PARALLEL_MIN_WORK", 0 if track.endswith("parallel") else 1 << 62)
+    monkeypatch.setattr(cpu, "PARALLEL_MIN_WORK", 0 if "parallel" in track else 1 << 62)
+    if track.endswith("blocks"):
+        monkeypatch.setattr(cpu, "_query_block", lambda B, H, Tq, work: cpu.QUERY_BLOCK)
     with dispatch.recording() as ran:
         yield track.split("-")[0]
     expected = {"cpu-lesson": dispatch.LESSON_CPU, "cuda": dispatch.LESSON_GPU}.get(track, dispatch.TUNED_CPU)

@@ -83,7 +83,9 @@ def test_read_only_install_falls_back_to_writable_cache(tmp_path):
         second = _run_child(app, xdg)
         assert second["cache_dir"] == str(fallback)
         assert second["misses"] == 0, second
-        assert second["hits"] >= second["kernels"] == first["kernels"]
+        # every kernel it runs comes from the cache (one called only from another compiled kernel,
+        # like the steps of attention_steps, is loaded inside that one and counts for nothing here)
+        assert second["kernels"] >= 3 and second["hits"] >= second["kernels"]
     finally:
         for path in [app] + list(app.rglob("*")):          # let pytest clean the folder up
             if path.is_dir() and not path.is_symlink():
@@ -149,6 +151,7 @@ def test_a_lesson_page_compiles_only_the_lesson_kernels_it_runs(tmp_path):
                           env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
     ran = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert ran["compiled"] == ["add_mask_kernel", "scores_kernel", "softmax_kernel", "weighted_sum_kernel"]
+    assert ran["compiled"] == ["add_mask_kernel", "attention_steps", "scores_kernel", "softmax_kernel",
+                               "weighted_sum_kernel"]
     assert not ran["tuned_imported"]
     assert not ran["cuda_imported"]

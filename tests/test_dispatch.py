@@ -85,7 +85,7 @@ def test_size_changes_the_recorded_functions():
         ("attention_with_weights", "core.kernels.cpu", "lesson", "cpu")]
     assert [(c.operation, c.module, c.track, c.device) for c in large] == [
         ("attention_with_weights", "core.kernels.tuned.cpu", "tuned", "cpu")]
-    assert names(small.functions()) == ["attention_with_weights", "scaled_scores", "weighted_sum", "scores_kernel",
+    assert names(small.functions()) == ["attention_with_weights", "attention_steps", "scores_kernel",
                                         "add_mask_kernel", "softmax_kernel", "weighted_sum_kernel"]
     assert {source_file(f) for f in small.functions()} == {"core/kernels/cpu.py"}
     tuned = names(large.functions())
@@ -213,7 +213,7 @@ def test_the_one_head_page_shows_the_functions_that_computed_its_numbers(backend
     assert blocks == [inspect.getsource(f).rstrip() for f in want]
     if module is lesson_cpu:
         assert names(want) == ["scaled_scores", "scores_kernel", "add_mask_kernel", "attention_with_weights",
-                               "weighted_sum", "softmax_kernel", "weighted_sum_kernel"]
+                               "attention_steps", "softmax_kernel", "weighted_sum_kernel"]
     assert {source_file(f) for f in want} == {f"core/kernels/{module.__name__.rsplit('.', 1)[1]}.py"}
     assert [h.split("**")[1] for h in headings] == [f"`{module.__name__}.scaled_scores`",
                                                     f"`{module.__name__}.attention_with_weights`"]

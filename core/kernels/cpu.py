@@ -7,6 +7,7 @@ against) written out as loops, so that a reader who knows NumPy can follow every
     S = S + M                  add_mask_kernel      (M additive: 0 may look, -inf may not)
     A = softmax(S) by rows     softmax_kernel       (a row with nothing allowed gives zeros)
     out = A V                  weighted_sum_kernel
+    all four, one call         attention_steps
     out without building A     fused_attention_kernel  (online softmax, one key at a time)
     X W + b, split into heads  project_heads_kernel
     Concat(heads) W_O + b_O    merge_heads_project_kernel
@@ -203,10 +204,28 @@ def sinusoidal_kernel(base, PE):
             PE[p, c] = math.sin(angle) if c % 2 == 0 else math.cos(angle)
 
 
+@njit(cache=True)
+def attention_steps(Q, K, V, M, scale):
+    """The four kernels of attention one after another, in one call from Python (each call from
+    Python costs about a microsecond, as much as a kernel's loops at the lesson's size).
+
+    Q (B, H, Tq, d_k), K (B, H, Tk, d_k), V (B, H, Tk, d_v) -> out (B, H, Tq, d_v), A (B, H, Tq, Tk).
+    """
+    B, H, Tq, _ = Q.shape
+    S = np.empty((B, H, Tq, K.shape[2]), dtype=Q.dtype)
+    A = np.empty_like(S)
+    out = np.empty((B, H, Tq, V.shape[3]), dtype=V.dtype)
+    scores_kernel(Q, K, scale, S)                    # S = Q K^T * scale
+    add_mask_kernel(S, M)                            # S = S + M
+    softmax_kernel(S, A)                             # A = softmax(S), row by row
+    weighted_sum_kernel(A, V, out)                   # out = A V
+    return out, A
+
+
 # The kernels each driver runs, in order (the pages show their source).
 KERNELS = {
     "scaled_scores": (scores_kernel, add_mask_kernel),
-    "attention_with_weights": (scores_kernel, add_mask_kernel, softmax_kernel, weighted_sum_kernel),
+    "attention_with_weights": (attention_steps, scores_kernel, add_mask_kernel, softmax_kernel, weighted_sum_kernel),
     "weighted_sum": (weighted_sum_kernel,),
     "fused_attention": (fused_attention_kernel,),
     "project_heads": (project_heads_kernel,),
@@ -229,10 +248,7 @@ def scaled_scores(Q, K, mask, scale):
 
 def attention_with_weights(Q, K, V, mask, scale):
     """``A = softmax(Q K^T * scale + M)`` and ``out = A V`` -> (out (B, H, Tq, d_v), A (B, H, Tq, Tk))."""
-    S = scaled_scores(Q, K, mask, scale)
-    A = np.empty_like(S)
-    softmax_kernel(S, A)
-    return weighted_sum(A, V), A
+    return attention_steps(Q, K, V, mask, float(scale))
 
 
 def weighted_sum(A, V):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import types
 
+import numba
 import numpy as np
 from numba import njit, prange
 
@@ -28,8 +29,8 @@ from core.kernels.tuned.floatbits import max_of
 FASTMATH = {"reassoc", "contract", "nsz", "arcp"}
 # Below this many multiply-adds a call runs serially (tunable, and patched by tests).
 PARALLEL_MIN_WORK = 1 << 16
-# Queries handled together by one parallel work unit (16 to 64 measured alike at T = 64 and 128:
-# keys and values are laid out once per head, not per unit), and keys per tile in the fused kernel
+# Queries handled together by one parallel work unit when a unit is not a whole head (see
+# _query_block; 16 to 64 measured alike at T = 64 and 128), and keys per tile in the fused kernel
 # (512 ran 1.3-1.6x faster than 128 at T >= 512: fewer rescales, longer loops per weighted sum).
 QUERY_BLOCK = 32
 KEY_TILE = 512
@@ -288,8 +289,9 @@ def _unit(u, H, n_blocks, Tq, block):
 
 
 # --- kernels: one function per operation, serial and parallel builds ----------------------
-# The parallel loop runs over (batch, head, block of queries), after one pass has laid out every
-# head's keys (and values) for the SIMD tiles. Each unit's loops run in a function of their own
+# The parallel loop runs over work units: whole heads, each laying out its own keys (and values)
+# for the SIMD tiles first, or (batch, head, block of queries) after one parallel pass has laid
+# out every head's (see _query_block for which). Each unit's loops run in a function of their own
 # that borrows its array arguments (see core/kernels/tuned/borrow.py): the unit allocates its scratch, the
 # function uses it without reference counting.
 
@@ -311,10 +313,13 @@ def _scores_unit(Q, Kt, mask, scale, b, h, i0, i1, S, Qs, S4):
 def _scores_rows(Q, K, mask, scale, S, Kt, block):
     B, H, Tq, Tk = S.shape
     n_blocks = (Tq + block - 1) // block
-    for u in prange(B * H):
-        _transpose_keys(K, Kt, u // H, u % H)
+    if n_blocks > 1:
+        for u in prange(B * H):
+            _transpose_keys(K, Kt, u // H, u % H)
     for u in prange(B * H * n_blocks):
         b, h, i0, i1 = _unit(u, H, n_blocks, Tq, block)
+        if n_blocks == 1:
+            _transpose_keys(K, Kt, b, h)
         _scores_unit(Q, Kt, mask, scale, b, h, i0, i1, S,
                      np.empty((4, Q.shape[3]), Q.dtype), np.empty((4, Kt.shape[3]), Q.dtype))
 
@@ -343,11 +348,15 @@ def _weights_unit(Q, Kt, Vp, mask, scale, b, h, i0, i1, A, out, Qs, S4, O4):
 def _attention_rows(Q, K, V, mask, scale, A, out, Kt, Vp, block):
     B, H, Tq = A.shape[0], A.shape[1], A.shape[2]
     n_blocks = (Tq + block - 1) // block
-    for u in prange(B * H):
-        _transpose_keys(K, Kt, u // H, u % H)
-        _pad_values(V, Vp, u // H, u % H)
+    if n_blocks > 1:
+        for u in prange(B * H):
+            _transpose_keys(K, Kt, u // H, u % H)
+            _pad_values(V, Vp, u // H, u % H)
     for u in prange(B * H * n_blocks):
         b, h, i0, i1 = _unit(u, H, n_blocks, Tq, block)
+        if n_blocks == 1:
+            _transpose_keys(K, Kt, b, h)
+            _pad_values(V, Vp, b, h)
         _weights_unit(Q, Kt, Vp, mask, scale, b, h, i0, i1, A, out,
                       np.empty((4, Q.shape[3]), Q.dtype), np.empty((4, Kt.shape[3]), Q.dtype),
                       np.empty((4, Vp.shape[3]), Q.dtype))
@@ -371,10 +380,13 @@ def _weighted_sum_unit(A, Vp, b, h, i0, i1, out, O4):
 def _weighted_sum_rows(A, V, out, Vp, block):
     B, H, Tq, Tk = A.shape
     n_blocks = (Tq + block - 1) // block
-    for u in prange(B * H):
-        _pad_values(V, Vp, u // H, u % H)
+    if n_blocks > 1:
+        for u in prange(B * H):
+            _pad_values(V, Vp, u // H, u % H)
     for u in prange(B * H * n_blocks):
         b, h, i0, i1 = _unit(u, H, n_blocks, Tq, block)
+        if n_blocks == 1:
+            _pad_values(V, Vp, b, h)
         _weighted_sum_unit(A, Vp, b, h, i0, i1, out, np.empty((4, Vp.shape[3]), A.dtype))
 
 
@@ -435,11 +447,15 @@ def _fused_blocks(Q, K, V, mask, scale, out, Kt, Vp, block, key_tile):
     (Tq, Tk)."""
     B, H, Tq, dk = Q.shape
     n_blocks = (Tq + block - 1) // block
-    for u in prange(B * H):
-        _transpose_keys(K, Kt, u // H, u % H)
-        _pad_values(V, Vp, u // H, u % H)
+    if n_blocks > 1:
+        for u in prange(B * H):
+            _transpose_keys(K, Kt, u // H, u % H)
+            _pad_values(V, Vp, u // H, u % H)
     for u in prange(B * H * n_blocks):
         b, h, i0, i1 = _unit(u, H, n_blocks, Tq, block)
+        if n_blocks == 1:
+            _transpose_keys(K, Kt, b, h)
+            _pad_values(V, Vp, b, h)
         _fused_unit(Q, Kt, Vp, mask, scale, b, h, i0, i1, out, key_tile,
                     np.empty((4, dk), Q.dtype), np.empty((4, _round_up(key_tile, simd.lanes_of(Q))), Q.dtype),
                     np.full(i1 - i0, -np.inf, Q.dtype), np.zeros(i1 - i0, Q.dtype),
@@ -521,6 +537,19 @@ def _pick(kernel_pair, work: int):
     return kernel_pair[1] if work >= PARALLEL_MIN_WORK else kernel_pair[0]
 
 
+def _query_block(B: int, H: int, Tq: int, work: int) -> int:
+    """Queries per work unit: a whole head when one thread runs them all or when the heads share
+    evenly among the threads, else ``QUERY_BLOCK``.
+
+    A unit that is a whole head lays out its own head's keys and values, so the kernel runs one
+    parallel loop instead of two (10 % faster at 8 heads of T = 64 and 128 on 2 cores). Blocks
+    keep every thread busy when the heads do not share evenly (one head of T = 2048, say).
+    """
+    if work < PARALLEL_MIN_WORK or (B * H) % numba.get_num_threads() == 0:
+        return Tq
+    return QUERY_BLOCK
+
+
 # --- host drivers ----------------------------------------------------------------------------
 
 
@@ -541,14 +570,16 @@ def scaled_scores(Q, K, mask, scale):
     """``S = Q K^T * scale + M`` -> (B, H, Tq, Tk)."""
     B, H, Tq, dk = Q.shape
     S = np.empty((B, H, Tq, K.shape[2]), dtype=Q.dtype)
-    _pick(_scores_kernel, S.size * dk)(Q, K, mask, Q.dtype.type(scale), S, _keys_layout(K), QUERY_BLOCK)
+    work = S.size * dk
+    _pick(_scores_kernel, work)(Q, K, mask, Q.dtype.type(scale), S, _keys_layout(K), _query_block(B, H, Tq, work))
     return S
 
 
 def weighted_sum(A, V):
     """``out = A V`` -> (B, H, Tq, d_v)."""
     out = np.empty(A.shape[:3] + (V.shape[3],), dtype=V.dtype)
-    _pick(_weighted_sum_kernel, A.size * V.shape[3])(A, V, out, _values_layout(V), QUERY_BLOCK)
+    work = A.size * V.shape[3]
+    _pick(_weighted_sum_kernel, work)(A, V, out, _values_layout(V), _query_block(*A.shape[:3], work))
     return out
 
 
@@ -559,7 +590,7 @@ def attention_with_weights(Q, K, V, mask, scale):
     out = np.empty((B, H, Tq, V.shape[3]), dtype=V.dtype)
     work = A.size * (dk + V.shape[3] + 8)
     _pick(_attention_kernel, work)(Q, K, V, mask, Q.dtype.type(scale), A, out, _keys_layout(K), _values_layout(V),
-                                   QUERY_BLOCK)
+                                   _query_block(B, H, Tq, work))
     return out, A
 
 
@@ -569,7 +600,7 @@ def fused_attention(Q, K, V, mask, scale):
     out = np.empty((B, H, Tq, V.shape[3]), dtype=V.dtype)
     work = B * H * Tq * K.shape[2] * (dk + V.shape[3] + 8)
     _pick(_fused_kernel, work)(Q, K, V, mask, Q.dtype.type(scale), out, _keys_layout(K), _values_layout(V),
-                               QUERY_BLOCK, KEY_TILE)
+                               _query_block(B, H, Tq, work), KEY_TILE)
     return out
 
 
