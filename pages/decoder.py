@@ -48,8 +48,16 @@ def setup_of(task: str):
     return build(task)
 
 
+def spec_for(task: str) -> dict:
+    """The page's fields with this task's own default step count (a link leaves it out when equal)."""
+    return dict(SPEC, steps=state.int_field(setup_of(task).defaults.steps, 1, limits.MAX_TRAIN_STEPS))
+
+
 st.title("Decoder and generation")
+opened_by_link = state.first_run(PAGE)
 state.restore(PAGE, SPEC)
+if opened_by_link and "steps" not in st.query_params:    # the linked task's default, not the first task's
+    st.session_state[k("steps")] = setup_of(st.session_state[k("task")]).defaults.steps
 st.markdown(
     "A decoder writes its output one token at a time, each token conditioned on the ones before it. "
     "Here it runs as an **encoder-decoder** that reverses or sorts a string of 8 digits (cross-attention "
@@ -447,4 +455,4 @@ with st.expander("Source — the code that computed these numbers"):
         st.markdown(f"**`{name}`**")
         st.code(code, language="python")
 
-state.publish(PAGE, SPEC)
+state.publish(PAGE, spec_for(task))

@@ -220,3 +220,22 @@ def test_the_decoder_trainer_shares_the_servers_training_slots(monkeypatch):
     trainer.start(build("reverse"), 3)               # the slot is free again
     assert trainer.join(120) and trainer.view().status == "done"
     assert trainer_module._slots.acquire(blocking=False)   # and the worker gave it back
+
+
+@pytest.mark.parametrize("task", ["reverse", "sort"])
+def test_a_link_to_a_task_opens_with_that_tasks_step_count_and_keeps_a_chosen_one(task):
+    """A link names the task only: the Steps box shows that task's own default (the caption's),
+    and the link leaves the count out; a count typed in goes into the link and comes back from it."""
+    from core.models.decoder_runs import DEFAULTS
+    at = page()
+    at.query_params["task"] = task
+    at.run()
+    steps = next(n for n in at.number_input if n.label.startswith("Steps"))
+    assert steps.value == DEFAULTS[task].steps and f"default is {DEFAULTS[task].steps}" in steps.label
+    assert "steps" not in at.query_params
+    steps.set_value(123).run()
+    assert at.query_params["steps"] == "123"
+    again = page()
+    again.query_params.update(task=task, steps="123")
+    again.run()
+    assert next(n for n in again.number_input if n.label.startswith("Steps")).value == 123

@@ -173,6 +173,13 @@ def key(page: str, name: str) -> str:
     return f"{page}.{name}"
 
 
+def first_run(page: str) -> bool:
+    """Whether the page has not yet run in this session (so :func:`restore` will read the link)."""
+    import streamlit as st
+
+    return key(page, "__restored") not in st.session_state
+
+
 def restore(page: str, spec: Mapping[str, Field]) -> None:
     """Make sure every field has a session-state value; on the page's first run, take it from the URL.
 
@@ -181,7 +188,7 @@ def restore(page: str, spec: Mapping[str, Field]) -> None:
     import streamlit as st
 
     marker = key(page, "__restored")
-    first = marker not in st.session_state
+    first = first_run(page)
     values, problems = decode(st.query_params.to_dict() if first else {}, spec)
     for name, field in spec.items():
         k = key(page, name)
