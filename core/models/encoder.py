@@ -423,7 +423,7 @@ def _chunk_steps(flat, cfg: EncoderConfig, Wqkv, bqkv, tokens, pe, acts, scale, 
     on the same arrays, writing the same ``acts``; returns what it keeps only in scratch:
     ``attn_out``, ``ln1_in``, ``ffn_pre``, ``ffn_out``, ``ln2_in`` (each (L, features, N))."""
     Bp, T = tokens.shape
-    L, d, H, F, N = cfg.n_layers, cfg.d_model, cfg.n_heads, cfg.d_ff, T * Bp
+    L, d, F, N = cfg.n_layers, cfg.d_model, cfg.d_ff, T * Bp
     dt, eps = flat.dtype, float(cfg.ln_eps)
     lanes = acts.P.shape[-1]
     kept = {name: np.empty((L, rows, N), dt)
