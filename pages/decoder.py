@@ -54,9 +54,9 @@ def spec_for(task: str) -> dict:
 
 
 st.title("Decoder and generation")
-opened_by_link = state.first_run(PAGE)
+first_run = state.first_run(PAGE)
 state.restore(PAGE, SPEC)
-if opened_by_link and "steps" not in st.query_params:    # the linked task's default, not the first task's
+if first_run and "steps" not in st.query_params:         # the linked task's default, not the first task's
     st.session_state[k("steps")] = setup_of(st.session_state[k("task")]).defaults.steps
 st.markdown(
     "A decoder writes its output one token at a time, each token conditioned on the ones before it. "

@@ -142,9 +142,10 @@ print(json.dumps({
 
 
 def test_a_lesson_page_compiles_only_the_lesson_kernels_it_runs(tmp_path):
-    """On an empty cache, the one-head page compiles its four lesson kernels (scores, mask,
-    softmax, weighted sum) and nothing else: no other lesson kernel, and the tuned kernels are not
-    even imported (nor is Numba's CUDA support, on a machine without a GPU)."""
+    """On an empty cache, the one-head page compiles its lesson kernels (scores, mask, softmax,
+    weighted sum, and attention_steps, which runs those four in one call) and nothing else: no
+    other lesson kernel, and the tuned kernels are not even imported (nor is Numba's CUDA
+    support, on a machine without a GPU)."""
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
     env.update(NUMBA_CACHE_DIR=str(tmp_path / "cache"), PYTHONPATH=str(ROOT), ATTN_BACKEND="cpu")
     proc = subprocess.run([sys.executable, "-c", LESSON_PAGE, str(ROOT / "pages" / "one_head.py")], cwd=ROOT,
