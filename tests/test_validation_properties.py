@@ -192,7 +192,7 @@ def test_attention_values_pass_or_the_first_broken_rule_is_named(dtype, T, d, wh
         expected = f"{where} contains {'NaN' if bad != bad else 'an infinite value'}"
     elif where == "mask" and (bad != bad or bad == np.inf):
         expected = "not NaN or \\+inf"
-    elif (float(np.abs(arrays["Q"]).max()) / np.sqrt(d) * max(float(np.abs(arrays["K"]).max()) * d, 1.0)
+    elif (float(np.abs(arrays["Q"]).max()) / math.sqrt(d) * max(float(np.abs(arrays["K"]).max()) * d, 1.0)
           > float(np.finfo(dtype).max) / 4):
         expected = "too large"          # |q . k| / sqrt(d_k) could come near the dtype's largest number
     else:   # nothing wrong: a huge V, a huge or -inf mask entry are all fine
