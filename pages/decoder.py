@@ -56,8 +56,6 @@ def spec_for(task: str) -> dict:
 st.title("Decoder and generation")
 first_run = state.first_run(PAGE)
 state.restore(PAGE, SPEC)
-if first_run and "steps" not in st.query_params:         # the linked task's default, not the first task's
-    st.session_state[k("steps")] = setup_of(st.session_state[k("task")]).defaults.steps
 st.markdown(
     "A decoder writes its output one token at a time, each token conditioned on the ones before it. "
     "Here it runs as an **encoder-decoder** that reverses or sorts a string of 8 digits (cross-attention "
@@ -88,6 +86,9 @@ def task_changed() -> None:
     """A new task starts from its own default step count."""
     st.session_state[k("steps")] = setup_of(st.session_state[k("task")]).defaults.steps
 
+
+if first_run and "steps" not in st.query_params:   # a link that names only the task: that task's default
+    task_changed()
 
 # 1. train ----------------------------------------------------------------------------------------
 st.header("1. Train")
