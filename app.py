@@ -1,7 +1,7 @@
 """Attention, operated by hand: the dashboard's router.
 
 Run with ``streamlit run app.py``. This file only declares the pages and the sidebar
-(which backend runs the kernels, in which precision); every page lives in ``pages/``.
+(which backend runs the kernels, in which precision); every page lives in ``views/`` (not ``pages/``: Streamlit would list a ``pages/`` folder by its file names on a fresh server).
 """
 import streamlit as st
 
@@ -11,25 +11,25 @@ from ui.widgets import BACKEND_KEY, PRECISION_KEY
 st.set_page_config(page_title="Attention, operated by hand", page_icon="🔍", layout="wide")
 
 PAGES = {
-    "Start": [st.Page("pages/home.py", title="Overview", icon="🏠", default=True)],
+    "Start": [st.Page("views/home.py", title="Overview", icon="🏠", default=True)],
     "Attention": [
-        st.Page("pages/one_head.py", title="One head", icon="🎯"),
-        st.Page("pages/multi_head.py", title="Multi-head, set by hand", icon="🧩"),
-        st.Page("pages/filter_bank.py", title="Concat, W_O and the filter bank", icon="🎛️"),
+        st.Page("views/one_head.py", title="One head", icon="🎯"),
+        st.Page("views/multi_head.py", title="Multi-head, set by hand", icon="🧩"),
+        st.Page("views/filter_bank.py", title="Concat, W_O and the filter bank", icon="🎛️"),
     ],
     "Around attention": [
-        st.Page("pages/parameters.py", title="Parameters and cost", icon="🧮"),
-        st.Page("pages/positional.py", title="Positional encoding", icon="📍"),
-        st.Page("pages/masks.py", title="Masks and cross-attention", icon="🎭"),
+        st.Page("views/parameters.py", title="Parameters and cost", icon="🧮"),
+        st.Page("views/positional.py", title="Positional encoding", icon="📍"),
+        st.Page("views/masks.py", title="Masks and cross-attention", icon="🎭"),
     ],
     "Practice": [
-        st.Page("pages/training.py", title="Train an encoder", icon="🏋️"),
-        st.Page("pages/inside_model.py", title="Inside a trained model", icon="🔬"),
-        st.Page("pages/decoder.py", title="Decoder and generation", icon="✍️"),
-        st.Page("pages/induction.py", title="Induction heads", icon="🔁"),
-        st.Page("pages/check_yourself.py", title="Check yourself", icon="✅"),
+        st.Page("views/training.py", title="Train an encoder", icon="🏋️"),
+        st.Page("views/inside_model.py", title="Inside a trained model", icon="🔬"),
+        st.Page("views/decoder.py", title="Decoder and generation", icon="✍️"),
+        st.Page("views/induction.py", title="Induction heads", icon="🔁"),
+        st.Page("views/check_yourself.py", title="Check yourself", icon="✅"),
     ],
-    "Under the hood": [st.Page("pages/make_it_fast.py", title="Make it fast", icon="🚀")],
+    "Under the hood": [st.Page("views/make_it_fast.py", title="Make it fast", icon="🚀")],
 }
 
 with st.sidebar:

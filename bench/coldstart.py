@@ -33,7 +33,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 APP = ROOT / "app.py"
-FIRST_LESSON_PAGE = "pages/one_head.py"   # the first page that computes, after the overview
+FIRST_LESSON_PAGE = "views/one_head.py"   # the first page that computes, after the overview
 TARGET_FIRST_LESSON_S = 5.0
 MEASURING_PAGES = {"make_it_fast"}        # pages that time kernels whenever their sizes change
 

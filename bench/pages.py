@@ -16,7 +16,7 @@ from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
 
-PAGES = Path(__file__).resolve().parents[1] / "pages"
+PAGES = Path(__file__).resolve().parents[1] / "views"
 # (page, query parameters of the link it opens with, what is changed, widget kind, key, two values, target ms)
 CASES = [
     ("one_head", {}, "temperature τ", "slider", "one_head.temperature", (0.5, 1.5), 100),

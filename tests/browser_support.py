@@ -50,7 +50,7 @@ CHART = '[data-testid="stVegaLiteChart"]'
 
 @dataclass(frozen=True)
 class PageInfo:
-    path: str          # as written in app.py, relative to the repository root ("pages/one_head.py")
+    path: str          # as written in app.py, relative to the repository root ("views/one_head.py")
     title: str
     url_path: str      # "" for the default page (served at "/")
     default: bool

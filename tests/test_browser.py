@@ -272,8 +272,8 @@ def test_training_loss_curve_grows(server, browser):
 def test_deep_link_first_on_fresh_server(browser):
     """The first visit of a freshly started server is a shared link, not ``/``: the router still runs.
 
-    Streamlit serves the ``pages/`` folder itself (file names in the sidebar, ``app.py`` skipped)
-    until some session has called ``st.navigation``; every page reruns through ``app.py`` then.
+    The pages live in ``views/``: a folder named ``pages/`` would put Streamlit in its older
+    multipage mode on a fresh server (file names in the sidebar, ``app.py`` skipped).
     """
     info = next((p for p in PAGES if p.name == "one_head"), None)
     if info is None or not info.exists:

@@ -25,7 +25,7 @@ STEP_TEXT = re.compile(r"Step (\d+) of (\d+)")
 
 @pytest.fixture(scope="module")
 def info():
-    found = next((p for p in discover_pages() if p.path == "pages/decoder.py"), None)
+    found = next((p for p in discover_pages() if p.path == "views/decoder.py"), None)
     if found is None:
         pytest.skip("app.py lists no decoder page")
     if not found.exists:

@@ -18,7 +18,7 @@ WARM_MS = 60_000
 
 @pytest.fixture(scope="module")
 def info():
-    found = next((p for p in discover_pages() if p.path == "pages/induction.py"), None)
+    found = next((p for p in discover_pages() if p.path == "views/induction.py"), None)
     if found is None:
         pytest.skip("app.py lists no induction page")
     if not found.exists:

@@ -148,7 +148,7 @@ def test_a_lesson_page_compiles_only_the_lesson_kernels_it_runs(tmp_path):
     support, on a machine without a GPU)."""
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
     env.update(NUMBA_CACHE_DIR=str(tmp_path / "cache"), PYTHONPATH=str(ROOT), ATTN_BACKEND="cpu")
-    proc = subprocess.run([sys.executable, "-c", LESSON_PAGE, str(ROOT / "pages" / "one_head.py")], cwd=ROOT,
+    proc = subprocess.run([sys.executable, "-c", LESSON_PAGE, str(ROOT / "views" / "one_head.py")], cwd=ROOT,
                           env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
     ran = json.loads(proc.stdout.strip().splitlines()[-1])

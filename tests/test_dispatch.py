@@ -188,7 +188,7 @@ def test_nothing_is_recorded_outside_a_block_and_nested_blocks_share():
 
 # --- the page shows what ran -------------------------------------------------------------------
 
-ONE_HEAD = str(ROOT / "pages" / "one_head.py")
+ONE_HEAD = str(ROOT / "views" / "one_head.py")
 
 
 def kernel_source_blocks(page: AppTest) -> tuple[str, list[str], list[str]]:

@@ -188,7 +188,7 @@ def test_class_of_students():
     chromium_path = chromium_or_skip()
     pages = [p for p in discover_pages() if p.exists]
     if "one_head" not in {p.name for p in pages}:
-        skip_or_fail("the one-head page (pages/one_head.py) is needed for the isolation check")
+        skip_or_fail("the one-head page (views/one_head.py) is needed for the isolation check")
     stats = Stats()
     with StreamlitServer() as server:
         idle_rss_mb = server.sample_rss() / 1024

@@ -10,7 +10,7 @@ from ui.state import pending_key
 
 from page_support import open_page
 
-PAGE = str(Path(__file__).resolve().parents[1] / "pages" / "check_yourself.py")
+PAGE = str(Path(__file__).resolve().parents[1] / "views" / "check_yourself.py")
 
 
 def test_questions_are_marked_with_explanations():

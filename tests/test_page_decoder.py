@@ -13,7 +13,7 @@ TRAINER = "decoder.trainer"
 
 
 def page() -> AppTest:
-    at = AppTest.from_file("../pages/decoder.py", default_timeout=120)
+    at = AppTest.from_file("../views/decoder.py", default_timeout=120)
     at.session_state["decoder.poll_seconds"] = 0.2
     return at
 

@@ -10,7 +10,7 @@ from core.kernels import reference as ref
 
 from page_support import open_page
 
-PAGE = str(Path(__file__).resolve().parents[1] / "pages" / "filter_bank.py")
+PAGE = str(Path(__file__).resolve().parents[1] / "views" / "filter_bank.py")
 CONCAT = [[0, 0, 1, 0], [0, 0, 0.5, 0.5], [0.998277, 0, 1 / 3, 1 / 3], [0.001717, 0.996564, 0.25, 0.25]]
 OUTPUT = [[1, 0, -1, 0], [0.5, 0, -0.5, 0.5], [1.331611, 0, -1 / 3, 1 / 3], [0.251717, 0.996564, -0.25, 0.25]]
 

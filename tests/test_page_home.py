@@ -6,7 +6,7 @@ from pathlib import Path
 from page_support import open_page, table_named
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGE = str(ROOT / "pages" / "home.py")
+PAGE = str(ROOT / "views" / "home.py")
 
 
 def text(at) -> str:

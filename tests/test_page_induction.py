@@ -9,7 +9,7 @@ from streamlit.testing.v1 import AppTest
 
 from core.models import induction as I
 
-PAGE = str(Path(__file__).resolve().parents[1] / "pages" / "induction.py")
+PAGE = str(Path(__file__).resolve().parents[1] / "views" / "induction.py")
 STEPS = 150
 
 

@@ -27,7 +27,7 @@ def report(task="sum", seed=0) -> inside.HeadReport:
 
 
 def page(link=None) -> AppTest:
-    at = AppTest.from_file("../pages/inside_model.py", default_timeout=120)
+    at = AppTest.from_file("../views/inside_model.py", default_timeout=120)
     at.session_state["inside_model.data_sizes"] = SIZES
     at.session_state["inside_model.steps"] = STEPS
     for name, value in (link or {}).items():
@@ -135,7 +135,7 @@ def test_offers_the_training_pages_finished_run():
     trainer = Trainer()
     trainer.load(trained.params, trained.cfg, RunSpec(task="increasing", seed=2, n_train=SIZES[0], n_val=SIZES[1],
                                                       n_test=SIZES[2]))
-    at = AppTest.from_file("../pages/inside_model.py", default_timeout=120)
+    at = AppTest.from_file("../views/inside_model.py", default_timeout=120)
     at.session_state["inside_model.data_sizes"] = SIZES
     at.session_state["inside_model.steps"] = STEPS
     at.session_state["training.trainer"] = trainer

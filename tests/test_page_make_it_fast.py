@@ -11,7 +11,7 @@ from core.lessons import speed
 
 from page_support import open_page
 
-PAGE = str(Path(__file__).resolve().parents[1] / "pages" / "make_it_fast.py")
+PAGE = str(Path(__file__).resolve().parents[1] / "views" / "make_it_fast.py")
 SMALL = {"T": "6, 16", "H": "2", "dk": "8"}      # a link with sizes that time in well under a second
 
 

@@ -9,7 +9,7 @@ from core import attention, masks
 
 from page_support import open_page, table_named
 
-PAGE = str(Path(__file__).resolve().parents[1] / "pages" / "masks.py")
+PAGE = str(Path(__file__).resolve().parents[1] / "views" / "masks.py")
 
 
 def _text(at):

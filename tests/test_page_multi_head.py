@@ -11,7 +11,7 @@ from core.kernels import reference as ref
 
 from page_support import open_page
 
-PAGE = str(Path(__file__).resolve().parents[1] / "pages" / "multi_head.py")
+PAGE = str(Path(__file__).resolve().parents[1] / "views" / "multi_head.py")
 
 
 def run(**link):

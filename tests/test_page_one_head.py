@@ -10,7 +10,7 @@ from core.kernels import reference as ref
 
 from page_support import matrix_named, open_page, table_named
 
-PAGE = str(Path(__file__).resolve().parents[1] / "pages" / "one_head.py")
+PAGE = str(Path(__file__).resolve().parents[1] / "views" / "one_head.py")
 
 
 def run(**link):

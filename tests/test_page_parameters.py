@@ -9,7 +9,7 @@ from core.lessons import analysis
 
 from page_support import open_page
 
-PAGE = str(Path(__file__).resolve().parents[1] / "pages" / "parameters.py")
+PAGE = str(Path(__file__).resolve().parents[1] / "views" / "parameters.py")
 
 
 def _metrics(at):

@@ -12,7 +12,7 @@ from core.kernels import reference as ref
 
 from page_support import matrix_named, open_page
 
-PAGE = str(Path(__file__).resolve().parents[1] / "pages" / "positional.py")
+PAGE = str(Path(__file__).resolve().parents[1] / "views" / "positional.py")
 DEFAULTS = dict(T=50, d=128, base=10000.0, origin=0, k=5, Tc=100, Ts=8)
 
 

@@ -14,7 +14,7 @@ SIZES = (200, 40, 40)   # train / validation / test sequences: fast enough for a
 
 
 def page() -> AppTest:
-    at = AppTest.from_file("../pages/training.py", default_timeout=60)
+    at = AppTest.from_file("../views/training.py", default_timeout=60)
     at.session_state["training.data_sizes"] = SIZES
     at.session_state["training.poll_seconds"] = 0.2
     return at

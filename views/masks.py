@@ -6,10 +6,8 @@ import streamlit as st
 from core import attention, masks, positional
 from core.limits import MAX_HEADS, MAX_TOKENS
 from ui import charts, state
-from ui.router import ensure_routed
 from ui.widgets import chosen_backend, chosen_dtype, ensure_kernels, kernel_source, recording, tokens_from
 
-ensure_routed()   # a link opened first on a fresh server: rerun through app.py
 
 D_MODEL = 8
 PAGE = "masks"

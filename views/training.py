@@ -6,12 +6,10 @@ from core import limits
 from core.models import tasks
 from core.models.encoder import POSITIONAL_CHOICES
 from ui import charts, state
-from ui.router import ensure_routed
 from core.models.runs import RunSpec
 from core.models.upload import weights_from_upload
 from ui.trainer import Trainer
 
-ensure_routed()   # a link opened first on a fresh server: rerun through app.py
 
 PAGE = "training"
 SPEC = {

@@ -8,10 +8,8 @@ from core.lessons import heads
 from core.attention import attention, scores
 from core.limits import MAX_D_K, MAX_MATRIX_ENTRY, MAX_TOKENS
 from ui import charts, state
-from ui.router import ensure_routed
 from ui.widgets import chosen_backend, chosen_dtype, ensure_kernels, kernel_source, recording, tokens_from
 
-ensure_routed()   # a link opened first on a fresh server: rerun through app.py
 
 PAGE = "one_head"
 SPEC = {

@@ -9,10 +9,8 @@ from core.lessons import heads
 from core.attention import attention, scores
 from core.limits import MAX_D_K, MAX_HEADS, MAX_MATRIX_ENTRY, MAX_TOKENS
 from ui import charts, state
-from ui.router import ensure_routed
 from ui.widgets import chosen_backend, chosen_dtype, ensure_kernels, kernel_source, recording
 
-ensure_routed()   # a link opened first on a fresh server: rerun through app.py
 
 PAGE = "multi_head"
 FILTERS = {"first_token": "first-sample hold", "previous_token": "unit delay z⁻¹", "self": "identity",

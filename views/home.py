@@ -2,9 +2,7 @@
 import pandas as pd
 import streamlit as st
 
-from ui.router import ensure_routed
 
-ensure_routed()   # a link opened first on a fresh server: rerun through app.py
 
 st.title("Attention, operated by hand")
 st.markdown(

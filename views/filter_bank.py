@@ -9,10 +9,8 @@ from core.lessons import heads
 from core.attention import filter_bank, multi_head_attention
 from core.limits import MAX_MATRIX_ENTRY
 from ui import charts, state
-from ui.router import ensure_routed
 from ui.widgets import chosen_backend, chosen_dtype, ensure_kernels, kernel_source, recording
 
-ensure_routed()   # a link opened first on a fresh server: rerun through app.py
 
 PAGE = "filter_bank"
 H, D_V, D = 2, 2, 4                                # the lesson's pipeline: T = d_model = 4

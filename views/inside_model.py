@@ -11,9 +11,7 @@ from core import limits
 from core.lessons import inside
 from core.models import encoder, tasks
 from ui import charts, state
-from ui.router import ensure_routed
 
-ensure_routed()   # a link opened first on a fresh server: rerun through app.py
 
 PAGE = "inside_model"
 SPEC = {

@@ -12,9 +12,7 @@ from core.kernels.tuned import cpu as tuned_cpu
 from core.kernels.tuned import simd
 from core.lessons import speed
 from ui import state
-from ui.router import ensure_routed
 
-ensure_routed()   # a link opened first on a fresh server: rerun through app.py
 
 PAGE = "make_it_fast"
 # Every control's value, kept in the page's address so a link reopens this exact comparison.

@@ -9,9 +9,7 @@ import streamlit as st
 from core.lessons import analysis, heads
 from core.limits import MAX_D_MODEL, MAX_TOKENS
 from ui import charts, state
-from ui.router import ensure_routed
 
-ensure_routed()   # a link opened first on a fresh server: rerun through app.py
 
 PAGE = "parameters"
 PRESET_LABELS = {"custom": "Custom (the sizes above)"} | {k: s.name for k, s in analysis.MODEL_PRESETS.items()}

@@ -12,9 +12,7 @@ from core.models import decoder, encoder_kernels, layers, sampling, tasks
 from core.models.decoder_runs import DEFAULTS, build
 from ui import charts, state
 from ui.decoder_trainer import EVAL_EVERY, TASKS, DecoderTrainer
-from ui.router import ensure_routed
 
-ensure_routed()   # a link opened first on a fresh server: rerun through app.py
 
 PAGE = "decoder"
 SPEC = {

@@ -7,11 +7,9 @@ from core.lessons import exercises
 from core.lessons import heads
 from core.limits import MAX_MATRIX_ENTRY
 from ui import charts
-from ui.router import ensure_routed
 from ui.state import matrix_input
 from ui.widgets import chosen_backend, ensure_kernels, kernel_source, recording
 
-ensure_routed()   # a link opened first on a fresh server: rerun through app.py
 
 st.title("Check yourself")
 ensure_kernels("attention_with_weights")

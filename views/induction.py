@@ -7,9 +7,7 @@ import streamlit as st
 
 from core.models import induction
 from ui import charts, state
-from ui.router import ensure_routed
 
-ensure_routed()   # a link opened first on a fresh server: rerun through app.py
 
 PAGE = "induction"
 SETUP = induction.InductionSetup()

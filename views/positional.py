@@ -6,10 +6,8 @@ import streamlit as st
 from core import masks, positional
 from core.limits import MAX_D_MODEL, MAX_PE_POSITIONS, MAX_TOKENS
 from ui import charts, state
-from ui.router import ensure_routed
 from ui.widgets import chosen_backend, chosen_dtype, ensure_kernels, kernel_source, recording, tokens_from
 
-ensure_routed()   # a link opened first on a fresh server: rerun through app.py
 
 DRAW_POSITIONS = 128   # heatmaps draw at most this many positions (the numbers use all of them)
 DRAW_DIMS = 64
