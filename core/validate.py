@@ -284,18 +284,22 @@ def parse_matrix(table, name: str, shape: tuple[int, int] | None = None, limit: 
         raise ValueError(f"{name} must be {shape[0]} x {shape[1]}, got {rows.shape[0]} x {rows.shape[1]}.")
     out = np.empty(rows.shape, dtype=np.float64)
     for (i, j), cell in np.ndenumerate(rows):
-        where = f"{name}, row {i + 1}, column {j + 1}"
-        if cell is None or (isinstance(cell, str) and not cell.strip()):
-            raise ValueError(f"{where} is blank: type a number.")
-        try:
-            x = float(cell.strip() if isinstance(cell, str) else cell)
-        except (TypeError, ValueError):
-            raise ValueError(f"{where} holds {cell!r}, which is not a number.") from None
-        if math.isnan(x):
-            raise ValueError(f"{where} is blank or NaN: type a number.")
-        if math.isinf(x):
-            raise ValueError(f"{where} is infinite: type a finite number.")
-        if abs(x) > limit:
-            raise ValueError(f"{where} is {x:g}, beyond the limit of ±{limit:g}.")
-        out[i, j] = x
+        out[i, j] = parse_cell(cell, f"{name}, row {i + 1}, column {j + 1}", limit)
     return out
+
+
+def parse_cell(cell, where: str, limit: float) -> float:
+    """One typed cell as a float with ``|x| <= limit``; the ``ValueError`` starts with ``where``."""
+    if cell is None or (isinstance(cell, str) and not cell.strip()):
+        raise ValueError(f"{where} is blank: type a number.")
+    try:
+        x = float(cell.strip() if isinstance(cell, str) else cell)
+    except (TypeError, ValueError):
+        raise ValueError(f"{where} holds {cell!r}, which is not a number.") from None
+    if math.isnan(x):
+        raise ValueError(f"{where} is blank or NaN: type a number.")
+    if math.isinf(x):
+        raise ValueError(f"{where} is infinite: type a finite number.")
+    if abs(x) > limit:
+        raise ValueError(f"{where} is {x:g}, beyond the limit of ±{limit:,g}.")
+    return x

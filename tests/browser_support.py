@@ -187,7 +187,7 @@ class StreamlitServer:
     """``streamlit run <script>`` on 127.0.0.1:<free port>, for the life of a ``with`` block."""
 
     def __init__(self, *, numba_cache_dir: str | None = None, extra_env: dict | None = None,
-                 start_timeout: float = 90.0):
+                 start_timeout: float = 90.0, watch_files: bool = False):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self._workdir = Path(tempfile.mkdtemp(prefix="attn-server-"))
@@ -195,6 +195,7 @@ class StreamlitServer:
         self.numba_cache_dir = numba_cache_dir
         self.extra_env = extra_env or {}
         self.start_timeout = start_timeout
+        self.watch_files = watch_files   # True: Streamlit's own file watcher, as a student's server has it
         self.proc: subprocess.Popen | None = None
         self.peak_rss_kb = 0
 
@@ -210,7 +211,8 @@ class StreamlitServer:
         env.update(self.extra_env)
         cmd = [sys.executable, "-m", "streamlit", "run", str(script),
                "--server.headless", "true", "--server.address", "127.0.0.1",
-               "--server.port", str(self.port), "--server.fileWatcherType", "none",
+               "--server.port", str(self.port),
+               "--server.fileWatcherType", "auto" if self.watch_files else "none",
                "--server.runOnSave", "false", "--browser.gatherUsageStats", "false"]
         self._log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT)

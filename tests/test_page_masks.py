@@ -28,7 +28,7 @@ def test_page_runs_with_its_sections_and_measurements():
     assert "weights of shape **4 × 3** per head" in text                 # Tq = 4 target, Tk = 3 source words
     check_causal_table(at, "the tired cat sat on the warm mat".split())
     check_padding(at, [6, 3, 5], T=6, heads=2, causal=False)
-    families = next(d.value for d in at.dataframe if "example" in d.value.columns)
+    families = next(t.value for t in at.table if "example" in t.value.columns)   # st.table: long cells wrap
     assert families["example"].tolist() == ["BERT", "GPT", "original Transformer, T5"]
 
 

@@ -59,13 +59,16 @@ def _cells(matrix, row_labels, col_labels, value_name, **extra) -> list[dict]:
 
 
 def _heat_layers(row_labels, col_labels, *, kind, value_name, row_title, col_title, scale, annotate,
-                 extra_tooltip=()) -> list[dict]:
+                 extra_tooltip=(), every_label=(True, True)) -> list[dict]:
+    """The cells (and their numbers). ``every_label``: (rows, columns) whose cells are tall or wide
+    enough to label each one (see :func:`_labels_fit`); elsewhere Vega thins the labels."""
     tooltip = [*extra_tooltip, {"field": "row", "type": "nominal", "title": row_title},
                {"field": "col", "type": "nominal", "title": col_title},
                {"field": value_name, "type": "quantitative", "format": ".4f"}]
     enc = {"x": {"field": "col", "type": "nominal", "sort": list(col_labels), "title": col_title,
-                 "axis": {"labelAngle": -45}},
-           "y": {"field": "row", "type": "nominal", "sort": list(row_labels), "title": row_title}}
+                 "axis": {"labelAngle": -45, "labelOverlap": not every_label[1]}},
+           "y": {"field": "row", "type": "nominal", "sort": list(row_labels), "title": row_title,
+                 "axis": {"labelOverlap": not every_label[0]}}}
     layers = [{"mark": "rect", "encoding": {**enc, "tooltip": tooltip, "color": {
         "field": value_name, "type": "quantitative", "scale": scale, "title": value_name}}}]
     if annotate:
@@ -87,6 +90,17 @@ def _dark_cell_test(kind: str, value_name: str, scale: dict) -> str:
             f"{v} <= {-WHITE_TEXT_BEYOND_PEAK['negative'] * peak!r}")
 
 
+# Vega hides labels whose boxes overlap, and the box of a slanted label is its upright bounding
+# box, so on narrow columns it hid every other key even when the slanted text had room. A cell at
+# least this many pixels across holds one line of axis text (11 px) with a gap: label every one.
+MIN_LABELLED_CELL = 14
+
+
+def _labels_fit(row_px: int, col_px: int) -> tuple[bool, bool]:
+    """Whether every row label and every column label fits beside its cell."""
+    return row_px >= MIN_LABELLED_CELL, col_px >= MIN_LABELLED_CELL
+
+
 def _cell(size: int, n: int, annotate: bool = False) -> int:
     """Pixels per cell so that ``n`` cells span about ``size`` pixels (2 to 36 each; at least 28
     when the cells carry their numbers, so that "-0.43" fits)."""
@@ -104,13 +118,15 @@ def heatmap(matrix, row_labels, col_labels, *, title: str = "", kind: str = "wei
     M = np.asarray(matrix, dtype=float)
     annotate = M.size <= 100 if annotate is None else annotate
     scale = color_scale(kind, M if domain_values is None else domain_values)
+    col_px, row_px = _cell(size, M.shape[1], annotate), _cell(size, M.shape[0])
     # Sized by cell ("step"), not by a total: a fixed total height is shrunk to fit the title, axes
     # and legend when Streamlit fits the chart into a narrow column, squashing small matrices flat.
     return {"$schema": _SCHEMA, "title": title,
-            "width": {"step": _cell(size, M.shape[1], annotate)}, "height": {"step": _cell(size, M.shape[0])},
+            "width": {"step": col_px}, "height": {"step": row_px},
             "data": {"values": _cells(M, row_labels, col_labels, value_name)},
             "layer": _heat_layers(row_labels, col_labels, kind=kind, value_name=value_name,
-                                  row_title=row_title, col_title=col_title, scale=scale, annotate=annotate)}
+                                  row_title=row_title, col_title=col_title, scale=scale, annotate=annotate,
+                                  every_label=_labels_fit(row_px, col_px))}
 
 
 def heatmap_grid(matrices, row_labels, col_labels, titles, *, kind: str = "weights",
@@ -123,12 +139,13 @@ def heatmap_grid(matrices, row_labels, col_labels, titles, *, kind: str = "weigh
     values = [cell for m, t in zip(mats, titles) for cell in _cells(m, row_labels, col_labels, value_name, panel=t)]
     scale = color_scale(kind, np.concatenate([m.ravel() for m in mats]))
     n_rows, n_cols = mats[0].shape
+    col_px, row_px = _cell(size, n_cols, annotate), _cell(size, n_rows)
     return {"$schema": _SCHEMA, "data": {"values": values}, "columns": columns,
             "facet": {"field": "panel", "type": "nominal", "sort": list(titles), "title": None},
-            "spec": {"width": {"step": _cell(size, n_cols, annotate)}, "height": {"step": _cell(size, n_rows)},
+            "spec": {"width": {"step": col_px}, "height": {"step": row_px},
                      "layer": _heat_layers(row_labels, col_labels, kind=kind, value_name=value_name,
                                            row_title=row_title, col_title=col_title, scale=scale,
-                                           annotate=annotate,
+                                           annotate=annotate, every_label=_labels_fit(row_px, col_px),
                                            extra_tooltip=({"field": "panel", "type": "nominal",
                                                            "title": panel_title},))},
             "resolve": {"scale": {"color": "shared"}}}

@@ -180,26 +180,52 @@ def first_run(page: str) -> bool:
     return key(page, "__restored") not in st.session_state
 
 
-def restore(page: str, spec: Mapping[str, Field]) -> None:
-    """Make sure every field has a session-state value; on the page's first run, take it from the URL.
+def kept_key(page: str) -> str:
+    """Session key of the page's last values, held outside any widget so that nothing drops them."""
+    return key(page, "__kept")
 
-    Problems in the URL are shown once as a warning, and the defaults are used for those fields.
+
+def restore(page: str, spec: Mapping[str, Field]) -> None:
+    """Give every field its session-state value before any widget is drawn, on every run.
+
+    On the page's first run the values come from the URL (problems in it are shown once as a
+    warning, and those fields take their defaults). On later runs each field keeps its value: the
+    one its widget holds, else the one the page last used (kept under :func:`kept_key`).
+
+    Why every run: a run that stops early (``st.stop()`` after bad input) or a visit to another
+    page leaves some widgets undrawn, and Streamlit then forgets their values, in the browser at
+    once (the widget comes back at its minimum) and on the server at the next full run. Writing
+    each value back through ``st.session_state`` before its widget is created is Streamlit's way
+    to keep it ("interrupting the widget clean-up process" in its docs): the value survives, and
+    the widget is drawn with it.
     """
     import streamlit as st
 
     marker = key(page, "__restored")
     first = first_run(page)
     values, problems = decode(st.query_params.to_dict() if first else {}, spec)
+    kept = {} if first else st.session_state.get(kept_key(page), {})
     for name, field in spec.items():
         k = key(page, name)
-        if k not in st.session_state and field.kind != "matrix":
-            st.session_state[k] = values[name]
-        elif field.kind == "matrix" and first and values[name] is not None:
-            st.session_state[pending_key(page, name)] = values[name]
+        if field.kind == "matrix":
+            if first and values[name] is not None:
+                st.session_state[pending_key(page, name)] = values[name]
+            continue
+        value = st.session_state[k] if k in st.session_state else kept.get(name, values[name])
+        st.session_state[k] = value
+    keep(page, spec)
     if first:
         st.session_state[marker] = True
         if problems:
             st.warning("Some settings in the link were not usable:\n\n- " + "\n- ".join(problems))
+
+
+def keep(page: str, spec: Mapping[str, Field]) -> None:
+    """Remember the fields' present values under :func:`kept_key` (see :func:`restore`)."""
+    import streamlit as st
+
+    st.session_state[kept_key(page)] = {name: st.session_state[key(page, name)] for name, field in spec.items()
+                                       if field.kind != "matrix" and key(page, name) in st.session_state}
 
 
 def current(page: str, spec: Mapping[str, Field]) -> dict:
@@ -219,6 +245,7 @@ def publish(page: str, spec: Mapping[str, Field], active: Sequence[str] | None =
     """
     import streamlit as st
 
+    keep(page, spec)
     values = current(page, spec)
     values.update(extra or {})
     names = set(spec) if active is None else set(active)
@@ -236,10 +263,11 @@ def pending_key(page: str, name: str) -> str:
     return key(page, name) + ".typed"
 
 
-def take_pending_matrix(page: str, name: str, shape: tuple[int, int], limit: float):
+def take_pending_matrix(page: str, name: str, shape: tuple[int, int], limit: float, label: str | None = None):
     """A matrix waiting under :func:`pending_key`, checked; ``None`` when there is none or it is bad.
 
-    A bad one (blank, text, NaN, inf, too large, wrong shape) is reported with ``st.warning``.
+    A bad one (blank, text, NaN, inf, too large, wrong shape) is reported with ``st.warning``,
+    naming the matrix by ``label`` (what the page calls it, e.g. "W_O").
     """
     import streamlit as st
 
@@ -248,25 +276,30 @@ def take_pending_matrix(page: str, name: str, shape: tuple[int, int], limit: flo
         return None
     try:
         rows = matrix_from_text(raw) if isinstance(raw, str) else raw
-        return parse_matrix(rows, name, shape=shape, limit=limit)
+        return parse_matrix(rows, label or name, shape=shape, limit=limit)
     except ValueError as err:
         st.warning(f"{err} Keeping the previous values.")
         return None
 
 
 def matrix_input(page: str, name: str, default: np.ndarray, row_labels, col_labels, *,
-                 editor_key: str | None = None, limit: float = 1e3) -> np.ndarray:
+                 label: str | None = None, editor_key: str | None = None, limit: float = 1e3,
+                 row_title: str = "row") -> np.ndarray:
     """An editable matrix (``ui.widgets.matrix_editor``) that a link or a test can also fill.
 
     A pending matrix (from the URL, or a test setting ``st.session_state[pending_key(page, name)]``)
-    is checked first; when good it replaces what the editor holds.
+    is checked first; when good it replaces what the editor holds. ``label`` is the matrix's name
+    in the page's words, used in every message (default: ``name``).
     """
     import streamlit as st
 
-    from ui.widgets import matrix_editor
+    from ui.widgets import as_shown, matrix_editor
 
     editor_key = editor_key or key(page, name)
-    loaded = take_pending_matrix(page, name, np.shape(default), limit)
+    loaded = take_pending_matrix(page, name, np.shape(default), limit, label)
     if loaded is not None:
-        st.session_state[f"{editor_key}__good"] = loaded
-    return matrix_editor(editor_key, default, row_labels, col_labels, limit=limit)
+        st.session_state[f"{editor_key}__good"] = as_shown(loaded)
+        # a fresh editor, so that no edit typed before replaces a cell of the loaded matrix
+        st.session_state[f"{editor_key}__version"] = st.session_state.get(f"{editor_key}__version", 0) + 1
+    return matrix_editor(editor_key, default, row_labels, col_labels, name=label or name, limit=limit,
+                         row_title=row_title)

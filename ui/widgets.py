@@ -12,7 +12,6 @@ from core import backend as core_backend
 from core import validate
 from core.kernels import dispatch
 from core.kernels.dispatch import recording  # noqa: F401  (pages wrap their computation in it)
-from core.validate import parse_matrix
 
 BACKEND_KEY = "backend_choice"      # "auto" | "cpu" | "cuda", set in the sidebar by app.py
 PRECISION_KEY = "precision_choice"  # "float64" | "float32"
@@ -75,24 +74,73 @@ def kernel_source(ran: dispatch.Record) -> None:
                 st.code(inspect.getsource(fn), language="python")
 
 
-def matrix_editor(key: str, default: np.ndarray, row_labels: Sequence[str], col_labels: Sequence[str],
-                  *, limit: float = 1e3) -> np.ndarray:
-    """An editable matrix that keeps its last good value.
+CELL_DIGITS = 8   # significant digits a matrix cell shows, the same as a link carries (ui.state.matrix_to_text)
 
-    A bad cell (blank, text, NaN, inf, beyond ``±limit``) shows an inline message naming the cell,
-    and the previous good matrix is returned, so the page keeps drawing.
+
+def cell_text(x) -> str:
+    """How a matrix cell shows the number ``x`` (8 significant digits: ``0.5``, ``-1.2345679``)."""
+    return f"{float(x):.{CELL_DIGITS}g}"
+
+
+def as_shown(M) -> np.ndarray:
+    """``M`` as its cells show it, and so as the page uses it: each entry rounded to 8 digits."""
+    return np.vectorize(lambda x: float(cell_text(x)), otypes=[float])(np.asarray(M, dtype=float))
+
+
+def apply_cell_edits(good: np.ndarray, edits, row_labels: Sequence[str], col_labels: Sequence[str], *,
+                     name: str, limit: float) -> tuple[np.ndarray, str | None]:
+    """The matrix after a student's typed cells, or the last good one and why not.
+
+    ``edits`` is what ``st.data_editor`` records: ``{row number: {column name: typed text}}``
+    (the row-label column is read-only, so it never appears). Every cell is read exactly as
+    typed (``1e308`` is 1e308, ``nan`` is not a number), so what a cell shows is what is used.
+    A bad cell (blank, text, NaN, infinite, beyond ``±limit``) leaves ``good`` unchanged and
+    gives one message naming the matrix, the row by its label and the column.
     """
-    good_key = f"{key}__good"   # ui.state.matrix_input loads matrices from links here
+    value = np.array(good, dtype=float)
+    for row, cells in sorted((edits or {}).items(), key=lambda item: int(item[0])):
+        i = int(row)
+        for column, typed in cells.items():
+            if column not in col_labels:
+                continue
+            j = list(col_labels).index(column)
+            where = f"{name}, row “{row_labels[i]}”, column {column}"
+            try:
+                value[i, j] = validate.parse_cell(typed, where, limit)
+            except ValueError as err:
+                return np.array(good, dtype=float), (f"{err} The cell is back to its last good value, "
+                                                     f"{cell_text(good[i, j])}, and the page uses that.")
+    return value, None
+
+
+def matrix_editor(key: str, default: np.ndarray, row_labels: Sequence[str], col_labels: Sequence[str],
+                  *, name: str, limit: float = 1e3, row_title: str = "row") -> np.ndarray:
+    """An editable matrix whose cells show exactly the numbers the page uses.
+
+    The cells are text, read by :func:`apply_cell_edits` before the editor is drawn: a good edit
+    becomes the matrix; a bad one is refused with a message in the student's words, and the
+    editor is drawn afresh with the last good values, so no refused text stays in a cell. The
+    row labels are a read-only column.
+    """
+    good_key = f"{key}__good"        # ui.state.matrix_input loads matrices from links here
+    version_key = f"{key}__version"  # a new version is a fresh editor: the way to clear a refused cell
     if good_key not in st.session_state or np.shape(st.session_state[good_key]) != np.shape(default):
-        st.session_state[good_key] = np.asarray(default, dtype=float)
-    frame = pd.DataFrame(st.session_state[good_key], index=list(row_labels), columns=list(col_labels))
-    edited = st.data_editor(frame, key=key, width="content")
-    try:
-        value = parse_matrix(edited, key, shape=np.shape(default), limit=limit)
-    except ValueError as err:
-        st.warning(f"{err} Keeping the last good values.")
-        return st.session_state[good_key]
+        st.session_state[good_key] = as_shown(default)
+    version = st.session_state.get(version_key, 0)
+    state = st.session_state.get(f"{key}#{version}") or {}
+    value, problem = apply_cell_edits(st.session_state[good_key], state.get("edited_rows"), row_labels,
+                                      col_labels, name=name, limit=limit)
+    if problem:
+        version += 1
+        st.session_state[version_key] = version
     st.session_state[good_key] = value
+    frame = pd.DataFrame({row_title: list(row_labels)}
+                         | {c: [cell_text(x) for x in value[:, j]] for j, c in enumerate(col_labels)})
+    st.data_editor(frame, key=f"{key}#{version}", width="content", hide_index=True, disabled=[row_title],
+                   column_config={c: st.column_config.TextColumn(c, help="a number, e.g. 0.5, -2 or 1e-3")
+                                  for c in col_labels})
+    if problem:
+        st.warning(problem)
     return value
 
 

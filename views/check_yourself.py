@@ -20,9 +20,32 @@ with st.expander("What to look for"):
                 "see the fact for yourself.")
 
 
-def show(result) -> None:
-    """A verdict: green when right, a warning with the explanation otherwise."""
-    (st.success if result.ok else st.warning)(result.explanation)
+VERDICTS = "cy_verdicts"   # {question key: (the answer it judged, its Check)}, for the whole visit
+verdicts = st.session_state.setdefault(VERDICTS, {})
+score_box = st.container()   # filled at the end, once every verdict of this run is known
+
+
+def marked(key: str, answer, check, *, button: str = "Check") -> None:
+    """A Check button and, below it, the verdict on ``answer`` while that answer stands.
+
+    A verdict stays when other questions are answered; changing this answer clears it, since it
+    judged the old one. ``check`` computes the verdict (a :class:`exercises.Check`) when pressed.
+    """
+    if st.button(button, key=f"cy_{key}_check"):
+        verdicts[key] = (answer, check())
+    elif key in verdicts and not _same(verdicts[key][0], answer):
+        del verdicts[key]
+    if key in verdicts:
+        result = verdicts[key][1]
+        (st.success if result.ok else st.warning)(result.explanation)
+
+
+def _blank(answer) -> bool:
+    return isinstance(answer, str) and not answer.strip()
+
+
+def _same(a, b) -> bool:
+    return np.array_equal(a, b) if isinstance(a, np.ndarray) or isinstance(b, np.ndarray) else a == b
 
 
 # 1. multiple choice -----------------------------------------------------------------------------
@@ -30,14 +53,12 @@ st.header("Questions")
 for n, q in enumerate(exercises.QUESTIONS, start=1):
     st.markdown(f"**Q{n}.** {q.prompt}")
     choice = st.radio(f"Q{n}", q.options, index=None, key=f"cy_{q.key}", label_visibility="collapsed")
-    if st.button("Check", key=f"cy_{q.key}_check"):
-        show(exercises.check_choice(q.key, choice))
+    marked(q.key, choice, lambda: exercises.check_choice(q.key, choice))
 
 st.header("Count it")
 for n, q in enumerate(exercises.NUMERIC_QUESTIONS, start=1):
     typed = st.text_input(f"N{n}. {q.prompt}", key=f"cy_{q.key}", placeholder="a whole number, e.g. 1,048,576")
-    if st.button("Check", key=f"cy_{q.key}_check"):
-        show(exercises.check_number(q.key, typed))
+    marked(q.key, typed, lambda: exercises.check_number(q.key, typed))
 st.caption("The Parameters and cost page computes these counts if you want to try sizes of your own.")
 
 # 2. a sharper first-token head -----------------------------------------------------------------
@@ -59,8 +80,7 @@ right.vega_lite_chart(charts.bar(analysis.effective_positions(A), labels, title=
 m1, m2 = st.columns(2)
 m1.metric(f"Row {T}: weight on token 1", f"{A[T - 1, 0]:.4f}")
 m2.metric(f"Row {T}: effective positions 2^H", f"{analysis.effective_positions(A)[T - 1]:.4f}")
-if st.button("Check my gain", key="cy_gain_check"):
-    show(exercises.check_first_token_gain(gain, backend=chosen_backend()))
+marked("gain", gain, lambda: exercises.check_first_token_gain(gain, backend=chosen_backend()), button="Check my gain")
 kernel_source(ran)
 
 # 3. two places at once -------------------------------------------------------------------------
@@ -74,10 +94,10 @@ cols = [f"f{j + 1}" for j in range(d_k)]
 c1, c2 = st.columns(2)
 with c1:
     st.markdown("**Q** (one row per query)")
-    Q = matrix_input("check_yourself", "Q", np.zeros((T2, d_k)), pos, cols, limit=MAX_MATRIX_ENTRY)
+    Q = matrix_input("check_yourself", "Q", np.zeros((T2, d_k)), pos, cols, label="Q", limit=MAX_MATRIX_ENTRY)
 with c2:
     st.markdown("**K** (one row per key)")
-    K = matrix_input("check_yourself", "K", np.zeros((T2, d_k)), pos, cols, limit=MAX_MATRIX_ENTRY)
+    K = matrix_input("check_yourself", "K", np.zeros((T2, d_k)), pos, cols, label="K", limit=MAX_MATRIX_ENTRY)
 with st.expander("Hint"):
     st.markdown("Softmax gives equal scores equal weights. What could keys 1 and 3 have in common that "
                 "keys 2 and 4 lack, and what should query 4 ask for?")
@@ -89,9 +109,16 @@ except ValueError as err:
 else:
     st.vega_lite_chart(charts.heatmap(result.weights, pos, pos, title="your head's weights (causal)"))
     st.vega_lite_chart(charts.stem(result.weights[3], title="row 4: the impulse response"), width="stretch")
-    if st.button("Check my head", key="cy_two_check"):
-        show(result)
+    marked("two", np.stack([Q, K]), lambda: result, button="Check my head")
     kernel_source(ran)
+
+# the running score, at the top of the page
+right, checked = exercises.score({k: v[1] for k, v in verdicts.items() if v[0] is not None and not _blank(v[0])})
+with score_box:
+    total = len(exercises.QUESTIONS) + len(exercises.NUMERIC_QUESTIONS) + 2
+    st.metric("Score so far", f"{right} of {checked} checked" if checked else "nothing checked yet",
+              help=f"Answers marked right, out of those you have checked ({total} on this page). "
+                   "A verdict stays until you change that answer.")
 
 # the lesson's own solution, for after an attempt
 if st.checkbox("Show a worked solution", key="cy_two_solution"):

@@ -9,7 +9,7 @@ from core.lessons import heads
 from core.attention import filter_bank, multi_head_attention
 from core.limits import MAX_MATRIX_ENTRY
 from ui import charts, state
-from ui.widgets import chosen_backend, chosen_dtype, ensure_kernels, kernel_source, recording
+from ui.widgets import as_shown, chosen_backend, chosen_dtype, ensure_kernels, kernel_source, recording
 
 
 PAGE = "filter_bank"
@@ -36,7 +36,7 @@ st.markdown("The lesson's two-head pipeline: T = 4 one-hot tokens (X = I), head 
             "(circle code), head 2 averages the past; d_k = d_v = 2, d_model = 4.")
 
 # 1. the student's value projections and output projection
-c = st.columns(4)
+c = st.columns([2, 1, 1, 1])   # the W_V choices are long sentences: the widest column
 c[0].selectbox("Value projections W_V", list(VALUE_CHOICES), key=k("wv"), format_func=VALUE_CHOICES.get)
 c[1].selectbox("W_O preset", list(heads.W_O_PRESETS), key=k("wo"))
 c[2].number_input("Seed (random choices)", 0, 9999, key=k("seed"))
@@ -50,7 +50,8 @@ left, right = st.columns(2)
 with left:
     st.caption("W_V (rows: input features; columns: head value dimensions)")
     if ss[k("wv")] == "custom":
-        W_V = state.matrix_input(PAGE, "WV", pipe.W_V, xs, concat_cols, limit=MAX_MATRIX_ENTRY)
+        W_V = state.matrix_input(PAGE, "WV", pipe.W_V, xs, concat_cols, label="W_V", limit=MAX_MATRIX_ENTRY,
+                                 row_title="input feature")
     else:
         st.vega_lite_chart(charts.heatmap(W_V, xs, concat_cols, kind="signed", value_name="value",
                                           row_title="input feature", col_title="value dimension", size=160))
@@ -59,10 +60,10 @@ with right:
     st.caption("W_O, editable (rows: the concat column read; columns: the output channel written)")
     # one editor per preset (and per seed for the random one), so a new choice shows its own matrix
     preset_name = ss[k("wo")] + (f".{int(ss[k('seed')])}" if ss[k("wo")] == "random" else "")
-    W_O = state.matrix_input(PAGE, "WO", preset_W_O, concat_cols, out_cols,
-                             editor_key=k(f"WO.{preset_name}"), limit=MAX_MATRIX_ENTRY)
-state.publish(PAGE, SPEC, extra={"WV": W_V if ss[k("wv")] == "custom" and not np.array_equal(W_V, pipe.W_V) else None,
-                                 "WO": None if np.array_equal(W_O, preset_W_O) else W_O})
+    W_O = state.matrix_input(PAGE, "WO", preset_W_O, concat_cols, out_cols, label="W_O",
+                             editor_key=k(f"WO.{preset_name}"), limit=MAX_MATRIX_ENTRY, row_title="concat column")
+state.publish(PAGE, SPEC, extra={"WV": W_V if ss[k("wv")] == "custom" and not np.array_equal(W_V, as_shown(pipe.W_V)) else None,
+                                 "WO": None if np.array_equal(W_O, as_shown(preset_W_O)) else W_O})
 
 # 2. run the block, then its filter-bank decomposition
 dtype, backend = chosen_dtype(), chosen_backend()

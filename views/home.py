@@ -32,8 +32,8 @@ st.markdown(
 | Check yourself | questions and hands-on exercises the app checks for you |
 | Make it fast | the same attention timed on the lesson kernel, the tuned kernel and NumPy |
 
-The sidebar picks the backend and the precision. The three attention pages and the training page
-keep their settings in the address, so a link you copy opens exactly what you see.
+The sidebar picks the backend and the precision. Every lesson page except Check yourself keeps its
+settings in the address, so a link you copy opens exactly what you see.
 """
 )
 

@@ -4,6 +4,7 @@ import pandas as pd
 import streamlit as st
 
 from core import attention, masks, positional
+from core.lessons import analysis
 from core.limits import MAX_HEADS, MAX_TOKENS
 from ui import charts, state
 from ui.widgets import chosen_backend, chosen_dtype, ensure_kernels, kernel_source, recording, tokens_from
@@ -45,6 +46,12 @@ def embed(words, d_model: int, seed: int = 1):
     return np.stack([table[w] for w in words]).astype(chosen_dtype()) + PE
 
 
+def row_sums_in_words(A) -> str:
+    """How close every row of ``A`` comes to summing to 1, said plainly."""
+    err = analysis.max_row_sum_error(A)
+    return "every row sums to exactly 1" if err == 0 else f"every row sums to 1 (to within {err:.0e})"
+
+
 # 1. causal ---------------------------------------------------------------------------------------
 st.header("The causal mask")
 st.latex(r"M_{ij} = \begin{cases} 0 & j \le i \\ -\infty & j > i \end{cases} \qquad "
@@ -68,9 +75,8 @@ else:
     st.vega_lite_chart(charts.heatmap_grid([free.weights[0], causal.weights[0]], labels, labels,
                                         ["no mask", "causal mask"], columns=2, size=300))
     A = causal.weights[0]
-    st.markdown(f"Measured: largest weight above the diagonal **{np.triu(A, 1).max():.1f}**; row sums between "
-                f"{A.sum(1).min():.15f} and {A.sum(1).max():.15f}. Row 1 can only see itself, so it "
-                "copies its own value.")
+    st.markdown(f"Measured: largest weight above the diagonal **{np.triu(A, 1).max():.1f}**; "
+                f"{row_sums_in_words(A)}. Row 1 can only see itself, so it copies its own value.")
     kernel_source(ran)
 
 # 2. padding --------------------------------------------------------------------------------------
@@ -144,7 +150,7 @@ else:
 
 # 4. the three families ---------------------------------------------------------------------------
 st.header("Encoder-only, decoder-only, encoder-decoder")
-st.dataframe(pd.DataFrame({
+st.table(pd.DataFrame({   # a static table: its long cells wrap instead of being cut off
     "family": ["encoder-only", "decoder-only", "encoder-decoder"],
     "attention it uses": ["self-attention, no causal mask (padding only)",
                           "causal self-attention",
@@ -153,7 +159,7 @@ st.dataframe(pd.DataFrame({
                  "generating text one token at a time",
                  "turning one sequence into another: translate, summarise"],
     "example": ["BERT", "GPT", "original Transformer, T5"],
-}), hide_index=True)
+}).set_index("family"))
 st.markdown("Rule of thumb: read a sequence, use an encoder; write one from scratch, a decoder; rewrite "
             "one sequence as another, both, joined by cross-attention.")
 state.publish(PAGE, SPEC)

@@ -54,8 +54,10 @@ for h in range(1, H + 1):
             if name == "custom":
                 zero, cols = np.zeros((T, d_k)), [f"f{j + 1}" for j in range(d_k)]
                 with st.expander(f"Q_{h} and K_{h}"):
-                    Qs[h - 1] = state.matrix_input(PAGE, f"q{h}", zero, labels, cols, limit=MAX_MATRIX_ENTRY)
-                    Ks[h - 1] = state.matrix_input(PAGE, f"k{h}", zero, labels, cols, limit=MAX_MATRIX_ENTRY)
+                    Qs[h - 1] = state.matrix_input(PAGE, f"q{h}", zero, labels, cols, label=f"Q_{h}",
+                                                   limit=MAX_MATRIX_ENTRY, row_title="token")
+                    Ks[h - 1] = state.matrix_input(PAGE, f"k{h}", zero, labels, cols, label=f"K_{h}",
+                                                   limit=MAX_MATRIX_ENTRY, row_title="token")
                 extra.update({f"q{h}": Qs[h - 1] if Qs[h - 1].any() else None,
                               f"k{h}": Ks[h - 1] if Ks[h - 1].any() else None})
             else:
@@ -128,7 +130,8 @@ for T_, d_, H_ in ((T, H * d_k, H), (1024, 512, 8)):
     cost = analysis.wide_vs_narrow_score_flops(T_, d_, H_)
     rows.append({"T": T_, "d_model": d_, "H": H_, "d_k": cost.d_k, "one wide head": cost.one_wide_head,
                  "H narrow heads": cost.narrow_heads})
-st.dataframe(pd.DataFrame(rows), hide_index=True)
+count = st.column_config.NumberColumn(format="localized")   # 1,073,741,824: thousands separated
+st.dataframe(pd.DataFrame(rows), hide_index=True, column_config={"one wide head": count, "H narrow heads": count})
 st.markdown("""**What to look for.** With the causal mask every heatmap is lower-triangular and each
 row sums to 1, yet the heads mix the past in different ways: a hold on the first sample, a delay of
 one, the identity, a growing average. Raise a gain and the soft patterns sharpen (fewer bits, closer to

@@ -8,7 +8,8 @@ from core.lessons import heads
 from core.attention import attention, scores
 from core.limits import MAX_D_K, MAX_MATRIX_ENTRY, MAX_TOKENS
 from ui import charts, state
-from ui.widgets import chosen_backend, chosen_dtype, ensure_kernels, kernel_source, recording, tokens_from
+from ui.widgets import (as_shown, chosen_backend, chosen_dtype, ensure_kernels, kernel_source, recording,
+                        tokens_from)
 
 
 PAGE = "one_head"
@@ -60,15 +61,15 @@ if st.session_state[k("source")] == "hand":
     a, b = st.columns(2)
     with a:
         st.caption("Q (one row per token)")
-        Q = state.matrix_input(PAGE, "Q", drawn_Q, labels, cols, limit=MAX_MATRIX_ENTRY)
+        Q = state.matrix_input(PAGE, "Q", drawn_Q, labels, cols, label="Q", limit=MAX_MATRIX_ENTRY, row_title="token")
     with b:
         st.caption("K (one row per token)")
-        K = state.matrix_input(PAGE, "K", drawn_K, labels, cols, limit=MAX_MATRIX_ENTRY)
+        K = state.matrix_input(PAGE, "K", drawn_K, labels, cols, label="K", limit=MAX_MATRIX_ENTRY, row_title="token")
 scale = (1.0 / np.sqrt(d_k) if st.session_state[k("scaled")] else 1.0) / st.session_state[k("temperature")]
 mask = masks.causal(T) if st.session_state[k("causal")] else None
 hand = st.session_state[k("source")] == "hand"
-state.publish(PAGE, SPEC, extra={"Q": Q if hand and not np.array_equal(Q, drawn_Q) else None,
-                                  "K": K if hand and not np.array_equal(K, drawn_K) else None})
+state.publish(PAGE, SPEC, extra={"Q": Q if hand and not np.array_equal(Q, as_shown(drawn_Q)) else None,
+                                  "K": K if hand and not np.array_equal(K, as_shown(drawn_K)) else None})
 
 # 3. scores and weights (values are one-hot, so each output row is its weight row)
 dtype, backend = chosen_dtype(), chosen_backend()

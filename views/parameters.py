@@ -23,10 +23,13 @@ SPEC = {"d_model": state.int_field(64, 8, MAX_D_MODEL), "heads": state.int_field
         "h1": state.int_field(16, 1, 64), "dk0": state.int_field(64, 1, 512)}
 key = lambda name: state.key(PAGE, name)  # noqa: E731
 ss = st.session_state
+COUNT = st.column_config.NumberColumn(format="localized")   # 1,073,741,824: thousands separated
 
 st.title("Parameters and cost")
 first_run = key("__restored") not in ss
 state.restore(PAGE, SPEC)
+for name in [n for n in ss if str(n).startswith(key("p_"))]:   # the whole-model choices, kept like SPEC's
+    ss[name] = ss[name]                                          # (ui.state.restore says why)
 for name in ("d_model", "d_ff"):          # these sliders move in steps of 8
     ss[key(name)] = max(8, ss[key(name)] // 8 * 8)
 # d_ff follows 4·d_model until the student sets it. A moved d_ff slider differs from the value the
@@ -86,7 +89,7 @@ table = pd.DataFrame(
     [(f"W_{p}", f"{int(n_heads)} heads × ({d_model} × {d_k})" if p != "O" else f"({int(n_heads) * d_k} × {d_model})",
       size(f"W_{p}"), size(f"b_{p}")) for p in "QKVO"],
     columns=["projection", "shape", "weights", "biases"])
-st.dataframe(table, hide_index=True)
+st.dataframe(table, hide_index=True, column_config={"weights": COUNT, "biases": COUNT})
 built = sum(np.zeros(s).size for s in shapes.values())   # allocate every array and count its entries
 st.metric("Attention parameters", f"{mha:,}",
           help="4·d_model² (+ 4·d_model): the sum of the table, and of the sizes of the arrays themselves.")
@@ -115,7 +118,8 @@ q_cols = [f"h{h + 1}.q{j + 1}" for h in range(pipe.n_heads) for j in range(toy_d
 x_rows = [f"x{i + 1}" for i in range(pipe.W_Q.shape[0])]
 packed = charts.heatmap(pipe.W_Q, x_rows, q_cols, kind="signed", value_name="W_Q", row_title="input feature",
                         col_title="query dimension", size=240,
-                        title="Packed W_Q (d_model × H·d_k): columns 1–2 = head 1, 3–4 = head 2")
+                        title={"text": "Packed W_Q", "subtitle": ["d_model × H·d_k:", "columns 1–2 head 1,",
+                                                                   "columns 3–4 head 2"]})
 # A bar on each slice boundary, so the heads read as column blocks; mid-grey keeps 3:1 contrast
 # against both themes' backgrounds (Vega-Lite's default black vanishes on the dark one).
 packed["layer"].append({
@@ -126,8 +130,8 @@ w1, w2 = st.columns([1, 1])
 w1.vega_lite_chart(packed)
 w2.dataframe(pd.DataFrame(pipe.W_Q + 0.0, columns=q_cols).assign(**{"W_Q": x_rows})[["W_Q", *q_cols]].round(4),
              hide_index=True)
-w2.latex(r"Q_{\text{all}} = X\,W_Q, \qquad \text{slice error} = "
-         r"\max_h \bigl|\,Q_{\text{all}}[:,\, h d_k:(h+1) d_k] - X W_Q^h\bigr|")
+w2.latex(r"Q_{\text{all}} = X\,W_Q")   # two lines: one does not fit half the page
+w2.latex(r"\text{slice error} = \max_h \bigl|\,Q_{\text{all}}[:,\, h d_k:(h+1) d_k] - X W_Q^h\bigr|")
 w2.metric("slice error", f"{slice_err:g}",
           help="One packed matmul against each head's own projection, computed now (X = I, the lesson's tokens).")
 st.caption("Head 1 (self, on the circle code) owns columns 1–2, head 2 (uniform, Q = 0) columns 3–4: "
@@ -139,7 +143,7 @@ divisors = [h for h in range(1, d_model + 1) if d_model % h == 0 and h <= 64]
 sweep = pd.DataFrame({"H": divisors, "d_k": [d_model // h for h in divisors],
                       "parameters": [analysis.mha_param_count(d_model, h, bias) for h in divisors]})
 left, right = st.columns([1, 2])
-left.dataframe(sweep, hide_index=True, height=260)
+left.dataframe(sweep, hide_index=True, height=260, column_config={"parameters": COUNT})
 long = sweep.melt(id_vars="H", value_vars=["d_k", "parameters"], var_name="quantity")
 right.vega_lite_chart(charts.lines(long[long.quantity == "d_k"], "H", "value", title="d_k = d_model / H",
                                 y_title="d_k", points=True), width="stretch")
@@ -175,7 +179,8 @@ else:
             (f"score FLOPs at T = {T}", before.score_flops, after.score_flops)]
     st.dataframe(pd.DataFrame([(n, a, b, b / a) for n, a, b in rows],
                               columns=["quantity", "before", "after", "after / before"]),
-                 hide_index=True, column_config={"after / before": st.column_config.NumberColumn(format="×%.2f")})
+                 hide_index=True, column_config={"before": COUNT, "after": COUNT,
+                                                 "after / before": st.column_config.NumberColumn(format="×%.2f")})
     e1, e2 = st.columns(2)
     e1.metric("Attention parameters after", f"{after.parameters:,}",
               delta=f"×{after.parameters / before.parameters:g} (was {before.parameters:,})", delta_color="off")
@@ -204,14 +209,17 @@ preset = st.selectbox("Start from", list(PRESET_LABELS), format_func=PRESET_LABE
 base = analysis.MODEL_PRESETS.get(preset) or analysis.TransformerSpec(
     architecture="encoder-only", d_model=d_model, n_heads=int(n_heads), d_ff=d_ff, n_encoder_layers=n_layers,
     n_decoder_layers=0, vocab_size=int(vocab), max_positions=max(T, 1), bias=bias, lm_head=False)
-k = f"p_{preset}_"  # one set of widgets per preset, so switching presets resets them
+# one set of widgets per preset, so switching presets starts from the preset's own choices
+k = lambda name: key(f"p_{preset}_{name}")  # noqa: E731
+for name, value in (("arch", base.architecture), ("pos", base.positional), ("lm", base.lm_head),
+                    ("tied", base.tied_output)):
+    ss.setdefault(k(name), value)
 a1, a2, a3 = st.columns(3)
-arch = a1.radio("Architecture", analysis.ARCHITECTURES, index=analysis.ARCHITECTURES.index(base.architecture),
-                key=k + "arch")
-positional = a2.radio("Positions", analysis.POSITIONAL, index=analysis.POSITIONAL.index(base.positional),
-                      key=k + "pos", help="sinusoidal: fixed, 0 parameters; learned: one vector per position.")
-lm_head = a3.checkbox("Output projection to the vocabulary", base.lm_head, key=k + "lm")
-tied = a3.checkbox("Tied to the token embedding", base.tied_output, key=k + "tied", disabled=not lm_head)
+arch = a1.radio("Architecture", analysis.ARCHITECTURES, key=k("arch"))
+positional = a2.radio("Positions", analysis.POSITIONAL, key=k("pos"),
+                      help="sinusoidal: fixed, 0 parameters; learned: one vector per position.")
+lm_head = a3.checkbox("Output projection to the vocabulary", key=k("lm"))
+tied = a3.checkbox("Tied to the token embedding", key=k("tied"), disabled=not lm_head)
 n_enc = base.n_encoder_layers or base.n_decoder_layers
 n_dec = base.n_decoder_layers or base.n_encoder_layers
 layers_by_arch = {"encoder-only": (n_enc, 0), "decoder-only": (0, n_dec), "encoder-decoder": (n_enc, n_dec)}
@@ -225,7 +233,7 @@ except ValueError as err:
     state.publish(PAGE, SPEC)
     st.stop()
 st.dataframe(pd.DataFrame(counted.rows(), columns=["part", "parameters", "share"]),
-             hide_index=True, column_config={"share": st.column_config.NumberColumn(format="percent")})
+             hide_index=True, column_config={"parameters": COUNT, "share": st.column_config.NumberColumn(format="percent")})
 m1, m2 = st.columns(2)
 m1.metric("Our count", f"{counted.total:,}", help=f"{counted.total / 1e6:.1f}M")
 changed = spec != base

@@ -151,13 +151,20 @@ with recording() as ran:
     longer = positional.longer_than_trained(int(trained), int(asked), d_model, base, backend=chosen_backend(),
                                             dtype=chosen_dtype())
 last = int(asked) - 1
+
+
+def norm_or_missing(row) -> str:
+    """The length of a position's vector, or a plain word when the table has no such row."""
+    return f"{np.linalg.norm(row):.4f}" if np.isfinite(row).all() else "no such row"
+
+
 st.dataframe(pd.DataFrame({
     "code": [f"learned (trained at {int(trained)})", "sinusoidal (formula)"],
     "positions asked": [int(asked)] * 2,
     "rows it has": [int(asked) - longer.missing, int(np.isfinite(longer.sinusoidal_rows).all(axis=1).sum())],
     "missing rows": [longer.missing, int((~np.isfinite(longer.sinusoidal_rows)).all(axis=1).sum())],
-    f"|vector of position {last}|": [float(np.linalg.norm(longer.learned_rows[last])),
-                                     float(np.linalg.norm(longer.sinusoidal_rows[last]))]}), hide_index=True)
+    f"|vector of position {last}|": [norm_or_missing(longer.learned_rows[last]),
+                                     norm_or_missing(longer.sinusoidal_rows[last])]}), hide_index=True)
 if longer.message:
     st.markdown(f"**Looking up the learned table:** {longer.message}")
 else:
@@ -207,6 +214,6 @@ H_alibi = 4
 S_alibi = positional.alibi_scores(np.zeros((T_s, 2)), np.zeros((T_s, 2)), H_alibi) + masks.causal(T_s)
 st.vega_lite_chart(charts.heatmap_grid([np.where(np.isinf(S), np.nan, S) for S in S_alibi], labels, labels,
                                     [f"head {h + 1}: slope {m:.3f}" for h, m in enumerate(positional.alibi_slopes(H_alibi))],
-                                    kind="signed", value_name="score", columns=4, size=180))
+                                    kind="signed", value_name="score", columns=2, size=180))
 st.caption("ALiBi maps use Q = K = 0 under a causal mask, so what you see is the bias alone; masked cells are blank.")
 state.publish(PAGE, SPEC)

@@ -25,6 +25,11 @@ class Check(NamedTuple):
     explanation: str
 
 
+def score(verdicts) -> tuple[int, int]:
+    """``(right, checked)`` over a mapping of question keys to their latest :class:`Check`."""
+    return sum(1 for v in verdicts.values() if v.ok), len(verdicts)
+
+
 class HeadCheck(NamedTuple):
     """A verdict on a hand-designed head, why, and the weights it produced ``(T, T)``."""
 

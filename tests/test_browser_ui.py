@@ -1,0 +1,373 @@
+"""What a student sees, checked in a real browser where AppTest cannot see it.
+
+One server, started for this module with Streamlit's own file watcher on (as ``streamlit run
+app.py`` has it on a student's machine; the other browser tests turn it off). Its first visit is
+a shared link, so the first test sees a freshly started server.
+
+- a deep link opened first never shows a raw file name in the sidebar, at any moment;
+- files written into ``__pycache__`` folders of the app's packages (what Numba does when a kernel
+  compiles) never bring up Streamlit's "File change — Rerun" notice;
+- a page that stops on bad input keeps every control's value, on screen and in the link;
+- a refused matrix cell is cleared back to the value the charts use, with a message in the
+  student's words; labels are read-only;
+- heatmaps label every key that fits; nothing is cut off (charts, formulas, tables, dropdowns).
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from urllib.parse import parse_qs, urlparse
+
+import pytest
+
+from browser_support import (MAIN, ROOT, SCREENSHOTS, StreamlitServer, chromium_or_skip, discover_pages,
+                             error_texts, launch_options, wait_idle)
+
+PAGES = {p.name: p for p in discover_pages()}
+VIEWPORT = {"width": 1400, "height": 900}
+COLD_MS = 240_000   # a first visit may compile the page's kernels (tens of seconds on two cores)
+WARM_MS = 60_000
+
+
+@pytest.fixture(scope="module")
+def chromium_path():
+    return chromium_or_skip()
+
+
+@pytest.fixture(scope="module")
+def server(chromium_path):
+    with StreamlitServer(watch_files=True) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def browser(chromium_path, server):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        br = pw.chromium.launch(**launch_options(chromium_path))
+        yield br
+        br.close()
+
+
+def _page(browser, color_scheme: str = "light"):
+    ctx = browser.new_context(viewport=VIEWPORT, color_scheme=color_scheme)
+    return ctx, ctx.new_page()
+
+
+def _open(browser, server, name: str, query: str = "", timeout_ms: float = COLD_MS):
+    ctx, page = _page(browser)
+    page.goto(server.page_url(PAGES[name], query))
+    wait_idle(page, timeout_ms=timeout_ms)
+    return ctx, page
+
+
+def _failure_screenshot(page, name: str) -> None:
+    try:
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SCREENSHOTS / f"FAILED_{name}.png"), full_page=True)
+    except Exception:  # noqa: BLE001 - the failure itself is what matters
+        pass
+
+
+def _query(page) -> dict:
+    return {k: v[-1] for k, v in parse_qs(urlparse(page.url).query).items()}
+
+
+# --- 9. a deep link first: the sidebar never lists file names ---------------------------------------
+
+NAV_LINKS_JS = """() => Array.from(document.querySelectorAll('[data-testid="stSidebarNavLink"]'))
+                     .map(a => a.innerText.split('\\n').pop().trim())"""
+
+
+def test_deep_link_first_never_shows_file_names(server, browser):
+    """From the first paint of a link opened first on a fresh server until the page has run,
+    every sidebar link reads as its page title; a file-derived name ("one head", "app") never shows."""
+    titles = [p.title for p in PAGES.values()]
+    file_names = {Path(p.path).stem.replace("_", " ") for p in PAGES.values()} | {"app", "streamlit app"}
+    ctx, page = _page(browser)
+    try:
+        page.goto(server.page_url(PAGES["one_head"], "seed=3"), wait_until="commit")
+        seen, deadline = [], time.monotonic() + COLD_MS / 1000
+        while time.monotonic() < deadline:
+            links = page.evaluate(NAV_LINKS_JS)
+            if links and (not seen or seen[-1] != links):
+                seen.append(links)
+            if page.evaluate("""() => document.querySelector('[data-testid="stApp"]')
+                                     ?.getAttribute('data-test-script-state') === 'notRunning'""") \
+                    and page.locator(f"{MAIN} h1").count():
+                break
+            page.wait_for_timeout(30)
+        wait_idle(page, timeout_ms=COLD_MS)
+        seen.append(page.evaluate(NAV_LINKS_JS))
+        raw = sorted({name for links in seen for name in links if name in file_names})
+        assert raw == [], f"file names in the sidebar at some moment: {raw} (all seen: {seen})"
+        assert all(links == titles for links in seen if links), f"sidebar links seen: {seen}"
+        assert page.get_by_label("Random seed").input_value() == "3"
+    except BaseException:
+        _failure_screenshot(page, "deep_link_sidebar")
+        raise
+    finally:
+        ctx.close()
+
+
+# --- 2. a kernel compiling never brings up "File change" --------------------------------------------
+
+CACHE_FOLDERS = ("core/kernels/tuned/__pycache__", "core/kernels/__pycache__", "core/lessons/__pycache__",
+                 "core/__pycache__", "ui/__pycache__", "core/models/__pycache__")
+
+
+def _file_change_notice(page) -> str:
+    """The text of Streamlit's "File change" notice in the header, or "" when it is not shown."""
+    return page.evaluate("""() => {
+        const box = document.querySelector('[data-testid="stStatusWidget"]');
+        const text = box ? box.innerText : '';
+        return /file change|rerun/i.test(text) ? text : '';
+    }""")
+
+
+def test_cache_files_written_while_running_bring_no_file_change_notice(server, browser):
+    """Numba writes its cache (``*.nbi``, ``*.nbc``) into ``__pycache__`` beside the kernels when one
+    compiles; Python writes ``*.pyc`` there on a first import. Neither may look like an edit of the app."""
+    ctx, page = _open(browser, server, "one_head")
+    written = []
+    try:
+        assert _file_change_notice(page) == ""
+        stamp = f"{time.time_ns()}"
+        for folder in CACHE_FOLDERS:
+            path = ROOT / folder
+            path.mkdir(exist_ok=True)
+            for suffix in (".nbi", ".nbc", ".cpython-311.pyc"):
+                probe = path / f"browser_probe_{stamp}{suffix}"
+                probe.write_bytes(b"written by the browser test, as a compiling kernel writes its cache")
+                written.append(probe)
+        deadline = time.monotonic() + 6      # the watcher reacts within a second; give it several
+        while time.monotonic() < deadline:
+            notice = _file_change_notice(page)
+            assert notice == "", f"a cache file written under {CACHE_FOLDERS} showed: {notice!r}"
+            page.wait_for_timeout(250)
+        assert server.alive(), server.log()
+    except BaseException:
+        _failure_screenshot(page, "file_change_notice")
+        raise
+    finally:
+        for probe in written:
+            probe.unlink(missing_ok=True)
+        ctx.close()
+
+
+# --- 1. a page that stops on bad input keeps its controls ------------------------------------------
+
+
+def _type_into(page, label: str, text: str) -> None:
+    box = page.get_by_label(label)
+    box.fill(text)
+    box.press("Enter")
+    wait_idle(page, timeout_ms=WARM_MS)
+
+
+def _one_head_controls(page) -> dict:
+    main = page.locator(MAIN)
+    return {
+        "d_k": main.get_by_label("d_k (width of a query or key)").input_value(),
+        "seed": main.get_by_label("Random seed").input_value(),
+        "temperature": main.locator('[data-testid="stSlider"]', has_text="Temperature")
+                           .get_by_test_id("stSliderThumbValue").inner_text(),
+        "scaled": main.locator("label", has_text="Divide by √d_k").locator("input").is_checked(),
+        "causal": main.locator("label", has_text="Causal mask (no looking").locator("input").is_checked(),
+    }
+
+
+def test_one_head_keeps_its_controls_after_an_empty_sentence(server, browser):
+    """d_k = 4, τ = 1, √d_k on, causal on; clear the sentence (the page stops with a message), type a
+    valid one: every control still shows its value, and the link keeps it after the next change."""
+    ctx, page = _open(browser, server, "one_head")
+    sentence = "Sentence (at most 16 words; each word is one token)"
+    try:
+        d_k = page.locator(f'{MAIN} [data-testid="stNumberInput"]', has_text="d_k (width")
+        for _ in range(2):                                        # 2 -> 4 with the "+" button
+            d_k.get_by_test_id("stNumberInputStepUp").click()
+            wait_idle(page, timeout_ms=WARM_MS)
+        before = _one_head_controls(page)
+        assert before == {"d_k": "4", "seed": "0", "temperature": "1.00", "scaled": True, "causal": True}, before
+        assert _query(page).get("d_k") == "4"
+
+        _type_into(page, sentence, "")
+        assert any("empty" in e for e in error_texts(page)), error_texts(page)
+        _type_into(page, sentence, "the cat sat on the mat")
+        assert error_texts(page) == []
+        assert _one_head_controls(page) == before, "controls changed after an empty sentence"
+
+        # the next change writes the link from the controls on screen: d_k stays 4, nothing else moves
+        page.locator(f'{MAIN} [data-testid="stNumberInput"]', has_text="Random seed") \
+            .get_by_test_id("stNumberInputStepUp").click()
+        wait_idle(page, timeout_ms=WARM_MS)
+        assert _one_head_controls(page) == {**before, "seed": "1"}
+        link = _query(page)
+        assert link.get("d_k") == "4" and link.get("seed") == "1", link
+        assert not {"scaled", "causal", "temperature"} & set(link), link
+    except BaseException:
+        _failure_screenshot(page, "one_head_bad_sentence")
+        raise
+    finally:
+        ctx.close()
+
+
+def test_parameters_keeps_its_controls_after_heads_that_do_not_divide(server, browser):
+    """7 heads do not divide d_model = 64: the page stops with a message; back to 8, the controls
+    drawn below the message (the whole-model choices) still hold what the student set."""
+    ctx, page = _open(browser, server, "parameters")
+    try:
+        main = page.locator(MAIN)
+        main.get_by_role("radiogroup", name="Architecture").get_by_text("decoder-only").click()
+        wait_idle(page, timeout_ms=WARM_MS)
+        heads = main.locator('[data-testid="stNumberInput"]', has_text="Heads H")
+        heads.get_by_test_id("stNumberInputStepDown").click()      # 8 -> 7
+        wait_idle(page, timeout_ms=WARM_MS)
+        assert any("cannot be split evenly" in e for e in error_texts(page))
+        heads.get_by_test_id("stNumberInputStepUp").click()        # 7 -> 8
+        wait_idle(page, timeout_ms=WARM_MS)
+        assert error_texts(page) == []
+        assert main.get_by_role("radiogroup", name="Architecture") \
+            .get_by_role("radio", name="decoder-only").is_checked()
+    except BaseException:
+        _failure_screenshot(page, "parameters_bad_heads")
+        raise
+    finally:
+        ctx.close()
+
+
+# --- 7. matrix cells: what a cell shows is what is used ---------------------------------------------
+
+CELLS_JS = """(i) => Array.from(document.querySelectorAll('[data-testid="stDataFrame"]')[i]
+                 .querySelectorAll('table td')).map(td => [td.innerText, td.getAttribute('aria-readonly')])"""
+
+
+def _type_in_cell(page, editor_index: int, row: int, column: int, text: str) -> None:
+    """Select cell (row, column) of a data editor (the label column is 0), type ``text``, press Enter."""
+    box = page.locator('[data-testid="stDataFrame"]').nth(editor_index).bounding_box()
+    page.mouse.click(box["x"] + 15, box["y"] + 35 + 35 * row + 17)   # the row's label cell
+    for _ in range(column):
+        page.keyboard.press("ArrowRight")
+    page.keyboard.press("Enter")                                       # open the cell's editor
+    page.wait_for_timeout(400)
+    page.keyboard.press("ControlOrMeta+a")
+    page.keyboard.type(text, delay=40)
+    page.wait_for_timeout(200)
+    page.keyboard.press("Enter")
+    wait_idle(page, timeout_ms=WARM_MS)
+
+
+def _warnings(page) -> list[str]:
+    return [w.inner_text() for w in page.query_selector_all('[data-testid="stAlertContentWarning"]')]
+
+
+def test_matrix_cells_show_what_is_used(server, browser):
+    """One head, queries typed by hand: a good cell is used as typed; 1e308 and NaN are refused with
+    a message naming Q, the token and the column, and the cell goes back to the value in use; the
+    token column cannot be edited."""
+    ctx, page = _open(browser, server, "one_head", "source=hand&sentence=The+cat+sat")
+    try:
+        cells = page.evaluate(CELLS_JS, 0)                     # Q: [token, f1, f2] per row
+        assert [c[0] for c in cells[::3]] == ["1 The", "2 cat", "3 sat"]
+        assert {c[1] for c in cells[::3]} == {"true"} and {c[1] for c in cells[1::3]} == {"false"}
+
+        _type_in_cell(page, 0, 1, 1, "2.5e2")                 # row 2, f1: a good value, used as typed
+        assert page.evaluate(CELLS_JS, 0)[4][0] == "250"     # shown as the page reads it
+        assert _query(page).get("Q", "").split(";")[1].split(",")[0] == "250", _query(page)
+        good = page.evaluate(CELLS_JS, 0)
+
+        for typed, words in (("1e308", "1e+308, beyond the limit of ±1,000"), ("NaN", "NaN")):
+            _type_in_cell(page, 0, 1, 1, typed)
+            messages = _warnings(page)
+            assert any(words in m and "Q, row “2 cat”, column f1" in m for m in messages), messages
+            assert not any("one_head." in m for m in messages), messages
+            assert page.evaluate(CELLS_JS, 0) == good, f"the refused {typed!r} stays in the cell"
+            assert _query(page).get("Q", "").split(";")[1].split(",")[0] == "250"
+        assert error_texts(page) == []
+    except BaseException:
+        _failure_screenshot(page, "matrix_cells")
+        raise
+    finally:
+        ctx.close()
+
+
+# --- 10. layout: every label that fits, nothing cut off ---------------------------------------------
+
+AXIS_LABELS_JS = """() => Array.from(document.querySelectorAll('[data-testid="stVegaLiteChart"] svg')).map(svg => ({
+    title: Array.from(svg.querySelectorAll('g.role-title-text > text')).map(t => t.textContent).join(' '),
+    shown: Array.from(svg.querySelectorAll('g.role-axis-label > text'))
+                .filter(t => parseFloat(t.getAttribute('opacity') ?? '1') > 0).map(t => t.textContent)}))"""
+
+
+def test_heatmaps_label_every_key(server, browser):
+    """Cross-attention over "je suis étudiant": each of the 3 keys is labelled under its column, and
+    each of the 4 queries beside its row (Vega's overlap rule used to hide every other one)."""
+    ctx, page = _open(browser, server, "masks")
+    try:
+        charts = page.evaluate(AXIS_LABELS_JS)
+        cross = [c for c in charts if "1 je" in " ".join(c["shown"]) or "2 suis" in " ".join(c["shown"])]
+        assert cross, f"no chart labels a source word: {charts}"
+        for label in ("1 je", "2 suis", "3 étudiant", "1 i", "2 am", "3 a", "4 student"):
+            assert all(label in c["shown"] for c in cross), f"{label!r} not shown: {cross}"
+        causal = [c for c in charts if "2 tired" in c["shown"] or "1 the" in c["shown"]]
+        assert causal and all(f"{i + 1} {w}" in c["shown"] for c in causal
+                              for i, w in enumerate("the tired cat sat on the warm mat".split())), causal
+    except BaseException:
+        _failure_screenshot(page, "heatmap_labels")
+        raise
+    finally:
+        ctx.close()
+
+
+CUT_OFF_JS = """() => {
+    const main = document.querySelector('[data-testid="stMainBlockContainer"]').getBoundingClientRect();
+    const found = [];
+    // a chart wider than the page, or a title or label Vega shortened with an ellipsis
+    document.querySelectorAll('[data-testid="stVegaLiteChart"] svg').forEach((svg, i) => {
+        const r = svg.getBoundingClientRect();
+        const title = Array.from(svg.querySelectorAll('g.role-title-text > text')).map(t => t.textContent).join(' ');
+        if (r.right > main.right + 1) found.push(`chart ${i + 1} "${title}" runs ${Math.round(r.right - main.right)} px past the page`);
+        svg.querySelectorAll('text').forEach(t => {
+            if ((t.textContent || '').endsWith('…')) found.push(`chart ${i + 1} "${title}": text cut to "${t.textContent}"`);
+        });
+        // the legend must be on screen too
+        svg.querySelectorAll('g.role-legend').forEach(g => {
+            if (g.getBoundingClientRect().right > main.right + 1) found.push(`chart ${i + 1} "${title}": legend off the page`);
+        });
+    });
+    // a formula wider than its box (KaTeX scrolls it sideways: the end is hidden)
+    document.querySelectorAll('[data-testid="stMain"] .katex-display').forEach(k => {
+        const box = k.getBoundingClientRect(), html = k.querySelector('.katex-html');
+        const r = html ? html.getBoundingClientRect() : box;
+        if (r.right > box.right + 2 || r.left < box.left - 2)
+            found.push(`formula cut off: ${(k.querySelector('annotation') || k).textContent.slice(0, 80)}`);
+    });
+    // a static table's cell, or a dropdown's shown choice, shortened
+    document.querySelectorAll('[data-testid="stMain"] [data-testid="stTable"] td, [data-testid="stMain"] [data-testid="stTable"] th').forEach(c => {
+        if (c.scrollWidth > c.clientWidth + 1) found.push(`table cell cut off: ${c.innerText.slice(0, 60)}`);
+    });
+    document.querySelectorAll('[data-testid="stMain"] [data-testid="stSelectbox"] [data-baseweb="select"] div').forEach(d => {
+        if (getComputedStyle(d).textOverflow === 'ellipsis' && d.scrollWidth > d.clientWidth + 1)
+            found.push(`dropdown choice cut off: ${d.innerText.slice(0, 60)}`);
+    });
+    return found;
+}"""
+
+
+@pytest.mark.parametrize("name, query", [
+    ("positional", ""), ("masks", ""), ("parameters", ""), ("filter_bank", ""), ("one_head", ""),
+    ("multi_head", ""), ("check_yourself", ""), ("home", ""),
+])
+def test_nothing_is_cut_off(name, query, server, browser):
+    """At 1,400 px: no chart (or its legend) runs past the page, no chart text is shortened to "…",
+    no formula, table cell or dropdown choice is cut off."""
+    ctx, page = _open(browser, server, name, query)
+    try:
+        page.wait_for_timeout(1500)          # charts lay themselves out after the run
+        assert page.evaluate(CUT_OFF_JS) == []
+    except BaseException:
+        _failure_screenshot(page, f"cut_off_{name}")
+        raise
+    finally:
+        ctx.close()
