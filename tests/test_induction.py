@@ -98,3 +98,17 @@ def test_the_command_line_reports_the_usual_keys_and_the_induction_measures():
     assert result["task"] == "induction" and result["steps"] == 3
     for key in ("val_acc", "train_seconds", "ms_per_step", "induction_score", "loss_first_half", "loss_second_half"):
         assert isinstance(result[key], float), key
+
+
+def test_a_head_is_named_only_when_its_score_reaches_the_threshold():
+    L, H, B = 2, 3, 1
+    m = I.Measures(induction=np.array([[0.9, 0.0, 0.0], [0.05, 0.24, 0.1]]),
+                   previous=np.array([[0.2, 0.6, 0.1], [0.99, 0.0, 0.0]]), loss_by_position=np.zeros(T),
+                   loss_first_half=0.0, loss_second_half=0.0, acc_second_half=0.0, attn=np.zeros((L, B, H, T, T)))
+    prev, ind = I.head_verdicts(m)
+    assert (prev.layer, prev.head, prev.formed) == (0, 1, True)       # layer 1 only, however layer 2 scores
+    assert (ind.layer, ind.head, ind.formed) == (1, 1, False)         # 0.24 < 0.25: not an induction head
+    m.induction[1, 2] = I.INDUCTION_THRESHOLD
+    assert I.head_verdicts(m)[1].formed and I.head_verdicts(m)[1].head == 2
+    best = I.best_first_half_losses(SETUP)
+    np.testing.assert_allclose(best, [np.log(SETUP.vocab_size - t - 1) for t in range(N - 1)])

@@ -40,6 +40,13 @@ def distribution(at):
     return table_named(at, "token")
 
 
+def cost_table(at):
+    """The KV-cache timing table (an ``st.table``, indexed by generation)."""
+    found = [t.value for t in at.table if "positions computed" in t.value.columns]
+    assert len(found) == 1
+    return found[0]
+
+
 def errors(at) -> str:
     return " ".join(e.value for e in at.error)
 
@@ -58,9 +65,9 @@ def test_page_shows_teacher_forcing_generation_and_the_cache_agreement(at):
     # cached and recomputed generation agree, and the recompute runs 1 + 2 + ... + 8 positions
     assert float(metric(at, "Largest |logit difference|")) < 1e-4
     assert metric(at, "Same tokens written") == "yes"
-    cost = table_named(at, "generation")
-    assert cost.loc["with the KV cache", "positions computed"] == 8
-    assert cost.loc["full recompute", "positions computed"] == sum(range(1, 9))
+    cost = cost_table(at)
+    assert cost.loc["with the KV cache", "positions computed"] == "8"
+    assert cost.loc["full recompute", "positions computed"] == str(sum(range(1, 9)))
     assert "Source" in " ".join(e.label for e in at.expander)
 
 
@@ -122,13 +129,13 @@ def test_bad_sampler_settings_show_an_error_and_change_nothing_else(at, field, v
     at.text_input(key="decoder.top_k").input("4").run()
     button(at, "Next ▶").click().run()
     assert not at.error and distribution(at)["allowed"].sum() == 4
-    before_dist, before_cost = distribution(at), table_named(at, "generation")["positions computed"]
+    before_dist, before_cost = distribution(at), cost_table(at)["positions computed"]
     widget = at.text_input(key=f"decoder.{field}") if field == "top_k" else at.number_input(key=f"decoder.{field}")
     (widget.input(value) if field == "top_k" else widget.set_value(value)).run()
     assert not at.exception
     assert message in errors(at)
     assert distribution(at).equals(before_dist)
-    assert table_named(at, "generation")["positions computed"].equals(before_cost)
+    assert cost_table(at)["positions computed"].equals(before_cost)
     assert metric(at, "Rows in the K/V cache") == "2"
 
 
@@ -239,3 +246,31 @@ def test_a_link_to_a_task_opens_with_that_tasks_step_count_and_keeps_a_chosen_on
     again.query_params.update(task=task, steps="123")
     again.run()
     assert next(n for n in again.number_input if n.label.startswith("Steps")).value == 123
+
+
+@pytest.mark.parametrize("precision, low, high", [("float64", 0.0, 1e-12), ("float32", 1e-9, 1e-4)])
+def test_the_sidebar_precision_is_the_one_that_runs(at, precision, low, high):
+    """float64 in the sidebar: cached and recomputed logits agree to ~1e-15, not float32's ~1e-6."""
+    at.session_state["precision_choice"] = precision
+    at.run()
+    assert not at.exception and not at.error
+    assert low <= float(metric(at, "Largest |logit difference|")) < high
+    assert any(f"weights in **{precision}**" in c.value for c in at.caption)
+
+
+def test_the_timing_table_shows_whole_numbers_and_says_whether_the_cache_paid(at):
+    at.run()
+    cost = cost_table(at)
+    times = cost[[c for c in cost.columns if c.startswith("ms per token")][0]]
+    assert all(len(t.split(".")[1]) == 3 and float(t) > 0 for t in times)        # 0.123, not "0" or "1"
+    note = " ".join(c.value for c in at.caption if "warm calls" in c.value)
+    cached, full = (float(times[name]) for name in ("with the KV cache", "full recompute"))
+    assert ("did not pay" in note) == (cached >= 0.9 * full) and ("faster per token" in note) == (cached < 0.9 * full)
+    assert "fewer positions computed" in " ".join(h.value for h in at.header)
+    assert "less work" not in " ".join(h.value for h in at.header)
+
+
+def test_one_box_says_the_weights_are_untrained(at):
+    at.run()
+    boxes = [b.value for b in (*at.info, *at.warning) if "untrained" in b.value]
+    assert len(boxes) == 1, boxes

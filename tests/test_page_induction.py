@@ -98,3 +98,56 @@ def test_a_new_seed_trains_a_new_model_once_submitted(core_numbers):
     assert _metric(at, "loss, first half") == pytest.approx(m1.loss_first_half, abs=5e-4)
     assert m1.loss_first_half != pytest.approx(m0.loss_first_half, abs=5e-4)
     assert at.query_params["seed"] == "1"
+
+
+def _chart_titles(at) -> list[str]:
+    """The titles of the page's Vega-Lite charts, read from the specs Streamlit sends."""
+    import json
+    titles = []
+    for el in at.get("vega_lite_chart"):
+        spec = json.loads(el.proto.spec)
+        title = spec.get("title")
+        titles.append(title.get("text") if isinstance(title, dict) else title)
+    return [t for t in titles if t]
+
+
+def test_few_steps_name_no_head_and_say_what_to_try(at, core_numbers):
+    """150 steps: every layer-2 induction score is near a uniform map's; no chart may call a head
+    "induction", and the page says plainly that none formed."""
+    _, m = core_numbers
+    assert m.induction[1].max() < I.INDUCTION_THRESHOLD              # the premise of this test
+    warning = " ".join(w.value for w in at.warning)
+    assert "No induction head formed" in warning and "more steps" in warning and "another seed" in warning
+    titles = _chart_titles(at)
+    assert not any(t.endswith(("induction", "previous token")) or ": induction (" in t for t in titles), titles
+    assert any("highest induction score" in t for t in titles), titles
+    text = " ".join(x.value for x in at.markdown)
+    assert "diagonal just below the main one" not in text and "gathers at key" not in text
+
+
+def test_the_caption_on_the_first_repeated_token_matches_the_loss_chart(at, core_numbers):
+    _, m = core_numbers
+    text = " ".join(x.value for x in at.markdown)
+    assert "nothing announces" not in text
+    assert f"Its loss here is **{m.loss_by_position[I.InductionSetup().half - 1]:.3f}**" in text
+
+
+def test_enough_steps_form_an_induction_head_and_the_page_names_it():
+    steps = 800
+    setup = I.InductionSetup(steps=steps)
+    run = I.train_induction(setup, seed=0)
+    m = I.measure(run.params, run.cfg, I.held_out(setup, 0))
+    prev, ind = I.head_verdicts(m)
+    assert ind.formed                                                 # the premise of this test
+    at = AppTest.from_file(PAGE, default_timeout=120)
+    at.session_state["induction.steps"] = steps
+    at.run()
+    assert not at.exception and not any("No induction head" in w.value for w in at.warning)
+    titles = _chart_titles(at)
+    assert f"Layer 2, head {ind.head + 1}: induction (score {ind.score:.3f} ≥ {ind.threshold:g})" in titles
+    text = " ".join(x.value for x in at.markdown)
+    assert "gathers at key" in text
+    assert (f"Layer 1, head {prev.head + 1}: previous-token" in " ".join(titles)) == prev.formed
+    # the loss there has been learned: the caption says so and the chart agrees
+    assert m.loss_by_position[setup.half - 1] < 0.5 * np.log(setup.vocab_size)
+    assert "learned like the repeated half's" in text

@@ -243,3 +243,33 @@ def test_a_failing_chart_is_a_message_not_a_traceback(at, monkeypatch):
     at.run()
     assert not at.exception
     assert "Could not draw the training view" in texts(at.error)
+
+
+def test_sections_are_numbered_without_a_gap_before_and_after_a_run(at):
+    at.run()
+    numbered = [h.value.split(".")[0] for h in at.header if h.value[:1].isdigit()]
+    assert numbered == ["1", "2", "3"]
+    at.number_input(key="training.steps").set_value(3).run()
+    button(at, "Start training").click().run()
+    assert rerun_until(at, lambda a: trainer_of(a).status == "done", timeout=40)
+    at.run()
+    assert any(h.value == "Results" for h in at.subheader)
+    assert [h.value.split(".")[0] for h in at.header if h.value[:1].isdigit()] == ["1", "2", "3"]
+
+
+def test_a_time_cap_stops_the_ablations_at_one_step_and_the_table_says_so(at):
+    at.session_state["training.ablation_trainer"] = Trainer(max_seconds=0.5)
+    at.run()
+    at.number_input(key="training.ablation_steps").set_value(limits.MAX_TRAIN_STEPS).run()
+    button(at, "Run the ablations").click().run()
+    abl = at.session_state["training.ablation_trainer"]
+    assert rerun_until(at, lambda a: abl.status == "done", timeout=60)
+    at.run()
+    runs = abl.view().runs
+    stopped = {r.step for r in runs}
+    assert len(stopped) == 1
+    step = stopped.pop()
+    assert 0 < step < limits.MAX_TRAIN_STEPS
+    cells = [c for t in at.table for c in t.value["steps"]]
+    assert cells and all(c == f"{step} of {limits.MAX_TRAIN_STEPS} (stopped early: time cap)" for c in cells)
+    assert any("stopped the runs at step" in w.value for w in at.warning)

@@ -243,3 +243,27 @@ def test_an_error_in_the_worker_is_reported_not_raised(monkeypatch, trainer):
     monkeypatch.undo()
     trainer.start(tiny(steps=3))
     assert trainer.join(30) and trainer.status == DONE
+
+
+def test_a_time_cap_stops_every_ablation_run_at_the_same_step(monkeypatch):
+    """Runs of unequal speed (4 heads vs 1, on a busy server) still compare equal training: they
+    train in turns, so the shared cap leaves them at one step count, and each says it stopped early."""
+    slow = trainer_module.training.train
+
+    def uneven(state, data, **kw):          # the first run's steps take far longer than the others'
+        for m in slow(state, data, **kw):
+            if state.cfg.n_heads == 2:
+                time.sleep(0.01)
+            yield m
+
+    monkeypatch.setattr(trainer_module.training, "train", uneven)
+    t = Trainer(max_seconds=0.6)
+    t.start([tiny(steps=limits.MAX_TRAIN_STEPS, label="slow"), tiny(steps=limits.MAX_TRAIN_STEPS, n_heads=1,
+                                                                    label="fast"),
+             tiny(steps=limits.MAX_TRAIN_STEPS, positional="none", n_heads=1, label="fast too")])
+    assert t.join(30) and t.status == DONE
+    runs = t.view().runs
+    steps = {r.step for r in runs}
+    assert len(steps) == 1 and 0 < steps.pop() < limits.MAX_TRAIN_STEPS
+    assert all(r.finished and "time cap" in r.stop_reason and f"step {r.step} of" in r.stop_reason for r in runs)
+    assert all(r.metrics[-1]["evaluated"] and r.test_acc is not None for r in runs)

@@ -12,7 +12,8 @@ redraws. The thread never calls Streamlit: it only appends to lists behind a loc
 
 One trainer runs its specs one after the other (a single run, or the runs of an ablation). Each
 run is bounded by ``core.limits``: at most ``MAX_TRAIN_STEPS`` steps, and all runs together at most
-``MAX_TRAIN_SECONDS`` of wall-clock time, split evenly between them; and at most
+``MAX_TRAIN_SECONDS`` of wall-clock time. Several runs train in turns of ``eval_every`` steps each,
+so a time cap stops them all at the same step (a comparison stays between equal runs); and at most
 ``MAX_CONCURRENT_RUNS`` workers train at once in the whole server process, so a class sharing one
 or two cores stays responsive. Nothing here imports Streamlit: tests drive it as a plain object.
 """
@@ -140,7 +141,6 @@ class Trainer:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._runs: list[_Run] = []
-        self._current = 0
         self._status = IDLE
         self._message = ""
         self._example = 0
@@ -177,7 +177,7 @@ class Trainer:
         self._take_slot()      # before anything changes: a busy server leaves the old record alone
         with self._lock:
             self._generation += 1
-            self._runs, self._current = runs, 0
+            self._runs = runs
             self._example = min(self._example, max(len(runs[0].data.y_val) - 1, 0))
             self._status, self._message = IDLE, ""
             self._bump()
@@ -203,7 +203,7 @@ class Trainer:
         self._join(timeout)
         with self._lock:
             self._generation += 1
-            self._runs, self._current = [], 0
+            self._runs = []
             self._status, self._message = IDLE, ""
             self._bump()
 
@@ -246,7 +246,7 @@ class Trainer:
         self._join()
         with self._lock:
             self._generation += 1
-            self._runs, self._current = [run], 0
+            self._runs = [run]
             self._example = min(self._example, len(data.y_val) - 1)
             self._status, self._message = LOADED, "Loaded a trained model."
             self._bump()
@@ -334,76 +334,92 @@ class Trainer:
         try:
             with self._lock:
                 runs = list(self._runs)
-            budget = self.max_seconds / max(len(runs), 1)   # wall seconds per run
-            while self._current < len(runs):
-                run = runs[self._current]
-                if not run.finished and not self._train(run, budget):
-                    set_status(PAUSED)
-                    return
+            for run in runs:   # compiling (a new server's first run) is not training: outside the clock
+                encoder.warm_up(run.cfg, run.state.grad_flat.dtype)
+            while True:
+                left = [run for run in runs if not run.finished]
+                if not left:
+                    break
+                spent = sum(run.wall_seconds for run in runs)
+                if spent >= self.max_seconds:
+                    for run in left:
+                        self._finish(run, stopped_early=True, shared=len(runs) > 1)
+                    break
+                # One run: train it to its step count or the cap. Several (an ablation): rounds of
+                # ``eval_every`` steps, each run in turn, the cap checked between rounds only, so
+                # whenever the cap ends them they stand at the same step: equal training runs.
+                if len(runs) == 1:
+                    until, limit = left[0].spec.steps, left[0].wall_seconds + self.max_seconds - spent
+                else:
+                    until, limit = min(run.state.step for run in left) + left[0].spec.eval_every, None
+                for run in left:
+                    if not self._advance(run, min(until, run.spec.steps), limit):
+                        set_status(PAUSED)
+                        return
+                    if run.state.step >= run.spec.steps:
+                        self._finish(run, stopped_early=False, shared=len(runs) > 1)
                 with self._lock:
                     if self._generation != generation:
                         return
-                    self._current += 1
             set_status(DONE)
         except Exception as err:   # the page shows the message; the thread must end cleanly
             set_status(ERROR, f"Training stopped: {err}")
         finally:
             _slots.release()
 
-    def _train(self, run: _Run, budget: float) -> bool:
-        """Train ``run`` until it ends (True) or a pause is asked for (False)."""
+    def _advance(self, run: _Run, until: int, limit: float | None) -> bool:
+        """Train ``run`` up to step ``until``, or until its wall seconds reach ``limit`` (None: no
+        limit); False when a pause was asked for (the run is evaluated where it stopped)."""
         state, spec = run.state, run.spec
-        encoder.warm_up(run.cfg, state.grad_flat.dtype)   # compiling (a new server's first run) is not training
         if state.step == 0:
             self._snapshot(run)
+        if state.step >= until or (limit is not None and run.wall_seconds >= limit):
+            return True
         segment_start = time.perf_counter()
         wall_before = run.wall_seconds
         recent = collections.deque(maxlen=RATE_WINDOW + 1)
         recent.append((state.step, segment_start))
-        reason = ""
-        if state.step < spec.steps and wall_before < budget:
-            for m in training.train(state, run.data, max_steps=spec.steps,
-                                    max_seconds=budget - state.train_seconds, eval_every=spec.eval_every):
-                now = time.perf_counter()
-                recent.append((m["step"], now))
-                (s0, t0), (s1, t1) = recent[0], recent[-1]
-                record = {"run": spec.label, "step": m["step"], "loss": float(m["loss"]),
-                          "train_acc": float(m["train_acc"]),
-                          "val_acc": None if m["val_acc"] is None else float(m["val_acc"]),
-                          "evaluated": bool(m["evaluated"]), "elapsed": wall_before + now - segment_start,
-                          "steps_per_s": (s1 - s0) / (t1 - t0) if t1 > t0 else 0.0}
-                with self._lock:
-                    run.metrics.append(record)
-                    run.wall_seconds = record["elapsed"]
-                    self._bump()
-                if m["step"] % self.snapshot_every == 0:
-                    self._snapshot(run)
-                if run.wall_seconds >= budget:
-                    reason = "time"
-                    break
-                if self._stop.is_set():
-                    self._snapshot(run)
-                    self._evaluate(run)
-                    return False
-        else:
-            reason = "time" if state.step < spec.steps else ""
-        if state.step < spec.steps and not reason:
-            reason = "time"   # the generator stopped on its own clock
-        if reason == "time":
+        seconds = None if limit is None else limit - wall_before
+        for m in training.train(state, run.data, max_steps=until, max_seconds=seconds, eval_every=spec.eval_every):
+            now = time.perf_counter()
+            recent.append((m["step"], now))
+            (s0, t0), (s1, t1) = recent[0], recent[-1]
+            record = {"run": spec.label, "step": m["step"], "loss": float(m["loss"]),
+                      "train_acc": float(m["train_acc"]),
+                      "val_acc": None if m["val_acc"] is None else float(m["val_acc"]),
+                      "evaluated": bool(m["evaluated"]), "elapsed": wall_before + now - segment_start,
+                      "steps_per_s": (s1 - s0) / (t1 - t0) if t1 > t0 else 0.0}
+            with self._lock:
+                run.metrics.append(record)
+                run.wall_seconds = record["elapsed"]
+                self._bump()
+            if m["step"] % self.snapshot_every == 0:
+                self._snapshot(run)
+            if limit is not None and run.wall_seconds >= limit:
+                break
+            if self._stop.is_set():
+                self._snapshot(run)
+                self._evaluate(run)
+                return False
+        return True
+
+    def _finish(self, run: _Run, *, stopped_early: bool, shared: bool) -> None:
+        """End ``run``: a validation accuracy at its last step, its test accuracy, and why it stopped."""
+        state, spec = run.state, run.spec
+        if stopped_early and run.metrics and not run.metrics[-1]["evaluated"]:
             # the last step may not have evaluated: do it so every run ends with a validation accuracy
-            if run.metrics and not run.metrics[-1]["evaluated"]:
-                val = training.accuracy(state, run.data.X_val, run.data.y_val)
-                with self._lock:
-                    run.metrics[-1] = {**run.metrics[-1], "val_acc": val, "evaluated": True}
+            val = training.accuracy(state, run.data.X_val, run.data.y_val)
+            with self._lock:
+                run.metrics[-1] = {**run.metrics[-1], "val_acc": val, "evaluated": True}
         self._snapshot(run)
         self._evaluate(run)
+        cap = (f"the time cap ({self.max_seconds:.0f} s shared by the runs, which all stopped at this step)"
+               if shared else f"the time cap ({self.max_seconds:.0f} s)")
         with self._lock:
             run.finished = True
-            run.stop_reason = (f"stopped at step {state.step} of {spec.steps}: the time cap "
-                               f"({budget:.0f} s for this run) was reached" if reason == "time" else
-                               f"reached the step count ({spec.steps})")
+            run.stop_reason = (f"stopped at step {state.step} of {spec.steps}: {cap} was reached" if stopped_early
+                               else f"reached the step count ({spec.steps})")
             self._bump()
-        return True
 
     def _snapshot(self, run: _Run) -> None:
         """Attention maps of every layer and head for the chosen validation example."""

@@ -52,7 +52,8 @@ seed, steps = int(ss[k("seed")]), int(ss[k("steps")])
 with st.spinner(f"Training a two-layer attention-only model, {steps} steps (a few seconds at most, once per seed; "
                 "a new server first compiles the training step: up to a minute)…"):
     run, (tgt_in, tgt_out), m = trained(seed, steps)
-prev_head, ind_head = induction.best_heads(m)
+prev, ind = induction.head_verdicts(m)
+prev_head, ind_head = prev.head, ind.head
 c = st.columns(4)
 c[0].metric("loss, first half", f"{m.loss_first_half:.3f}", help="Mean cross-entropy (nats) at query positions 1..n.")
 c[1].metric("loss, repeated half", f"{m.loss_second_half:.3f}")
@@ -63,27 +64,57 @@ st.caption(f"d_model = {SETUP.d_model}, {H} heads per layer, sinusoidal position
            f"A uniform guess costs ln {SETUP.vocab_size} = {np.log(SETUP.vocab_size):.3f}.")
 
 # 2. the two heads on one sequence ----------------------------------------------------------------
-st.header("The two heads on one held-out sequence")
+st.header("Each layer's best-scoring head on one held-out sequence")
 example = st.slider("Held-out sequence", 0, SETUP.n_held_out - 1, key=k("example"))
 tokens = tgt_in[example]
 labels = charts.position_labels([str(t) for t in tokens])
 maps = m.attn[:, example]                                             # (L, H, T, T)
+uniform_prev, uniform_ind = induction.uniform_baselines(T, N)
+
+
+def title(v: induction.HeadVerdict) -> str:
+    """A head's chart title: its role only when its score reaches the threshold."""
+    where = f"Layer {v.layer + 1}, head {v.head + 1}"
+    if v.formed:
+        return f"{where}: {v.role} (score {v.score:.3f} ≥ {v.threshold:g})"
+    return f"{where}: highest {v.role} score, {v.score:.3f} (< {v.threshold:g})"
+
+
 left, right = st.columns(2)
-left.vega_lite_chart(charts.heatmap(maps[0, prev_head], labels, labels, annotate=False,
-                                    title=f"Layer 1, head {prev_head + 1}: previous token"))
-right.vega_lite_chart(charts.heatmap(maps[1, ind_head], labels, labels, annotate=False,
-                                     title=f"Layer 2, head {ind_head + 1}: induction"))
-st.markdown(
-    f"Left: each query looks one step back, the diagonal just below the main one. Right: from query "
-    f"position t in the second half the weight sits at key t − {N - 1}, a diagonal {N - 1} below the main "
-    "one: the position **right after the earlier copy** of the current token, which holds the token to "
-    "predict. In the first half no token has an earlier copy, so the head has nothing to find there.")
+left.vega_lite_chart(charts.heatmap(maps[0, prev_head], labels, labels, annotate=False, title=title(prev)))
+right.vega_lite_chart(charts.heatmap(maps[1, ind_head], labels, labels, annotate=False, title=title(ind)))
+st.caption(f"A head is named **previous-token** when at least {prev.threshold:g} of its weight, on average, sits one "
+           f"step back (a uniform causal map scores {uniform_prev:.3f}), and **induction** when at least "
+           f"{ind.threshold:g} sits on the position right after the earlier copy of the current token (uniform: "
+           f"{uniform_ind:.3f}). Otherwise the chart shows the layer's best-scoring head, unnamed.")
+if ind.formed:
+    st.markdown(
+        f"Right: from query position t in the second half the weight gathers at key t − {N - 1}, a diagonal "
+        f"{N - 1} below the main one: the position **right after the earlier copy** of the current token, "
+        "which holds the token to predict. In the first half no token has an earlier copy, so the head has "
+        "nothing to find there.")
+    if prev.formed:
+        st.markdown("Left: each query looks one step back, the diagonal just below the main one; this is "
+                    "where the induction head's keys get \"the token before me\" from.")
+    else:
+        st.markdown(
+            f"Left: no layer-1 head puts {prev.threshold:g} of its weight one step back (the best, "
+            f"L1H{prev.head + 1}, {prev.score:.3f}). The induction head still finds its targets, so "
+            "\"the token before me\" reaches layer 2 another way: spread over several heads, or through "
+            "the positions.")
+else:
+    st.warning(
+        f"**No induction head formed** with seed {seed} after {steps:,} steps: every layer-2 head's induction "
+        f"score is below {ind.threshold:g} (the best, L2H{ind.head + 1}, scores {ind.score:.3f}; a uniform map "
+        f"{uniform_ind:.3f}), so no head shows the diagonal {N - 1} below the main one. "
+        f"The repeated half's accuracy is {m.acc_second_half:.0%}"
+        + (": whatever the model learned, it is not this copying rule." if m.acc_second_half > 0.2 else ".")
+        + f" Try more steps (up to {MAX_STEPS:,}) or another seed.")
 
 # 3. every head's scores --------------------------------------------------------------------------
 st.header("Scores of every head")
 st.latex(r"\text{induction}_h = \frac{1}{|\mathcal Q|}\sum_{t \in \mathcal Q} \sum_{j:\; x_{j-1} = x_t,\ j \le t} A^h_{t j}"
          r"\qquad \text{previous-token}_h = \frac{1}{T-1}\sum_{t=1}^{T-1} A^h_{t,\,t-1}")
-uniform_prev, uniform_ind = induction.uniform_baselines(T, N)
 st.caption(f"𝒬: the query positions whose token occurred earlier (the second half), averaged over the held-out "
            f"sequences. A uniform causal map scores {uniform_ind:.3f} (induction) and {uniform_prev:.3f} "
            "(previous token).")
@@ -117,8 +148,17 @@ curve = pd.DataFrame({"query position": np.arange(T), "loss": m.loss_by_position
                       "half": ["first" if t < N else "repeated" for t in range(T)]})
 st.vega_lite_chart(charts.lines(curve, "query position", "loss", "half", points=True,
                                 title="Mean loss per position (held-out)", y_title="loss (nats)"))
-st.markdown(f"First half **{m.loss_first_half:.3f}**, repeated half **{m.loss_second_half:.3f}** nats. The "
-            f"last position of the first half predicts the first repeated token, which nothing announces.")
+best = induction.best_first_half_losses(SETUP)
+announced = m.loss_by_position[N - 1]
+st.markdown(
+    f"First half **{m.loss_first_half:.3f}**, repeated half **{m.loss_second_half:.3f}** nats. Query positions "
+    f"0 to {N - 2} predict a token not seen yet: at best ln(V − t − 1), from {best[0]:.3f} down to {best[-1]:.3f}, "
+    f"since a half never repeats a token (this model: {m.loss_by_position[:N - 1].min():.3f} to "
+    f"{m.loss_by_position[:N - 1].max():.3f}). Position {N - 1}, the last of the first half, predicts the first "
+    f"repeated token, the sequence's first token: every sequence repeats at the same place, so the position "
+    f"alone says where to look back. Its loss here is **{announced:.3f}**"
+    + (", learned like the repeated half's." if announced < 0.5 * np.log(SETUP.vocab_size) else
+       ", not learned yet."))
 
 with st.expander("Source: the code that computed these numbers"):
     for fn in (induction.make_data, induction.induction_targets, induction.induction_score,

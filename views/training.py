@@ -29,9 +29,9 @@ UPLOAD_BYTES_KEY = k("upload_bytes")     # raw bytes treated like an uploaded fi
 UPLOAD_NOTE_KEY = k("upload_note")
 TRAINER_KEY, ABLATION_KEY = k("trainer"), k("ablation_trainer")
 
-if TRAINER_KEY not in st.session_state:
-    st.session_state[TRAINER_KEY] = Trainer()
-    st.session_state[ABLATION_KEY] = Trainer()
+for name in (TRAINER_KEY, ABLATION_KEY):      # a test may put in its own, with tiny caps
+    if name not in st.session_state:
+        st.session_state[name] = Trainer()
 trainer: Trainer = st.session_state[TRAINER_KEY]
 ablation: Trainer = st.session_state[ABLATION_KEY]
 n_train, n_val, n_test = st.session_state.get(SIZES_KEY, (4000, 1000, 1000))
@@ -225,11 +225,11 @@ def draw_live() -> None:
 
 live()
 
-# 3. results, download and upload -----------------------------------------------------------------
+# results, download and upload (part of section 2: they appear once a run has ended) ----------------
 view = trainer.view()
 if view.runs and not view.running:
     run = view.runs[0]
-    st.header("3. Results")
+    st.subheader("Results")
     if run.test_acc is not None:
         st.metric(f"Test accuracy ({n_test} sequences never seen in training)", f"{run.test_acc:.3f}")
         table = pd.DataFrame(run.confusion, index=["true 0", "true 1"], columns=["predicted 0", "predicted 1"])
@@ -278,14 +278,16 @@ if UPLOAD_NOTE_KEY in st.session_state:
     for note in notes:
         st.caption(note)
 
-# 4. ablations ------------------------------------------------------------------------------------
-st.header("4. Ablations, side by side")
+# 3. ablations ------------------------------------------------------------------------------------
+st.header("3. Ablations, side by side")
 st.markdown(
     "Three runs of the default model (2 layers, d_model 32) on the order-sensitive **increasing** task: "
     "with sinusoidal positions and 4 heads, the same without positional encoding, and the same with "
-    "1 head. The first is the reference for both comparisons.")
-st.number_input(f"Steps per ablation run (at most {limits.MAX_TRAIN_STEPS}; the three runs share "
-                f"{limits.MAX_TRAIN_SECONDS:.0f} s)", 1, limits.MAX_TRAIN_STEPS, key=k("ablation_steps"))
+    "1 head. The first is the reference for both comparisons. The runs take turns, 25 steps each, and "
+    f"share {limits.MAX_TRAIN_SECONDS:.0f} s of training: if that cap ends them, it ends them all at the same "
+    "step, so each comparison stays between equally trained models.")
+st.number_input(f"Steps per ablation run (at most {limits.MAX_TRAIN_STEPS})", 1, limits.MAX_TRAIN_STEPS,
+                key=k("ablation_steps"))
 abl_steps = int(st.session_state[k("ablation_steps")])
 sizes = dict(n_train=n_train, n_val=n_val, n_test=n_test, steps=abl_steps, task="increasing")
 ABLATIONS = [RunSpec(label="PE, 4 heads", **sizes),
@@ -309,6 +311,13 @@ def live_ablations() -> None:
         draw_ablations()
     except Exception as err:   # no traceback on the page
         st.error(f"Could not draw the ablations: {type(err).__name__}: {err}")
+
+
+def steps_done(run) -> str:
+    """A run's step count, flagged beside the number when a time cap stopped it early."""
+    if run.finished and run.step < run.target_steps:
+        return f"{run.step} of {run.target_steps} (stopped early: time cap)"
+    return f"{run.step} of {run.target_steps}"
 
 
 def draw_ablations() -> None:
@@ -335,10 +344,14 @@ def draw_ablations() -> None:
                                    width="stretch")
             st.table(pd.DataFrame({
                 "run": [r.label for r in runs],
-                "steps": [r.step for r in runs],
+                "steps": [steps_done(r) for r in runs],
                 "validation accuracy": [("–" if r.final_val_acc is None else f"{r.final_val_acc:.3f}") for r in runs],
                 "test accuracy": [("–" if r.test_acc is None else f"{r.test_acc:.3f}") for r in runs],
             }))
+    early = [r for r in current.runs if r.finished and r.step < r.target_steps]
+    if early:
+        st.warning(f"The time cap stopped the runs at step {early[0].step} of {early[0].target_steps}: they are "
+                   "compared after equal training, but not after the steps asked for.")
     if abl_polling and not current.running:
         st.rerun()
 

@@ -194,6 +194,42 @@ def best_heads(m: Measures) -> tuple[int, int]:
     return int(np.argmax(m.previous[0])), int(np.argmax(m.induction[1]))
 
 
+# A head earns its name only when its score says so. Previous-token: most of its weight (half or
+# more) one step back, over three times a uniform causal map's 0.14 at n = 10. Induction: a
+# quarter or more of its weight on the targets, over three times the uniform map's 0.07.
+PREVIOUS_TOKEN_THRESHOLD = 0.5
+INDUCTION_THRESHOLD = 0.25
+
+
+@dataclasses.dataclass(frozen=True)
+class HeadVerdict:
+    """The best-scoring head of a layer for one role, and whether its score earns the role's name."""
+
+    role: str              # "previous-token" or "induction"
+    layer: int             # 0-based
+    head: int              # 0-based
+    score: float
+    threshold: float
+
+    @property
+    def formed(self) -> bool:
+        return self.score >= self.threshold
+
+
+def head_verdicts(m: Measures) -> tuple[HeadVerdict, HeadVerdict]:
+    """The best previous-token head of layer 1 and the best induction head of layer 2, each judged
+    against its threshold (:data:`PREVIOUS_TOKEN_THRESHOLD`, :data:`INDUCTION_THRESHOLD`)."""
+    prev, ind = best_heads(m)
+    return (HeadVerdict("previous-token", 0, prev, float(m.previous[0, prev]), PREVIOUS_TOKEN_THRESHOLD),
+            HeadVerdict("induction", 1, ind, float(m.induction[1, ind]), INDUCTION_THRESHOLD))
+
+
+def best_first_half_losses(setup: InductionSetup) -> np.ndarray:
+    """``(n - 1,)``: the lowest possible loss at query positions ``0..n-2``. The next token there is
+    drawn uniformly from the ``V - t - 1`` tokens not yet used, so the best is ``ln(V - t - 1)``."""
+    return np.log(setup.vocab_size - np.arange(setup.half - 1) - 1.0)
+
+
 def uniform_baselines(T: int, half: int) -> tuple[float, float]:
     """The scores of a uniform causal map (row ``t`` puts ``1/(t+1)`` on each allowed key):
     previous-token ``mean_{t>=1} 1/(t+1)``, induction ``mean_{t>=n} 1/(t+1)``."""
