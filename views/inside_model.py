@@ -278,7 +278,8 @@ ss[k("remove")] = ",".join(removed)
 heads = tuple(divmod(labels.index(x), cfg.n_heads) for x in removed)
 acc = several_removed(key, heads, mode, model, report.head_means)
 st.metric(f"Test accuracy with {len(removed)} head(s) removed ({mode})", f"{acc:.3f}",
-          delta=f"{acc - report.baseline:+.3f}")
+          delta=f"{acc - report.baseline:+.3f}" if removed else None,     # no change to show with none removed
+          delta_color="normal" if removed else "off")
 
 st.subheader("Layer-1 attention, averaged over the heads, for two test sequences")
 pair = [0, min(5, n_test - 1)]
