@@ -5,10 +5,11 @@ Run with ``streamlit run app.py``. This file only declares the pages and the sid
 """
 import streamlit as st
 
-from core import backend
+from core import backend, warmup
 from ui.widgets import BACKEND_KEY, PRECISION_KEY
 
 st.set_page_config(page_title="Attention, operated by hand", page_icon="🔍", layout="wide")
+warmup.start_once()   # once per server process: the heavy kernels compile in the background
 
 PAGES = {
     "Start": [st.Page("views/home.py", title="Overview", icon="🏠", default=True)],

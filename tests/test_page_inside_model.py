@@ -99,10 +99,13 @@ def test_ablation_table_and_controls():
     at.selectbox(key="inside_model.show").set_value("L2H3").run()
     assert metric(at, "Removing L2H3").value == f"{r.change('mean')[1, 2]:+.3f}"
     # several heads at once
+    none = metric(at, "Test accuracy with 0 head(s) removed (mean)")
+    assert none.value == f"{r.baseline:.3f}" and not none.delta          # nothing removed: no change shown
     at.multiselect(key="inside_model.remove_heads").set_value(["L1H1", "L2H4"]).run()
     want = inside.ablated_accuracy(m.params, m.cfg, m.data.X_test, m.data.y_test, [(0, 0), (1, 3)], "mean",
                                    r.head_means)
-    assert metric(at, "Test accuracy with 2 head(s) removed (mean)").value == f"{want:.3f}"
+    two = metric(at, "Test accuracy with 2 head(s) removed (mean)")
+    assert two.value == f"{want:.3f}" and two.delta == f"{want - r.baseline:+.3f}"
     assert at.query_params["remove"] == "L1H1,L2H4"
     assert not at.exception and not at.error
 

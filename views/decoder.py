@@ -12,6 +12,8 @@ from core.models import decoder, encoder_kernels, layers, sampling, tasks
 from core.models.decoder_runs import DEFAULTS, build
 from ui import charts, state
 from ui.widgets import chosen_dtype
+from ui.warmup import wait_for_kernels
+from core import warmup
 from ui.decoder_trainer import EVAL_EVERY, TASKS, DecoderTrainer
 
 
@@ -159,6 +161,7 @@ def draw_live() -> None:
 
 
 live()
+wait_for_kernels(warmup.DECODER)
 trained_params, model_version, trained = trainer.model(setup)
 dtype = np.dtype(chosen_dtype())
 

@@ -6,7 +6,9 @@ import pandas as pd
 import streamlit as st
 
 from core.models import induction
+from core import warmup
 from ui import charts, state
+from ui.warmup import wait_for_kernels
 
 
 PAGE = "induction"
@@ -49,6 +51,7 @@ with st.form(k("train")):
                     help="With a few hundred steps the repeated half is not learned yet: no induction head.")
     st.form_submit_button("Train")
 seed, steps = int(ss[k("seed")]), int(ss[k("steps")])
+wait_for_kernels(warmup.INDUCTION)
 with st.spinner(f"Training a two-layer attention-only model, {steps} steps (a few seconds at most, once per seed; "
                 "a new server first compiles the training step: up to a minute)…"):
     run, (tgt_in, tgt_out), m = trained(seed, steps)

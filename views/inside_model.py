@@ -10,7 +10,9 @@ import streamlit as st
 from core import limits
 from core.lessons import inside
 from core.models import encoder, tasks
+from core import warmup
 from ui import charts, state
+from ui.warmup import wait_for_kernels
 
 
 PAGE = "inside_model"
@@ -107,6 +109,7 @@ if trained is None and ss[k("source")] == "trained":
 use_trained = trained is not None and ss[k("source")] == "trained"
 c[1].selectbox("Task of the default model", tuple(tasks.TASKS), key=k("task"), disabled=use_trained)
 c[2].number_input("Seed of the default model (0 to 999)", 0, 999, key=k("seed"), disabled=use_trained)
+wait_for_kernels(warmup.ENCODER)
 try:
     model = trained if use_trained else default_model(ss[k("task")], int(ss[k("seed")]),
                                                       tuple(ss.get(SIZES_KEY, (4000, 1000, 1000))),
@@ -275,7 +278,8 @@ ss[k("remove")] = ",".join(removed)
 heads = tuple(divmod(labels.index(x), cfg.n_heads) for x in removed)
 acc = several_removed(key, heads, mode, model, report.head_means)
 st.metric(f"Test accuracy with {len(removed)} head(s) removed ({mode})", f"{acc:.3f}",
-          delta=f"{acc - report.baseline:+.3f}")
+          delta=f"{acc - report.baseline:+.3f}" if removed else None,     # no change to show with none removed
+          delta_color="normal" if removed else "off")
 
 st.subheader("Layer-1 attention, averaged over the heads, for two test sequences")
 pair = [0, min(5, n_test - 1)]

@@ -1,0 +1,22 @@
+"""The pages' side of the background warm-up (``core.warmup``): wait for it with a progress bar."""
+import streamlit as st
+
+from core import warmup
+
+
+def wait_for_kernels(step: str) -> None:
+    """While the server's background warm-up has not yet compiled ``step`` (a ``core.warmup`` step
+    name) show its progress and wait; return at once when none runs (a warm server, or a page
+    opened without ``app.py``)."""
+    warm = warmup.running()
+    if warm is None or warm.has_done(step):
+        return
+    bar = st.empty()
+    while True:
+        done, total, current = warm.progress()
+        bar.progress(done / max(total, 1),
+                     text=f"This server has just started: compiling {current or 'the last kernels'} in the "
+                          f"background ({done} of {total} steps done). Later visits start at once.")
+        if warm.has_done(step) or warm.wait(0.5):
+            break
+    bar.empty()
