@@ -124,8 +124,9 @@ def init_params(cfg: TransformerConfig, seed: int = 0, dtype=np.float32) -> dict
     (scaled by ``1/sqrt(d)`` when tied, so the logits start small), learned positions
     ``N(0, 0.1^2)``, LayerNorm gains 1, biases 0."""
     shapes = param_shapes(cfg)
-    # layers.init_by_name chooses by a name's last part, and knows LayerNorm gains as "..._g"
+    # layers.init_by_name chooses by a name's last part: LayerNorm gains as "..._g", weights as "W_..."
     alias = {name: name[:-2] + "_g" if name.endswith(".g") else name for name in shapes}
+    alias["unembed"] = "W_unembed"
     fresh = L.init_by_name({alias[n]: s for n, s in shapes.items()}, seed, dtype)
     params = {n: fresh[alias[n]] for n in shapes}
     if cfg.tied_unembed:
