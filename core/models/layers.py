@@ -419,3 +419,21 @@ def gelu_tanh(x: np.ndarray) -> np.ndarray:
     y = np.empty_like(flat)
     _gelu_tanh_flat(flat, y)
     return y.reshape(x.shape)
+
+
+@njit(cache=True, nogil=True)
+def _gelu_tanh_backward_flat(dy, x, dx):
+    """``dx = dy * GELU'(x)``, with ``u = c (x + 0.044715 x^3)``:
+    ``GELU'(x) = 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) c (1 + 3 * 0.044715 x^2)``."""
+    c = math.sqrt(2.0 / math.pi)
+    for n in range(x.size):
+        v = x[n]
+        t = math.tanh(c * (v + 0.044715 * v * v * v))
+        dx[n] = dy[n] * (0.5 * (1.0 + t) + 0.5 * v * (1.0 - t * t) * c * (1.0 + 3.0 * 0.044715 * v * v))
+
+
+def gelu_tanh_backward(dy: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """The gradient through :func:`gelu_tanh` at its input ``x``."""
+    dx = np.empty(x.size, dtype=x.dtype)
+    _gelu_tanh_backward_flat(np.ascontiguousarray(dy).reshape(-1), np.ascontiguousarray(x).reshape(-1), dx)
+    return dx.reshape(x.shape)
