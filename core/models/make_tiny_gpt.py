@@ -1,7 +1,7 @@
 """The small GPT-2-format checkpoint the project ships, re-created from the text it ships.
 
     python -m core.models.make_tiny_gpt            # writes core/models/tiny_gpt/ (about a minute)
-    python -m core.models.make_tiny_gpt --out DIR --steps 1500 --seed 0
+    python -m core.models.make_tiny_gpt --out DIR --steps 600 --seed 0
 
 1. A byte-level BPE tokenizer (GPT-2's kind, from the ``tokenizers`` library) is trained on
    ``core/models/corpus.txt``, with a small vocabulary.
@@ -125,7 +125,7 @@ def train(params: dict, cfg: tr.TransformerConfig, ids: np.ndarray, *, steps: in
     return losses
 
 
-def make(out: str = OUT, *, steps: int = 1500, seed: int = 0, log=print) -> dict:
+def make(out: str = OUT, *, steps: int = 600, seed: int = 0, log=print) -> dict:
     """Train the tokenizer and the model on corpus.txt and save the checkpoint in ``out``."""
     with open(CORPUS, encoding="utf-8") as f:
         text = f.read()
@@ -146,7 +146,7 @@ def make(out: str = OUT, *, steps: int = 1500, seed: int = 0, log=print) -> dict
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=OUT)
-    parser.add_argument("--steps", type=int, default=1500)
+    parser.add_argument("--steps", type=int, default=600)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     make(args.out, steps=args.steps, seed=args.seed)
