@@ -171,3 +171,20 @@ def test_save_refuses_another_architecture(tmp_path):
     with pytest.raises(ValueError, match="GPT-2's architecture"):
         pretrained.save(tr.init_params(cfg), cfg, str(tmp_path))
     assert not os.listdir(tmp_path)
+
+
+def test_our_safetensors_reader_agrees_with_the_library(hf_folder, tmp_path):
+    from safetensors.numpy import load_file, save_file
+
+    ours = pretrained._read_safetensors(os.path.join(hf_folder[0], "model.safetensors"))
+    theirs = load_file(os.path.join(hf_folder[0], "model.safetensors"))
+    assert ours.keys() == theirs.keys()
+    for name in theirs:
+        np.testing.assert_array_equal(ours[name], theirs[name])
+        assert ours[name].dtype == theirs[name].dtype
+    mixed = {"a": np.arange(6, dtype=np.float16).reshape(2, 3), "b": np.array(2.5), "c": np.ones((0, 4))}
+    save_file(mixed, str(tmp_path / "m.safetensors"))
+    back = pretrained._read_safetensors(str(tmp_path / "m.safetensors"))
+    for name, value in mixed.items():
+        np.testing.assert_array_equal(back[name], value)
+        assert back[name].dtype == value.dtype and back[name].shape == value.shape
