@@ -1,4 +1,6 @@
 """The "A real model" page on the shipped model: the numbers it shows, and each control moving them."""
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -6,7 +8,7 @@ from core import pretrained
 from core.models import transformer as tr
 from tests.page_support import open_page, table_named
 
-PAGE = "views/real_model.py"
+PAGE = str(Path(__file__).resolve().parents[1] / "views" / "real_model.py")
 
 
 def detector(at):
@@ -22,7 +24,8 @@ def effect(at):
 
 
 def generated(at):
-    return [md.value for md in at.markdown if "**" in md.value and md.value.count("**") == 2][-1]
+    (text,) = [md.value for md in at.markdown if md.value.startswith("Continued: ")]
+    return text
 
 
 @pytest.fixture(scope="module")

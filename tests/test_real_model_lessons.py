@@ -100,10 +100,12 @@ def test_edits_move_the_next_token_probabilities():
         rows = rm.edit_effect(p, GPT_CFG, ids, logits, rm.head_edit(cache, 1, 1, how, other_cache))
         assert max(abs(r["change"]) for r in rows) > 1e-4
         assert all(abs(r["after"] - r["before"] - r["change"]) < 1e-15 for r in rows)
-    # the second prompt is shorter: its 4 positions are patched in, the last two keep their own
+    # the second prompt is shorter: aligned at the ends, its 4 positions replace the last 4
     patched = rm.head_edit(cache, 2, 1, "patch", other_cache)[(2, 1)]
-    np.testing.assert_array_equal(patched[:4], other_cache["blocks.2.attn.head_outputs"][0, 1])
-    np.testing.assert_array_equal(patched[4:], cache["blocks.2.attn.head_outputs"][0, 1, 4:])
+    np.testing.assert_array_equal(patched[2:], other_cache["blocks.2.attn.head_outputs"][0, 1])
+    np.testing.assert_array_equal(patched[:2], cache["blocks.2.attn.head_outputs"][0, 1, :2])
+    rows = rm.edit_effect(p, GPT_CFG, ids, logits, rm.head_edit(cache, 2, 1, "patch", other_cache))
+    assert max(abs(r["change"]) for r in rows) > 1e-4                  # the last position is patched
     with pytest.raises(ValueError):
         rm.head_edit(cache, 0, 0, "patch")
 

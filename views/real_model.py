@@ -159,7 +159,7 @@ st.caption("Abnar & Zuidema (2020): the identity stands for the residual connect
 st.header(f"Remove or patch head L{layer + 1}H{head + 1}")
 a1, a2 = st.columns([1, 2])
 how = a1.radio("Change its output", list(HOW), format_func=HOW.get, key=k("how"))
-a2.text_input("Second prompt (patching: its first tokens' head output replaces this text's)", key=k("other"))
+a2.text_input("Second prompt (patching: this head's output on it replaces the output on your text, the two aligned at their last tokens)", key=k("other"))
 other_cache = None
 if how == "patch":
     try:
@@ -184,7 +184,7 @@ g[3].number_input("new tokens", 1, 60, key=k("n_new"))
 g[4].number_input("seed", 0, 999, key=k("seed"))
 settings = sampling.SamplerSettings(ss[k("temperature")], ss[k("top_k")] or None, ss[k("top_p")])
 new = rm.generate(m.params, cfg, ids, max_new_tokens=ss[k("n_new")], settings=settings, seed=ss[k("seed")])
-st.markdown(f"{m.decode(ids)}**{m.decode(new)}**" if len(new) else "The context is full: no room for new tokens.")
+st.markdown(f"Continued: {m.decode(ids)}**{m.decode(new)}**" if len(new) else "The context is full: no room for new tokens.")
 st.caption("The prompt runs once and fills the KV cache; each new token then runs alone, its query attending "
            "over the cached keys and values.")
 

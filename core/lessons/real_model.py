@@ -129,8 +129,9 @@ def next_token_probs(logits: np.ndarray) -> np.ndarray:
 
 def head_edit(cache: dict, layer: int, head: int, how: str, other_cache: dict | None = None):
     """The edit :func:`transformer.forward` takes for one head: ``"zero"``, ``"mean"``, or
-    ``"patch"``: the head's output on the second prompt, at the positions both prompts have
-    (the rest keep their own output)."""
+    ``"patch"``: the head's output on the second prompt. Prompts of different lengths are aligned
+    at their ends, so the last position, whose next token is measured, always takes the second
+    prompt's last; earlier positions without a partner keep their own output."""
     if how in ("zero", "mean"):
         return {(layer, head): how}
     if how != "patch" or other_cache is None:
@@ -139,7 +140,7 @@ def head_edit(cache: dict, layer: int, head: int, how: str, other_cache: dict | 
     theirs = other_cache[f"blocks.{layer}.attn.head_outputs"][0, head]
     value = own.copy()
     n = min(len(own), len(theirs))
-    value[:n] = theirs[:n]
+    value[len(own) - n:] = theirs[len(theirs) - n:]
     return {(layer, head): value}
 
 
