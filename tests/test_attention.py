@@ -36,7 +36,7 @@ def backend(request, monkeypatch):
     heads where the heads share evenly among the threads; "blocks": units of a few queries
     always), and the lesson CUDA kernels (on Numba's simulator when there is no GPU)."""
     track = request.param
-    monkeypatch.setattr(dispatch, "TUNED_MIN_WORK", 0 if "tuned" in track else 1 << 62)
+    monkeypatch.setenv(dispatch.TRACK_ENV, "tuned" if "tuned" in track else "lesson")
     monkeypatch.setattr(cpu, "PARALLEL_MIN_WORK", 0 if "parallel" in track else 1 << 62)
     if track.endswith("blocks"):
         monkeypatch.setattr(cpu, "_query_block", lambda B, H, Tq, work: cpu.QUERY_BLOCK)
@@ -115,12 +115,12 @@ def test_attention_matches_reference(backend, dtype, shape, mask_kind):
 @pytest.mark.parametrize("mask_kind", [None, "causal", "full"])
 @pytest.mark.parametrize("parallel", [False, True])
 def test_fused_key_tiles_that_start_inside_a_vector(monkeypatch, dtype, mask_kind, parallel):
-    """Key tiles of 21 (neither a multiple of a SIMD vector nor smaller than one) over 50 keys,
-    with 50 queries, so causal rows span one, two and three key tiles and the running max and
-    sums are rescaled between tiles."""
+    """Key tiles asked for as 21 keys (neither a multiple of a SIMD vector nor smaller than one),
+    which the kernel rounds up to whole key panels, over 50 keys with 50 queries, so causal rows
+    span one, two and more key tiles and the running max and sums are rescaled between tiles."""
     monkeypatch.setattr(cpu, "KEY_TILE", 21)
     monkeypatch.setattr(cpu, "PARALLEL_MIN_WORK", 0 if parallel else 1 << 62)
-    monkeypatch.setattr(dispatch, "TUNED_MIN_WORK", 0)       # the tuned kernels, at this small size
+    monkeypatch.setenv(dispatch.TRACK_ENV, "tuned")           # the tuned kernels, at this small size
     rng = np.random.default_rng(3)
     Q, K, V = rand(rng, (2, 50, 6), dtype), rand(rng, (2, 50, 6), dtype), rand(rng, (2, 50, 9), dtype)
     mask = make_mask(mask_kind, (2,), 50, 50, dtype)

@@ -1,6 +1,8 @@
 """The dispatch between lesson and tuned kernels, and the record of what ran that the pages show.
 
-- the backend and the problem size choose the kernels, and the record says which ran;
+- the backend and the problem size choose the kernels (a track can be forced), and the record says
+  which ran; a call from code gets the tuned kernels past the measured crossover, a lesson page
+  the lesson kernels at every size;
 - the record of a lesson driver is exactly its module's table of kernels (``KERNELS``);
 - at any size a lesson page allows, every function recorded is a lesson one: one screen long,
   no SIMD types, borrowed views or bit tricks;
@@ -49,28 +51,65 @@ def qkv(shape, seed=0, dtype=np.float64):
 
 
 def test_backend_and_size_choose_the_kernels():
-    small, large = 1, dispatch.TUNED_MIN_WORK
-    assert dispatch.kernels_for("cpu", small) is lesson_cpu
-    assert dispatch.kernels_for("cpu", large - 1) is lesson_cpu
-    assert dispatch.kernels_for("cpu", large) is tuned_cpu
-    if backend.cuda_usable():
-        assert dispatch.kernels_for("cuda", small) is lesson_gpu
-        assert dispatch.kernels_for("cuda", large) is lesson_gpu
+    for operation, large in dispatch.TUNED_FROM.items():
+        assert dispatch.kernels_for("cpu", 1, operation) is lesson_cpu
+        assert dispatch.kernels_for("cpu", large - 1, operation) is lesson_cpu
+        assert dispatch.kernels_for("cpu", large, operation) is tuned_cpu
+        if backend.cuda_usable():
+            assert dispatch.kernels_for("cuda", 1, operation) is lesson_gpu
+            assert dispatch.kernels_for("cuda", large, operation) is lesson_gpu
+
+
+def test_a_mid_size_call_from_code_runs_the_tuned_kernels():
+    """A notebook's H=8, T=64, d=16 (2M multiply-adds), and H=4, T=16, d=8 (16k, past the measured
+    crossover), get the faster track, and the record says so."""
+    for shape in ((8, 64, 16), (4, 16, 8)):
+        Q, K, V = qkv(shape, dtype=np.float32)
+        with dispatch.recording() as ran:
+            at.attention(Q, K, V, masks.causal(shape[1]), backend="cpu")
+            at.attention(Q, K, V, backend="cpu", return_weights=False)
+        assert [(c.operation, c.track) for c in ran] == [("attention_with_weights", "tuned"),
+                                                         ("fused_attention", "tuned")]
+
+
+def test_either_track_can_be_forced_for_a_block_or_a_process(monkeypatch):
+    Q, K, V = qkv((8, 64, 16), dtype=np.float32)
+    with dispatch.track("lesson"), dispatch.recording() as ran:
+        out_lesson, _ = at.attention(Q, K, V, backend="cpu")
+    assert [c.track for c in ran] == ["lesson"]
+    small = qkv((1, 2, 2), dtype=np.float32)
+    monkeypatch.setenv(dispatch.TRACK_ENV, "tuned")
+    with dispatch.recording() as ran:
+        at.attention(*small, backend="cpu")
+        out_tuned, _ = at.attention(Q, K, V, backend="cpu")
+        with dispatch.track("lesson"):                       # a block overrides the variable
+            at.attention(*small, backend="cpu")
+    assert [c.track for c in ran] == ["tuned", "tuned", "lesson"]
+    np.testing.assert_allclose(out_tuned, out_lesson, rtol=1e-5, atol=1e-6)
+    monkeypatch.setenv(dispatch.TRACK_ENV, "fastest")
+    with pytest.raises(ValueError, match="ATTN_KERNELS"):
+        at.attention(*small, backend="cpu")
+    with pytest.raises(ValueError, match="Unknown kernel track"):
+        with dispatch.track("quick"):
+            pass
 
 
 def test_the_lesson_pages_largest_inputs_run_the_lesson_kernels():
-    """The threshold sits above every lesson page's caps (core/limits.py): multi-head attention
-    with every head of the widest width over the longest sentence (one-hot values, d_v = T), and
-    the positional page's largest code."""
-    attention_work = MAX_HEADS * MAX_TOKENS * MAX_TOKENS * (MAX_D_K + MAX_TOKENS)
-    assert dispatch.kernels_for("cpu", attention_work) is lesson_cpu
-    assert dispatch.kernels_for("cpu", MAX_PE_POSITIONS * MAX_D_MODEL) is lesson_cpu
+    """What a lesson page records (``lesson_recording``, which ``ui.widgets.recording`` is) runs
+    the lesson kernels at every size a page allows (core/limits.py): multi-head attention with every
+    head of the widest width over the longest sentence (one-hot values, d_v = T), and the
+    positional page's largest code, though a call from code of that size runs the tuned ones."""
+    from ui import widgets
+    assert widgets.recording is dispatch.lesson_recording
     Q, K, _ = qkv((MAX_HEADS, MAX_TOKENS, MAX_D_K))
-    with dispatch.recording() as ran:
-        at.attention(Q, K, np.broadcast_to(np.eye(MAX_TOKENS), (MAX_HEADS, MAX_TOKENS, MAX_TOKENS)).copy(),
-                     masks.causal(MAX_TOKENS), backend="cpu")
+    values = np.broadcast_to(np.eye(MAX_TOKENS), (MAX_HEADS, MAX_TOKENS, MAX_TOKENS)).copy()
+    with widgets.recording() as ran:
+        at.attention(Q, K, values, masks.causal(MAX_TOKENS), backend="cpu")
         positional.sinusoidal(MAX_PE_POSITIONS, MAX_D_MODEL, backend="cpu")
     assert [call.module for call in ran] == [dispatch.LESSON_CPU] * 2
+    with dispatch.recording() as ran:
+        at.attention(Q, K, values, masks.causal(MAX_TOKENS), backend="cpu")
+    assert [call.module for call in ran] == [dispatch.TUNED_CPU]
 
 
 # --- the record --------------------------------------------------------------------------------

@@ -91,3 +91,25 @@ def test_worked_solution_shows_the_lessons_matrices_and_they_pass():
     at.checkbox(key="cy_two_solution").check().run()
     assert any(c.value == solution for c in at.code)
     assert exercises.check_two_position_head(Qs, Ks).ok
+
+
+def test_verdicts_stay_and_the_score_runs():
+    """A verdict stays while other questions are answered and checked; the score counts the latest
+    verdict of each checked answer; changing an answer clears its verdict (it judged the old one)."""
+    score = lambda at: next(m.value for m in at.metric if m.label == "Score so far")  # noqa: E731
+    at = open_page(PAGE)
+    assert score(at) == "nothing checked yet"
+    at.radio(key="cy_head_width").set_value("32")
+    at.button(key="cy_head_width_check").click().run()
+    assert score(at) == "1 of 1 checked"
+    second = exercises.QUESTIONS[1]
+    at.radio(key=f"cy_{second.key}").set_value(second.options[0]).run()        # the next answer picked
+    assert [s.value for s in at.success][:1] and at.success[0].value.startswith("Right.")   # Q1's stays
+    at.button(key=f"cy_{second.key}_check").click().run()                      # a wrong one
+    assert at.success[0].value.startswith("Right.") and len(at.warning) == 1
+    assert score(at) == "1 of 2 checked"
+    at.text_input(key="cy_params_384").set_value("589,824")
+    at.button(key="cy_params_384_check").click().run()
+    assert score(at) == "2 of 3 checked" and len(at.success) == 2
+    at.radio(key="cy_head_width").set_value("8").run()                         # Q1 changed: its verdict goes
+    assert score(at) == "1 of 2 checked" and len(at.success) == 1

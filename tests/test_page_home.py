@@ -41,3 +41,13 @@ def test_the_course_modules_cautions_are_on_the_page():
     for caution in ("Bias amplification", "Memorisation", "Environmental cost", "Misused cross-attention",
                     "diagnostics, not explanations", "Position is not reasoning"):
         assert caution in body
+
+
+def test_what_the_overview_says_about_links_is_true():
+    """The Overview says which pages keep their settings in the address; a page keeps them when it
+    writes them there (``state.publish``). The README says the same (every lesson page but one)."""
+    at = open_page(PAGE)
+    assert "Every lesson page except Check yourself keeps its settings in the address" in " ".join(text(at).split())
+    publishing = {p.stem for p in (ROOT / "views").glob("*.py") if "publish(" in p.read_text()}
+    lessons = {p.stem for p in (ROOT / "views").glob("*.py")} - {"home"}
+    assert lessons - publishing == {"check_yourself"}

@@ -1,4 +1,5 @@
 """The Masks and cross-attention page: causal, padding and rectangular cross-attention on screen."""
+import re
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +25,9 @@ def test_page_runs_with_its_sections_and_measurements():
         "Encoder-only, decoder-only, encoder-decoder"]
     text = _text(at)
     assert "largest weight above the diagonal **0.0**" in text
+    # row sums said plainly, not as "between 1.000000000000000 and 1.000000000000000"
+    assert re.search(r"every row sums to (exactly 1|1 \(to within \de-1[5-7]\))\.", text), text
+    assert "row sums between" not in text
     assert "largest weight on a padded key is **0.0**" in text
     assert "weights of shape **4 × 3** per head" in text                 # Tq = 4 target, Tk = 3 source words
     check_causal_table(at, "the tired cat sat on the warm mat".split())

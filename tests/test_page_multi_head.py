@@ -55,6 +55,9 @@ def test_lesson_numbers_on_screen(page):
     assert list(table.columns) == ["t", "ceiling (bits)", "head 1", "head 2", "head 3", "head 4"]
     flops = table_headed(page, "T")
     assert flops["one wide head"].tolist() == flops["H narrow heads"].tolist() == [576, 1073741824]
+    # drawn with thousands separators (1,073,741,824): the columns' number format
+    config = json.loads(next(d for d in page.dataframe if d.value.columns[0] == "T").proto.columns)
+    assert {config[c]["type_config"]["format"] for c in ("one wide head", "H narrow heads")} == {"localized"}
     assert Q.shape == (4, 6, 2) and analysis.score_rank(Q, K).tolist() == [1, 2, 2, 0]
 
 

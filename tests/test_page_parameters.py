@@ -1,4 +1,5 @@
 """The Parameters and cost page: counts on screen match the arrays the core builds."""
+import json
 from pathlib import Path
 
 import numpy as np
@@ -278,3 +279,14 @@ def test_keeping_d_model_with_a_head_count_that_does_not_divide_it_is_a_message(
     at.radio(key="parameters.keep").set_value("d_model").run()
     at.number_input(key="parameters.h1").set_value(7).run()
     assert not at.exception and at.error and "d_model = 512 cannot be split evenly into 7 heads" in at.error[0].value
+
+
+def test_large_counts_are_drawn_with_thousands_separators():
+    """Every column of parameter counts is drawn "localized" (4,194,304, not 4194304)."""
+    at = open_page(PAGE)
+    formats = {}
+    for d in at.dataframe:
+        config = json.loads(d.proto.columns or "{}")
+        formats.update({c: config.get(c, {}).get("type_config", {}).get("format")
+                        for c in ("weights", "biases", "parameters", "before", "after") if c in d.value.columns})
+    assert formats == dict.fromkeys(("weights", "biases", "parameters", "before", "after"), "localized")

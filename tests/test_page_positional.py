@@ -153,9 +153,14 @@ def test_a_learned_table_trained_at_512_asked_for_1024_misses_512_rows_and_sinus
     assert table.loc["sinusoidal (formula)", "rows it has"] == 1024
     assert table.loc["sinusoidal (formula)", "missing rows"] == 0
     assert "positions 512 to 1023 (512 of the 1024 asked for) have no vector" in markdown(at)
+    # the length of position 1023's vector: a word where the table has no row, never a raw None
+    norms = table["|vector of position 1023|"]
+    assert norms["learned (trained at 512)"] == "no such row"
+    assert float(norms["sinusoidal (formula)"]) == pytest.approx(8.0, abs=1e-4)      # sqrt(d/2), d = 128
     at.number_input(key="positional.asked").set_value(300).run()       # within the table: nothing missing
     table = table_with(at, "code").set_index("code")
     assert table.loc["learned (trained at 512)", "missing rows"] == 0
+    assert table["|vector of position 299|"].map(float).gt(0).all()
     assert "all 300 positions are within its 512 rows" in markdown(at)
     at.number_input(key="positional.trained").set_value(100).run()
     assert table_with(at, "code").set_index("code").loc["learned (trained at 100)", "missing rows"] == 200

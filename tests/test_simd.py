@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from numba import njit
 
-from core.kernels.tuned import simd
+from core.kernels.tuned import simd, target
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -76,3 +76,63 @@ def test_attention_kernels_are_right_with_narrow_vectors(tmp_path):
                             timeout=600, cwd=ROOT)
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip().endswith("ok")
+
+
+# --- the vector width follows the compile target, not the host --------------------------------
+AVX2_HOST = ("znver3", "+avx,+avx2,+fma,-avx512f,-avx512bw")
+AVX512_HOST = ("skylake-avx512", "+avx,+avx2,+fma,+avx512f,+avx512bw")
+SSE_HOST = ("x86-64", "+sse2,-avx,-avx2,-avx512f")
+
+
+@pytest.mark.parametrize("cpu_name, cpu_features, host, expected", [
+    (None, None, AVX2_HOST, 32),                       # nothing set: the host's
+    (None, None, AVX512_HOST, 64),
+    (None, None, SSE_HOST, 16),
+    ("host", None, AVX512_HOST, 64),
+    ("haswell", "", AVX512_HOST, 32),                  # AVX2 forced on an AVX-512 host
+    ("haswell", "-avx512f", AVX512_HOST, 32),
+    ("haswell", None, AVX512_HOST, 64),                # Numba then passes the host's features: AVX-512 code
+    ("skylake-avx512", "", AVX2_HOST, 64),             # AVX-512 compiled on an AVX2 host
+    ("skylake-avx512", "-avx512f", AVX2_HOST, 32),
+    ("generic", "", AVX512_HOST, 16),                  # portable caches
+    ("generic", "+avx2", SSE_HOST, 32),
+    ("znver3", "", SSE_HOST, 32),
+])
+def test_vector_width_follows_the_compile_target(cpu_name, cpu_features, host, expected):
+    assert target.vector_bytes(cpu_name, cpu_features, *host) == expected
+
+
+def test_register_tile_fits_the_target_register_file():
+    assert target.registers(32) == 16 and target.registers(16) == 16 and target.registers(64) == 32
+    assert target.TILE_ROWS * target.TILE_VECTORS + target.TILE_VECTORS + 1 <= target.REGISTERS
+    assert simd.VECTOR_BYTES == target.VECTOR_BYTES
+    assert "register tile 4 queries x 2 vectors" in target.describe()
+
+
+_AVX512_COMPILE = textwrap.dedent("""
+    import numpy as np
+    from numba import njit
+    from core.kernels.tuned import simd, target
+    from core.kernels.tuned import cpu
+
+    @njit
+    def axpy(a, x, y, out):
+        for i in range(0, x.shape[0], simd.lanes_of(x)):
+            simd.store(out, i, simd.fma(simd.splat(a, x), simd.load(x, i), simd.load(y, i)))
+
+    axpy.compile("(float32, float32[::1], float32[::1], float32[::1])")
+    asm = next(iter(axpy.inspect_asm().values()))
+    assert "zmm" in asm, "no 64-byte registers in the compiled code"
+    print(simd.VECTOR_BYTES, simd.lanes(np.dtype(np.float32)), target.REGISTERS, cpu.KEY_TILE)
+""")
+
+
+def test_an_avx512_target_compiles_with_16_lane_vectors_on_any_host(tmp_path):
+    """Compiled for skylake-avx512 (not run: this host may lack AVX-512): 64-byte vectors, 16 float32
+    lanes, 32 registers, and LLVM emits zmm registers for them."""
+    env = dict(os.environ, NUMBA_CPU_NAME="skylake-avx512", NUMBA_CPU_FEATURES="", NUMBA_CACHE_DIR=str(tmp_path),
+               PYTHONPATH=str(ROOT))
+    result = subprocess.run([sys.executable, "-c", _AVX512_COMPILE], capture_output=True, text=True, env=env,
+                            timeout=600, cwd=ROOT)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split() == ["64", "16", "32", str(target.KEY_BLOCK)]

@@ -206,3 +206,16 @@ def test_warm_up_compiles_both_builds_of_the_tuned_kernel_it_will_time():
     for build in tuned_cpu._fused_kernel:                     # (serial, parallel)
         assert any(sig[0] == float32[:, :, :, ::1] for sig in build.signatures), build
     assert lesson_cpu.fused_attention_kernel.signatures
+
+
+def test_checked_ceiling_remeasures_only_while_a_kernel_reads_faster():
+    readings = iter([50.0, 120.0])
+    assert speed.checked_ceiling(100.0, 80.0, lambda: next(readings)) == (100.0, False)   # fair: not re-measured
+    assert speed.checked_ceiling(40.0, 80.0, lambda: next(readings)) == (120.0, False)    # 50, then 120
+    assert speed.checked_ceiling(40.0, 80.0, lambda: 60.0) == (60.0, True)                # still below: under load
+
+
+def test_percent_of_ceiling_never_exceeds_100():
+    assert speed.percent_of_ceiling(50.0, 200.0) == 25.0
+    assert speed.percent_of_ceiling(300.0, 200.0) == 100.0
+    assert math.isnan(speed.percent_of_ceiling(math.nan, 200.0))

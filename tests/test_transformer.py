@@ -131,3 +131,26 @@ def test_bad_inputs_are_refused_in_plain_words():
         tr.TransformerConfig(vocab_size=5, n_ctx=4, d_model=8, n_heads=2, d_ff=8, n_layers=1, norm="middle")
     with pytest.raises(ValueError, match="missing"):
         tr.forward({k: v for k, v in params.items() if k != "unembed"}, SEED_CFG, [1, 2])
+
+
+def test_tiny_gpt_gradient_matches_finite_differences():
+    """The hand-written backward pass that trains the shipped checkpoint, against central differences."""
+    from core.models import make_tiny_gpt
+    from core.models import layers as L
+
+    cfg = tr.TransformerConfig(vocab_size=11, n_ctx=6, d_model=8, n_heads=2, d_ff=12, n_layers=2, norm="pre",
+                               activation="gelu_tanh", positional="learned", tied_unembed=True, final_ln=True)
+    rng = np.random.default_rng(0)
+    params = {k: v + 0.1 * rng.standard_normal(v.shape) for k, v in tr.init_params(cfg, 3, np.float64).items()}
+    x, y = rng.integers(0, 11, (2, 5)), rng.integers(0, 11, (2, 5))
+    loss, grads = make_tiny_gpt.loss_and_grads(params, cfg, x, y)
+    assert loss == pytest.approx(L.cross_entropy(tr.forward(params, cfg, x)[0], y)[0], rel=1e-12)
+    for name, value in params.items():
+        for _ in range(2):
+            idx = tuple(int(rng.integers(0, s)) for s in value.shape)
+            bumped = {k: v.copy() for k, v in params.items()}
+            bumped[name][idx] += 1e-6
+            up = make_tiny_gpt.loss_and_grads(bumped, cfg, x, y)[0]
+            bumped[name][idx] -= 2e-6
+            down = make_tiny_gpt.loss_and_grads(bumped, cfg, x, y)[0]
+            assert (up - down) / 2e-6 == pytest.approx(grads[name][idx], abs=1e-7), name

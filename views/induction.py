@@ -101,7 +101,7 @@ if ind.formed:
                     "where the induction head's keys get \"the token before me\" from.")
     else:
         st.markdown(
-            f"Left: no layer-1 head puts {prev.threshold:g} of its weight one step back (the best, "
+            f"Left: no layer-1 head puts, on average, {prev.threshold:g} of its weight one step back (the best, "
             f"L1H{prev.head + 1}, {prev.score:.3f}). The induction head still finds its targets, so "
             "\"the token before me\" reaches layer 2 another way: spread over several heads, or through "
             "the positions.")

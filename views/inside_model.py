@@ -71,6 +71,15 @@ def several_removed(key: str, heads: tuple, mode: str, _model: inside.Model, _me
                                    list(heads), mode, _means)
 
 
+def bar_chart(spec: dict) -> None:
+    """A bar chart with its title written above it: a fixed-height bar chart with rotated labels
+    draws its Vega title above its own box, where a table just above it covered the title."""
+    title = spec.pop("title", "")
+    if title:
+        st.markdown(f"**{title}**")
+    st.vega_lite_chart(spec)
+
+
 def model_key(model: inside.Model) -> str:
     """Names a model by its numbers and data, so cached analyses follow the model, not the session."""
     digest = hashlib.sha1(encoder.flatten(model.params, model.cfg).tobytes())
@@ -188,10 +197,10 @@ def layernorm(number: int, name: str) -> None:
                "and offset.")
     a, b = st.columns(2)
     with a:
-        st.vega_lite_chart(charts.bar(step.arrays["gain"], feat(cfg.d_model), title="learned gain g",
+        bar_chart(charts.bar(step.arrays["gain"], feat(cfg.d_model), title="learned gain g",
                                       x_title="feature", y_title="gain", y_domain=None))
     with b:
-        st.vega_lite_chart(charts.bar(step.arrays["bias"], feat(cfg.d_model), title="learned bias b",
+        bar_chart(charts.bar(step.arrays["bias"], feat(cfg.d_model), title="learned bias b",
                                       x_title="feature", y_title="bias", y_domain=None))
 
 
@@ -222,7 +231,7 @@ signed(steps["LayerNorm 2"].arrays["out"], f"the output of layer {layer + 1}")
 s, z = steps["mean over positions (after the last layer)"], steps["logits pooled W_cls + b_cls"]
 arrow(12, s, f"(the mean of layer {L}'s output over the {T} positions)")
 st.latex(r"\bar h = \tfrac{1}{T}\textstyle\sum_t h^{(L)}_t, \qquad z = \bar h\, W_{\mathrm{cls}} + b_{\mathrm{cls}}")
-st.vega_lite_chart(charts.bar(s.arrays["pooled"], feat(cfg.d_model), title="pooled vector", x_title="feature",
+bar_chart(charts.bar(s.arrays["pooled"], feat(cfg.d_model), title="pooled vector", x_title="feature",
                               y_title="value", y_domain=None))
 arrow(13, z)
 logits = z.arrays["logits"]
@@ -255,7 +264,7 @@ st.metric("Test accuracy, every head in place", f"{report.baseline:.3f}")
 a, b = st.columns([3, 2])
 with a:
     st.dataframe(table, hide_index=True, key=k("ablation_table"))
-    st.vega_lite_chart(charts.bar(change, labels, title=f"Change in test accuracy with one head removed ({mode})",
+    bar_chart(charts.bar(change, labels, title=f"Change in test accuracy with one head removed ({mode})",
                                   x_title="head removed", y_title="change in accuracy", y_domain=None))
 with b:
     st.selectbox("Head whose map is shown", labels, key=k("show"))
@@ -314,7 +323,7 @@ a, b = st.columns(2)
 with a:
     st.dataframe(pool_table, hide_index=True, key=k("pooling_table"))
 with b:
-    st.vega_lite_chart(charts.bar(single, feat(T), title="Test accuracy reading one position", x_title="position",
+    bar_chart(charts.bar(single, feat(T), title="Test accuracy reading one position", x_title="position",
                                   y_title="test accuracy"))
 
 with st.expander("Source of these numbers"):

@@ -24,6 +24,7 @@ SPEC = {"model": state.text_field(""), "text": state.text_field("the query and t
         "top_p": state.float_field(0.95, 0.05, 1.0), "n_new": state.int_field(20, 1, 60), "seed": state.int_field(0, 0, 999)}
 GRID_TOKENS = 16                       # the grid of every head shows at most this many tokens
 k = lambda name: state.key(PAGE, name)  # noqa: E731
+show = lambda token: token.replace(" ", "·").replace("\n", "⏎")  # noqa: E731  (spaces and new lines, visible)
 ss = st.session_state
 
 
@@ -87,9 +88,9 @@ except ValueError as err:
 if cut:
     st.warning(f"The text is {cut} tokens longer than the model's context: only its first {cfg.n_ctx} are used.")
 words = m.tokens(ids)
-labels = charts.position_labels([w.replace(" ", "·") for w in words])
-st.markdown("**Tokens**, as the tokenizer cut them (· is a space): " +
-            " ".join(f"`{w.replace(' ', '·')}`" for w in words))
+labels = charts.position_labels([show(w) for w in words])
+st.markdown("**Tokens**, as the tokenizer cut them (· is a space, ⏎ a new line): " +
+            " ".join(f"`{show(w)}`" for w in words))
 logits, cache, ran = run(m, source, tuple(int(i) for i in ids))
 W = rm.stack_weights(cache, cfg.n_layers)                                         # (L, H, T, T)
 T = len(ids)
@@ -137,7 +138,7 @@ st.caption("In GPT-2 small, published work (Olsson et al. 2022; TransformerLens'
 st.header("Logit lens")
 st.latex(r"\text{guess}_\ell(t) = \arg\max \operatorname{softmax}\big(\mathrm{LN}_f(h_\ell(t))\, W_E^\top\big)")
 top, prob = rm.logit_lens(m.params, cfg, cache)
-lens = pd.DataFrame([[f"{m.decode([t]).replace(' ', '·')} ({p:.0%})" for t, p in zip(top[r], prob[r])]
+lens = pd.DataFrame([[f"{show(m.decode([t]))} ({p:.0%})" for t, p in zip(top[r], prob[r])]
                      for r in range(cfg.n_layers + 1)],
                     columns=labels, index=["embeddings"] + [f"after block {l + 1}" for l in range(cfg.n_layers)])
 st.dataframe(lens.rename_axis("logit lens").reset_index(), hide_index=True)
@@ -169,7 +170,7 @@ if how == "patch":
         st.error(f"Second prompt: {err}")
 if how != "patch" or other_cache is not None:
     rows = rm.edit_effect(m.params, cfg, ids, logits, rm.head_edit(cache, layer, head, how, other_cache))
-    effect = pd.DataFrame([{"next token": m.decode([r["id"]]).replace(" ", "·"), "before": r["before"],
+    effect = pd.DataFrame([{"next token": show(m.decode([r["id"]])), "before": r["before"],
                             "after": r["after"], "change": r["change"]} for r in rows])
     st.metric("largest change in a next-token probability", f"{effect['change'].abs().max():.4f}")
     st.dataframe(effect.style.format({"before": "{:.4f}", "after": "{:.4f}", "change": "{:+.4f}"}), hide_index=True)

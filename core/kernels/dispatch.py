@@ -3,7 +3,8 @@
 Three kernel modules share one host-driver interface (see ``core/kernels/__init__.py``):
 
 - ``core.kernels.cpu``: the lesson kernels, one readable loop nest per operation;
-- ``core.kernels.tuned.cpu``: the same operations as register-tiled SIMD kernels, for large inputs;
+- ``core.kernels.tuned.cpu``: the same operations as register-tiled SIMD kernels, for all but the
+  smallest inputs from code (the lesson pages keep the lesson kernels: see :func:`lesson_recording`);
 - ``core.kernels.gpu``: the lesson kernels for CUDA.
 
 :func:`kernels_for` picks one for a call; :func:`run` calls a driver of the one picked. Inside
@@ -18,6 +19,7 @@ import contextlib
 import contextvars
 import functools
 import importlib
+import os
 import time
 import types
 from dataclasses import dataclass
@@ -30,25 +32,57 @@ from core import backend as _backend
 LESSON_CPU, TUNED_CPU, LESSON_GPU = "core.kernels.cpu", "core.kernels.tuned.cpu", "core.kernels.gpu"
 
 # Work counts multiply-adds: B*H*Tq*Tk*(d_k + d_v) for attention, B*T*d_in*d_out for a
-# projection, T*d_model for positions (see core/attention.py). Measured at float32 on 2 cores,
-# the tuned attention kernels draw level with the lesson ones at about 2k (H=4, T=8, d=4: 7 us
-# each) and pull ahead from there (2x at 33k, 9x at 262k: 0.2 ms against 0.02 ms at H=8, T=32,
-# d=16); the tuned projection is the slower one up to 262k and level beyond; the tuned sinusoid,
-# a prange loop, takes half the time on two cores. The threshold is nonetheless set above every
-# input a lesson page allows, so that a lesson page runs, shows and compiles lesson kernels only:
-# the largest are the multi-head page's 8 heads of 16 tokens (49k, 0.05 ms) and the positional
-# page's 512 x 512 code (262k, 8 ms against 4 ms). Attention with 8 heads at T >= 64 (1M and
-# more) runs the tuned kernels.
-TUNED_MIN_WORK = 1 << 19
+# projection, T*d_model for positions (see core/attention.py). A call from code runs the tuned
+# kernels from the work at which they were measured faster than the lesson ones, per operation:
+# `python -m bench crossover` (float32, this machine: AVX2 EPYC, 2 cores; both runs in
+# bench/RESULTS.md), the larger of two runs' crossovers. Below it, the lesson kernels' shorter
+# setup wins (H=4, d=4: T <= 8). The tuned projection never won in time measured, nor the
+# tuned sinusoid in its serial build: NEVER.
+NEVER = 1 << 62
+TUNED_FROM = {
+    "attention_with_weights": 8_192, "fused_attention": 8_192, "scaled_scores": 9_216, "weighted_sum": 9_216,
+    "merge_heads_project": 4_096, "project_heads": NEVER, "sinusoidal": NEVER,
+}
+# Lesson pages keep the lesson kernels whatever the size: they show those kernels' source (see
+# lesson_recording). TRACK_ENV forces one track for a whole process; track() for a block of code.
+TRACK_ENV = "ATTN_KERNELS"
+TRACKS = ("auto", "lesson", "tuned")
+_forced: contextvars.ContextVar[str | None] = contextvars.ContextVar("kernel_track", default=None)
 
 
-def kernels_for(backend: str | None, work: int) -> types.ModuleType:
+@contextlib.contextmanager
+def track(name: str) -> Iterator[None]:
+    """``with track("lesson"):`` (or ``"tuned"``, ``"auto"``) runs every CPU call of this thread
+    inside the block on that track, whatever its size and whatever ``ATTN_KERNELS`` says."""
+    if name not in TRACKS:
+        raise ValueError(f"Unknown kernel track {name!r}; choose one of {', '.join(TRACKS)}.")
+    token = _forced.set(name)
+    try:
+        yield
+    finally:
+        _forced.reset(token)
+
+
+def chosen_track() -> str:
+    """``"auto"``, ``"lesson"`` or ``"tuned"``: the innermost :func:`track` block, else the
+    ``ATTN_KERNELS`` environment variable, else auto."""
+    name = _forced.get() or os.environ.get(TRACK_ENV, "").strip().lower() or "auto"
+    if name not in TRACKS:
+        raise ValueError(f"{TRACK_ENV}={name!r} is not a kernel track; use one of {', '.join(TRACKS)}.")
+    return name
+
+
+def kernels_for(backend: str | None, work: int, operation: str = "attention_with_weights") -> types.ModuleType:
     """The kernel module for one call: on CUDA the lesson GPU kernels (one thread per entry, or
-    per query with shared key tiles: readable and fast at once); on the CPU the lesson kernels
-    below ``TUNED_MIN_WORK`` multiply-adds, the tuned ones from there on."""
+    per query with shared key tiles: readable and fast at once); on the CPU the track forced by
+    :func:`track` or ``ATTN_KERNELS``, else the lesson kernels below ``TUNED_FROM[operation]``
+    multiply-adds and the tuned ones from there on."""
     if _backend.resolve(backend) == "cuda":
         return _module(LESSON_GPU)
-    return _module(LESSON_CPU if work < TUNED_MIN_WORK else TUNED_CPU)
+    name = chosen_track()
+    if name == "auto":
+        name = "lesson" if work < TUNED_FROM[operation] else "tuned"
+    return _module(LESSON_CPU if name == "lesson" else TUNED_CPU)
 
 
 @functools.lru_cache(maxsize=None)
@@ -107,10 +141,18 @@ def recording() -> Iterator[Record]:
             outer.extend(ran)
 
 
+@contextlib.contextmanager
+def lesson_recording() -> Iterator[Record]:
+    """:func:`recording` on the lesson track: what the lesson pages wrap their computation in, so
+    the source they show is the readable kernels' at every size a page allows."""
+    with track("lesson"), recording() as ran:
+        yield ran
+
+
 def run(backend: str | None, work: int, operation: str, *args):
     """``operation(*args)`` on the kernels :func:`kernels_for` picks for ``backend`` and ``work``;
     inside :func:`recording`, also notes what ran and how long it took."""
-    kernels = kernels_for(backend, work)
+    kernels = kernels_for(backend, work, operation)
     driver = getattr(kernels, operation)
     ran = _record.get()
     if ran is None:
@@ -192,6 +234,7 @@ def _tiny_inputs(operation: str, dtype) -> tuple:
 def warm_up(backend: str | None, dtype, operations) -> None:
     """Compile (or load from the disk cache) the kernels of ``operations`` that inputs of a lesson
     page's size run (the lesson kernels), for one dtype; nothing else."""
-    kernels = kernels_for(backend, 0)
+    with track("lesson"):
+        kernels = kernels_for(backend, 0)
     for operation in operations:
         getattr(kernels, operation)(*_tiny_inputs(operation, dtype))

@@ -19,7 +19,7 @@ import numba
 import numpy as np
 from numba import njit, prange
 
-from core.kernels.tuned import simd
+from core.kernels.tuned import simd, target
 from core.kernels.tuned.borrow import borrowed
 from core.kernels.tuned.fastexp import fast_exp
 from core.kernels.tuned.floatbits import max_of
@@ -31,9 +31,9 @@ FASTMATH = {"reassoc", "contract", "nsz", "arcp"}
 PARALLEL_MIN_WORK = 1 << 16
 # Queries handled together by one parallel work unit when a unit is not a whole head (see
 # _query_block; 16 to 64 measured alike at T = 64 and 128), and keys per tile in the fused kernel
-# (512 ran 1.3-1.6x faster than 128 at T >= 512: fewer rescales, longer loops per weighted sum).
+# (chosen with the register tile, from the compile target, in target.py).
 QUERY_BLOCK = 32
-KEY_TILE = 512
+KEY_TILE = target.KEY_BLOCK
 
 _jit = dict(cache=True, fastmath=FASTMATH)
 # The loops of one work unit (a block of queries of one head) are an ordinary compiled function,
@@ -58,21 +58,28 @@ def _round_up(n, step):
 
 @njit(inline="always", **_jit)
 def _transpose_keys(K, Kt, b, h):
-    """``Kt[b, h, :, j] = K[b, h, j]``: keys along the fast axis, so that one SIMD vector holds
-    one feature of several keys. ``Kt`` is wider than the key count and zero beyond it, so whole
-    vectors may run past the last key.
+    """``Kt[b, h, p, :, c] = K[b, h, p * W + c]`` (``W = Kt.shape[4]``, two vectors): the keys cut
+    into panels of ``W`` keys, each panel stored transposed, so that one SIMD vector holds one
+    feature of several keys and a register tile (4 queries by one panel) reads its panel from
+    start to end, ``d_k * W`` contiguous numbers, as a BLAS kernel reads its packed operand.
+    The last panel is zero beyond the last key, so whole vectors may run past it.
+
+    With one row of ``Kt`` per feature instead (``d_k`` rows as long as the keys), each step of the
+    tile loaded from a different row: at T = 512, d_k = 64 the scores ran at 66 % of one core's
+    sgemm against 89 % for ``A V``, whose value rows are read in order.
 
     Done once per head, before the work is split into blocks of queries (each block transposing
-    for itself cost as much as its arithmetic), key by key (contiguous loads, strided stores): the
-    padding keeps the stride off powers of two, whose stores all fell into the same few cache sets.
+    for itself cost as much as its arithmetic).
     """
-    kt, Tk = Kt[b, h], K.shape[2]
+    kt, Tk, W = Kt[b, h], K.shape[2], Kt.shape[4]
     for j in range(Tk):
-        k = K[b, h, j]
-        for c in range(K.shape[3]):
-            kt[c, j] = k[c]
-    for c in range(K.shape[3]):
-        _fill(kt[c], Tk, kt.shape[1], 0.0)
+        k, panel, c = K[b, h, j], kt[j // W], j % W
+        for d in range(K.shape[3]):
+            panel[d, c] = k[d]
+    for j in range(Tk, kt.shape[0] * W):
+        panel, c = kt[j // W], j % W
+        for d in range(K.shape[3]):
+            panel[d, c] = 0.0
 
 
 @njit(inline="always", **_jit)
@@ -182,22 +189,25 @@ def _product_vector(a0, a1, a2, a3, B, t0, n, c, like):
 @njit(inline="always", **_jit)
 def _scores_tile(Qs, Kt, k0, lo, hi, s0, s1, s2, s3):
     """``s_r[j] = Qs[r] . K[k0 + j]`` for four (scaled) queries ``Qs`` and the keys ``lo <= j < hi``
-    of a tile starting at key ``k0``, where ``Kt[:, k]`` holds key ``k``: blocks of ``Q K^T``
-    (:func:`_product_block`), summed over the features. Whole vectors only: the columns from ``lo``
-    rounded down to a vector boundary to ``hi`` rounded up are written, so the rows and ``Kt``
-    are padded by a vector.
+    of a tile starting at key ``k0`` (a whole number of panels), where ``Kt`` holds the keys in
+    panels (see :func:`_transpose_keys`): blocks of ``Q K^T`` (:func:`_product_block`), summed over
+    the features. Whole vectors only: the columns from ``lo`` rounded down to a vector boundary
+    to ``hi`` rounded up are written, so the rows are padded by a vector.
     """
-    L, dk = simd.lanes_of(s0), Qs.shape[1]
+    L, dk, W = simd.lanes_of(s0), Qs.shape[1], Kt.shape[2]
     q0, q1, q2, q3 = Qs[0], Qs[1], Qs[2], Qs[3]
     j = lo - lo % L
-    while j + L < hi:                          # two vectors of keys
-        x0, y0, x1, y1, x2, y2, x3, y3 = _product_block(q0, q1, q2, q3, Kt, 0, dk, k0 + j, s0)
-        simd.store(s0, j, x0), simd.store(s1, j, x1), simd.store(s2, j, x2), simd.store(s3, j, x3)
-        simd.store(s0, j + L, y0), simd.store(s1, j + L, y1), simd.store(s2, j + L, y2), simd.store(s3, j + L, y3)
-        j += 2 * L
-    if j < hi:                                 # one vector left
-        x0, x1, x2, x3 = _product_vector(q0, q1, q2, q3, Kt, 0, dk, k0 + j, s0)
-        simd.store(s0, j, x0), simd.store(s1, j, x1), simd.store(s2, j, x2), simd.store(s3, j, x3)
+    while j < hi:
+        p, c = (k0 + j) // W, (k0 + j) % W
+        if c == 0 and j + L < hi:              # a whole panel: two vectors of keys
+            x0, y0, x1, y1, x2, y2, x3, y3 = _product_block(q0, q1, q2, q3, Kt[p], 0, dk, 0, s0)
+            simd.store(s0, j, x0), simd.store(s1, j, x1), simd.store(s2, j, x2), simd.store(s3, j, x3)
+            simd.store(s0, j + L, y0), simd.store(s1, j + L, y1), simd.store(s2, j + L, y2), simd.store(s3, j + L, y3)
+            j += W
+        else:                                  # one vector: a panel's first or second half
+            x0, x1, x2, x3 = _product_vector(q0, q1, q2, q3, Kt[p], 0, dk, c, s0)
+            simd.store(s0, j, x0), simd.store(s1, j, x1), simd.store(s2, j, x2), simd.store(s3, j, x3)
+            j += L
 
 
 @njit(inline="always", **_jit)
@@ -285,6 +295,12 @@ def _add_vector(x, i, v):
 
 
 @njit(inline="always", **_jit)
+def _panel_keys(Kt):
+    """Keys the panels of ``Kt`` hold: the key count rounded up to a whole panel."""
+    return Kt.shape[2] * Kt.shape[4]
+
+
+@njit(inline="always", **_jit)
 def _unit(u, H, n_blocks, Tq, block):
     """Work unit ``u`` -> (batch, head, first query, end query): one block of queries of one head."""
     b, h, qb = u // (H * n_blocks), (u // n_blocks) % H, u % n_blocks
@@ -324,7 +340,7 @@ def _scores_rows(Q, K, mask, scale, S, Kt, block):
         if n_blocks == 1:
             _transpose_keys(K, Kt, b, h)
         _scores_unit(Q, Kt, mask, scale, b, h, i0, i1, S,
-                     np.empty((4, Q.shape[3]), Q.dtype), np.empty((4, Kt.shape[3]), Q.dtype))
+                     np.empty((4, Q.shape[3]), Q.dtype), np.empty((4, _panel_keys(Kt)), Q.dtype))
 
 
 @njit(**_jit)
@@ -363,7 +379,7 @@ def _attention_rows(Q, K, V, mask, scale, A, out, Kt, Vp, block):
             _transpose_keys(K, Kt, b, h)
             _pad_values(V, Vp, b, h)
         _weights_unit(Q, Kt, Vp, mask, scale, b, h, i0, i1, A, out,
-                      np.empty((4, Q.shape[3]), Q.dtype), np.empty((4, Kt.shape[3]), Q.dtype),
+                      np.empty((4, Q.shape[3]), Q.dtype), np.empty((4, _panel_keys(Kt)), Q.dtype),
                       np.empty((4, Vp.shape[3]), Q.dtype))
 
 
@@ -451,6 +467,7 @@ def _fused_blocks(Q, K, V, mask, scale, out, Kt, Vp, block, key_tile):
     (``Kt``, ``Vp``: about the size of K and V) and, per unit, O(key_tile + block * d_v); never
     (Tq, Tk)."""
     B, H, Tq, dk = Q.shape
+    key_tile = _round_up(max(key_tile, 1), Kt.shape[4])   # whole panels of keys (see _scores_tile)
     n_blocks = (Tq + block - 1) // block
     if n_blocks > 1:
         for u in prange(B * H):
@@ -559,9 +576,10 @@ def _query_block(B: int, H: int, Tq: int, work: int) -> int:
 
 
 def _keys_layout(K):
-    """Room for the keys transposed, a vector wider than the key count (see _transpose_keys)."""
+    """Room for the keys in panels of two vectors (see _transpose_keys)."""
     B, H, Tk, dk = K.shape
-    return np.empty((B, H, dk, Tk + simd.lanes(K.dtype)), dtype=K.dtype)
+    W = 2 * simd.lanes(K.dtype)
+    return np.empty((B, H, (Tk + W - 1) // W, dk, W), dtype=K.dtype)
 
 
 def _values_layout(V):

@@ -6,9 +6,11 @@ a few vectors of running sums that stay in registers while a loop over the share
 scalar loops, those sums go back to memory on every pass; written with these vectors, they are
 registers, as in a hand-written BLAS kernel (1.2-2x faster scores here, T = 512 to 64).
 
-A vector holds :func:`lanes` floats of one dtype: as many as fit the host's widest SIMD register
-(64 bytes with AVX-512, 32 with AVX, else 16). LLVM splits a vector wider than the machine's
-registers into several, so every width is correct everywhere; the host's width is the fast one.
+A vector holds :func:`lanes` floats of one dtype: as many as fit the widest SIMD register of the
+CPU Numba compiles for (64 bytes with AVX-512, 32 with AVX, else 16), which is the host's unless
+``NUMBA_CPU_NAME`` / ``NUMBA_CPU_FEATURES`` name another (see ``target.py``). LLVM splits a vector
+wider than the registers into several, so every width is correct everywhere; the target's is the
+fast one.
 
 - :func:`load` / :func:`store`: a vector from / to ``x[i : i + lanes]`` (1-D, contiguous; the
   caller keeps ``i + lanes <= len(x)``, by padding its arrays to whole vectors);
@@ -18,24 +20,12 @@ registers into several, so every width is correct everywhere; the host's width i
 """
 from __future__ import annotations
 
-import llvmlite.binding as llvm
 from llvmlite import ir
 from numba import types
-from numba.core import cgutils, config
+from numba.core import cgutils
 from numba.extending import intrinsic, models, overload, register_model
 
-
-def _vector_bytes() -> int:
-    """The width of the host's SIMD registers, in bytes (16 when Numba targets a generic CPU)."""
-    if config.CPU_NAME:                   # NUMBA_CPU_NAME set, e.g. 'generic' for portable caches
-        return 16
-    features = llvm.get_host_cpu_features()
-    if features.get("avx512f"):
-        return 64
-    return 32 if features.get("avx") else 16
-
-
-VECTOR_BYTES = _vector_bytes()
+from core.kernels.tuned.target import VECTOR_BYTES
 
 
 def lanes(dtype) -> int:
