@@ -118,8 +118,8 @@ q_cols = [f"h{h + 1}.q{j + 1}" for h in range(pipe.n_heads) for j in range(toy_d
 x_rows = [f"x{i + 1}" for i in range(pipe.W_Q.shape[0])]
 packed = charts.heatmap(pipe.W_Q, x_rows, q_cols, kind="signed", value_name="W_Q", row_title="input feature",
                         col_title="query dimension", size=240,
-                        title={"text": "Packed W_Q", "subtitle": ["d_model × H·d_k:", "columns 1–2 head 1,",
-                                                                   "columns 3–4 head 2"]})
+                        # two short lines: one long title is cut to "…" above a chart this narrow
+                        title={"text": ["Packed W_Q (d_model × H·d_k)", "columns 1–2 head 1, 3–4 head 2"]})
 # A bar on each slice boundary, so the heads read as column blocks; mid-grey keeps 3:1 contrast
 # against both themes' backgrounds (Vega-Lite's default black vanishes on the dark one).
 packed["layer"].append({
