@@ -8,3 +8,8 @@ import shutil
 
 if shutil.which("nvidia-smi") is None:
     os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
+
+# No background compile (core/warmup.py) in test processes and the servers they start: tests that
+# time things or count compiled kernels must not share the CPU with it. tests/test_warmup.py drives
+# the warm-up itself.
+os.environ.setdefault("ATTN_WARMUP", "0")

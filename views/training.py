@@ -327,7 +327,8 @@ def draw_ablations() -> None:
         return
     done = sum(r.finished for r in current.runs)
     total = sum(r.target_steps for r in current.runs)
-    st.progress(min(sum(r.step for r in current.runs) / max(total, 1), 1.0),
+    share = 1.0 if done == len(current.runs) else min(sum(r.step for r in current.runs) / max(total, 1), 1.0)
+    st.progress(share,                       # full once every run has ended, at its steps or at the cap
                 text=f"{current.status}: {done} of {len(current.runs)} runs finished")
     if current.status == "error":
         st.error(current.message)
