@@ -39,6 +39,8 @@ def run(_m: pretrained.Model, source: str, ids: tuple):
     """The forward pass of one text, its cache, and the kernels that ran (shared, read only)."""
     with dispatch.recording() as ran:
         logits, cache = _m.forward(np.array(ids))
+    for array in (logits, *cache.values()):
+        array.setflags(write=False)                     # shared by every session that asks for this text
     return logits, cache, ran
 
 
