@@ -1,6 +1,7 @@
 """The "Make it fast" page: its table has one row per chosen T and kernel, with positive times and
 GFLOP/s equal to the flop count over the time; every control changes the table and the link; bad
 input gets a message; each trick is shown with the source of the functions it names."""
+import json
 import re
 from pathlib import Path
 
@@ -88,6 +89,26 @@ def test_a_fair_ceiling_gets_no_warning_and_no_remeasure(monkeypatch):
     at = open_page(PAGE, SMALL)
     assert calls.count(1024) == 2 and not at.warning
     assert (timings(at)["% of sgemm"].dropna() < 1).all()
+
+
+def _colour_scales(spec):
+    """Every colour encoding's scale in a Vega-Lite spec, layers included."""
+    if isinstance(spec, dict):
+        found = [spec["color"]["scale"]] if isinstance(spec.get("color"), dict) and "scale" in spec["color"] else []
+        return found + [s for value in spec.values() for s in _colour_scales(value)]
+    if isinstance(spec, list):
+        return [s for value in spec for s in _colour_scales(value)]
+    return []
+
+
+def test_each_kernel_keeps_one_colour_in_every_chart():
+    at = open_page(PAGE, SMALL)
+    charts = at.get("vega_lite_chart")
+    assert len(charts) == 2
+    scales = [scale for chart in charts for scale in _colour_scales(json.loads(chart.proto.spec))]
+    assert len(scales) == 3                                  # times, rates, the ceiling's rule
+    want = {"domain": [*speed.KERNELS, "sgemm ceiling"], "range": scales[0]["range"]}
+    assert all(scale == want for scale in scales) and len(set(want["range"])) == 4
 
 
 def test_each_control_changes_the_table_and_the_link():

@@ -2,8 +2,10 @@
 
 - ``core.kernels.cpu``: lesson kernels for the CPU, one short ``@njit`` loop nest per operation;
 - ``core.kernels.gpu``: lesson kernels for CUDA, the same operations under the same names;
-- ``core.kernels.tuned.cpu``: the same operations as register-tiled SIMD kernels, for large inputs;
-- ``core.kernels.dispatch``: which of them runs a call, and a record of the functions that ran;
+- ``core.kernels.tuned.cpu``: the same operations as register-tiled SIMD kernels, for calls from code
+  past a measured size (``core/kernels/tuned/target.py`` sizes them for the compile target);
+- ``core.kernels.dispatch``: which of them runs a call (lesson pages: always the lesson kernels), and a
+  record of the functions that ran;
 - ``core.kernels.reference``: plain NumPy, written like the formulas; the tests' oracle, which
   product code never imports.
 
