@@ -20,6 +20,7 @@ from numba import njit
 
 from core import positional
 from core.attention import merge_heads, split_heads    # heads are pure reshapes: one definition
+from core.models.params import init_by_name             # one definition, with the layout and the checks
 
 ATTENTION_PARAMS = ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O")
 
