@@ -27,6 +27,7 @@ PAGES = {
         st.Page("views/inside_model.py", title="Inside a trained model", icon="🔬"),
         st.Page("views/decoder.py", title="Decoder and generation", icon="✍️"),
         st.Page("views/induction.py", title="Induction heads", icon="🔁"),
+        st.Page("views/real_model.py", title="A real model", icon=":material/smart_toy:"),
         st.Page("views/check_yourself.py", title="Check yourself", icon="✅"),
     ],
     "Under the hood": [st.Page("views/make_it_fast.py", title="Make it fast", icon="🚀")],

@@ -11,7 +11,7 @@ import sys
 import numba
 import numpy as np
 
-SECTIONS = ["attention", "training", "decoder", "pages", "coldstart"]
+SECTIONS = ["attention", "training", "decoder", "pages", "coldstart", "real_model"]
 
 
 def main(argv: list[str]) -> None:

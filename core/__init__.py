@@ -49,7 +49,8 @@ numba.config.THREADING_LAYER = os.environ["NUMBA_THREADING_LAYER"]
 # working now that the lesson helpers sit in core/lessons/ and the models in core/models/ (imported on first use, not here, so that
 # importing ``core`` stays cheap).
 _PUBLIC_MODULES = {"analysis": "core.lessons.analysis", "decoder": "core.models.decoder",
-                   "encoder": "core.models.encoder", "tasks": "core.models.tasks",
+                   "encoder": "core.models.encoder", "pretrained": "core.models.pretrained",
+                   "tasks": "core.models.tasks",
                    "training": "core.models.training"}
 
 

@@ -358,3 +358,44 @@ def cross_entropy(logits: np.ndarray, targets: np.ndarray):
     d = np.exp(logp)
     d[np.arange(N), t] -= 1.0
     return loss, (d / N).reshape(logits.shape).astype(logits.dtype, copy=False)
+
+
+# ----------------------------------------------------------------------------------------------
+# GELU, tanh form (GPT-2's activation)
+# ----------------------------------------------------------------------------------------------
+GELU_TANH_C = math.sqrt(2.0 / math.pi)
+
+
+@njit(cache=True, nogil=True)
+def _gelu_tanh_flat(x, y):
+    """``y = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`` element by element (one pass, no temporaries)."""
+    c = math.sqrt(2.0 / math.pi)
+    for n in range(x.size):
+        v = x[n]
+        y[n] = 0.5 * v * (1.0 + math.tanh(c * (v + 0.044715 * v * v * v)))
+
+
+def gelu_tanh(x: np.ndarray) -> np.ndarray:
+    r""":math:`\mathrm{GELU}(x) \approx \tfrac12 x\,(1 + \tanh(\sqrt{2/\pi}\,(x + 0.044715\,x^3)))`, GPT-2's form."""
+    flat = np.ascontiguousarray(x).reshape(-1)
+    y = np.empty_like(flat)
+    _gelu_tanh_flat(flat, y)
+    return y.reshape(x.shape)
+
+
+@njit(cache=True, nogil=True)
+def _gelu_tanh_backward_flat(dy, x, dx):
+    """``dx = dy * GELU'(x)``, with ``u = c (x + 0.044715 x^3)``:
+    ``GELU'(x) = 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) c (1 + 3 * 0.044715 x^2)``."""
+    c = math.sqrt(2.0 / math.pi)
+    for n in range(x.size):
+        v = x[n]
+        t = math.tanh(c * (v + 0.044715 * v * v * v))
+        dx[n] = dy[n] * (0.5 * (1.0 + t) + 0.5 * v * (1.0 - t * t) * c * (1.0 + 3.0 * 0.044715 * v * v))
+
+
+def gelu_tanh_backward(dy: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """The gradient through :func:`gelu_tanh` at its input ``x``."""
+    dx = np.empty(x.size, dtype=x.dtype)
+    _gelu_tanh_backward_flat(np.ascontiguousarray(dy).reshape(-1), np.ascontiguousarray(x).reshape(-1), dx)
+    return dx.reshape(x.shape)

@@ -1,0 +1,179 @@
+"""Taking a real model apart: head detection, the logit lens, attention rollout, ablation, patching
+and generation, each a pure function of a model's parameters and the forward cache."""
+from __future__ import annotations
+
+import numpy as np
+
+from core.models import sampling
+from core.models import transformer as tr
+
+HEAD_KINDS = ("previous-token", "duplicate-token", "induction", "first-token")
+
+
+def fit_context(ids: np.ndarray, n_ctx: int) -> tuple[np.ndarray, int]:
+    """The first ``n_ctx`` ids and how many were cut off (0 when the text fits)."""
+    ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+    if ids.size == 0:
+        raise ValueError("The text is empty: type something to run the model on.")
+    return ids[:n_ctx], max(0, ids.size - n_ctx)
+
+
+def stack_weights(cache: dict, n_layers: int, batch: int = 0) -> np.ndarray:
+    """Every layer's attention weights of one sequence: ``(L, H, T, T)``."""
+    return np.stack([cache[f"blocks.{i}.attn.weights"][batch] for i in range(n_layers)])
+
+
+# ----------------------------------------------------------------------------------------------
+# the head detector, on repeated random tokens
+# ----------------------------------------------------------------------------------------------
+def repeated_random_tokens(vocab_size: int, n: int, *, batch: int = 4, seed: int = 0,
+                           first: int | None = None) -> np.ndarray:
+    """``(batch, n + n)`` (or ``1 + 2n`` with a ``first`` token in front): n random ids, then the same n again.
+
+    In the second copy, position ``i`` holds the token of position ``i - n``: a duplicate-token
+    head looks back there, an induction head one further, at ``i - n + 1``, the token that came
+    next last time, which is the one to predict now.
+    """
+    if n < 2 or vocab_size < 2:
+        raise ValueError("Repeated random tokens need n >= 2 and a vocabulary of at least 2 tokens.")
+    r = np.random.default_rng(seed).integers(0, vocab_size, size=(batch, n))
+    seq = np.concatenate([r, r], axis=1)
+    if first is not None:
+        seq = np.concatenate([np.full((batch, 1), first), seq], axis=1)
+    return seq.astype(np.int64)
+
+
+def head_scores(weights: np.ndarray, n: int, offset: int = 0) -> dict[str, np.ndarray]:
+    """Each head's score as each kind, from attention weights ``(L, B, H, T, T)`` on
+    :func:`repeated_random_tokens` (``offset`` = 1 when a first token precedes the two copies):
+
+    - previous-token:  mean over queries ``i >= 1`` of ``A[i, i-1]``;
+    - duplicate-token: mean over the second copy of ``A[i, i-n]`` (the same token, earlier);
+    - induction:       mean over the second copy of ``A[i, i-n+1]`` (what followed it then);
+    - first-token:     mean over every query of ``A[i, 0]`` (the "attention sink").
+
+    Returns ``{kind: (L, H)}``, each score between 0 and 1.
+    """
+    A = np.asarray(weights)
+    T = A.shape[-1]
+    i_all = np.arange(1, T)
+    second = np.arange(offset + n, offset + 2 * n)                   # the queries of the second copy
+    take = lambda q, k: A[..., q, k].mean(axis=(1, -1))              # noqa: E731  (L, H)
+    return {"previous-token": take(i_all, i_all - 1),
+            "duplicate-token": take(second, second - n),
+            "induction": take(second, second - n + 1),
+            "first-token": A[..., :, 0].mean(axis=(1, -1))}
+
+
+def detect_heads(params: dict, cfg: tr.TransformerConfig, *, n: int = 20, batch: int = 4, seed: int = 0,
+                 first: int | None = None) -> dict[str, np.ndarray]:
+    """:func:`head_scores` of the model on repeated random tokens (``n`` at most half its context)."""
+    n = min(n, (cfg.n_ctx - (first is not None)) // 2)
+    seq = repeated_random_tokens(cfg.vocab_size, n, batch=batch, seed=seed, first=first)
+    _, cache = tr.forward(params, cfg, seq)
+    W = np.stack([cache[f"blocks.{i}.attn.weights"] for i in range(cfg.n_layers)])   # (L, B, H, T, T)
+    return head_scores(W, n, offset=int(first is not None))
+
+
+# ----------------------------------------------------------------------------------------------
+# the logit lens and attention rollout
+# ----------------------------------------------------------------------------------------------
+def logit_lens(params: dict, cfg: tr.TransformerConfig, cache: dict, batch: int = 0):
+    """The model's next-token guess at each position after each layer: the residual stream read
+    through the final LayerNorm and the unembedding, as if the later layers were not there.
+
+    Returns ``(top_ids, top_probs)``, each ``(L + 1, T)``: row 0 after the embeddings, row ``l``
+    after block ``l - 1``; the last row is the model's own prediction.
+    """
+    streams = [cache[f"blocks.{i}.resid_pre"][batch] for i in range(cfg.n_layers)]
+    streams.append(cache[f"blocks.{cfg.n_layers - 1}.resid_post"][batch])
+    h = np.stack(streams)                                             # (L+1, T, d)
+    logits = tr.unembed(params, cfg, h, {})                           # (L+1, T, V)
+    z = logits - logits.max(axis=-1, keepdims=True)
+    p = np.exp(z)
+    p /= p.sum(axis=-1, keepdims=True)
+    top = p.argmax(axis=-1)
+    return top, np.take_along_axis(p, top[..., None], axis=-1)[..., 0]
+
+
+def rollout(weights: np.ndarray) -> np.ndarray:
+    r"""Attention rollout (Abnar & Zuidema 2020) of weights ``(L, H, T, T)``: ``(L, T, T)``, row
+    ``l`` how much each query draws on each input token through layers ``0..l``.
+
+    .. math:: \bar A_l = \mathrm{rownorm}\big(\tfrac12 \mathrm{mean}_h A_{l,h} + \tfrac12 I\big), \qquad
+              R_l = \bar A_l \bar A_{l-1} \cdots \bar A_0
+
+    The identity stands for the residual connection, which carries each token past the attention.
+    """
+    A = np.asarray(weights, dtype=np.float64)
+    T = A.shape[-1]
+    mixed = 0.5 * A.mean(axis=1) + 0.5 * np.eye(T)                    # (L, T, T)
+    mixed /= mixed.sum(axis=-1, keepdims=True)
+    out = np.empty_like(mixed)
+    R = np.eye(T)
+    for l in range(len(mixed)):
+        R = mixed[l] @ R
+        out[l] = R
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# ablation and patching: how the next-token probabilities move
+# ----------------------------------------------------------------------------------------------
+def next_token_probs(logits: np.ndarray) -> np.ndarray:
+    """Softmax of the last position's logits ``(V,)``, in float64."""
+    z = np.asarray(logits[0, -1], dtype=np.float64)
+    e = np.exp(z - z.max())
+    return e / e.sum()
+
+
+def head_edit(cache: dict, layer: int, head: int, how: str, other_cache: dict | None = None):
+    """The edit :func:`transformer.forward` takes for one head: ``"zero"``, ``"mean"``, or
+    ``"patch"``: the head's output on the second prompt. Prompts of different lengths are aligned
+    at their ends, so the last position, whose next token is measured, always takes the second
+    prompt's last; earlier positions without a partner keep their own output."""
+    if how in ("zero", "mean"):
+        return {(layer, head): how}
+    if how != "patch" or other_cache is None:
+        raise ValueError("A head is changed by 'zero', 'mean' or 'patch' (patching needs a second prompt).")
+    own = cache[f"blocks.{layer}.attn.head_outputs"][0, head]         # (T, d_k)
+    theirs = other_cache[f"blocks.{layer}.attn.head_outputs"][0, head]
+    value = own.copy()
+    n = min(len(own), len(theirs))
+    value[len(own) - n:] = theirs[len(theirs) - n:]
+    return {(layer, head): value}
+
+
+def edit_effect(params: dict, cfg: tr.TransformerConfig, ids: np.ndarray, logits: np.ndarray, edit: dict,
+                top: int = 8) -> list[dict]:
+    """The most likely next tokens before and after an edit, most changed first:
+    rows ``{id, before, after, change}``."""
+    after_logits, _ = tr.forward(params, cfg, ids, ablate=edit)
+    before, after = next_token_probs(logits), next_token_probs(after_logits)
+    change = after - before
+    picks = np.unique(np.concatenate([np.argsort(-before)[:top // 2], np.argsort(-np.abs(change))[:top]]))
+    picks = picks[np.argsort(-np.abs(change[picks]), kind="stable")][:top]
+    return [{"id": int(t), "before": float(before[t]), "after": float(after[t]), "change": float(change[t])}
+            for t in picks]
+
+
+# ----------------------------------------------------------------------------------------------
+# generation with the KV cache
+# ----------------------------------------------------------------------------------------------
+def generate(params: dict, cfg: tr.TransformerConfig, ids: np.ndarray, *, max_new_tokens: int,
+             settings: sampling.SamplerSettings, seed: int = 0, stop: int | None = None) -> np.ndarray:
+    """New ids after the prompt ``ids``: the prompt runs once (filling the KV cache), then each new
+    token alone, attending over the cached keys and values; up to the context's end or ``stop``."""
+    ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+    rng = np.random.default_rng(seed)
+    kv = [{} for _ in range(cfg.n_layers)]
+    logits, _ = tr.forward(params, cfg, ids, kv=kv)
+    out, pos = [], len(ids)
+    for _ in range(max(0, min(max_new_tokens, cfg.n_ctx - len(ids)))):
+        token, _, _ = sampling.sample(logits[0, -1], settings, rng)
+        out.append(token)
+        if token == stop or pos >= cfg.n_ctx:
+            break
+        logits, _ = tr.forward(params, cfg, [token], kv=kv, start=pos)
+        pos += 1
+    return np.asarray(out, dtype=np.int64)

@@ -1,0 +1,367 @@
+"""One readable transformer whose architecture is settings, not copied code paths.
+
+The same loop runs the original Transformer's decoder-only stack (post-norm, ReLU, sinusoidal
+positions: the seeds) and the GPT-2 family (pre-norm, GELU, learned positions, tied unembedding,
+a final LayerNorm)::
+
+    h = embed[tokens] + positions                                  # (B, T, d)
+    per block i, post-norm:   h = LN1(h + MHA(h));     h = LN2(h + FFN(h))
+    per block i, pre-norm:    h = h + MHA(LN1(h));     h = h + FFN(LN2(h))
+    h = LN_final(h)                                                # when final_ln
+    logits = h @ unembed        (embed^T when tied_unembed)        # (B, T, V)
+
+Parameters and the forward cache use the project's one vocabulary (``embed``, ``pos``,
+``blocks.{i}.attn.W_Q`` ..., ``blocks.{i}.resid_pre``, ``blocks.{i}.attn.weights`` ...), so a
+page reads what it draws from the cache instead of recomputing it. The sublayers are
+:mod:`core.models.layers`; the attention itself runs on the project's kernels
+(:func:`core.attention.attention`). The linear layers are NumPy matrix products (BLAS): at GPT-2's
+sizes (768 x 3072, 768 x 50,257) they are most of the work, and BLAS is what makes them fast.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+from core import attention as attn_ops
+from core.models import layers as L
+from core.validate import check_heads
+
+NORMS = ("post", "pre")
+ACTIVATIONS = ("relu", "gelu_tanh")
+POSITIONAL = ("sinusoidal", "learned", "none")
+ABLATIONS = ("zero", "mean")
+
+
+def _whole(value) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+@dataclasses.dataclass(frozen=True)
+class TransformerConfig:
+    """Sizes and architecture of a decoder-only (or, with ``causal=False``, encoder) stack.
+
+    ``norm="post"`` puts each LayerNorm after its residual sum (the original Transformer),
+    ``"pre"`` before its sublayer (GPT-2). ``d_ff`` is the feed-forward width (GPT-2: ``4 d``,
+    or its ``n_inner``). ``bias=False`` drops every linear layer's bias.
+    """
+
+    vocab_size: int
+    n_ctx: int
+    d_model: int
+    n_heads: int
+    d_ff: int
+    n_layers: int
+    norm: str = "post"
+    activation: str = "relu"
+    positional: str = "sinusoidal"
+    tied_unembed: bool = False
+    final_ln: bool = False
+    bias: bool = True
+    causal: bool = True
+    ln_eps: float = 1e-5
+
+    def __post_init__(self):
+        for name in ("vocab_size", "n_ctx", "d_model", "n_heads", "d_ff", "n_layers"):
+            value = getattr(self, name)
+            if not _whole(value) or value < 1:
+                raise ValueError(f"{name} must be a positive whole number, got {value!r}.")
+        check_heads(self.d_model, self.n_heads)
+        for name, choices in (("norm", NORMS), ("activation", ACTIVATIONS), ("positional", POSITIONAL)):
+            if getattr(self, name) not in choices:
+                raise ValueError(f"{name} must be one of {', '.join(choices)}, got {getattr(self, name)!r}.")
+        for name in ("tied_unembed", "final_ln", "bias", "causal"):
+            if not isinstance(getattr(self, name), (bool, np.bool_)):
+                raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}.")
+        eps = self.ln_eps
+        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not math.isfinite(eps) or eps <= 0:
+            raise ValueError(f"ln_eps must be a small positive number, got {eps!r}.")
+
+    @property
+    def d_k(self) -> int:
+        return self.d_model // self.n_heads
+
+
+# ----------------------------------------------------------------------------------------------
+# parameters
+# ----------------------------------------------------------------------------------------------
+def block_shapes(cfg: TransformerConfig) -> dict[str, tuple[int, ...]]:
+    """One block's parameters under their short names (``attn.W_Q`` ...), in the order they run."""
+    d, F = cfg.d_model, cfg.d_ff
+    shapes = {f"attn.{w}": (d, d) for w in ("W_Q", "W_K", "W_V", "W_O")}
+    if cfg.bias:
+        shapes.update({f"attn.{b}": (d,) for b in ("b_Q", "b_K", "b_V", "b_O")})
+    shapes.update({"ln1.g": (d,), "ln1.b": (d,), "ffn.W_1": (d, F), "ffn.W_2": (F, d)})
+    if cfg.bias:
+        shapes.update({"ffn.b_1": (F,), "ffn.b_2": (d,)})
+    shapes.update({"ln2.g": (d,), "ln2.b": (d,)})
+    return shapes
+
+
+def param_shapes(cfg: TransformerConfig, prefix: str = "") -> dict[str, tuple[int, ...]]:
+    """Every parameter name with its shape, in a fixed order: embeddings, blocks, output."""
+    d = cfg.d_model
+    shapes = {f"{prefix}embed": (cfg.vocab_size, d)}
+    if cfg.positional == "learned":
+        shapes[f"{prefix}pos"] = (cfg.n_ctx, d)
+    for i in range(cfg.n_layers):
+        shapes.update({f"{prefix}blocks.{i}.{name}": s for name, s in block_shapes(cfg).items()})
+    if cfg.final_ln:
+        shapes.update({f"{prefix}ln_final.g": (d,), f"{prefix}ln_final.b": (d,)})
+    if not cfg.tied_unembed:
+        shapes[f"{prefix}unembed"] = (d, cfg.vocab_size)
+    return shapes
+
+
+def param_count(cfg: TransformerConfig) -> int:
+    """Number of trainable numbers (a tied unembedding is counted once)."""
+    return int(sum(math.prod(s) for s in param_shapes(cfg).values()))
+
+
+def init_params(cfg: TransformerConfig, seed: int = 0, dtype=np.float32) -> dict[str, np.ndarray]:
+    """Fresh parameters, deterministic for a seed: weights ``N(0, 1/d_in)``, embeddings ``N(0, 1)``
+    (scaled by ``1/sqrt(d)`` when tied, so the logits start small), learned positions
+    ``N(0, 0.1^2)``, LayerNorm gains 1, biases 0."""
+    shapes = param_shapes(cfg)
+    # layers.init_by_name chooses by a name's last part: LayerNorm gains as "..._g", weights as "W_..."
+    alias = {name: name[:-2] + "_g" if name.endswith(".g") else name for name in shapes}
+    alias["unembed"] = "W_unembed"
+    fresh = L.init_by_name({alias[n]: s for n, s in shapes.items()}, seed, dtype)
+    params = {n: fresh[alias[n]] for n in shapes}
+    if cfg.tied_unembed:
+        params["embed"] = np.ascontiguousarray(params["embed"] / math.sqrt(cfg.d_model))
+    return params
+
+
+def check_params(params: dict, cfg: TransformerConfig, prefix: str = "") -> np.dtype:
+    """Refuse missing, misshaped or mixed-precision parameters; return their dtype."""
+    if not isinstance(params, dict):
+        raise ValueError("params must be a dict of arrays.")
+    dtypes = set()
+    for name, shape in param_shapes(cfg, prefix).items():
+        if name not in params:
+            raise ValueError(f"Parameter {name!r} is missing.")
+        value = params[name]
+        if getattr(value, "shape", None) != shape:
+            raise ValueError(f"Parameter {name!r} has shape {getattr(value, 'shape', None)}, expected {shape}.")
+        dtypes.add(np.dtype(value.dtype))
+    if len(dtypes) != 1 or next(iter(dtypes)) not in (np.float32, np.float64):
+        raise ValueError(f"Parameters must all be float32 or all float64, got {sorted(map(str, dtypes))}.")
+    return next(iter(dtypes))
+
+
+def check_tokens(tokens, cfg: TransformerConfig, start: int = 0) -> np.ndarray:
+    """Token ids as int64 ``(B, T)`` (a 1-D ``(T,)`` becomes one sequence); refuse what the model can't read."""
+    ids = np.asarray(tokens)
+    if ids.ndim == 1:
+        ids = ids[None, :]
+    if ids.ndim != 2 or ids.shape[1] == 0 or ids.shape[0] == 0:
+        raise ValueError(f"tokens must be a non-empty (T,) or (B, T) array of ids, got shape {ids.shape}.")
+    if ids.dtype.kind not in "iu":
+        raise ValueError(f"tokens must be whole numbers (token ids), got dtype {ids.dtype}.")
+    if ids.min() < 0 or ids.max() >= cfg.vocab_size:
+        raise ValueError(f"Token ids must lie in 0..{cfg.vocab_size - 1}; got {ids.min()}..{ids.max()}.")
+    if start + ids.shape[1] > cfg.n_ctx:
+        raise ValueError(f"The model reads at most {cfg.n_ctx} tokens; this needs {start + ids.shape[1]}.")
+    return ids.astype(np.int64, copy=False)
+
+
+# ----------------------------------------------------------------------------------------------
+# the sublayers at GPT-2's sizes
+# ----------------------------------------------------------------------------------------------
+def dense(x: np.ndarray, W: np.ndarray, b) -> np.ndarray:
+    """``x @ W + b`` over the last axis (BLAS); ``b`` may be None (a model without biases)."""
+    y = (x.reshape(-1, x.shape[-1]) @ W).reshape(*x.shape[:-1], W.shape[1])     # one 2-D product: BLAS
+    return y if b is None else y + b
+
+
+def layer_norm(x: np.ndarray, g: np.ndarray, b: np.ndarray, eps: float, cache: dict, name: str) -> np.ndarray:
+    """:func:`layers.layer_norm`, leaving the statistics ``{name}.mean`` and ``{name}.std`` (B, T) in the cache."""
+    y, c = L.layer_norm(x, g, b, eps)
+    cache[f"{name}.mean"] = x.mean(axis=-1)
+    cache[f"{name}.std"] = (1.0 / c["rstd"]).reshape(x.shape[:-1])          # sqrt(var + eps)
+    return y
+
+
+def causal_mask(n_new: int, start: int, dtype) -> np.ndarray:
+    """``(n_new, start + n_new)``: query ``i`` (at position ``start + i``) sees keys ``j <= start + i``."""
+    return np.triu(np.full((n_new, start + n_new), -np.inf, dtype=dtype), k=start + 1)
+
+
+def edit_heads(Z: np.ndarray, edits: dict | None, layer: int) -> np.ndarray:
+    """Head outputs ``Z (B, H, T, d_k)`` with the edits for this layer applied (a copy when any):
+
+    ``"zero"``  the head's output is 0 (zero ablation);
+    ``"mean"``  its output at every position is its mean over the positions (mean ablation);
+    an array    its output is replaced by that ``(T, d_k)`` or ``(B, T, d_k)`` array (patching,
+                typically the same head's output on a second prompt).
+    """
+    if not edits:
+        return Z
+    mine = {h: how for (l, h), how in edits.items() if l == layer}
+    if not mine:
+        return Z
+    Z = Z.copy()
+    for h, how in mine.items():
+        if isinstance(how, str) and how == "zero":
+            Z[:, h] = 0.0
+        elif isinstance(how, str) and how == "mean":
+            Z[:, h] = Z[:, h].mean(axis=1, keepdims=True)
+        else:
+            Z[:, h] = np.broadcast_to(np.asarray(how, dtype=Z.dtype), Z[:, h].shape)
+    return Z
+
+
+def self_attention(x: np.ndarray, p: dict, cfg: TransformerConfig, cache: dict, name: str, *,
+                   kv: dict | None = None, start: int = 0, edits=None, layer: int = 0) -> np.ndarray:
+    r"""Multi-head self-attention of ``x (B, T, d)``; what it computes goes to ``{name}.*`` in the cache.
+
+    .. math:: A_h = \mathrm{softmax}(Q_h K_h^\top / \sqrt{d_k} + M), \quad
+              \mathrm{out} = \mathrm{Concat}_h(A_h V_h)\, W_O + b_O
+
+    ``kv`` (a dict holding this layer's earlier keys and values, or empty) makes it a KV cache:
+    the new keys and values are appended, and the new queries attend over all of them.
+    """
+    H = cfg.n_heads
+    # 1. queries, keys and values, split into heads
+    Q = L.split_heads(dense(x, p["attn.W_Q"], p.get("attn.b_Q")), H)                    # (B, H, T, d_k)
+    K = L.split_heads(dense(x, p["attn.W_K"], p.get("attn.b_K")), H)
+    V = L.split_heads(dense(x, p["attn.W_V"], p.get("attn.b_V")), H)
+    if kv is not None:
+        if "K" in kv:
+            K = np.concatenate([kv["K"], K], axis=2)                                     # (B, H, start+T, d_k)
+            V = np.concatenate([kv["V"], V], axis=2)
+        kv["K"], kv["V"] = K, V
+    Q, K, V = (np.ascontiguousarray(a) for a in (Q, K, V))
+    # 2. scaled, masked scores and their row softmax, each head's weighted average of the values
+    mask = causal_mask(Q.shape[2], start, x.dtype) if cfg.causal else None
+    Z, A = attn_ops.attention(Q, K, V, mask, backend="cpu")                              # (B, H, T, d_k), (B, H, T, Tk)
+    cache[f"{name}.scores"] = attn_ops.scores(Q, K, mask, backend="cpu")
+    cache[f"{name}.weights"] = A
+    # 3. head edits (ablation, patching), then the heads side by side and the output projection
+    Z = edit_heads(Z, edits, layer)
+    cache[f"{name}.head_outputs"] = Z
+    concat = L.merge_heads(Z)                                                            # (B, T, H*d_k)
+    cache[f"{name}.concat"] = concat
+    out = dense(concat, p["attn.W_O"], p.get("attn.b_O"))                                # (B, T, d)
+    cache[f"{name}.output"] = out
+    return out
+
+
+def feed_forward(x: np.ndarray, p: dict, cfg: TransformerConfig, cache: dict, name: str) -> np.ndarray:
+    """``act(x W_1 + b_1) W_2 + b_2`` with ReLU or GELU (tanh form); the hidden layer goes to ``{name}.hidden``."""
+    pre = dense(x, p["ffn.W_1"], p.get("ffn.b_1"))                                      # (B, T, d_ff)
+    hidden = L.gelu_tanh(pre) if cfg.activation == "gelu_tanh" else np.maximum(pre, 0.0)
+    cache[f"{name}.hidden"] = hidden
+    return dense(hidden, p["ffn.W_2"], p.get("ffn.b_2"))                                 # (B, T, d)
+
+
+# ----------------------------------------------------------------------------------------------
+# one block, the whole stack
+# ----------------------------------------------------------------------------------------------
+def block(h: np.ndarray, p: dict, cfg: TransformerConfig, cache: dict, name: str, *,
+          kv: dict | None = None, start: int = 0, edits=None, layer: int = 0) -> np.ndarray:
+    """One block on ``h (B, T, d)``, its parameters ``p`` under short names (``attn.W_Q`` ...);
+    what it computes goes to the cache under ``{name}.`` (``blocks.3.resid_mid`` ...)."""
+    eps = cfg.ln_eps
+    cache[f"{name}.resid_pre"] = h
+    if cfg.norm == "pre":
+        # 1. h = h + MHA(LN1(h))
+        a = layer_norm(h, p["ln1.g"], p["ln1.b"], eps, cache, f"{name}.ln1")
+        h = h + self_attention(a, p, cfg, cache, f"{name}.attn", kv=kv, start=start, edits=edits, layer=layer)
+        cache[f"{name}.resid_mid"] = h
+        # 2. h = h + FFN(LN2(h))
+        f = layer_norm(h, p["ln2.g"], p["ln2.b"], eps, cache, f"{name}.ln2")
+        h = h + feed_forward(f, p, cfg, cache, f"{name}.ffn")
+    else:
+        # 1. h = LN1(h + MHA(h))
+        a = self_attention(h, p, cfg, cache, f"{name}.attn", kv=kv, start=start, edits=edits, layer=layer)
+        h = layer_norm(h + a, p["ln1.g"], p["ln1.b"], eps, cache, f"{name}.ln1")
+        cache[f"{name}.resid_mid"] = h
+        # 2. h = LN2(h + FFN(h))
+        f = feed_forward(h, p, cfg, cache, f"{name}.ffn")
+        h = layer_norm(h + f, p["ln2.g"], p["ln2.b"], eps, cache, f"{name}.ln2")
+    cache[f"{name}.resid_post"] = h
+    return h
+
+
+def block_params(params: dict, prefix: str) -> dict:
+    """The parameters under ``prefix`` (``blocks.3.``) by their short names (``attn.W_Q`` ...)."""
+    return {name[len(prefix):]: value for name, value in params.items() if name.startswith(prefix)}
+
+
+def embed(params: dict, cfg: TransformerConfig, tokens: np.ndarray, start: int = 0, prefix: str = "") -> np.ndarray:
+    """``embed[tokens] + positions[start:start+T]`` for ``tokens (B, T)``."""
+    x = params[f"{prefix}embed"][tokens]                                                 # (B, T, d)
+    T = tokens.shape[1]
+    if cfg.positional == "learned":
+        return x + params[f"{prefix}pos"][start:start + T]
+    if cfg.positional == "sinusoidal":
+        return x + L.sinusoid_table(cfg.n_ctx, cfg.d_model, x.dtype.str)[start:start + T]
+    return x
+
+
+def unembed(params: dict, cfg: TransformerConfig, h: np.ndarray, cache: dict, prefix: str = "") -> np.ndarray:
+    """The final LayerNorm (when the model has one) and the unembedding: ``logits (B, T, V)``."""
+    if cfg.final_ln:
+        h = layer_norm(h, params[f"{prefix}ln_final.g"], params[f"{prefix}ln_final.b"], cfg.ln_eps,
+                       cache, f"{prefix}ln_final")
+    W = params[f"{prefix}embed"].T if cfg.tied_unembed else params[f"{prefix}unembed"]  # (d, V)
+    return h @ W
+
+
+def forward(params: dict, cfg: TransformerConfig, tokens, *, ablate: dict | None = None,
+            kv: list | None = None, start: int = 0):
+    """The forward pass: ``(logits (B, T, V), cache)``.
+
+    Parameters
+    ----------
+    tokens : ids ``(T,)`` or ``(B, T)``
+    ablate : ``{(layer, head): "zero" | "mean" | array}``: edit those heads' outputs before
+        ``W_O`` (zero or mean ablation, or a patch such as the head's output on another prompt,
+        ``(T, d_k)`` or ``(B, T, d_k)``); see :func:`edit_heads`.
+    kv : a KV cache, one dict per block (``[{} for _ in range(n_layers)]`` to start), filled in
+        place; ``start`` is the position of the first of ``tokens`` (the cache's length).
+
+    Returns
+    -------
+    logits : (B, T, V)
+    cache : flat dict: ``blocks.{i}.resid_pre``, ``blocks.{i}.ln1.mean|std``,
+        ``blocks.{i}.attn.scores|weights|head_outputs|concat|output``, ``blocks.{i}.resid_mid``,
+        ``blocks.{i}.ln2.mean|std``, ``blocks.{i}.ffn.hidden``, ``blocks.{i}.resid_post``,
+        ``ln_final.mean|std``, ``logits``.
+    """
+    check_params(params, cfg)
+    tokens = check_tokens(tokens, cfg, start)
+    _check_edits(ablate, cfg, tokens.shape)
+    if kv is not None and len(kv) != cfg.n_layers:
+        raise ValueError(f"kv must hold one dict per block ({cfg.n_layers}), got {len(kv)}.")
+    cache: dict[str, np.ndarray] = {}
+    h = embed(params, cfg, tokens, start)                                                # (B, T, d)
+    for i in range(cfg.n_layers):
+        h = block(h, block_params(params, f"blocks.{i}."), cfg, cache, f"blocks.{i}",
+                  kv=None if kv is None else kv[i], start=start, edits=ablate, layer=i)
+    logits = unembed(params, cfg, h, cache)
+    cache["logits"] = logits
+    return logits, cache
+
+
+def _check_edits(edits, cfg: TransformerConfig, shape) -> None:
+    if not edits:
+        return
+    if not isinstance(edits, dict):
+        raise ValueError("ablate must be a dict {(layer, head): 'zero' | 'mean' | array}.")
+    for key, how in edits.items():
+        if not (isinstance(key, tuple) and len(key) == 2 and all(_whole(k) for k in key)
+                and 0 <= key[0] < cfg.n_layers and 0 <= key[1] < cfg.n_heads):
+            raise ValueError(f"ablate keys are (layer, head) with layer in 0..{cfg.n_layers - 1} and "
+                             f"head in 0..{cfg.n_heads - 1}; got {key!r}.")
+        if isinstance(how, str):
+            if how not in ABLATIONS:
+                raise ValueError(f"A head is ablated with 'zero' or 'mean' or patched with an array, got {how!r}.")
+            continue
+        value = np.asarray(how)
+        if value.shape not in ((shape[1], cfg.d_k), (shape[0], shape[1], cfg.d_k)):
+            raise ValueError(f"A patch for head {key} must have shape ({shape[1]}, {cfg.d_k}) "
+                             f"(positions, head width), got {value.shape}.")

@@ -1,0 +1,131 @@
+"""The analyses of the real-model page: head detector, logit lens, rollout, edits, generation."""
+import numpy as np
+import pytest
+
+from core.lessons import real_model as rm
+from core.models import sampling
+from core.models import transformer as tr
+
+V, N_CTX = 40, 24
+
+
+def hand_built_induction_model():
+    """Two one-head blocks: block 0 a previous-token head that copies the previous token into its own
+    subspace; block 1 an induction head whose query is the current token and whose key is that copy.
+
+    Residual layout (d = 2V + n_ctx): [ token one-hot | position one-hot | previous-token one-hot ].
+    """
+    A, P, Bs = slice(0, V), slice(V, V + N_CTX), slice(V + N_CTX, 2 * V + N_CTX)
+    d = 2 * V + N_CTX
+    cfg = tr.TransformerConfig(vocab_size=V, n_ctx=N_CTX, d_model=d, n_heads=1, d_ff=4, n_layers=2, norm="pre",
+                               activation="gelu_tanh", positional="learned", tied_unembed=True, final_ln=True)
+    p = {name: np.zeros(shape) for name, shape in tr.param_shapes(cfg).items()}
+    for name in p:
+        if name.endswith(".g"):
+            p[name] = np.ones(p[name].shape)
+    p["embed"][:, A] = np.eye(V)
+    p["pos"][:, P] = np.eye(N_CTX)
+    # block 0: query at position i points at position i - 1; the value is the token, written to Bs
+    shift = np.eye(N_CTX, k=-1)                                         # row p -> column p - 1
+    p["blocks.0.attn.W_Q"][P, P] = 3 * shift
+    p["blocks.0.attn.W_K"][P, P] = 3 * np.eye(N_CTX)
+    p["blocks.0.attn.W_V"][A, A] = np.eye(V)
+    p["blocks.0.attn.W_O"][A, Bs] = 0.3 * np.eye(V)
+    # block 1: query the current token, key the previous-token copy
+    p["blocks.1.attn.W_Q"][A, A] = 3 * np.eye(V)
+    p["blocks.1.attn.W_K"][Bs, A] = 3 * np.eye(V)
+    return p, cfg
+
+
+def test_hand_built_induction_pair_is_found():
+    p, cfg = hand_built_induction_model()
+    scores = rm.detect_heads(p, cfg, n=10, batch=3)
+    assert scores["previous-token"][0, 0] > 0.9 and scores["previous-token"][1, 0] < 0.3
+    assert scores["induction"][1, 0] > 0.9 and scores["induction"][0, 0] < 0.3
+    assert scores["duplicate-token"].max() < 0.3
+
+
+def test_random_model_scores_low():
+    cfg = tr.TransformerConfig(vocab_size=50, n_ctx=48, d_model=32, n_heads=4, d_ff=64, n_layers=2, norm="pre",
+                               activation="gelu_tanh", positional="learned", tied_unembed=True, final_ln=True)
+    scores = rm.detect_heads(tr.init_params(cfg, seed=0, dtype=np.float64), cfg, n=20)
+    assert scores["induction"].max() < 0.2 and scores["duplicate-token"].max() < 0.2
+    for kind in rm.HEAD_KINDS:
+        assert scores[kind].shape == (2, 4) and np.all((scores[kind] >= 0) & (scores[kind] <= 1))
+
+
+def test_head_scores_on_a_known_pattern():
+    n, T = 4, 8
+    A = np.zeros((1, 1, 1, T, T))
+    A[..., np.arange(1, T), np.arange(T - 1)] = 1.0                      # a perfect previous-token head
+    A[..., 0, 0] = 1.0
+    s = rm.head_scores(A, n)
+    assert s["previous-token"][0, 0] == 1.0 and s["induction"][0, 0] == 0.0
+    assert s["first-token"][0, 0] == pytest.approx(1 / T + 1 / T)         # row 0 and row 1 look at token 0
+
+
+def test_rollout_of_one_layer_is_half_attention_half_identity():
+    rng = np.random.default_rng(0)
+    A = rng.random((1, 3, 5, 5))
+    A /= A.sum(-1, keepdims=True)
+    expected = 0.5 * A[0].mean(0) + 0.5 * np.eye(5)
+    expected /= expected.sum(-1, keepdims=True)
+    np.testing.assert_allclose(rm.rollout(A)[0], expected, rtol=1e-14)
+    two = rm.rollout(np.concatenate([A, A]))
+    np.testing.assert_allclose(two[1], expected @ expected, rtol=1e-13)
+    np.testing.assert_allclose(two.sum(-1), 1.0, rtol=1e-13)
+
+
+GPT_CFG = tr.TransformerConfig(vocab_size=17, n_ctx=16, d_model=16, n_heads=4, d_ff=32, n_layers=3, norm="pre",
+                               activation="gelu_tanh", positional="learned", tied_unembed=True, final_ln=True)
+
+
+def test_logit_lens_last_row_is_the_model_prediction():
+    p = tr.init_params(GPT_CFG, seed=1, dtype=np.float64)
+    ids = np.array([1, 4, 2, 8, 5, 7])
+    logits, cache = tr.forward(p, GPT_CFG, ids)
+    top, prob = rm.logit_lens(p, GPT_CFG, cache)
+    assert top.shape == prob.shape == (GPT_CFG.n_layers + 1, len(ids))
+    np.testing.assert_array_equal(top[-1], logits[0].argmax(-1))
+    np.testing.assert_allclose(prob[-1], np.exp(logits[0].max(-1)) / np.exp(logits[0]).sum(-1))
+    assert not np.array_equal(top[0], top[-1])
+
+
+def test_edits_move_the_next_token_probabilities():
+    p = tr.init_params(GPT_CFG, seed=2, dtype=np.float64)
+    ids, other = np.array([1, 4, 2, 8, 5, 7]), np.array([3, 3, 9, 1])
+    logits, cache = tr.forward(p, GPT_CFG, ids)
+    _, other_cache = tr.forward(p, GPT_CFG, other)
+    for how in ("zero", "mean", "patch"):
+        rows = rm.edit_effect(p, GPT_CFG, ids, logits, rm.head_edit(cache, 1, 1, how, other_cache))
+        assert max(abs(r["change"]) for r in rows) > 1e-4
+        assert all(abs(r["after"] - r["before"] - r["change"]) < 1e-15 for r in rows)
+    # the second prompt is shorter: aligned at the ends, its 4 positions replace the last 4
+    patched = rm.head_edit(cache, 2, 1, "patch", other_cache)[(2, 1)]
+    np.testing.assert_array_equal(patched[2:], other_cache["blocks.2.attn.head_outputs"][0, 1])
+    np.testing.assert_array_equal(patched[:2], cache["blocks.2.attn.head_outputs"][0, 1, :2])
+    rows = rm.edit_effect(p, GPT_CFG, ids, logits, rm.head_edit(cache, 2, 1, "patch", other_cache))
+    assert max(abs(r["change"]) for r in rows) > 1e-4                  # the last position is patched
+    with pytest.raises(ValueError):
+        rm.head_edit(cache, 0, 0, "patch")
+
+
+def test_generation_with_kv_cache_matches_full_recompute():
+    p = tr.init_params(GPT_CFG, seed=3, dtype=np.float64)
+    prompt = np.array([1, 2, 3])
+    greedy = sampling.SamplerSettings(temperature=0)
+    new = rm.generate(p, GPT_CFG, prompt, max_new_tokens=6, settings=greedy)
+    seq = list(prompt)
+    for _ in range(6):
+        logits, _ = tr.forward(p, GPT_CFG, seq)
+        seq.append(int(logits[0, -1].argmax()))
+    assert new.tolist() == seq[3:]
+    assert len(rm.generate(p, GPT_CFG, prompt, max_new_tokens=99, settings=greedy)) == GPT_CFG.n_ctx - 3
+
+
+def test_fit_context():
+    ids, cut = rm.fit_context(np.arange(10), 4)
+    assert ids.tolist() == [0, 1, 2, 3] and cut == 6
+    assert rm.fit_context([5], 4)[1] == 0
+    with pytest.raises(ValueError, match="empty"):
+        rm.fit_context([], 4)
