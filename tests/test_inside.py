@@ -6,8 +6,9 @@ import pytest
 
 from core.kernels import reference
 from core.lessons import inside
-from core.models import encoder
-from core.models import encoder_kernels as K
+from core.models import encoder, encoder_cache
+from core.models.compiled import encoder_step as K
+from core.models.compiled.sublayers import packed_qkv
 from core.models.encoder import EncoderConfig
 
 SMALL = dict(vocab_size=7, seq_len=6, d_model=8, n_heads=2, d_ff=12, n_layers=2, n_classes=3)
@@ -87,12 +88,12 @@ def test_steps_write_what_forward_chunk_keeps():
     params, tokens = _params(cfg), _tokens(cfg, 5)
     flat, lay = encoder.flatten(params, cfg), encoder.layout(cfg)
     pe = encoder._pe_for(flat, cfg, cfg.seq_len)
-    Wqkv, bqkv = K.packed_qkv(flat, lay)
+    Wqkv, bqkv = packed_qkv(flat, lay)
     chunk = K.padded_chunk(tokens, 0, 5, flat)
     want = K.new_activations(lay, cfg.seq_len, chunk.shape[0], flat)
     got = K.new_activations(lay, cfg.seq_len, chunk.shape[0], flat)
     K.forward_chunk(flat, lay, Wqkv, bqkv, chunk, pe, cfg.ln_eps, want)
-    encoder._chunk_steps(flat, cfg, Wqkv, bqkv, chunk, pe, got, np.ones((2, 2)), None)
+    encoder_cache._chunk_steps(flat, cfg, Wqkv, bqkv, chunk, pe, got, np.ones((2, 2)), None)
     for name in K.Activations._fields:
         np.testing.assert_array_equal(getattr(got, name), getattr(want, name), err_msg=name)
 

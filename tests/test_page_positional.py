@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from core import positional
+from core.lessons import positions
 from core.kernels import reference as ref
 
 from page_support import matrix_named, open_page
@@ -73,8 +74,8 @@ def test_page_shows_order_blindness_and_the_sinusoidal_code():
     assert not at.exception
     headings = [h.value for h in at.header]
     assert headings == ["Attention alone is blind to order", "The sinusoidal code", "Other codes, seen in the scores"]
-    plain = positional.order_blindness("dog bites man".split(), "man bites dog".split(), with_pe=False, backend="cpu")
-    coded = positional.order_blindness("dog bites man".split(), "man bites dog".split(), with_pe=True, backend="cpu")
+    plain = positions.order_blindness("dog bites man".split(), "man bites dog".split(), with_pe=False, backend="cpu")
+    coded = positions.order_blindness("dog bites man".split(), "man bites dog".split(), with_pe=True, backend="cpu")
     assert plain.is_permutation and not coded.is_permutation
     gaps = [m.value for m in at.metric]
     assert gaps == [f"{plain.gap:.2e}", f"{coded.gap:.2e}"]
@@ -116,8 +117,8 @@ def test_sentences_set_the_order_blindness_measurement():
     at.text_input(key="positional.b").set_value("the dog saw the cat").run()
     assert not at.exception and not at.error
     a, b = "the cat saw the dog".split(), "the dog saw the cat".split()
-    plain = positional.order_blindness(a, b, with_pe=False, backend="cpu")
-    coded = positional.order_blindness(a, b, with_pe=True, backend="cpu")
+    plain = positions.order_blindness(a, b, with_pe=False, backend="cpu")
+    coded = positions.order_blindness(a, b, with_pe=True, backend="cpu")
     assert [m.value for m in at.metric] == [f"{plain.gap:.2e}", f"{coded.gap:.2e}"]
     assert float(at.metric[0].value) < 1e-12 < 0.1 < float(at.metric[1].value)
 

@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 
 from core import backend, positional
+from core.lessons import positions
 from core.kernels import reference
 
 BACKENDS = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
@@ -44,33 +45,33 @@ def test_sinusoidal_refuses_non_float_dtype():
 def test_offset_dot_products_depend_only_on_the_offset():
     PE = positional.sinusoidal(64, 16, backend="cpu")
     for k in (1, 3, 10, -5):
-        dots = positional.offset_dot_products(PE, k)
+        dots = positions.offset_dot_products(PE, k)
         w = 10000.0 ** (-np.arange(0, 16, 2) / 16)
         np.testing.assert_allclose(dots, np.cos(k * w).sum(), atol=1e-12)   # sum_i cos(k w_i)
     # a learned (random) code has no such property: the check can fail
-    dots = positional.offset_dot_products(positional.learned(64, 16, seed=1), 3)
+    dots = positions.offset_dot_products(positions.learned(64, 16, seed=1), 3)
     assert np.ptp(dots) > 0.1 * np.abs(dots).max()
 
 
 def test_offset_positions_are_checked():
     PE = positional.sinusoidal(8, 4, backend="cpu")
-    assert positional.offset_dot_products(PE, 2).shape == (6,)
+    assert positions.offset_dot_products(PE, 2).shape == (6,)
     with pytest.raises(ValueError, match="must lie in"):
-        positional.offset_dot_products(PE, 2, positions=[6])
+        positions.offset_dot_products(PE, 2, positions=[6])
 
 
 def test_cosine_similarity_is_highest_nearby():
     PE = positional.sinusoidal(50, 128, backend="cpu")
-    C = positional.cosine_similarity_matrix(PE)
+    C = positions.cosine_similarity_matrix(PE)
     np.testing.assert_allclose(np.diag(C), 1.0)
     np.testing.assert_allclose(C, C.T)
-    row = positional.similarity_from(PE, 25)
+    row = positions.similarity_from(PE, 25)
     assert np.argsort(row)[-3:].tolist() in ([24, 26, 25], [26, 24, 25])   # itself, then neighbours
     assert row[26] > row[30] > row[45]
 
 
 def test_learned_code_is_seeded_and_shaped():
-    a, b = positional.learned(10, 8, seed=3), positional.learned(10, 8, seed=3)
+    a, b = positions.learned(10, 8, seed=3), positions.learned(10, 8, seed=3)
     np.testing.assert_array_equal(a, b)
     assert a.shape == (10, 8) and abs(a.std() - 0.02) < 0.01
 
@@ -78,7 +79,7 @@ def test_learned_code_is_seeded_and_shaped():
 # --- collisions at small d_model ----------------------------------------------------------------
 
 def test_two_dimensions_alias_far_positions_but_sixty_four_do_not():
-    small, wide = positional.collisions_by_width(100, [2, 64], backend="cpu")
+    small, wide = positions.collisions_by_width(100, [2, 64], backend="cpu")
     # d = 2: PE_p is the point at angle p on the unit circle; 44 is almost 7 turns (7 * 2 pi = 43.98)
     assert small.j - small.i == 44
     assert small.distance < 0.02 and small.cosine > 0.9998
@@ -90,7 +91,7 @@ def test_two_dimensions_alias_far_positions_but_sixty_four_do_not():
 
 def test_closest_pair_by_cosine_agrees_on_the_unit_circle():
     PE = positional.sinusoidal(100, 2, backend="cpu")
-    by_d, by_c = positional.closest_pair(PE), positional.closest_pair(PE, by="cosine")
+    by_d, by_c = positions.closest_pair(PE), positions.closest_pair(PE, by="cosine")
     assert (by_d.i, by_d.j) == (by_c.i, by_c.j)               # all codes have norm 1 here
 
 
@@ -100,10 +101,10 @@ def test_rope_score_depends_only_on_the_offset():
     rng = np.random.default_rng(0)
     q, k = rng.normal(size=8), rng.normal(size=8)
     for offset in (0, 1, 5, -3):
-        s = positional.rope_offset_scores(q, k, offset, positions=[3, 10, 40, 200])
+        s = positions.rope_offset_scores(q, k, offset, positions=[3, 10, 40, 200])
         np.testing.assert_allclose(s, s[0], rtol=1e-12)
-    assert not np.isclose(positional.rope_offset_scores(q, k, 1, [0])[0],
-                          positional.rope_offset_scores(q, k, 5, [0])[0])
+    assert not np.isclose(positions.rope_offset_scores(q, k, 1, [0])[0],
+                          positions.rope_offset_scores(q, k, 5, [0])[0])
 
 
 def test_rope_scores_are_toeplitz_for_repeated_vectors():
@@ -112,7 +113,7 @@ def test_rope_scores_are_toeplitz_for_repeated_vectors():
     T, d_k = 7, 6
     Q = np.tile(rng.normal(size=d_k), (T, 1))
     K = np.tile(rng.normal(size=d_k), (T, 1))
-    S = positional.rope_scores(Q, K)
+    S = positions.rope_scores(Q, K)
     for diag in range(-T + 1, T):
         np.testing.assert_allclose(np.diag(S, diag), np.diag(S, diag)[0], rtol=1e-12)
     assert np.ptp(S) > 0.1                                   # and it does change with the offset
@@ -120,46 +121,46 @@ def test_rope_scores_are_toeplitz_for_repeated_vectors():
 
 def test_rope_preserves_norms_and_refuses_odd_widths():
     X = np.random.default_rng(2).normal(size=(2, 5, 4))
-    np.testing.assert_allclose(np.linalg.norm(positional.rope_rotate(X), axis=-1),
+    np.testing.assert_allclose(np.linalg.norm(positions.rope_rotate(X), axis=-1),
                                np.linalg.norm(X, axis=-1))
-    np.testing.assert_array_equal(positional.rope_rotate(X)[:, 0], X[:, 0])    # position 0: no turn
+    np.testing.assert_array_equal(positions.rope_rotate(X)[:, 0], X[:, 0])    # position 0: no turn
     with pytest.raises(ValueError, match="even width"):
-        positional.rope_rotate(np.ones((3, 5)))
+        positions.rope_rotate(np.ones((3, 5)))
 
 
 # --- ALiBi --------------------------------------------------------------------------------------
 
 def test_alibi_slopes():
-    np.testing.assert_array_equal(positional.alibi_slopes(8), [2.0 ** -h for h in range(1, 9)])
-    np.testing.assert_allclose(positional.alibi_slopes(4), [2 ** -2, 2 ** -4, 2 ** -6, 2 ** -8])
+    np.testing.assert_array_equal(positions.alibi_slopes(8), [2.0 ** -h for h in range(1, 9)])
+    np.testing.assert_allclose(positions.alibi_slopes(4), [2 ** -2, 2 ** -4, 2 ** -6, 2 ** -8])
     with pytest.raises(ValueError, match="positive whole number"):
-        positional.alibi_slopes(0)
+        positions.alibi_slopes(0)
 
 
 def test_alibi_adds_a_linear_distance_penalty_per_head():
     rng = np.random.default_rng(3)
     Q, K = rng.normal(size=(5, 4)), rng.normal(size=(5, 4))
-    S = positional.alibi_scores(Q, K, n_heads=2)              # (2, 5, 5)
+    S = positions.alibi_scores(Q, K, n_heads=2)              # (2, 5, 5)
     plain = reference.scaled_scores(Q, K)
-    m = positional.alibi_slopes(2)
+    m = positions.alibi_slopes(2)
     i, j = np.indices((5, 5))
     for h in range(2):
         np.testing.assert_allclose(S[h] - plain, -m[h] * np.abs(i - j))
     # with Q = K = 0, the causal weights decay geometrically with distance, faster in head 1
-    A = reference.softmax(positional.alibi_scores(np.zeros((5, 4)), np.zeros((5, 4)), 2)
+    A = reference.softmax(positions.alibi_scores(np.zeros((5, 4)), np.zeros((5, 4)), 2)
                           + reference.causal_mask(5))
     np.testing.assert_allclose(A[0, 4, 3] / A[0, 4, 4], np.exp(-2.0 ** -4))   # e^(-m_1), m_1 = 2^-4
     assert A[0, 4, 0] < A[1, 4, 0]
 
 
 def test_a_learned_table_stops_at_its_training_length_and_sinusoidal_goes_on():
-    res = positional.longer_than_trained(512, 1024, 16, backend="cpu")
+    res = positions.longer_than_trained(512, 1024, 16, backend="cpu")
     assert res.missing == 512 and "positions 512 to 1023" in res.message
     assert np.isnan(res.learned_rows[512:]).all() and np.isfinite(res.learned_rows[:512]).all()
     np.testing.assert_allclose(res.sinusoidal_rows, reference.sinusoidal(1024, 16), atol=1e-12)
-    table = positional.learned(512, 16)
-    np.testing.assert_array_equal(positional.lookup_learned(table, 512), table)
+    table = positions.learned(512, 16)
+    np.testing.assert_array_equal(positions.lookup_learned(table, 512), table)
     with pytest.raises(ValueError, match="cannot extrapolate"):
-        positional.lookup_learned(table, 513)
-    fits = positional.longer_than_trained(512, 300, 16, backend="cpu")
+        positions.lookup_learned(table, 513)
+    fits = positions.longer_than_trained(512, 300, 16, backend="cpu")
     assert fits.missing == 0 and fits.message == ""

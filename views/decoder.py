@@ -8,7 +8,8 @@ import pandas as pd
 import streamlit as st
 
 from core import limits
-from core.models import decoder, encoder_kernels, layers, sampling, tasks
+from core.models import decoder, layers, sampling, tasks
+from core.models.compiled import decoder_gradient
 from core.models.decoder_runs import DEFAULTS, build
 from ui import charts, state
 from ui.widgets import chosen_dtype
@@ -484,7 +485,7 @@ def sources() -> list[tuple[str, str]]:
     """Name and source of the functions behind this page's numbers (read once per process)."""
     return [(f"{fn.__module__}.{fn.__qualname__}", inspect.getsource(fn))
             for fn in (decoder.generate, decoder._extend, decoder.KVCache, layers.attend, sampling.distribution,
-                       decoder._decode, decoder._decoder_layer, decoder.train, encoder_kernels.decoder_chunk)]
+                       decoder._decode, decoder._decoder_layer, decoder.train, decoder_gradient.decoder_chunk)]
 
 
 with st.expander("Source — the code that computed these numbers"):

@@ -4,6 +4,7 @@ import pandas as pd
 import streamlit as st
 
 from core import masks, positional
+from core.lessons import positions
 from core.limits import MAX_D_MODEL, MAX_PE_POSITIONS, MAX_TOKENS
 from ui import charts, state
 from ui.widgets import chosen_backend, chosen_dtype, ensure_kernels, kernel_source, recording, tokens_from
@@ -46,9 +47,9 @@ try:
     with recording() as ran:
         words_a = tokens_from(sentence_a, max_tokens=MAX_TOKENS)
         words_b = tokens_from(sentence_b, max_tokens=MAX_TOKENS)
-        plain = positional.order_blindness(words_a, words_b, with_pe=False, backend=chosen_backend(),
+        plain = positions.order_blindness(words_a, words_b, with_pe=False, backend=chosen_backend(),
                                            dtype=chosen_dtype())
-        coded = positional.order_blindness(words_a, words_b, with_pe=True, backend=chosen_backend(),
+        coded = positions.order_blindness(words_a, words_b, with_pe=True, backend=chosen_backend(),
                                            dtype=chosen_dtype())
 except ValueError as err:
     st.error(str(err))
@@ -90,7 +91,7 @@ left, right = st.columns(2)
 left.vega_lite_chart(charts.heatmap(shown, pos_labels, [str(i) for i in range(shown.shape[1])],
                                  title="PE (positions × dimensions)", kind="signed", value_name="PE",
                                  row_title="position", col_title="dimension", size=360, annotate=False))
-C = positional.cosine_similarity_matrix(PE)
+C = positions.cosine_similarity_matrix(PE)
 right.vega_lite_chart(charts.heatmap(C[:DRAW_POSITIONS, :DRAW_POSITIONS], pos_labels, pos_labels,
                                   title="cosine similarity between positions", kind="signed",
                                   value_name="cosine", row_title="position", col_title="position",
@@ -99,7 +100,7 @@ kernel_source(ran)
 
 st.session_state[key("from")] = min(st.session_state[key("from")], T - 1)   # within this T
 origin = st.slider("Similarity from position", 0, T - 1, key=key("from"))
-curve = pd.DataFrame({"position": np.arange(T), "cosine": positional.similarity_from(PE, origin)})
+curve = pd.DataFrame({"position": np.arange(T), "cosine": positions.similarity_from(PE, origin)})
 st.vega_lite_chart(charts.lines(curve, "position", "cosine", title=f"cosine similarity to position {origin}",
                              y_domain=(-1, 1)), width="stretch")
 with st.expander(f"Cosine similarity to position {origin}, as numbers"):
@@ -114,9 +115,9 @@ if T > 2:
 else:  # a slider needs two values to choose from
     k = 1
     st.caption("Offset k = 1 (the only offset two positions allow).")
-learned = positional.learned(T, d_model, seed=0)
-sin_dots = positional.offset_dot_products(PE, k)
-learned_dots = positional.offset_dot_products(learned, k)
+learned = positions.learned(T, d_model, seed=0)
+sin_dots = positions.offset_dot_products(PE, k)
+learned_dots = positions.offset_dot_products(learned, k)
 frame = pd.concat([  # each divided by its mean squared norm, so both are on one scale
     pd.DataFrame({"p": np.arange(len(sin_dots)), "dot": sin_dots / np.mean((PE ** 2).sum(1)), "code": "sinusoidal"}),
     pd.DataFrame({"p": np.arange(len(learned_dots)), "dot": learned_dots / np.mean((learned ** 2).sum(1)),
@@ -130,7 +131,7 @@ st.markdown(f"Sinusoidal: every p gives {sin_dots.mean():.6f}; spread max − mi
 st.subheader("Too narrow a code: positions that nearly collide")
 T_c = st.slider("Positions searched", 16, MAX_PE_POSITIONS, key=key("Tc"))
 widths = [2, 4, 8, 16, 32, 64]
-pairs = positional.collisions_by_width(T_c, widths, base, backend=chosen_backend())
+pairs = positions.collisions_by_width(T_c, widths, base, backend=chosen_backend())
 st.dataframe(pd.DataFrame({
     "d_model": widths, "closest pair": [f"{p.i} and {p.j}" for p in pairs], "apart": [p.j - p.i for p in pairs],
     "distance": [p.distance for p in pairs], "typical |PE|": [p.typical_norm for p in pairs],
@@ -148,7 +149,7 @@ trained = l1.number_input(f"Positions the learned table was trained on (at most 
 asked = l2.number_input(f"Positions asked for (at most {2 * MAX_PE_POSITIONS})", 1, 2 * MAX_PE_POSITIONS,
                         key=key("asked"))
 with recording() as ran:
-    longer = positional.longer_than_trained(int(trained), int(asked), d_model, base, backend=chosen_backend(),
+    longer = positions.longer_than_trained(int(trained), int(asked), d_model, base, backend=chosen_backend(),
                                             dtype=chosen_dtype())
 last = int(asked) - 1
 
@@ -191,7 +192,7 @@ st.markdown("**Learned positions** (BERT): one trainable vector per position. Be
             "random, so position-only scores P Pᵀ/√d have no structure, and a position beyond the table "
             "has no vector at all.")
 P_sin = positional.sinusoidal(T_s, d_model, base, backend=chosen_backend())
-P_learned = positional.learned(T_s, d_model, seed=0)
+P_learned = positions.learned(T_s, d_model, seed=0)
 st.vega_lite_chart(charts.heatmap_grid([P_sin @ P_sin.T / np.sqrt(d_model), P_learned @ P_learned.T / np.sqrt(d_model)],
                                     labels, labels, ["sinusoidal: P Pᵀ/√d", "learned (random init): P Pᵀ/√d"],
                                     kind="signed", value_name="score", columns=2))
@@ -202,7 +203,7 @@ st.latex(r"S_{mn} = \bigl(R(m)\,q_m\bigr)\cdot\bigl(R(n)\,k_n\bigr) = q_m \cdot 
 rng = np.random.default_rng(0)
 d_rope = 8
 q, kk = rng.normal(size=d_rope), rng.normal(size=d_rope)
-S_rope = positional.rope_scores(np.tile(q, (T_s, 1)), np.tile(kk, (T_s, 1)), base=base)
+S_rope = positions.rope_scores(np.tile(q, (T_s, 1)), np.tile(kk, (T_s, 1)), base=base)
 st.vega_lite_chart(charts.heatmap(S_rope, labels, labels, title="RoPE scores, same q and k everywhere",
                                kind="signed", value_name="score"))
 with st.expander("RoPE scores as numbers (rows: query position m; columns: key position n)"):
@@ -211,9 +212,9 @@ st.markdown("**ALiBi** adds no code to the inputs; each head subtracts a penalty
             "with its own slope (steep heads look near, shallow heads far).")
 st.latex(r"S^{(h)}_{ij} = \frac{q_i \cdot k_j}{\sqrt{d_k}} - m_h\,|i-j|, \qquad m_h = 2^{-8h/H}")
 H_alibi = 4
-S_alibi = positional.alibi_scores(np.zeros((T_s, 2)), np.zeros((T_s, 2)), H_alibi) + masks.causal(T_s)
+S_alibi = positions.alibi_scores(np.zeros((T_s, 2)), np.zeros((T_s, 2)), H_alibi) + masks.causal(T_s)
 st.vega_lite_chart(charts.heatmap_grid([np.where(np.isinf(S), np.nan, S) for S in S_alibi], labels, labels,
-                                    [f"head {h + 1}: slope {m:.3f}" for h, m in enumerate(positional.alibi_slopes(H_alibi))],
+                                    [f"head {h + 1}: slope {m:.3f}" for h, m in enumerate(positions.alibi_slopes(H_alibi))],
                                     kind="signed", value_name="score", columns=2, size=180))
 st.caption("ALiBi maps use Q = K = 0 under a causal mask, so what you see is the bias alone; masked cells are blank.")
 state.publish(PAGE, SPEC)

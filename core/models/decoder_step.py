@@ -5,34 +5,30 @@
 
 :func:`core.models.decoder.loss_and_grads` computes the same numbers sublayer by sublayer, in
 NumPy and small kernels: the version to read. This one runs the encoder's compiled kernels
-(``core.models.encoder_kernels``, part C) over chunks of sequences, with no Python between the
+(``core.models.compiled.decoder_gradient``) over chunks of sequences, with no Python between the
 steps; at the page's sizes that is where a step made of a few hundred calls spent its time. The
 tests hold the two to the same loss and gradients.
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
-from core.models import encoder_kernels as K
+from core.models.compiled import decoder_gradient as K
+from core.models.compiled.sublayers import LAYER_PARAMS, Layout
 from core.models import layers
+from core.models import params as P
+from core.models.decoder_config import DecoderConfig, init_params, param_shapes
 
 
 class Gradient:
     """The compiled loss-and-gradient of one model (``cfg``) whose parameters live in ``flat``."""
 
     def __init__(self, cfg, flat: np.ndarray):
-        from core.models.decoder import param_shapes         # decoder imports this module
-
         self.cfg, self.flat = cfg, flat
-        offsets, at = {}, 0
-        for name, shape in param_shapes(cfg).items():
-            offsets[name] = at
-            at += math.prod(shape)
-        if at != flat.size:
-            raise ValueError(f"flat holds {flat.size} numbers, the model has {at}.")
-        self.offsets = offsets
+        shapes = param_shapes(cfg)
+        self.offsets = offsets = P.offsets(shapes)
+        if P.count(shapes) != flat.size:
+            raise ValueError(f"flat holds {flat.size} numbers, the model has {P.count(shapes)}.")
         cross_rows = [[offsets[f"dec.layers.{i}.{_cross_name(n)}"] for n in K.CROSS_PARAMS]
                       for i in range(cfg.n_layers)] if cfg.cross_attention else []
         self.layout = K.DecoderLayout(
@@ -40,13 +36,13 @@ class Gradient:
             self._stack("dec.", cfg.vocab_size, cfg.tgt_len, True),
             np.array(cross_rows, np.int64).reshape(-1, len(K.CROSS_PARAMS)))
 
-    def _stack(self, prefix: str, vocab: int, length: int, present: bool) -> K.Layout:
+    def _stack(self, prefix: str, vocab: int, length: int, present: bool) -> Layout:
         cfg, at = self.cfg, self.offsets
-        rows = [[at.get(f"{prefix}layers.{i}.{name}", 0) for name in K.LAYER_PARAMS]
+        rows = [[at.get(f"{prefix}layers.{i}.{name}", 0) for name in LAYER_PARAMS]
                 for i in range(cfg.n_layers if present else 0)]
         top = np.array([at.get(f"{prefix}embed", 0), at.get(f"{prefix}pos", -1), at["W_out"], at["b_out"]], np.int64)
-        return K.Layout(vocab, length, cfg.d_model, cfg.n_heads, cfg.d_ff, cfg.vocab_size,
-                        cfg.positional == "learned", top, np.array(rows, np.int64).reshape(-1, len(K.LAYER_PARAMS)))
+        return Layout(vocab, length, cfg.d_model, cfg.n_heads, cfg.d_ff, cfg.vocab_size,
+                        cfg.positional == "learned", top, np.array(rows, np.int64).reshape(-1, len(LAYER_PARAMS)))
 
     def _positions(self, prefix: str, length: int, T: int) -> np.ndarray:
         """``(T, d)``: what the forward pass adds to the first T embeddings (``decoder._embed``)."""
@@ -84,10 +80,8 @@ def _cross_name(name: str) -> str:
 def warm_up(dtype=np.float32) -> None:
     """Compile (or load from Numba's on-disk cache) the gradient for ``dtype``, on a tiny model: the
     machine code depends on the dtype only, not on the sizes or the kind of model."""
-    from core.models.decoder import DecoderConfig, init_params, pack
-
     cfg = DecoderConfig(vocab_size=3, tgt_len=2, d_model=4, n_heads=1, d_ff=4, n_layers=1,
                         src_vocab_size=3, src_len=2)
-    flat, _ = pack(init_params(cfg, 0, dtype))
+    flat, _ = P.pack(init_params(cfg, 0, dtype))
     tokens = np.zeros((1, 2), np.int64)
     Gradient(cfg, flat)(tokens, tokens, tokens, np.empty_like(flat))

@@ -24,7 +24,7 @@ import time
 import numpy as np
 
 from core.models import decoder as D
-from core.models import decoder_step
+from core.models import decoder_step, loop, optim
 from core.models import layers as L
 
 
@@ -173,19 +173,17 @@ def train_induction(setup: InductionSetup = InductionSetup(), *, seed: int = 0, 
     runs after each step."""
     cfg = setup.config
     flat, params = D.pack(D.init_params(cfg, seed=seed, dtype=np.float32))
-    gradient, grads = decoder_step.Gradient(cfg, flat), np.empty_like(flat)   # D.loss_and_grads, compiled
-    opt = D.Adam(flat.size, flat.dtype, setup.lr)
+    gradient = decoder_step.Gradient(cfg, flat)     # D.loss_and_grads, compiled
+    update = loop.gradient_update(gradient, flat, np.empty_like(flat),
+                                  optim.Adam(flat.size, flat.dtype, setup.lr, betas=D.ADAM_BETAS))
     rng = np.random.default_rng([seed, 1])
     decoder_step.warm_up()                          # compiling (the first time) is not training
     losses, t0 = [], time.perf_counter()
-    for step in range(setup.steps):
-        tgt_in, tgt_out = make_data(setup.batch_size, setup, rng=rng)
-        loss = gradient(tgt_in, tgt_out, None, grads)
-        rate = setup.lr * min(1.0, (step + 1) / setup.warmup)
-        opt.step(flat, grads, rate)
-        losses.append(loss)
+    for s in loop.steps(update, lambda step: (*make_data(setup.batch_size, setup, rng=rng), None),
+                        stop=setup.steps, rate=lambda step: setup.lr * min(1.0, (step + 1) / setup.warmup)):
+        losses.append(s.loss)
         if callback is not None:
-            callback(step, loss)
+            callback(s.step, s.loss)
     return InductionRun(setup, cfg, params, losses, time.perf_counter() - t0, seed)
 
 

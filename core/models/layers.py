@@ -19,6 +19,8 @@ import numpy as np
 from numba import njit
 
 from core import positional
+from core.attention import merge_heads, split_heads    # heads are pure reshapes: one definition
+from core.models.params import init_by_name             # one definition, with the layout and the checks
 
 ATTENTION_PARAMS = ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O")
 
@@ -59,10 +61,10 @@ def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def _matmul_tiled(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``a @ b`` with ``encoder_kernels.project`` (``Y = A^T X``, the SIMD lanes along X's rows).
+    """``a @ b`` with ``compiled.products.project`` (``Y = A^T X``, the SIMD lanes along X's rows).
     A result narrower than it is tall and narrower than a tile (the 11 logits of a token) is
     computed transposed, ``(a b)^T = b^T a^T``, so its long side fills the lanes."""
-    from core.models.encoder_kernels import project     # tuned kernels: loaded when training needs them
+    from core.models.compiled.products import project     # tuned kernels: loaded when training needs them
 
     r, c = a.shape[0], b.shape[1]
     if c >= r or c >= 24:
@@ -72,34 +74,6 @@ def _matmul_tiled(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     yt = np.empty((c, r), dtype=a.dtype)
     project(b, np.ascontiguousarray(a.T), yt, yt, False)
     return yt.T
-
-
-# ----------------------------------------------------------------------------------------------
-# initial parameters
-# ----------------------------------------------------------------------------------------------
-def init_by_name(shapes: dict, seed: int, dtype) -> dict[str, np.ndarray]:
-    """Fresh parameters for ``{name: shape}``, deterministic for a seed, chosen by each name's last
-    part: weights (``W_...``, ``cross_W_...``) ``N(0, 1/d_in)``, embeddings ``N(0, 1)``, learned
-    positions ``N(0, 0.1^2)``, layer-norm gains (``..._g``) 1, everything else (biases, shifts) 0."""
-    dtype = np.dtype(dtype)
-    if dtype not in (np.float32, np.float64):
-        raise ValueError(f"Parameters must be float32 or float64, got {dtype}.")
-    rng = np.random.default_rng(seed)
-    params = {}
-    for name, shape in shapes.items():
-        short = name.rsplit(".", 1)[-1]
-        if short == "embed":
-            value = rng.standard_normal(shape)
-        elif short == "pos":
-            value = 0.1 * rng.standard_normal(shape)
-        elif short.startswith(("W_", "cross_W_")):
-            value = rng.standard_normal(shape) / math.sqrt(shape[0])
-        elif short.endswith("_g"):
-            value = np.ones(shape)
-        else:
-            value = np.zeros(shape)
-        params[name] = np.ascontiguousarray(value, dtype=dtype)
-    return params
 
 
 @functools.lru_cache(maxsize=64)
@@ -112,20 +86,8 @@ def sinusoid_table(T: int, d: int, dtype_str: str) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------------------------
-# heads: pure reshapes
+# linear layers
 # ----------------------------------------------------------------------------------------------
-def split_heads(x: np.ndarray, n_heads: int) -> np.ndarray:
-    """``(B, T, H*d_k) -> (B, H, T, d_k)``; head ``h`` takes columns ``h*d_k:(h+1)*d_k``."""
-    B, T, D = x.shape
-    return x.reshape(B, T, n_heads, D // n_heads).transpose(0, 2, 1, 3)
-
-
-def merge_heads(x: np.ndarray) -> np.ndarray:
-    """``(B, H, T, d_k) -> (B, T, H*d_k)``, the inverse of :func:`split_heads`."""
-    B, H, T, dk = x.shape
-    return x.transpose(0, 2, 1, 3).reshape(B, T, H * dk)
-
-
 def linear(x: np.ndarray, W: np.ndarray, b: np.ndarray) -> np.ndarray:
     """``x @ W + b`` over the last axis of ``(..., d_in)``, as one matrix product over all rows."""
     y = matmul(x.reshape(-1, x.shape[-1]), W) + b                         # (N, d_out)

@@ -21,12 +21,11 @@ import argparse
 import dataclasses
 import json
 import sys
-import time
 from typing import Iterator
 
 import numpy as np
 
-from core.models import encoder
+from core.models import encoder, loop
 from core.models.encoder import Adam, EncoderConfig
 from core.models.tasks import TASKS, Dataset, make_dataset
 
@@ -93,15 +92,25 @@ def train(state: TrainState, data: Dataset, *, max_steps: int = 300, max_seconds
     y = np.ascontiguousarray(data.y_train, dtype=np.int64)
     n, bs = len(y), min(state.batch_size, len(y))
     started = state.train_seconds
-    while state.step < max_steps:
-        t0, c0 = time.perf_counter(), time.thread_time()
+
+    def batch(step):
         idx = state.rng.integers(0, n, size=bs)
-        if state.decay_steps:
-            state.optimizer.lr = state.base_lr * max(0.1, 1.0 - 0.9 * state.step / state.decay_steps)
-        loss, correct = encoder.train_step(state.flat, state.grad_flat, state.optimizer, X[idx], y[idx], state.cfg)
+        return X[idx], y[idx]
+
+    def rate(step):                                 # linear decay to a tenth over decay_steps
+        if not state.decay_steps:
+            return state.base_lr
+        return state.base_lr * max(0.1, 1.0 - 0.9 * step / state.decay_steps)
+
+    def update(batch, lr):
+        state.optimizer.lr = lr
+        return encoder.train_step(state.flat, state.grad_flat, state.optimizer, *batch, state.cfg)
+
+    for s in loop.steps(update, batch, start=state.step, stop=max_steps, rate=rate):
+        loss, correct = s.loss
         state.step += 1
-        state.train_seconds += time.perf_counter() - t0
-        state.cpu_seconds += time.thread_time() - c0
+        state.train_seconds += s.seconds
+        state.cpu_seconds += s.cpu_seconds
         out_of_time = max_seconds is not None and state.train_seconds - started >= max_seconds
         last = state.step >= max_steps or out_of_time
         evaluated = state.step % eval_every == 0 or last

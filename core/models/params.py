@@ -1,0 +1,131 @@
+"""Parameters of every model kind, in one place: their flat layout, initialisation and checks.
+
+A model's parameters are a ``dict[str, np.ndarray]`` whose names and shapes come from its
+``param_shapes(cfg)``, in a fixed order. Training copies them into one flat buffer in that order
+(:func:`pack`, :func:`offsets`), so that one Adam call updates them all and a compiled step can
+find each array by its offset.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+POSITIONAL_CHOICES = ("sinusoidal", "learned", "none")
+
+
+def whole(value) -> bool:
+    """A whole number (a Python or NumPy integer; not a bool)."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+def offsets(shapes: dict) -> dict[str, int]:
+    """Where each array of ``{name: shape}`` starts in a flat buffer packed in that order."""
+    at, where = 0, {}
+    for name, shape in shapes.items():
+        where[name] = at
+        at += math.prod(shape)
+    return where
+
+
+def count(shapes: dict) -> int:
+    """Number of trainable numbers in ``{name: shape}``."""
+    return int(sum(math.prod(shape) for shape in shapes.values()))
+
+
+def pack(params: dict) -> tuple[np.ndarray, dict]:
+    """Copy parameters into one flat buffer, in the dict's order; return it and a dict of views into
+    it (same names), so that one update of the buffer updates every parameter."""
+    dtype = next(iter(params.values())).dtype
+    flat = np.empty(sum(v.size for v in params.values()), dtype=dtype)
+    views, at = {}, 0
+    for name, value in params.items():
+        views[name] = flat[at:at + value.size].reshape(value.shape)
+        views[name][...] = value
+        at += value.size
+    return flat, views
+
+
+def init_by_name(shapes: dict, seed: int, dtype) -> dict[str, np.ndarray]:
+    """Fresh parameters for ``{name: shape}``, deterministic for a seed, chosen by each name's last
+    part: weights (``W_...``, ``cross_W_...``) ``N(0, 1/d_in)``, embeddings ``N(0, 1)``, learned
+    positions ``N(0, 0.1^2)``, layer-norm gains (``..._g``) 1, everything else (biases, shifts) 0."""
+    dtype = np.dtype(dtype)
+    if dtype not in (np.float32, np.float64):
+        raise ValueError(f"Parameters must be float32 or float64, got {dtype}.")
+    rng = np.random.default_rng(seed)
+    params = {}
+    for name, shape in shapes.items():
+        short = name.rsplit(".", 1)[-1]
+        if short == "embed":
+            value = rng.standard_normal(shape)
+        elif short == "pos":
+            value = 0.1 * rng.standard_normal(shape)
+        elif short.startswith(("W_", "cross_W_")):
+            value = rng.standard_normal(shape) / math.sqrt(shape[0])
+        elif short.endswith("_g"):
+            value = np.ones(shape)
+        else:
+            value = np.zeros(shape)
+        params[name] = np.ascontiguousarray(value, dtype=dtype)
+    return params
+
+
+def _some(names: list) -> str:
+    return ", ".join(names[:5]) + (" ..." if len(names) > 5 else "")
+
+
+def check_params(params: dict, shapes: dict) -> np.dtype:
+    """Refuse missing or unexpected names, wrong shapes, mixed or non-float dtypes and NaN/inf for a
+    model of ``{name: shape}``; return the parameters' dtype (that of the first name)."""
+    if not isinstance(params, dict):
+        raise ValueError("params must be a dict of arrays, as init_params returns.")
+    missing = [name for name in shapes if name not in params]
+    if missing:
+        raise ValueError(f"params lacks {len(missing)} parameter(s) this configuration needs: "
+                         f"missing {_some(missing)}.")
+    extra = [name for name in params if name not in shapes]
+    if extra:
+        raise ValueError(f"Unexpected parameters {_some(extra)}: this configuration does not use them.")
+    first = next(iter(shapes))
+    dtype = np.asarray(params[first]).dtype
+    if dtype not in (np.float32, np.float64):
+        raise ValueError(f"Parameters must be float32 or float64, got {dtype} for {first!r}.")
+    for name, shape in shapes.items():
+        value = params[name]
+        if not isinstance(value, np.ndarray):
+            raise ValueError(f"Parameter {name!r} is not a NumPy array.")
+        if value.shape != shape:
+            raise ValueError(f"Parameter {name!r} has shape {value.shape}; this configuration needs {shape}.")
+        if value.dtype != dtype:
+            raise ValueError(f"Parameter {name!r} is {value.dtype} but {first!r} is {dtype}; use one dtype.")
+        if not np.isfinite(value).all():
+            raise ValueError(f"Parameter {name!r} contains NaN or infinity.")
+    return dtype
+
+
+def check_tokens(tokens, vocab_size: int, max_len: int, what: str = "Tokens", *,
+                 length_name: str | None = None) -> np.ndarray:
+    """Token ids ``(T,)`` or ``(B, T)`` as a C-contiguous int64 ``(B, T)`` array, with ids in
+    ``0..vocab_size-1`` and ``1 <= T <= max_len`` (the setting ``length_name``, named in the message
+    when given). Floats holding whole numbers are taken as ids."""
+    arr = np.asarray(tokens)
+    if arr.size == 0:
+        raise ValueError(f"{what} is empty: give at least one token.")
+    if arr.dtype.kind not in "iu":
+        if arr.dtype.kind == "f" and np.all(np.isfinite(arr)) and np.all(arr == np.round(arr)):
+            arr = arr.astype(np.int64)
+        else:
+            raise ValueError(f"{what} must be whole-number token ids, got values of type {arr.dtype}.")
+    if arr.ndim == 1:
+        arr = arr[None, :]
+    if arr.ndim != 2:
+        raise ValueError(f"{what} must be one sequence (T,) or a batch (B, T), got shape {np.shape(tokens)}.")
+    if arr.shape[1] > max_len:
+        setting = f" ({length_name} = {max_len})" if length_name else ""
+        raise ValueError(f"{what} has {arr.shape[1]} positions, longer than the model's context of "
+                         f"{max_len}{setting}.")
+    if arr.min() < 0 or arr.max() >= vocab_size:
+        bad = arr[(arr < 0) | (arr >= vocab_size)][0]
+        raise ValueError(f"{what} holds the id {bad}, outside the vocabulary 0..{vocab_size - 1}.")
+    return np.ascontiguousarray(arr, dtype=np.int64)
