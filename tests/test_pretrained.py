@@ -8,7 +8,7 @@ import pytest
 
 from core import pretrained
 from core.models import make_tiny_gpt
-from tests.oracle_support import require
+from oracle_support import require
 from tests.test_transformer import TINY, random_gpt2
 
 TEXTS = ["the query and the key give a score.", "Hello, world!  Ünïcode: naïve café — 東京 🙂",

@@ -5,7 +5,7 @@ import pytest
 
 from core.models import pretrained
 from core.models import transformer as tr
-from tests.oracle_support import require
+from oracle_support import require
 
 TINY = dict(vocab_size=50, n_positions=32, n_embd=16, n_head=4, n_layer=2)
 INNER = dict(vocab_size=40, n_positions=16, n_embd=12, n_head=3, n_layer=3, n_inner=20)
