@@ -17,6 +17,16 @@ BACKEND_KEY = "backend_choice"      # "auto" | "cpu" | "cuda", set in the sideba
 PRECISION_KEY = "precision_choice"  # "float64" | "float32"
 
 
+def act(fn, *args) -> None:
+    """Run a trainer command; a refusal (or anything unexpected) becomes a message on the page."""
+    try:
+        fn(*args)
+    except ValueError as err:
+        st.error(str(err))
+    except Exception as err:   # no traceback on the page
+        st.error(f"That did not work: {type(err).__name__}: {err}")
+
+
 def chosen_backend() -> str | None:
     """The backend name the sidebar asks for (None = auto)."""
     choice = st.session_state.get(BACKEND_KEY, "auto")

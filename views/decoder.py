@@ -12,7 +12,7 @@ from core.models import decoder, layers, sampling, tasks
 from core.models.compiled import decoder_gradient
 from core.models.decoder_runs import DEFAULTS, build
 from ui import charts, state
-from ui.widgets import chosen_dtype
+from ui.widgets import act, chosen_dtype
 from ui.warmup import wait_for_kernels
 from core import warmup
 from ui.decoder_trainer import EVAL_EVERY, TASKS, DecoderTrainer
@@ -72,16 +72,6 @@ with st.expander("The decoder layer, in equations"):
     st.latex(r"x \leftarrow \mathrm{LN}_2\big(x + \max(0, xW_1 + b_1)W_2 + b_2\big), \qquad "
              r"p(y_t \mid y_{<t}, \text{src}) = \mathrm{softmax}(x_t W_{\text{out}} + b_{\text{out}})")
     st.caption("The decoder-only model has no encoder and no cross-attention sublayer.")
-
-
-def act(fn, *args) -> None:
-    """Run a trainer command; a refusal (or anything unexpected) becomes a message on the page."""
-    try:
-        fn(*args)
-    except ValueError as err:
-        st.error(str(err))
-    except Exception as err:   # no traceback on the page
-        st.error(f"That did not work: {type(err).__name__}: {err}")
 
 
 def task_changed() -> None:

@@ -9,6 +9,7 @@ from ui import charts, state
 from core.models.runs import RunSpec
 from core.models.upload import weights_from_upload
 from ui.trainer import Trainer
+from ui.widgets import act
 
 
 PAGE = "training"
@@ -99,16 +100,6 @@ try:
 except ValueError as err:
     spec_problem = str(err)
     st.error(spec_problem)
-
-
-def act(fn, *args) -> None:
-    """Run a trainer command; a refusal (or anything unexpected) becomes a message on the page."""
-    try:
-        fn(*args)
-    except ValueError as err:
-        st.error(str(err))
-    except Exception as err:   # no traceback on the page
-        st.error(f"That did not work: {type(err).__name__}: {err}")
 
 
 # 2. controls -------------------------------------------------------------------------------------
