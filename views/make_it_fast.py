@@ -94,9 +94,9 @@ if lengths is not None:
                    f"again: it was measured while other programs had the cores. The % of sgemm column stops at "
                    f"100 %; press **Measure again** for a fair ceiling.")
     measured = table.dropna(subset=["time (µs)"])
-    # one colour per kernel in every chart, whichever kernels a run measured
-    colour = alt.Color("kernel:N", scale=alt.Scale(domain=[*speed.KERNELS, "sgemm ceiling"],
-                                                   range=["#e45756", "#4c78a8", "#f58518", "#54a24b"]))
+    # one colour per kernel in every chart, whichever kernels a run measured: a fixed domain takes the
+    # theme's series colours in its order (each readable on the light and the dark background)
+    colour = alt.Color("kernel:N", scale=alt.Scale(domain=[*speed.KERNELS, "sgemm ceiling"]))
     tooltip = ["T", "kernel", alt.Tooltip("time (µs)", format=".1f"), alt.Tooltip("GFLOP/s", format=".2f")]
     times = alt.Chart(measured, title="time per call").mark_line(point=True).encode(
         x=alt.X("T:Q", scale=alt.Scale(type="log"), title="sequence length T"),
