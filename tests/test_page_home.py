@@ -17,7 +17,7 @@ def test_the_overview_introduces_every_page_of_the_router():
     at = open_page(PAGE)
     assert not at.exception
     titles = re.findall(r'st\.Page\([^)]*title="([^"]+)"', (ROOT / "app.py").read_text())
-    assert len(titles) == 13
+    assert len(titles) == 14
     missing = [t for t in titles if t != "Overview" and f"| {t} |" not in text(at)]
     assert missing == []
 

@@ -29,6 +29,7 @@ st.markdown(
 | Inside a trained model | follow one example through a layer, then remove heads and measure what changes |
 | Decoder and generation | train an encoder-decoder or a small language model, then generate token by token |
 | Induction heads | watch two attention layers learn to copy what followed the last time |
+| A real model | open a pretrained GPT-2-family model on your own text and find its heads' jobs |
 | Check yourself | questions and hands-on exercises the app checks for you |
 | Make it fast | the same attention timed on the lesson kernel, the tuned kernel and NumPy |
 
