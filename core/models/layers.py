@@ -370,10 +370,20 @@ def gelu_tanh(x: np.ndarray) -> np.ndarray:
     r""":math:`\mathrm{GELU}(x) \approx \tfrac12 x\,(1 + \tanh(\sqrt{2/\pi}\,(x + 0.044715\,x^3)))`, GPT-2's form.
 
     NumPy, not a compiled loop: its ``tanh`` runs on SIMD lanes, 4x faster than a scalar loop here.
-    The constants take ``x``'s dtype, so float32 stays float32.
+    One buffer updated in place (GPT-2 small's hidden layer is 3072 wide: a temporary per operation
+    cost a third of the time). The constants take ``x``'s dtype, so float32 stays float32.
     """
-    c, a, half = (np.asarray(v, dtype=x.dtype) for v in (GELU_TANH_C, 0.044715, 0.5))
-    return half * x * (1 + np.tanh(c * (x + a * x * x * x)))
+    c, a, one, half = (x.dtype.type(v) for v in (GELU_TANH_C, 0.044715, 1.0, 0.5))
+    u = x * x
+    u *= a
+    u += one
+    u *= x                          # x + 0.044715 x^3
+    u *= c
+    np.tanh(u, out=u)
+    u += one
+    u *= x
+    u *= half
+    return u
 
 
 @njit(cache=True, nogil=True)

@@ -13,9 +13,12 @@ a final LayerNorm)::
 Parameters and the forward cache use the project's one vocabulary (``embed``, ``pos``,
 ``blocks.{i}.attn.W_Q`` ..., ``blocks.{i}.resid_pre``, ``blocks.{i}.attn.weights`` ...), so a
 page reads what it draws from the cache instead of recomputing it. The sublayers are
-:mod:`core.models.layers`; the attention itself runs on the project's kernels
-(:func:`core.attention.attention`). The linear layers are NumPy matrix products (BLAS): at GPT-2's
-sizes (768 x 3072, 768 x 50,257) they are most of the work, and BLAS is what makes them fast.
+:mod:`core.models.layers` (LayerNorm, GELU). Every product, the attention's ``Q K^T`` and ``A V``
+included, is a NumPy matrix product (BLAS): at GPT-2's sizes (768 x 3072, 768 x 50,257) they are
+most of the work. One thread pool for all of them matters on a small machine: the attention kernels'
+own threads (Numba) and BLAS's threads, taking turns layer after layer, slowed each other (a
+GPT-2-small forward at T = 256 went from 1.05 s to 0.76 s on two cores when the attention moved to
+BLAS). The scores and the weights are computed once each, and both are kept in the cache.
 """
 from __future__ import annotations
 
@@ -24,7 +27,6 @@ import math
 
 import numpy as np
 
-from core import attention as attn_ops
 from core.models import layers as L
 from core.validate import check_heads
 
@@ -184,6 +186,14 @@ def layer_norm(x: np.ndarray, g: np.ndarray, b: np.ndarray, eps: float, cache: d
     return y
 
 
+def softmax_rows(S: np.ndarray) -> np.ndarray:
+    """Each row of ``S`` through softmax, in a new array; a ``-inf`` score gets exactly 0."""
+    A = S - S.max(axis=-1, keepdims=True)
+    np.exp(A, out=A)
+    A /= A.sum(axis=-1, keepdims=True)
+    return A
+
+
 def causal_mask(n_new: int, start: int, dtype) -> np.ndarray:
     """``(n_new, start + n_new)``: query ``i`` (at position ``start + i``) sees keys ``j <= start + i``."""
     return np.triu(np.full((n_new, start + n_new), -np.inf, dtype=dtype), k=start + 1)
@@ -233,12 +243,15 @@ def self_attention(x: np.ndarray, p: dict, cfg: TransformerConfig, cache: dict, 
             K = np.concatenate([kv["K"], K], axis=2)                                     # (B, H, start+T, d_k)
             V = np.concatenate([kv["V"], V], axis=2)
         kv["K"], kv["V"] = K, V
-    Q, K, V = (np.ascontiguousarray(a) for a in (Q, K, V))
     # 2. scaled, masked scores and their row softmax, each head's weighted average of the values
-    mask = causal_mask(Q.shape[2], start, x.dtype) if cfg.causal else None
-    Z, A = attn_ops.attention(Q, K, V, mask, backend="cpu")                              # (B, H, T, d_k), (B, H, T, Tk)
-    cache[f"{name}.scores"] = attn_ops.scores(Q, K, mask, backend="cpu")
+    S = Q @ K.swapaxes(-1, -2)                                                           # (B, H, T, Tk)
+    S *= S.dtype.type(1.0 / math.sqrt(cfg.d_k))
+    if cfg.causal:
+        S += causal_mask(Q.shape[2], start, x.dtype)
+    cache[f"{name}.scores"] = S
+    A = softmax_rows(S)
     cache[f"{name}.weights"] = A
+    Z = A @ V                                                                            # (B, H, T, d_k)
     # 3. head edits (ablation, patching), then the heads side by side and the output projection
     Z = edit_heads(Z, edits, layer)
     cache[f"{name}.head_outputs"] = Z
