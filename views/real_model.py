@@ -7,12 +7,11 @@ import pandas as pd
 import streamlit as st
 
 from core import pretrained
-from core.kernels import dispatch
 from core.lessons import real_model as rm
 from core.models import sampling
+from core.models import layers as L
 from core.models import transformer as tr
 from ui import charts, state
-from ui.widgets import kernel_source
 
 PAGE = "real_model"
 SHIPPED = os.path.join(os.path.dirname(tr.__file__), "tiny_gpt")
@@ -36,12 +35,11 @@ def model_for(source: str, _progress=None) -> pretrained.Model:
 
 @st.cache_resource(show_spinner=False, max_entries=4)
 def run(_m: pretrained.Model, source: str, ids: tuple):
-    """The forward pass of one text, its cache, and the kernels that ran (shared, read only)."""
-    with dispatch.recording() as ran:
-        logits, cache = _m.forward(np.array(ids))
+    """The forward pass of one text and its cache (shared, read only)."""
+    logits, cache = _m.forward(np.array(ids))
     for array in (logits, *cache.values()):
         array.setflags(write=False)                     # shared by every session that asks for this text
-    return logits, cache, ran
+    return logits, cache
 
 
 @st.cache_resource(show_spinner=False, max_entries=2)
@@ -93,7 +91,7 @@ words = m.tokens(ids)
 labels = charts.position_labels([show(w) for w in words])
 st.markdown("**Tokens**, as the tokenizer cut them (· is a space, ⏎ a new line): " +
             " ".join(f"`{show(w)}`" for w in words))
-logits, cache, ran = run(m, source, tuple(int(i) for i in ids))
+logits, cache = run(m, source, tuple(int(i) for i in ids))
 W = rm.stack_weights(cache, cfg.n_layers)                                         # (L, H, T, T)
 T = len(ids)
 
@@ -167,7 +165,7 @@ other_cache = None
 if how == "patch":
     try:
         other_ids, _ = rm.fit_context(m.encode(ss[k("other")]), cfg.n_ctx)
-        _, other_cache, _ = run(m, source, tuple(int(i) for i in other_ids))
+        _, other_cache = run(m, source, tuple(int(i) for i in other_ids))
     except ValueError as err:
         st.error(f"Second prompt: {err}")
 if how != "patch" or other_cache is not None:
@@ -192,9 +190,9 @@ st.caption("The prompt runs once and fills the KV cache; each new token then run
            "over the cached keys and values.")
 
 with st.expander("Source: the transformer and the analyses that ran"):
-    for fn in (tr.forward, tr.block, tr.self_attention, tr.feed_forward, tr.edit_heads, rm.head_scores,
-               rm.logit_lens, rm.rollout, rm.generate):
-        st.code(inspect.getsource(fn), language="python")
-kernel_source(ran)
+    for fn in (tr.forward, tr.block, tr.self_attention, tr.softmax_rows, tr.feed_forward, tr.dense, tr.layer_norm,
+               L.layer_norm, L._layer_norm_rows, L.gelu_tanh, tr.edit_heads, rm.head_scores, rm.logit_lens, rm.rollout,
+               rm.generate):
+        st.code(inspect.getsource(getattr(fn, "py_func", fn)), language="python")
 
 state.publish(PAGE, SPEC)
