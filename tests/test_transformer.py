@@ -78,12 +78,13 @@ def test_matches_transformers_gpt2(settings, dtype):
     compare(ref, ours, dtype)
 
 
-def test_matches_full_gpt2_small():
+@pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["float64", "float32"])
+def test_matches_full_gpt2_small(dtype):
     """The full GPT-2 small configuration (12 layers x 12 heads, d 768, 50,257 tokens, 1,024
-    positions), one short forward in float32."""
-    ref, ours = run_both(GPT2_SMALL, np.float32, T=5, B=1)
+    positions), one short forward."""
+    ref, ours = run_both(GPT2_SMALL, dtype, T=5, B=1)
     assert ours[0].shape == (1, 5, 50257) and ours[2].d_ff == 3072 and ours[2].n_ctx == 1024
-    compare(ref, ours, np.float32)
+    compare(ref, ours, dtype)
 
 
 SEED_CFG = tr.TransformerConfig(vocab_size=13, n_ctx=12, d_model=8, n_heads=2, d_ff=16, n_layers=2)
