@@ -134,7 +134,7 @@ def test_bad_inputs_are_refused_in_plain_words():
 
 
 def test_tiny_gpt_gradient_matches_finite_differences():
-    """The hand-written backward pass that trains the shipped checkpoint, against central differences."""
+    """The backward pass that trains the shipped checkpoint (the one transformer's), against central differences."""
     from core.models import make_tiny_gpt
     from core.models import layers as L
 

@@ -339,7 +339,7 @@ def unembed(params: dict, cfg: TransformerConfig, h: np.ndarray, cache: dict, pr
         cache[f"{prefix}pooled"] = pooled = h.mean(axis=1)                               # (B, d)
         return pooled @ params[f"{prefix}classifier.W"] + params[f"{prefix}classifier.b"]
     W = params[f"{prefix}embed"].T if cfg.tied_unembed else params[f"{prefix}unembed"]  # (d, V)
-    return h @ W + params[f"{prefix}unembed_b"] if cfg.unembed_b else h @ W
+    return dense(h, W, params.get(f"{prefix}unembed_b"))                                # one 2-D product
 
 
 def forward(params: dict, cfg: TransformerConfig, tokens, *, ablate: dict | None = None,
