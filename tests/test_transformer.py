@@ -135,7 +135,7 @@ def test_bad_inputs_are_refused_in_plain_words():
 
 
 def test_tiny_gpt_gradient_matches_finite_differences():
-    """The hand-written backward pass that trains the shipped checkpoint, against central differences."""
+    """The backward pass that trains the shipped checkpoint (the one transformer's), against central differences."""
     from core.models import make_tiny_gpt
     from core.models import layers as L
 
@@ -155,3 +155,33 @@ def test_tiny_gpt_gradient_matches_finite_differences():
             bumped[name][idx] -= 2e-6
             down = make_tiny_gpt.loss_and_grads(bumped, cfg, x, y)[0]
             assert (up - down) / 2e-6 == pytest.approx(grads[name][idx], abs=1e-7), name
+
+
+def test_attention_only_classifier_and_output_bias_settings():
+    """d_ff=0 leaves no feed-forward sublayer (nor ln2); a classifier averages the last hidden
+    states over positions; unembed_b is added to every position's logits."""
+    attn_only = tr.TransformerConfig(vocab_size=7, n_ctx=6, d_model=8, n_heads=2, d_ff=0, n_layers=2)
+    params = tr.init_params(attn_only, seed=1, dtype=np.float64)
+    assert not any(".ffn." in n or ".ln2." in n for n in params)
+    _, cache = tr.forward(params, attn_only, [1, 2, 3])
+    assert not any(".ffn." in n or ".ln2." in n for n in cache)
+    np.testing.assert_array_equal(cache["blocks.0.resid_post"], cache["blocks.0.resid_mid"])
+
+    classify = tr.TransformerConfig(vocab_size=7, n_ctx=6, d_model=8, n_heads=2, d_ff=4, n_layers=1,
+                                    causal=False, head="classify", n_classes=3)
+    params = tr.init_params(classify, seed=2, dtype=np.float64)
+    assert params["classifier.W"].shape == (8, 3) and "unembed" not in params
+    logits, cache = tr.forward(params, classify, [[1, 2, 3], [4, 5, 6]])
+    pooled = cache["blocks.0.resid_post"].mean(axis=1)
+    np.testing.assert_allclose(logits, pooled @ params["classifier.W"] + params["classifier.b"], rtol=1e-13)
+
+    biased = tr.TransformerConfig(vocab_size=7, n_ctx=6, d_model=8, n_heads=2, d_ff=4, n_layers=1, unembed_b=True)
+    params = tr.init_params(biased, seed=3, dtype=np.float64)
+    params["unembed_b"] = np.arange(7.0)
+    logits, cache = tr.forward(params, biased, [1, 2])
+    np.testing.assert_allclose(logits - cache["blocks.0.resid_post"] @ params["unembed"], np.broadcast_to(np.arange(7.0), logits.shape),
+                               atol=1e-12)
+    for bad in (dict(head="classify"), dict(head="classify", n_classes=3, tied_unembed=True), dict(n_classes=3),
+                dict(head="pool"), dict(d_ff=-1)):
+        with pytest.raises(ValueError):
+            tr.TransformerConfig(**{**dict(vocab_size=5, n_ctx=4, d_model=8, n_heads=2, d_ff=8, n_layers=1), **bad})

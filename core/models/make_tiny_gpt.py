@@ -10,8 +10,9 @@
 3. :func:`core.models.pretrained.save` writes ``config.json``, ``model.safetensors`` and
    ``tokenizer.json``: a folder that both :func:`pretrained.load` and ``transformers`` read.
 
-The gradient is a hand-written backward pass through the sublayers of :mod:`core.models.layers`
-(each has its backward there), held to finite differences by the tests.
+The gradient is the one transformer's hand-written backward pass
+(:func:`core.models.transformer_backward.loss_and_grads`), held to finite differences and to
+PyTorch's autograd by the tests.
 """
 from __future__ import annotations
 
@@ -22,9 +23,9 @@ import time
 
 import numpy as np
 
-from core.models import decoder, pretrained
-from core.models import layers as L
+from core.models import decoder, optim, pretrained
 from core.models import transformer as tr
+from core.models import transformer_backward
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CORPUS = os.path.join(HERE, "corpus.txt")
@@ -47,59 +48,8 @@ def train_tokenizer(text: str, vocab_size: int = 512):
     return tok
 
 
-# ----------------------------------------------------------------------------------------------
-# loss and gradient of a GPT-2-architecture model (pre-norm, GELU, learned positions, tied)
-# ----------------------------------------------------------------------------------------------
-def _attn(p: dict) -> dict:
-    return {name: p[f"attn.{name}"] for name in L.ATTENTION_PARAMS}
-
-
-def loss_and_grads(params: dict, cfg: tr.TransformerConfig, ids_in: np.ndarray, ids_out: np.ndarray):
-    """Mean next-token cross-entropy on ``ids_in (B, T)`` against ``ids_out (B, T)``, and its
-    gradient for every parameter, step by step in reverse."""
-    B, T = ids_in.shape
-    eps, H = cfg.ln_eps, cfg.n_heads
-    mask = tr.causal_mask(T, 0, params["embed"].dtype)
-    # forward, keeping what the backward pass needs
-    h = params["embed"][ids_in] + params["pos"][:T]                              # (B, T, d)
-    caches = []
-    for i in range(cfg.n_layers):
-        p = tr.block_params(params, f"blocks.{i}.")
-        a, c_ln1 = L.layer_norm(h, p["ln1.g"], p["ln1.b"], eps)
-        att, c_attn = L.attention(a, a, _attn(p), H, mask)
-        h = h + att                                                               # resid_mid
-        f, c_ln2 = L.layer_norm(h, p["ln2.g"], p["ln2.b"], eps)
-        pre = L.linear(f, p["ffn.W_1"], p["ffn.b_1"])                             # (B, T, d_ff)
-        hidden = L.gelu_tanh(pre)
-        h = h + L.linear(hidden, p["ffn.W_2"], p["ffn.b_2"])                      # resid_post
-        caches.append((p, c_ln1, c_attn, c_ln2, f, pre, hidden))
-    hf, c_lnf = L.layer_norm(h, params["ln_final.g"], params["ln_final.b"], eps)
-    logits = L.matmul(hf.reshape(B * T, -1), np.ascontiguousarray(params["embed"].T)).reshape(B, T, -1)
-    loss, d_logits = L.cross_entropy(logits, ids_out)
-    # backward
-    g = {}
-    dl = d_logits.reshape(B * T, -1)                                              # (N, V)
-    g["embed"] = L.matmul(np.ascontiguousarray(dl.T), hf.reshape(B * T, -1))      # tied: the unembedding's share
-    dh = L.matmul(dl, params["embed"]).reshape(B, T, -1)
-    dh, g["ln_final.g"], g["ln_final.b"] = L.layer_norm_backward(dh, c_lnf)
-    for i in reversed(range(cfg.n_layers)):
-        p, c_ln1, c_attn, c_ln2, f, pre, hidden = caches[i]
-        b = f"blocks.{i}."
-        # h = h_mid + FFN(LN2(h_mid))
-        d_hidden, g[b + "ffn.W_2"], g[b + "ffn.b_2"] = L.linear_backward(dh, hidden, p["ffn.W_2"])
-        d_pre = L.gelu_tanh_backward(d_hidden, pre)
-        d_f, g[b + "ffn.W_1"], g[b + "ffn.b_1"] = L.linear_backward(d_pre, f, p["ffn.W_1"])
-        d_f, g[b + "ln2.g"], g[b + "ln2.b"] = L.layer_norm_backward(d_f, c_ln2)
-        dh = dh + d_f
-        # h_mid = h + MHA(LN1(h))
-        dq, dkv, ga = L.attention_backward(dh, c_attn, _attn(p))
-        d_a, g[b + "ln1.g"], g[b + "ln1.b"] = L.layer_norm_backward(dq + dkv, c_ln1)
-        dh = dh + d_a
-        g.update({f"{b}attn.{name}": value for name, value in ga.items()})
-    np.add.at(g["embed"], ids_in.reshape(-1), dh.reshape(B * T, -1))
-    g["pos"] = np.zeros_like(params["pos"])
-    g["pos"][:T] = dh.sum(axis=0)
-    return float(loss), g
+# the loss and its gradient: the one transformer's readable backward pass, for GPT-2's settings
+loss_and_grads = transformer_backward.loss_and_grads
 
 
 def train(params: dict, cfg: tr.TransformerConfig, ids: np.ndarray, *, steps: int, batch_size: int = 16,
@@ -107,7 +57,7 @@ def train(params: dict, cfg: tr.TransformerConfig, ids: np.ndarray, *, steps: in
     """Adam on random windows of ``ids`` (the whole text as one stream of tokens); ``params`` in place."""
     names = list(tr.param_shapes(cfg))
     flat, views = decoder.pack({n: params[n] for n in names})
-    opt = decoder.Adam(flat.size, flat.dtype, lr)
+    opt = optim.Adam(flat.size, flat.dtype, lr)
     rng = np.random.default_rng(seed)
     T = cfg.n_ctx
     losses = []

@@ -8,7 +8,11 @@ a final LayerNorm)::
     per block i, post-norm:   h = LN1(h + MHA(h));     h = LN2(h + FFN(h))
     per block i, pre-norm:    h = h + MHA(LN1(h));     h = h + FFN(LN2(h))
     h = LN_final(h)                                                # when final_ln
-    logits = h @ unembed        (embed^T when tied_unembed)        # (B, T, V)
+    head "lm":       logits = h @ unembed + unembed_b  (embed^T when tied)   # (B, T, V)
+    head "classify": logits = mean_t(h) @ classifier.W + classifier.b        # (B, C)
+
+``d_ff=0`` drops the feed-forward sublayer and its LayerNorm (attention-only). The seeds' encoder
+classifier, the decoder-only and attention-only models and GPT-2 are all settings of this one model.
 
 Parameters and the forward cache use the project's one vocabulary (``embed``, ``pos``,
 ``blocks.{i}.attn.W_Q`` ..., ``blocks.{i}.resid_pre``, ``blocks.{i}.attn.weights`` ...), so a
@@ -28,16 +32,14 @@ import math
 import numpy as np
 
 from core.models import layers as L
+from core.models.params import whole as _whole
 from core.validate import check_heads
 
 NORMS = ("post", "pre")
 ACTIVATIONS = ("relu", "gelu_tanh")
 POSITIONAL = ("sinusoidal", "learned", "none")
 ABLATIONS = ("zero", "mean")
-
-
-def _whole(value) -> bool:
-    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+HEADS = ("lm", "classify")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,7 +48,10 @@ class TransformerConfig:
 
     ``norm="post"`` puts each LayerNorm after its residual sum (the original Transformer),
     ``"pre"`` before its sublayer (GPT-2). ``d_ff`` is the feed-forward width (GPT-2: ``4 d``,
-    or its ``n_inner``). ``bias=False`` drops every linear layer's bias.
+    or its ``n_inner``), 0 for attention-only. ``bias=False`` drops every linear layer's bias.
+    ``head="classify"`` averages the last hidden states over positions and maps them to
+    ``n_classes`` logits (the seeds' encoder); ``unembed_b`` adds an output bias to the language
+    model's logits (the decoder's ``b_out``).
     """
 
     vocab_size: int
@@ -63,17 +68,27 @@ class TransformerConfig:
     bias: bool = True
     causal: bool = True
     ln_eps: float = 1e-5
+    head: str = "lm"
+    n_classes: int | None = None
+    unembed_b: bool = False
 
     def __post_init__(self):
         for name in ("vocab_size", "n_ctx", "d_model", "n_heads", "d_ff", "n_layers"):
             value = getattr(self, name)
-            if not _whole(value) or value < 1:
+            if not _whole(value) or value < (0 if name == "d_ff" else 1):    # d_ff = 0: attention-only
                 raise ValueError(f"{name} must be a positive whole number, got {value!r}.")
         check_heads(self.d_model, self.n_heads)
-        for name, choices in (("norm", NORMS), ("activation", ACTIVATIONS), ("positional", POSITIONAL)):
+        for name, choices in (("norm", NORMS), ("activation", ACTIVATIONS), ("positional", POSITIONAL),
+                              ("head", HEADS)):
             if getattr(self, name) not in choices:
                 raise ValueError(f"{name} must be one of {', '.join(choices)}, got {getattr(self, name)!r}.")
-        for name in ("tied_unembed", "final_ln", "bias", "causal"):
+        if self.head == "classify" and (not _whole(self.n_classes) or self.n_classes < 2):
+            raise ValueError(f"A classifier needs n_classes, at least 2, got {self.n_classes!r}.")
+        if self.head == "classify" and (self.tied_unembed or self.unembed_b):
+            raise ValueError("A classifier has no unembedding: leave tied_unembed and unembed_b False.")
+        if self.head == "lm" and self.n_classes is not None:
+            raise ValueError("n_classes belongs to a classifier (head='classify'); a language model has none.")
+        for name in ("tied_unembed", "final_ln", "bias", "causal", "unembed_b"):
             if not isinstance(getattr(self, name), (bool, np.bool_)):
                 raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}.")
         eps = self.ln_eps
@@ -94,7 +109,10 @@ def block_shapes(cfg: TransformerConfig) -> dict[str, tuple[int, ...]]:
     shapes = {f"attn.{w}": (d, d) for w in ("W_Q", "W_K", "W_V", "W_O")}
     if cfg.bias:
         shapes.update({f"attn.{b}": (d,) for b in ("b_Q", "b_K", "b_V", "b_O")})
-    shapes.update({"ln1.g": (d,), "ln1.b": (d,), "ffn.W_1": (d, F), "ffn.W_2": (F, d)})
+    shapes.update({"ln1.g": (d,), "ln1.b": (d,)})
+    if F == 0:                                          # attention-only: no feed-forward, no ln2
+        return shapes
+    shapes.update({"ffn.W_1": (d, F), "ffn.W_2": (F, d)})
     if cfg.bias:
         shapes.update({"ffn.b_1": (F,), "ffn.b_2": (d,)})
     shapes.update({"ln2.g": (d,), "ln2.b": (d,)})
@@ -111,8 +129,13 @@ def param_shapes(cfg: TransformerConfig, prefix: str = "") -> dict[str, tuple[in
         shapes.update({f"{prefix}blocks.{i}.{name}": s for name, s in block_shapes(cfg).items()})
     if cfg.final_ln:
         shapes.update({f"{prefix}ln_final.g": (d,), f"{prefix}ln_final.b": (d,)})
+    if cfg.head == "classify":
+        shapes.update({f"{prefix}classifier.W": (d, cfg.n_classes), f"{prefix}classifier.b": (cfg.n_classes,)})
+        return shapes
     if not cfg.tied_unembed:
         shapes[f"{prefix}unembed"] = (d, cfg.vocab_size)
+    if cfg.unembed_b:
+        shapes[f"{prefix}unembed_b"] = (cfg.vocab_size,)
     return shapes
 
 
@@ -128,7 +151,7 @@ def init_params(cfg: TransformerConfig, seed: int = 0, dtype=np.float32) -> dict
     shapes = param_shapes(cfg)
     # layers.init_by_name chooses by a name's last part: LayerNorm gains as "..._g", weights as "W_..."
     alias = {name: name[:-2] + "_g" if name.endswith(".g") else name for name in shapes}
-    alias["unembed"] = "W_unembed"
+    alias.update({"unembed": "W_unembed", "classifier.W": "W_cls", "classifier.b": "b_cls", "unembed_b": "b_out"})
     fresh = L.init_by_name({alias[n]: s for n, s in shapes.items()}, seed, dtype)
     params = {n: fresh[alias[n]] for n in shapes}
     if cfg.tied_unembed:
@@ -284,17 +307,20 @@ def block(h: np.ndarray, p: dict, cfg: TransformerConfig, cache: dict, name: str
         a = layer_norm(h, p["ln1.g"], p["ln1.b"], eps, cache, f"{name}.ln1")
         h = h + self_attention(a, p, cfg, cache, f"{name}.attn", kv=kv, start=start, edits=edits, layer=layer)
         cache[f"{name}.resid_mid"] = h
-        # 2. h = h + FFN(LN2(h))
-        f = layer_norm(h, p["ln2.g"], p["ln2.b"], eps, cache, f"{name}.ln2")
-        h = h + feed_forward(f, p, cfg, cache, f"{name}.ffn")
+        # 2. h = h + FFN(LN2(h))   (none in an attention-only model)
+        if cfg.d_ff:
+            f = layer_norm(h, p["ln2.g"], p["ln2.b"], eps, cache, f"{name}.ln2")
+            cache[f"{name}.ffn.output"] = f = feed_forward(f, p, cfg, cache, f"{name}.ffn")
+            h = h + f
     else:
         # 1. h = LN1(h + MHA(h))
         a = self_attention(h, p, cfg, cache, f"{name}.attn", kv=kv, start=start, edits=edits, layer=layer)
         h = layer_norm(h + a, p["ln1.g"], p["ln1.b"], eps, cache, f"{name}.ln1")
         cache[f"{name}.resid_mid"] = h
-        # 2. h = LN2(h + FFN(h))
-        f = feed_forward(h, p, cfg, cache, f"{name}.ffn")
-        h = layer_norm(h + f, p["ln2.g"], p["ln2.b"], eps, cache, f"{name}.ln2")
+        # 2. h = LN2(h + FFN(h))   (none in an attention-only model)
+        if cfg.d_ff:
+            cache[f"{name}.ffn.output"] = f = feed_forward(h, p, cfg, cache, f"{name}.ffn")
+            h = layer_norm(h + f, p["ln2.g"], p["ln2.b"], eps, cache, f"{name}.ln2")
     cache[f"{name}.resid_post"] = h
     return h
 
@@ -316,12 +342,17 @@ def embed(params: dict, cfg: TransformerConfig, tokens: np.ndarray, start: int =
 
 
 def unembed(params: dict, cfg: TransformerConfig, h: np.ndarray, cache: dict, prefix: str = "") -> np.ndarray:
-    """The final LayerNorm (when the model has one) and the unembedding: ``logits (B, T, V)``."""
+    """The final LayerNorm (when the model has one), then the head: the unembedding, ``logits
+    (B, T, V)``, or the classifier on the mean over positions, ``logits (B, C)`` (``pooled`` (B, d)
+    goes to the cache)."""
     if cfg.final_ln:
         h = layer_norm(h, params[f"{prefix}ln_final.g"], params[f"{prefix}ln_final.b"], cfg.ln_eps,
                        cache, f"{prefix}ln_final")
+    if cfg.head == "classify":
+        cache[f"{prefix}pooled"] = pooled = h.mean(axis=1)                               # (B, d)
+        return pooled @ params[f"{prefix}classifier.W"] + params[f"{prefix}classifier.b"]
     W = params[f"{prefix}embed"].T if cfg.tied_unembed else params[f"{prefix}unembed"]  # (d, V)
-    return h @ W
+    return dense(h, W, params.get(f"{prefix}unembed_b"))                                # one 2-D product
 
 
 def forward(params: dict, cfg: TransformerConfig, tokens, *, ablate: dict | None = None,
@@ -339,18 +370,19 @@ def forward(params: dict, cfg: TransformerConfig, tokens, *, ablate: dict | None
 
     Returns
     -------
-    logits : (B, T, V)
-    cache : flat dict: ``blocks.{i}.resid_pre``, ``blocks.{i}.ln1.mean|std``,
+    logits : (B, T, V), or (B, C) for a classifier
+    cache : flat dict: ``tokens`` (B, T), ``blocks.{i}.resid_pre``, ``blocks.{i}.ln1.mean|std``,
         ``blocks.{i}.attn.scores|weights|head_outputs|concat|output``, ``blocks.{i}.resid_mid``,
-        ``blocks.{i}.ln2.mean|std``, ``blocks.{i}.ffn.hidden``, ``blocks.{i}.resid_post``,
-        ``ln_final.mean|std``, ``logits``.
+        ``blocks.{i}.ln2.mean|std``, ``blocks.{i}.ffn.hidden|output``, ``blocks.{i}.resid_post``,
+        ``ln_final.mean|std``, ``pooled`` (a classifier), ``logits``. Without ablations or a KV
+        cache it is all that :func:`core.models.transformer_backward.backward` needs.
     """
     check_params(params, cfg)
     tokens = check_tokens(tokens, cfg, start)
     _check_edits(ablate, cfg, tokens.shape)
     if kv is not None and len(kv) != cfg.n_layers:
         raise ValueError(f"kv must hold one dict per block ({cfg.n_layers}), got {len(kv)}.")
-    cache: dict[str, np.ndarray] = {}
+    cache: dict[str, np.ndarray] = {"tokens": tokens}
     h = embed(params, cfg, tokens, start)                                                # (B, T, d)
     for i in range(cfg.n_layers):
         h = block(h, block_params(params, f"blocks.{i}."), cfg, cache, f"blocks.{i}",

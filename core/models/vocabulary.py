@@ -1,0 +1,128 @@
+"""The one name table between the older models' parameter names and the one transformer's.
+
+The seeds' encoder classifier (:mod:`core.models.encoder`) and the decoder-only language model
+(:mod:`core.models.decoder`, ``cross_attention=False``, attention-only with ``d_ff=0`` included)
+are settings of :mod:`core.models.transformer`. Their parameters keep their older names in their
+own modules, weight files and compiled steps; this module renames them, one table for all::
+
+    encoder                 decoder-only              transformer
+    embed, pos              dec.embed, dec.pos        embed, pos
+    layers.{i}.W_Q ... b_O  dec.layers.{i}.W_Q ...    blocks.{i}.attn.W_Q ... blocks.{i}.attn.b_O
+    layers.{i}.ln1_g, _b    dec.layers.{i}.ln1_g ...  blocks.{i}.ln1.g, blocks.{i}.ln1.b
+    layers.{i}.W_1 ... b_2  dec.layers.{i}.W_1 ...    blocks.{i}.ffn.W_1 ... blocks.{i}.ffn.b_2
+    layers.{i}.ln2_g, _b    dec.layers.{i}.ln2_g ...  blocks.{i}.ln2.g, blocks.{i}.ln2.b
+    W_cls, b_cls                                      classifier.W, classifier.b
+                            W_out, b_out              unembed, unembed_b
+
+Both are post-norm, ReLU, with biases and no final LayerNorm; the encoder attends both ways and
+classifies the mean over positions, the decoder is causal with an untied, biased unembedding.
+Arrays are shared, not copied.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from core.models import decoder_config, encoder_config
+from core.models.decoder_config import DecoderConfig
+from core.models.encoder_config import EncoderConfig
+from core.models.transformer import TransformerConfig, param_shapes
+
+# one layer's arrays: the older short name -> the block's short name
+LAYER_NAMES = {**{f"{w}_{n}": f"attn.{w}_{n}" for w in "Wb" for n in "QKVO"},
+               "ln1_g": "ln1.g", "ln1_b": "ln1.b", "ln2_g": "ln2.g", "ln2_b": "ln2.b",
+               "W_1": "ffn.W_1", "b_1": "ffn.b_1", "W_2": "ffn.W_2", "b_2": "ffn.b_2"}
+ENCODER_TOP = {"embed": "embed", "pos": "pos", "W_cls": "classifier.W", "b_cls": "classifier.b"}
+DECODER_TOP = {"dec.embed": "embed", "dec.pos": "pos", "W_out": "unembed", "b_out": "unembed_b"}
+
+
+# ----------------------------------------------------------------------------------------------
+# the settings
+# ----------------------------------------------------------------------------------------------
+def encoder_settings(cfg: EncoderConfig) -> TransformerConfig:
+    """The seeds' encoder classifier as settings: post-norm, ReLU, no causal mask, a classifier head."""
+    return TransformerConfig(vocab_size=cfg.vocab_size, n_ctx=cfg.seq_len, d_model=cfg.d_model,
+                             n_heads=cfg.n_heads, d_ff=cfg.d_ff, n_layers=cfg.n_layers, norm="post",
+                             activation="relu", positional=cfg.positional, causal=False, ln_eps=cfg.ln_eps,
+                             head="classify", n_classes=cfg.n_classes)
+
+
+def decoder_settings(cfg: DecoderConfig) -> TransformerConfig:
+    """A decoder-only language model as settings: post-norm, ReLU, causal, an untied unembedding with
+    its bias (``d_ff=0``: attention-only)."""
+    if cfg.cross_attention:
+        raise ValueError("Only a decoder-only model (cross_attention=False) maps onto the one transformer here; "
+                         "this is an encoder-decoder.")
+    return TransformerConfig(vocab_size=cfg.vocab_size, n_ctx=cfg.tgt_len, d_model=cfg.d_model,
+                             n_heads=cfg.n_heads, d_ff=cfg.d_ff, n_layers=cfg.n_layers, norm="post",
+                             activation="relu", positional=cfg.positional, causal=True, ln_eps=cfg.ln_eps,
+                             unembed_b=True)
+
+
+# ----------------------------------------------------------------------------------------------
+# the names
+# ----------------------------------------------------------------------------------------------
+def _table(old_names, top: dict, layers_prefix: str) -> dict[str, str]:
+    """``{older name: transformer name}`` for every name in ``old_names``."""
+    table = {}
+    for old in old_names:
+        if old in top:
+            table[old] = top[old]
+            continue
+        i, short = old.removeprefix(layers_prefix).split(".", 1)          # "3", "ln1_g"
+        table[old] = f"blocks.{i}.{LAYER_NAMES[short]}"
+    return table
+
+
+def encoder_names(cfg: EncoderConfig) -> dict[str, str]:
+    """``{encoder name: transformer name}``, in the encoder's parameter order."""
+    return _table(encoder_config.param_shapes(cfg), ENCODER_TOP, "layers.")
+
+
+def decoder_names(cfg: DecoderConfig) -> dict[str, str]:
+    """``{decoder name: transformer name}`` of a decoder-only model, in the decoder's parameter order."""
+    decoder_settings(cfg)                                                  # refuses an encoder-decoder
+    return _table(decoder_config.param_shapes(cfg), DECODER_TOP, "dec.layers.")
+
+
+def _renamed(arrays: dict, table: dict, what: str) -> dict:
+    missing = [name for name in table if name not in arrays]
+    if missing or len(arrays) != len(table):
+        extra = sorted(set(arrays) - set(table))
+        raise ValueError(f"These are not the {what}: missing {missing[:3]}, unexpected {extra[:3]}.")
+    return {new: arrays[old] for old, new in table.items()}
+
+
+def from_encoder(params: dict, cfg: EncoderConfig) -> tuple[dict, TransformerConfig]:
+    """The encoder's parameters under the transformer's names, and its settings."""
+    tcfg = encoder_settings(cfg)
+    tparams = _renamed(params, encoder_names(cfg), "encoder's parameters")
+    return {name: tparams[name] for name in param_shapes(tcfg)}, tcfg
+
+
+def to_encoder_names(arrays: dict, cfg: EncoderConfig) -> dict:
+    """Parameters or gradients under the transformer's names, back under the encoder's (its order)."""
+    back = {new: old for old, new in encoder_names(cfg).items()}
+    return _renamed(arrays, back, "encoder's arrays under the transformer's names")
+
+
+def from_decoder(params: dict, cfg: DecoderConfig) -> tuple[dict, TransformerConfig]:
+    """A decoder-only model's parameters under the transformer's names, and its settings."""
+    tcfg = decoder_settings(cfg)
+    tparams = _renamed(params, decoder_names(cfg), "decoder's parameters")
+    return {name: tparams[name] for name in param_shapes(tcfg)}, tcfg
+
+
+def to_decoder_names(arrays: dict, cfg: DecoderConfig) -> dict:
+    """Parameters or gradients under the transformer's names, back under the decoder's (its order)."""
+    back = {new: old for old, new in decoder_names(cfg).items()}
+    return _renamed(arrays, back, "decoder's arrays under the transformer's names")
+
+
+def unflatten(flat: np.ndarray, shapes: dict) -> dict:
+    """A flat buffer packed in ``shapes`` order (a compiled step's gradient) as named views."""
+    out, at = {}, 0
+    for name, shape in shapes.items():
+        size = int(np.prod(shape))
+        out[name] = flat[at:at + size].reshape(shape)
+        at += size
+    return out

@@ -1,0 +1,157 @@
+"""The readable backward pass of the one transformer, for every kind of model the app trains:
+against central differences in float64, and against PyTorch's autograd on the same model written
+functionally in torch from our parameters."""
+import math
+
+import numpy as np
+import pytest
+
+from core.models import layers as L
+from core.models import transformer as tr
+from core.models import transformer_backward as tb
+from oracle_support import require
+
+BASE = dict(vocab_size=11, n_ctx=7, d_model=8, n_heads=2, d_ff=12, n_layers=2)
+KINDS = {
+    "encoder-classifier": dict(causal=False, head="classify", n_classes=3),        # the seeds: post, relu, sinusoidal
+    "gpt2": dict(norm="pre", activation="gelu_tanh", positional="learned", tied_unembed=True, final_ln=True),
+    "decoder": dict(unembed_b=True),                                               # post-norm, causal, b_out
+    "no-bias": dict(bias=False, norm="pre", activation="gelu_tanh", final_ln=True),
+    "attention-only": dict(d_ff=0, unembed_b=True),
+    "attention-only-pre": dict(d_ff=0, norm="pre", positional="learned", final_ln=True),
+    "no-positions": dict(positional="none", activation="gelu_tanh"),
+    "classifier-pre-learned": dict(norm="pre", positional="learned", final_ln=True, head="classify", n_classes=4,
+                                   bias=False),
+}
+
+
+def model(kind: str, dtype=np.float64, seed: int = 0):
+    """A tiny model of that kind with every parameter random (LayerNorm gains near 1), a batch and its targets."""
+    cfg = tr.TransformerConfig(**{**BASE, **KINDS[kind]})
+    rng = np.random.default_rng(seed)
+    params = {n: (v + 0.3 * rng.standard_normal(v.shape)).astype(dtype)
+              for n, v in tr.init_params(cfg, seed, np.float64).items()}
+    tokens = rng.integers(0, cfg.vocab_size, (2, 5))
+    targets = rng.integers(0, cfg.n_classes, 2) if cfg.head == "classify" else rng.integers(0, cfg.vocab_size, (2, 5))
+    return cfg, params, tokens, targets
+
+
+def forward_loss(params, cfg, tokens, targets) -> float:
+    """The loss from the forward pass alone (what the differences differentiate)."""
+    return float(L.cross_entropy(tr.forward(params, cfg, tokens)[0], targets)[0])
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_gradient_matches_central_differences(kind):
+    """Every entry of every parameter: central differences of the forward pass's loss, in float64,
+    to 1e-6 of the gradient's largest entry."""
+    cfg, params, tokens, targets = model(kind)
+    loss, grads = tb.loss_and_grads(params, cfg, tokens, targets)
+    assert loss == pytest.approx(forward_loss(params, cfg, tokens, targets), rel=1e-14)
+    assert grads.keys() == params.keys()
+    eps = 1e-5
+    numeric = {}
+    for name, value in params.items():
+        numeric[name] = np.empty_like(value)
+        for idx in np.ndindex(value.shape):
+            bumped = dict(params, **{name: value.copy()})
+            bumped[name][idx] += eps
+            up = forward_loss(bumped, cfg, tokens, targets)
+            bumped[name][idx] -= 2 * eps
+            numeric[name][idx] = (up - forward_loss(bumped, cfg, tokens, targets)) / (2 * eps)
+    scale = max(np.abs(g).max() for g in numeric.values())
+    for name in params:
+        assert grads[name].shape == params[name].shape and grads[name].dtype == params[name].dtype
+        np.testing.assert_allclose(grads[name], numeric[name], rtol=0, atol=1e-6 * scale, err_msg=name)
+
+
+# ----------------------------------------------------------------------------------------------
+# PyTorch's autograd on the same model, written functionally from the formulas
+# ----------------------------------------------------------------------------------------------
+def torch_loss(torch, tp: dict, cfg: tr.TransformerConfig, tokens, targets):
+    """The model in torch, from its parameters ``tp`` (torch tensors) and the formulas: mean cross-entropy."""
+    F = torch.nn.functional
+    B, T = tokens.shape
+    d, H = cfg.d_model, cfg.n_heads
+    d_k = d // H
+    tokens, targets = torch.from_numpy(tokens), torch.from_numpy(targets)
+
+    def lin(x, prefix, w):
+        bias = tp.get(f"{prefix}b_{w[2:]}" if w.startswith("W_") else None)
+        return x @ tp[prefix + w] + (bias if bias is not None else 0)
+
+    def ln(x, name):
+        return F.layer_norm(x, (d,), tp[f"{name}.g"], tp[f"{name}.b"], cfg.ln_eps)
+
+    def heads(x):
+        return x.view(B, T, H, d_k).transpose(1, 2)                          # (B, H, T, d_k)
+
+    def mha(x, prefix):
+        q, k, v = (heads(lin(x, prefix, f"W_{n}")) for n in "QKV")
+        s = q @ k.transpose(-1, -2) / math.sqrt(d_k)
+        if cfg.causal:
+            s = s.masked_fill(torch.triu(torch.ones(T, T, dtype=torch.bool), 1), float("-inf"))
+        z = torch.softmax(s, dim=-1) @ v                                      # (B, H, T, d_k)
+        return lin(z.transpose(1, 2).reshape(B, T, d), prefix, "W_O")
+
+    def ffn(x, prefix):
+        pre = lin(x, prefix, "W_1")
+        hidden = F.gelu(pre, approximate="tanh") if cfg.activation == "gelu_tanh" else torch.relu(pre)
+        return lin(hidden, prefix, "W_2")
+
+    h = tp["embed"][tokens]
+    if cfg.positional == "learned":
+        h = h + tp["pos"][:T]
+    elif cfg.positional == "sinusoidal":                                      # PE(t, 2i) = sin(t / 10000^(2i/d)), cos for 2i+1
+        t = torch.arange(T, dtype=h.dtype)[:, None]
+        angle = t / torch.pow(torch.tensor(10000.0, dtype=h.dtype), torch.arange(0, d, 2, dtype=h.dtype) / d)
+        pe = torch.zeros(T, d, dtype=h.dtype)
+        pe[:, 0::2], pe[:, 1::2] = torch.sin(angle), torch.cos(angle)
+        h = h + pe
+    for i in range(cfg.n_layers):
+        b = f"blocks.{i}."
+        if cfg.norm == "pre":
+            h = h + mha(ln(h, b + "ln1"), b + "attn.")
+            h = h + ffn(ln(h, b + "ln2"), b + "ffn.") if cfg.d_ff else h
+        else:
+            h = ln(h + mha(h, b + "attn."), b + "ln1")
+            h = ln(h + ffn(h, b + "ffn."), b + "ln2") if cfg.d_ff else h
+    if cfg.final_ln:
+        h = ln(h, "ln_final")
+    if cfg.head == "classify":
+        logits = h.mean(dim=1) @ tp["classifier.W"] + tp["classifier.b"]
+        return F.cross_entropy(logits, targets)
+    logits = h @ (tp["embed"].T if cfg.tied_unembed else tp["unembed"])
+    if cfg.unembed_b:
+        logits = logits + tp["unembed_b"]
+    return F.cross_entropy(logits.reshape(B * T, -1), targets.reshape(-1))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["float64", "float32"])
+def test_gradient_matches_pytorch_autograd(kind, dtype):
+    torch = require("torch")
+    cfg, params, tokens, targets = model(kind, dtype, seed=1)
+    loss, grads = tb.loss_and_grads(params, cfg, tokens, targets)
+    tp = {n: torch.from_numpy(v.copy()).requires_grad_(True) for n, v in params.items()}
+    ref = torch_loss(torch, tp, cfg, tokens, targets)
+    ref.backward()
+    tol = 1e-12 if dtype == np.float64 else 2e-5
+    assert loss == pytest.approx(ref.item(), rel=tol)
+    scale = max(t.grad.abs().max().item() for t in tp.values())
+    for name, t in tp.items():
+        np.testing.assert_allclose(grads[name], t.grad.numpy(), rtol=tol, atol=tol * scale, err_msg=name)
+
+
+def test_bad_targets_and_gradients_are_refused():
+    cfg, params, tokens, targets = model("encoder-classifier")
+    for bad in (targets[:1], targets.astype(float), np.array([0, 3]), np.zeros((2, 5), int)):
+        with pytest.raises(ValueError, match="targets"):
+            tb.loss_and_grads(params, cfg, tokens, bad)
+    lm, lm_params, lm_tokens, lm_targets = model("gpt2")
+    for bad in (lm_targets[:, :3], np.full((2, 5), 11), lm_targets[:, 0]):
+        with pytest.raises(ValueError, match="targets"):
+            tb.loss_and_grads(lm_params, lm, lm_tokens, bad)
+    logits, cache = tr.forward(lm_params, lm, lm_tokens)
+    with pytest.raises(ValueError, match="d_logits"):
+        tb.backward(lm_params, lm, cache, logits[:, :2])
