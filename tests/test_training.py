@@ -83,8 +83,13 @@ def test_command_line_prints_json_last():
     lines = out.stdout.strip().splitlines()
     assert len(lines) >= 2 and lines[0].startswith("step")
     summary = json.loads(lines[-1])
-    assert set(summary) == {"task", "steps", "val_acc", "train_seconds", "ms_per_step"}
+    assert set(summary) == {"task", "steps", "val_acc", "train_seconds", "ms_per_step", "step"}
     assert summary["task"] == "sum" and summary["steps"] == 30 and 0.0 <= summary["val_acc"] <= 1.0
+    assert summary["step"] == "compiled"
+    readable = subprocess.run([sys.executable, "-m", "core.training", "--task", "sum", "--steps", "30", "--json",
+                               "--step", "readable"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert readable.returncode == 0, readable.stderr
+    assert json.loads(readable.stdout.strip().splitlines()[-1])["step"] == "readable"
     bad = subprocess.run([sys.executable, "-m", "core.training", "--task", "nope"], cwd=ROOT,
                          capture_output=True, text=True, timeout=300)
     assert bad.returncode != 0 and "invalid choice" in bad.stderr

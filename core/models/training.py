@@ -26,6 +26,7 @@ from typing import Iterator
 import numpy as np
 
 from core.models import encoder, loop
+from core.models.steps import DEFAULT_TRACK, TRACKS, encoder_update
 from core.models.encoder import Adam, EncoderConfig
 from core.models.tasks import TASKS, Dataset, make_dataset
 
@@ -78,7 +79,7 @@ def accuracy(state: TrainState, X: np.ndarray, y: np.ndarray) -> float:
 
 
 def train(state: TrainState, data: Dataset, *, max_steps: int = 300, max_seconds: float | None = None,
-          eval_every: int = 25, target_val_acc: float | None = None) -> Iterator[dict]:
+          eval_every: int = 25, target_val_acc: float | None = None, track: str = DEFAULT_TRACK) -> Iterator[dict]:
     """Train until ``state.step == max_steps`` (a total, so a resumed run stops at the same place),
     ``max_seconds`` of training in this call, or validation accuracy reaching ``target_val_acc``.
 
@@ -86,7 +87,9 @@ def train(state: TrainState, data: Dataset, *, max_steps: int = 300, max_seconds
     latest evaluation, every ``eval_every`` steps and at the end), ``evaluated`` (whether this step
     evaluated), ``elapsed`` (wall seconds spent training, evaluation excluded, over the whole run),
     ``cpu_seconds`` (the same in CPU time of this thread: unaffected by other busy processes) and
-    ``ms_per_step``.
+    ``ms_per_step``. ``track`` is the training step's: ``"readable"`` (the transformer's forward and
+    hand-written backward, the code the page shows) or ``"compiled"`` (the same step in one Numba
+    call); see :mod:`core.models.steps`.
     """
     X = np.ascontiguousarray(data.X_train, dtype=np.int64)
     y = np.ascontiguousarray(data.y_train, dtype=np.int64)
@@ -102,10 +105,7 @@ def train(state: TrainState, data: Dataset, *, max_steps: int = 300, max_seconds
             return state.base_lr
         return state.base_lr * max(0.1, 1.0 - 0.9 * step / state.decay_steps)
 
-    def update(batch, lr):
-        state.optimizer.lr = lr
-        return encoder.train_step(state.flat, state.grad_flat, state.optimizer, *batch, state.cfg)
-
+    update = encoder_update(track, state)
     for s in loop.steps(update, batch, start=state.step, stop=max_steps, rate=rate):
         loss, correct = s.loss
         state.step += 1
@@ -149,14 +149,15 @@ def config_for(task: str, **overrides) -> EncoderConfig:
 
 def run(task: str = "sum", steps: int = 300, *, seed: int = 0, lr: float = 3e-3, positional: str = "sinusoidal",
         n_train: int = 4000, n_val: int = 1000, n_test: int = 1000, max_seconds: float | None = None,
-        target_val_acc: float | None = None, eval_every: int = 25, on_metrics=None) -> dict:
+        target_val_acc: float | None = None, eval_every: int = 25, on_metrics=None,
+        track: str = DEFAULT_TRACK) -> dict:
     """Make the data set, train, and summarise (the command line calls this)."""
     data = make_dataset(task, n_train, n_val, n_test, seed=seed)
     cfg = config_for(task, positional=positional)
     encoder.warm_up(cfg)          # compile (or load) the kernels before the clock starts
     state = new_state(cfg, data, seed=seed, lr=lr, decay_steps=steps)
     for metrics in train(state, data, max_steps=steps, max_seconds=max_seconds, eval_every=eval_every,
-                         target_val_acc=target_val_acc):
+                         target_val_acc=target_val_acc, track=track):
         if on_metrics is not None:
             on_metrics(metrics)
     return {"task": task, "steps": state.step, "val_acc": state.val_acc,
@@ -212,6 +213,8 @@ def main(argv=None) -> int:
     parser.add_argument("--lr", type=float, default=None, help="default 3e-3 (a decoder task: its own)")
     parser.add_argument("--positional", default="sinusoidal", choices=["sinusoidal", "learned", "none"])
     parser.add_argument("--max-seconds", type=float, default=None)
+    parser.add_argument("--step", default=DEFAULT_TRACK, choices=TRACKS,
+                        help="the training step: readable (the code the pages show) or compiled (its fast twin)")
     parser.add_argument("--json", action="store_true", help="end with one JSON line of results")
     args = parser.parse_args(argv)
 
@@ -228,11 +231,11 @@ def main(argv=None) -> int:
         return _main_induction(args)
     try:
         result = run(args.task, args.steps, seed=args.seed, lr=args.lr, positional=args.positional,
-                     max_seconds=args.max_seconds, on_metrics=report)
+                     max_seconds=args.max_seconds, on_metrics=report, track=args.step)
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    summary = {k: result[k] for k in ("task", "steps", "val_acc", "train_seconds", "ms_per_step")}
+    summary = {k: result[k] for k in ("task", "steps", "val_acc", "train_seconds", "ms_per_step")} | {"step": args.step}
     if args.json:
         print(json.dumps(summary))
     else:

@@ -195,9 +195,18 @@ def check_tokens(tokens, cfg: TransformerConfig, start: int = 0) -> np.ndarray:
 # ----------------------------------------------------------------------------------------------
 # the sublayers at GPT-2's sizes
 # ----------------------------------------------------------------------------------------------
+# From this many multiply-adds a linear layer goes to BLAS. Below it, our own compiled product
+# (:func:`layers.matmul`) runs on the calling thread: OpenBLAS splits even a 1024 x 32 x 32 product
+# among its threads, and on a busy server those threads wait for cores (a tiny encoder's step took
+# 15 ms per product under load instead of a few microseconds).
+BLAS_FROM = 1 << 22
+
+
 def dense(x: np.ndarray, W: np.ndarray, b) -> np.ndarray:
-    """``x @ W + b`` over the last axis (BLAS); ``b`` may be None (a model without biases)."""
-    y = (x.reshape(-1, x.shape[-1]) @ W).reshape(*x.shape[:-1], W.shape[1])     # one 2-D product: BLAS
+    """``x @ W + b`` over the last axis, as one 2-D product; ``b`` may be None (a model without biases)."""
+    x2 = x.reshape(-1, x.shape[-1])
+    y = x2 @ W if x2.shape[0] * W.size >= BLAS_FROM else L.matmul(np.ascontiguousarray(x2), W)
+    y = y.reshape(*x.shape[:-1], W.shape[1])
     return y if b is None else y + b
 
 
@@ -350,7 +359,7 @@ def unembed(params: dict, cfg: TransformerConfig, h: np.ndarray, cache: dict, pr
                        cache, f"{prefix}ln_final")
     if cfg.head == "classify":
         cache[f"{prefix}pooled"] = pooled = h.mean(axis=1)                               # (B, d)
-        return pooled @ params[f"{prefix}classifier.W"] + params[f"{prefix}classifier.b"]
+        return dense(pooled, params[f"{prefix}classifier.W"], params[f"{prefix}classifier.b"])
     W = params[f"{prefix}embed"].T if cfg.tied_unembed else params[f"{prefix}unembed"]  # (d, V)
     return dense(h, W, params.get(f"{prefix}unembed_b"))                                # one 2-D product
 

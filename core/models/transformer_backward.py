@@ -217,7 +217,14 @@ def loss_and_grads(params: dict, cfg: TransformerConfig, tokens, targets):
     loss : float
     grads : dict, the same names, shapes and dtype as ``params``
     """
+    loss, _, grads = forward_backward(params, cfg, tokens, targets)
+    return loss, grads
+
+
+def forward_backward(params: dict, cfg: TransformerConfig, tokens, targets):
+    """One readable training step's arithmetic: ``(loss, logits, grads)`` (:func:`loss_and_grads`,
+    and the logits, from which a classifier's step counts its correct answers)."""
     logits, cache = tr.forward(params, cfg, tokens)
     y = check_targets(targets, cfg, cache["tokens"])
     loss, d_logits = L.cross_entropy(logits, y)
-    return float(loss), backward(params, cfg, cache, d_logits)
+    return float(loss), logits, backward(params, cfg, cache, d_logits)

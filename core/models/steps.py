@@ -1,0 +1,108 @@
+"""Two tracks for a training step, as for attention: the readable step the pages show, and its
+compiled twin that trains fast. One place chooses between them, and says what ran.
+
+    update = encoder_update("readable", state)                 # (tokens, labels), lr -> (loss, correct)
+    gradient = decoder_gradient("compiled", cfg, flat)          # (tgt_in, tgt_out, src, out) -> loss
+    for fn in step_functions("encoder", "readable"): ...        # the source a page shows
+
+``"readable"``: the one transformer's forward pass (:mod:`core.models.transformer`) and its backward
+pass written by hand (:mod:`core.models.transformer_backward`), sublayer by sublayer in NumPy, then
+Adam. ``"compiled"``: the same step as one call into Numba (:mod:`core.models.compiled`), with
+no Python between the sublayers. The tests hold the two to the same loss and gradients (1e-12 in
+float64, 2e-5 in float32); the compiled step is the faster one at every size the pages train.
+
+Both tracks read and write the same flat buffers (parameters, gradient, Adam's moments), so a run
+can switch tracks between two steps and go on from where it was.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from core.models import decoder_step, encoder, optim, vocabulary
+from core.models import layers as L
+from core.models import transformer as tr
+from core.models import transformer_backward as TB
+from core.models.compiled import decoder_gradient as compiled_decoder
+from core.models.compiled import elementwise, encoder_step, ends, sublayers
+from core.models.decoder_config import DecoderConfig, param_shapes as decoder_shapes
+
+TRACKS = ("readable", "compiled")
+DEFAULT_TRACK = "compiled"
+
+
+def check_track(track: str) -> str:
+    if track not in TRACKS:
+        raise ValueError(f"A training step is 'readable' or 'compiled', got {track!r}.")
+    return track
+
+
+# ----------------------------------------------------------------------------------------------
+# the encoder classifier
+# ----------------------------------------------------------------------------------------------
+def encoder_update(track: str, state) -> Callable:
+    """An ``update(batch, lr) -> (loss, correct)`` for :func:`core.models.loop.steps` on a
+    :class:`core.models.training.TrainState`: one step of forward, backward and Adam."""
+    if check_track(track) == "compiled":
+        def update(batch, lr):
+            state.optimizer.lr = lr
+            return encoder.train_step(state.flat, state.grad_flat, state.optimizer, *batch, state.cfg)
+        return update
+
+    params, cfg = vocabulary.from_encoder(state.params, state.cfg)     # views of the flat buffer, renamed
+    grads = vocabulary.from_encoder(state.grads, state.cfg)[0]         # views of the gradient buffer
+
+    def update(batch, lr):
+        tokens, labels = batch
+        loss, logits, g = TB.forward_backward(params, cfg, tokens, labels)
+        for name, value in g.items():
+            grads[name][...] = value
+        state.optimizer.step(state.flat, state.grad_flat, lr)
+        return loss, int((logits.argmax(axis=-1) == labels).sum())
+    return update
+
+
+# ----------------------------------------------------------------------------------------------
+# the decoders (encoder-decoder, decoder-only, attention-only)
+# ----------------------------------------------------------------------------------------------
+def decoder_gradient(track: str, cfg: DecoderConfig, flat: np.ndarray) -> Callable:
+    """``gradient(tgt_in, tgt_out, src, out) -> loss``: the mean cross-entropy over every target
+    token of a batch, and its gradient into ``out`` (flat, in ``param_shapes(cfg)`` order)."""
+    if check_track(track) == "compiled":
+        return decoder_step.Gradient(cfg, flat)
+    shapes = decoder_shapes(cfg)
+    params, tcfg = vocabulary.from_decoder(vocabulary.unflatten(flat, shapes), cfg)
+
+    def gradient(tgt_in, tgt_out, src, out):
+        loss, _, g = TB.forward_backward(params, tcfg, tgt_in, tgt_out)
+        grads = vocabulary.from_decoder(vocabulary.unflatten(out, shapes), cfg)[0]
+        for name, value in g.items():
+            grads[name][...] = value
+        return loss
+    return gradient
+
+
+# ----------------------------------------------------------------------------------------------
+# what a page shows
+# ----------------------------------------------------------------------------------------------
+def step_functions(model: str, track: str) -> list[Callable]:
+    """The functions one training step of ``model`` (``"encoder"`` or ``"decoder"``) runs on
+    ``track``, in the order they run: what the training pages' source expanders show."""
+    if check_track(track) == "readable":
+        return [encoder_update if model == "encoder" else decoder_gradient, TB.forward_backward, tr.forward,
+                tr.embed, tr.block, tr.self_attention, tr.feed_forward, tr.unembed, L.cross_entropy, TB.backward,
+                TB.head_backward, TB.block_backward, TB.attention_backward, TB.feed_forward_backward,
+                TB.layer_norm_backward, TB.embed_backward, optim.Adam.step, elementwise.adam_update]
+    if model == "encoder":
+        compiled = [encoder_step.run, encoder_step.forward_chunk, ends.embed_forward, encoder_step.encoder_layers,
+                    sublayers.self_attention, sublayers.feed_forward, ends.mean_pool, ends.classify,
+                    ends.cross_entropy, encoder_step.backward_chunk, ends.classify_backward,
+                    encoder_step.encoder_layers_backward, sublayers.feed_forward_backward,
+                    sublayers.self_attention_backward, ends.embed_backward, elementwise.adam_update]
+        return [encoder_update, encoder.train_step] + compiled
+    compiled = [compiled_decoder.decoder_gradient, compiled_decoder.decoder_chunk, sublayers.self_attention,
+                compiled_decoder.cross_attention, sublayers.feed_forward, compiled_decoder.token_cross_entropy,
+                sublayers.feed_forward_backward, compiled_decoder.cross_attention_backward,
+                sublayers.self_attention_backward, elementwise.adam_update]
+    return [decoder_gradient, decoder_step.Gradient.__call__] + compiled

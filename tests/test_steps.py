@@ -1,0 +1,85 @@
+"""The two tracks of a training step (core.models.steps): the readable step and the compiled one
+take the same model to the same place, step for step, and either can take over a run."""
+import copy
+
+import numpy as np
+import pytest
+
+from core.models import decoder, steps, training
+from core.models.decoder_config import DecoderConfig
+from core.models.encoder import EncoderConfig
+from core.models.params import pack
+
+TOL = {np.float64: 1e-12, np.float32: 2e-5}
+ENC = EncoderConfig(vocab_size=10, seq_len=8, d_model=16, n_heads=2, d_ff=24, n_layers=2)
+
+
+def close(a, b, dtype):
+    scale = max(1.0, float(np.abs(b).max()))
+    np.testing.assert_allclose(a, b, rtol=TOL[dtype], atol=TOL[dtype] * scale)
+
+
+def encoder_batch(seed=0, B=12):
+    rng = np.random.default_rng(seed)
+    return rng.integers(0, ENC.vocab_size, (B, ENC.seq_len)), rng.integers(0, ENC.n_classes, B)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["float64", "float32"])
+def test_encoder_steps_agree_step_for_step(dtype):
+    """Three steps of forward, backward and Adam on each track: the same losses, correct counts,
+    gradients and parameters."""
+    state = training.new_state(ENC, seed=3, lr=1e-2, dtype=dtype)
+    twin = copy.deepcopy(state)
+    twin.params = {n: v for n, v in pack(state.params)[1].items()}     # placeholder, replaced below
+    twin = training.new_state(ENC, seed=3, lr=1e-2, dtype=dtype)
+    readable, compiled = steps.encoder_update("readable", state), steps.encoder_update("compiled", twin)
+    for k in range(3):
+        batch = encoder_batch(k)
+        (loss_r, hits_r), (loss_c, hits_c) = readable(batch, 1e-2), compiled(batch, 1e-2)
+        assert hits_r == hits_c
+        close(loss_r, loss_c, dtype)
+        close(state.grad_flat, twin.grad_flat, dtype)
+        close(state.flat, twin.flat, dtype)
+    assert state.optimizer.t == twin.optimizer.t == 3
+
+
+DECODER_ONLY = DecoderConfig(vocab_size=11, tgt_len=7, d_model=12, n_heads=3, d_ff=20, n_layers=2,
+                             cross_attention=False)
+ATTENTION_ONLY = DecoderConfig(vocab_size=11, tgt_len=7, d_model=12, n_heads=3, d_ff=0, n_layers=2,
+                               cross_attention=False)
+
+
+@pytest.mark.parametrize("cfg", [DECODER_ONLY, ATTENTION_ONLY], ids=["decoder-only", "attention-only"])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["float64", "float32"])
+def test_decoder_gradients_agree(cfg, dtype):
+    flat, _ = pack(decoder.init_params(cfg, seed=2, dtype=dtype))
+    rng = np.random.default_rng(1)
+    tgt_in, tgt_out = rng.integers(0, cfg.vocab_size, (2, 5, cfg.tgt_len))
+    outs = {}
+    for track in steps.TRACKS:
+        outs[track] = np.full_like(flat, np.nan)
+        outs[track + " loss"] = steps.decoder_gradient(track, cfg, flat)(tgt_in, tgt_out, None, outs[track])
+    close(outs["readable"], outs["compiled"], dtype)
+    close(outs["readable loss"], outs["compiled loss"], dtype)
+
+
+def test_a_run_switches_track_and_goes_on(sum_data=None):
+    """Both tracks read and write the same buffers: a run that changes track midway ends where a
+    run on one track ends (float64, so the tracks' rounding differences stay at 1e-12)."""
+    from core.models.tasks import make_dataset
+
+    data = make_dataset("sum", 200, 50, 50, seed=0)
+    cfg = training.config_for("sum", d_model=16, d_ff=16)
+    one = training.new_state(cfg, data, seed=0, dtype=np.float64)
+    list(training.train(one, data, max_steps=6, track="compiled"))
+    mixed = training.new_state(cfg, data, seed=0, dtype=np.float64)
+    list(training.train(mixed, data, max_steps=3, track="compiled"))
+    list(training.train(mixed, data, max_steps=6, track="readable"))
+    assert mixed.step == one.step == 6
+    close(mixed.flat, one.flat, np.float64)
+
+
+def test_an_unknown_track_is_refused():
+    state = training.new_state(ENC, seed=0)
+    with pytest.raises(ValueError, match="readable' or 'compiled"):
+        steps.encoder_update("fast", state)
