@@ -168,6 +168,11 @@ def test_bad_targets_and_gradients_are_refused():
     logits, cache = tr.forward(lm_params, lm, lm_tokens)
     with pytest.raises(ValueError, match="d_logits"):
         tb.backward(lm_params, lm, cache, logits[:, :2])
+    kv = [{} for _ in range(lm.n_layers)]
+    tr.forward(lm_params, lm, lm_tokens[:, :3], kv=kv)
+    logits, cache = tr.forward(lm_params, lm, lm_tokens[:, 3:], kv=kv, start=3)
+    with pytest.raises(ValueError, match="KV-cached"):
+        tb.backward(lm_params, lm, cache, logits)
 
 
 # ----------------------------------------------------------------------------------------------

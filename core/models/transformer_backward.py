@@ -172,6 +172,8 @@ def backward(params: dict, cfg: TransformerConfig, cache: dict, d_logits: np.nda
     tr.check_params(params, cfg)
     if np.shape(d_logits) != np.shape(cache["logits"]):
         raise ValueError(f"d_logits has shape {np.shape(d_logits)}; the logits have {np.shape(cache['logits'])}.")
+    if cache["blocks.0.attn.weights"].shape[-1] != cache["tokens"].shape[1]:
+        raise ValueError("This cache is from a KV-cached forward pass; the backward pass needs the whole sequence.")
     grads: dict[str, np.ndarray] = {}
     # 3. the head and the final LayerNorm
     dh = head_backward(d_logits, params, cfg, cache, grads)
