@@ -9,7 +9,6 @@ import pytest
 from core.models import decoder, decoder_step, encoder
 from core.models import params as P
 from core.models import transformer as tr
-from core.models import transformer_backward as tb
 from core.models import transformer_encdec as ed
 from core.models import vocabulary as vocab
 
@@ -72,14 +71,10 @@ def decoder_case(name, dtype, seed=0):
     return cfg, params, tgt_in, tgt_out, src
 
 
-def readable(params, cfg, tgt_in, tgt_out=None, src=None):
-    """The one transformer on a decoder's parameters: its forward pass, or its loss and gradients."""
+def readable_forward(params, cfg, tgt_in, src=None):
+    """The one transformer (or its encoder-decoder) on a decoder's parameters."""
     tparams, tcfg = vocab.from_decoder(params, cfg)
-    if tgt_out is None:
-        return ed.forward(tparams, tcfg, src, tgt_in) if cfg.cross_attention else tr.forward(tparams, tcfg, tgt_in)
-    if cfg.cross_attention:
-        return ed.loss_and_grads(tparams, tcfg, src, tgt_in, tgt_out)
-    return tb.loss_and_grads(tparams, tcfg, tgt_in, tgt_out)
+    return ed.forward(tparams, tcfg, src, tgt_in) if cfg.cross_attention else tr.forward(tparams, tcfg, tgt_in)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -101,7 +96,7 @@ def test_encoder_forward_is_the_transformer_with_a_classifier(name):
 def test_decoder_forward_is_the_causal_transformer(name):
     cfg, params, tgt_in, _, src = decoder_case(name, np.float64)
     logits, cache = decoder.forward(params, cfg, tgt_in, src)
-    ours, tcache = readable(params, cfg, tgt_in, src=src)
+    ours, tcache = readable_forward(params, cfg, tgt_in, src)
     np.testing.assert_allclose(ours, logits, rtol=1e-12, atol=1e-12 * np.abs(logits).max())
     stack = "dec." if cfg.cross_attention else ""
     pairs = [("self_attn", f"{stack}blocks.{{}}.attn.weights")]
@@ -121,10 +116,9 @@ def test_readable_step_gives_the_compiled_encoder_step(name, dtype):
     """Both are the mean cross-entropy over the batch's sequences, and its gradient."""
     cfg, params, tokens, labels = encoder_case(name, dtype, seed=2)
     loss, grads = encoder.loss_and_grads(params, tokens, labels, cfg)            # compiled
-    tparams, tcfg = vocab.from_encoder(params, cfg)
-    t_loss, t_grads = tb.loss_and_grads(tparams, tcfg, tokens, labels)          # readable
+    t_loss, t_grads = vocab.encoder_loss_and_grads(params, tokens, labels, cfg)  # readable
     assert t_loss == pytest.approx(loss, rel=TOL[dtype])
-    assert_same(vocab.to_encoder_names(t_grads, cfg), grads, dtype)
+    assert_same(t_grads, grads, dtype)
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["float64", "float32"])
@@ -136,9 +130,9 @@ def test_readable_step_gives_the_compiled_decoder_step(name, dtype):
     out = np.empty_like(flat)
     loss = decoder_step.Gradient(cfg, flat)(tgt_in, tgt_out, src, out)         # compiled
     grads = {n: g.copy() for n, g in vocab.unflatten(out, decoder.param_shapes(cfg)).items()}
-    t_loss, t_grads = readable(params, cfg, tgt_in, tgt_out, src)             # readable
+    t_loss, t_grads = vocab.decoder_loss_and_grads(params, cfg, tgt_in, tgt_out, src)   # readable
     assert t_loss == pytest.approx(loss, rel=TOL[dtype])
-    assert_same(vocab.to_decoder_names(t_grads, cfg), grads, dtype)
+    assert_same(t_grads, grads, dtype)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -178,3 +172,11 @@ def test_wrong_parameters_are_refused():
     dparams = decoder.init_params(dcfg)
     with pytest.raises(ValueError, match="missing"):
         vocab.from_decoder({k: v for k, v in dparams.items() if k != "dec.layers.1.cross_b_O"}, dcfg)
+    tokens = np.zeros((2, 3), np.int64)
+    with pytest.raises(ValueError, match="source"):
+        vocab.decoder_loss_and_grads(dparams, dcfg, tokens, tokens)
+    with pytest.raises(ValueError, match="no source"):
+        only = DECODERS["decoder-only"]
+        vocab.decoder_loss_and_grads(decoder.init_params(only), only, tokens, tokens, tokens)
+    with pytest.raises(ValueError):
+        vocab.encoder_loss_and_grads(params, [[1, 2, 99]], [0], cfg)

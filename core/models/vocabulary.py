@@ -20,6 +20,9 @@ An encoder-decoder (:mod:`core.models.transformer_encdec`) keeps its stacks' pre
 ``enc.layers.{i}.W_Q`` -> ``enc.blocks.{i}.attn.W_Q``, ``dec.layers.{i}.cross_W_Q`` ->
 ``dec.blocks.{i}.cross.W_Q``, ``dec.layers.{i}.ln_cross_g`` -> ``dec.blocks.{i}.ln_cross.g``,
 ``W_out``, ``b_out`` -> ``unembed``, ``unembed_b``. Arrays are shared, not copied.
+
+:func:`encoder_loss_and_grads` and :func:`decoder_loss_and_grads` are the readable twins of the
+compiled steps, with their signatures and names: the one transformer's backward pass underneath.
 """
 from __future__ import annotations
 
@@ -30,7 +33,8 @@ import numpy as np
 from core.models import decoder_config, encoder_config
 from core.models.decoder_config import DecoderConfig
 from core.models.encoder_config import EncoderConfig
-from core.models import transformer_encdec
+from core.models import transformer_backward, transformer_encdec
+from core.models.params import check_params
 from core.models.transformer import TransformerConfig, param_shapes
 from core.models.transformer_encdec import EncoderDecoderConfig
 
@@ -145,3 +149,34 @@ def unflatten(flat: np.ndarray, shapes: dict) -> dict:
         out[name] = flat[at:at + size].reshape(shape)
         at += size
     return out
+
+
+# ----------------------------------------------------------------------------------------------
+# the readable step under the older names: drop-in twins of the compiled steps
+# ----------------------------------------------------------------------------------------------
+def encoder_loss_and_grads(params: dict, tokens, labels, cfg: EncoderConfig):
+    """:func:`core.models.encoder.loss_and_grads` (compiled) computed by the one transformer's
+    readable backward pass (:func:`core.models.transformer_backward.loss_and_grads`): the mean
+    cross-entropy over the batch's sequences and its gradient, under the encoder's names."""
+    encoder_config.check_params(params, cfg)
+    tparams, tcfg = from_encoder(params, cfg)
+    loss, grads = transformer_backward.loss_and_grads(tparams, tcfg, encoder_config.check_tokens(tokens, cfg), labels)
+    return loss, to_encoder_names(grads, cfg)
+
+
+def decoder_loss_and_grads(params: dict, cfg: DecoderConfig, tgt_in, tgt_out, src=None):
+    """:func:`core.models.decoder.loss_and_grads` (and the compiled ``decoder_step.Gradient``) computed
+    by the one transformer's readable backward pass: the mean cross-entropy over every target token
+    and its gradient, under the decoder's names."""
+    check_params(params, decoder_config.param_shapes(cfg))
+    tparams, tcfg = from_decoder(params, cfg)
+    if cfg.cross_attention:
+        if src is None:
+            raise ValueError("This encoder-decoder needs a source sequence (src).")
+        loss, grads = transformer_encdec.loss_and_grads(tparams, tcfg, src, tgt_in, tgt_out)
+    else:
+        if src is not None:
+            raise ValueError("This is a decoder-only model (cross_attention=False): it takes no source.")
+        loss, grads = transformer_backward.loss_and_grads(tparams, tcfg, tgt_in, tgt_out)
+    return loss, to_decoder_names(grads, cfg)
+
