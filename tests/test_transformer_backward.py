@@ -68,28 +68,29 @@ def test_gradient_matches_central_differences(kind):
 # ----------------------------------------------------------------------------------------------
 # PyTorch's autograd on the same model, written functionally from the formulas
 # ----------------------------------------------------------------------------------------------
-def torch_loss(torch, tp: dict, cfg: tr.TransformerConfig, tokens, targets):
-    """The model in torch, from its parameters ``tp`` (torch tensors) and the formulas: mean cross-entropy."""
+def torch_stack(torch, tp: dict, cfg: tr.TransformerConfig, tokens, prefix: str = "", memory=None):
+    """One stack in torch, from its parameters ``tp`` (torch tensors) and the formulas: its last hidden
+    states (B, T, d); with ``memory``, each block attends over it after its self-attention."""
     F = torch.nn.functional
-    B, T = tokens.shape
     d, H = cfg.d_model, cfg.n_heads
     d_k = d // H
-    tokens, targets = torch.from_numpy(tokens), torch.from_numpy(targets)
+    tokens = torch.from_numpy(tokens)
+    B, T = tokens.shape
 
     def lin(x, prefix, w):
-        bias = tp.get(f"{prefix}b_{w[2:]}" if w.startswith("W_") else None)
+        bias = tp.get(f"{prefix}b_{w[2:]}")
         return x @ tp[prefix + w] + (bias if bias is not None else 0)
 
     def ln(x, name):
         return F.layer_norm(x, (d,), tp[f"{name}.g"], tp[f"{name}.b"], cfg.ln_eps)
 
     def heads(x):
-        return x.view(B, T, H, d_k).transpose(1, 2)                          # (B, H, T, d_k)
+        return x.view(B, x.shape[1], H, d_k).transpose(1, 2)                 # (B, H, T, d_k)
 
-    def mha(x, prefix):
-        q, k, v = (heads(lin(x, prefix, f"W_{n}")) for n in "QKV")
+    def mha(x, kv, prefix, causal):
+        q, k, v = heads(lin(x, prefix, "W_Q")), heads(lin(kv, prefix, "W_K")), heads(lin(kv, prefix, "W_V"))
         s = q @ k.transpose(-1, -2) / math.sqrt(d_k)
-        if cfg.causal:
+        if causal:
             s = s.masked_fill(torch.triu(torch.ones(T, T, dtype=torch.bool), 1), float("-inf"))
         z = torch.softmax(s, dim=-1) @ v                                      # (B, H, T, d_k)
         return lin(z.transpose(1, 2).reshape(B, T, d), prefix, "W_O")
@@ -99,9 +100,9 @@ def torch_loss(torch, tp: dict, cfg: tr.TransformerConfig, tokens, targets):
         hidden = F.gelu(pre, approximate="tanh") if cfg.activation == "gelu_tanh" else torch.relu(pre)
         return lin(hidden, prefix, "W_2")
 
-    h = tp["embed"][tokens]
+    h = tp[prefix + "embed"][tokens]
     if cfg.positional == "learned":
-        h = h + tp["pos"][:T]
+        h = h + tp[prefix + "pos"][:T]
     elif cfg.positional == "sinusoidal":                                      # PE(t, 2i) = sin(t / 10000^(2i/d)), cos for 2i+1
         t = torch.arange(T, dtype=h.dtype)[:, None]
         angle = t / torch.pow(torch.tensor(10000.0, dtype=h.dtype), torch.arange(0, d, 2, dtype=h.dtype) / d)
@@ -109,22 +110,34 @@ def torch_loss(torch, tp: dict, cfg: tr.TransformerConfig, tokens, targets):
         pe[:, 0::2], pe[:, 1::2] = torch.sin(angle), torch.cos(angle)
         h = h + pe
     for i in range(cfg.n_layers):
-        b = f"blocks.{i}."
+        b = f"{prefix}blocks.{i}."
         if cfg.norm == "pre":
-            h = h + mha(ln(h, b + "ln1"), b + "attn.")
+            h = h + mha(ln(h, b + "ln1"), ln(h, b + "ln1"), b + "attn.", cfg.causal)
+            h = h + mha(ln(h, b + "ln_cross"), memory, b + "cross.", False) if memory is not None else h
             h = h + ffn(ln(h, b + "ln2"), b + "ffn.") if cfg.d_ff else h
         else:
-            h = ln(h + mha(h, b + "attn."), b + "ln1")
+            h = ln(h + mha(h, h, b + "attn.", cfg.causal), b + "ln1")
+            h = ln(h + mha(h, memory, b + "cross.", False), b + "ln_cross") if memory is not None else h
             h = ln(h + ffn(h, b + "ffn."), b + "ln2") if cfg.d_ff else h
+    return h
+
+
+def torch_head_loss(torch, tp: dict, cfg: tr.TransformerConfig, h, targets):
+    """The final LayerNorm, the head and the mean cross-entropy, in torch."""
+    F = torch.nn.functional
+    targets = torch.from_numpy(targets)
     if cfg.final_ln:
-        h = ln(h, "ln_final")
+        h = F.layer_norm(h, (cfg.d_model,), tp["ln_final.g"], tp["ln_final.b"], cfg.ln_eps)
     if cfg.head == "classify":
-        logits = h.mean(dim=1) @ tp["classifier.W"] + tp["classifier.b"]
-        return F.cross_entropy(logits, targets)
+        return F.cross_entropy(h.mean(dim=1) @ tp["classifier.W"] + tp["classifier.b"], targets)
     logits = h @ (tp["embed"].T if cfg.tied_unembed else tp["unembed"])
     if cfg.unembed_b:
         logits = logits + tp["unembed_b"]
-    return F.cross_entropy(logits.reshape(B * T, -1), targets.reshape(-1))
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+def torch_loss(torch, tp: dict, cfg: tr.TransformerConfig, tokens, targets):
+    return torch_head_loss(torch, tp, cfg, torch_stack(torch, tp, cfg, tokens), targets)
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -155,3 +168,75 @@ def test_bad_targets_and_gradients_are_refused():
     logits, cache = tr.forward(lm_params, lm, lm_tokens)
     with pytest.raises(ValueError, match="d_logits"):
         tb.backward(lm_params, lm, cache, logits[:, :2])
+    kv = [{} for _ in range(lm.n_layers)]
+    tr.forward(lm_params, lm, lm_tokens[:, :3], kv=kv)
+    logits, cache = tr.forward(lm_params, lm, lm_tokens[:, 3:], kv=kv, start=3)
+    with pytest.raises(ValueError, match="KV-cached"):
+        tb.backward(lm_params, lm, cache, logits)
+
+
+# ----------------------------------------------------------------------------------------------
+# the encoder-decoder: the same blocks, with cross-attention in the decoder's
+# ----------------------------------------------------------------------------------------------
+SEQ2SEQ = {
+    "original": dict(),                                                           # post-norm, ReLU, sinusoidal
+    "pre-gelu-learned-no-bias": dict(norm="pre", activation="gelu_tanh", positional="learned", bias=False),
+    "attention-only": dict(d_ff=0, positional="none"),
+}
+
+
+def seq2seq_model(kind: str, dtype=np.float64, seed: int = 0):
+    from core.models import transformer_encdec as ed
+
+    settings = {**BASE, "n_layers": 2, **SEQ2SEQ[kind]}
+    enc = tr.TransformerConfig(**{**settings, "vocab_size": 6, "n_ctx": 5, "causal": False})
+    dec = tr.TransformerConfig(**settings, unembed_b=True, final_ln=settings.get("norm") == "pre")
+    cfg = ed.EncoderDecoderConfig(enc, dec)
+    rng = np.random.default_rng(seed)
+    params = {n: (v + 0.3 * rng.standard_normal(v.shape)).astype(dtype)
+              for n, v in ed.init_params(cfg, seed, np.float64).items()}
+    src = rng.integers(0, 6, (2, 4))
+    tgt_in, tgt_out = rng.integers(0, cfg.decoder.vocab_size, (2, 5)), rng.integers(0, cfg.decoder.vocab_size, (2, 5))
+    return ed, cfg, params, (src, tgt_in, tgt_out)
+
+
+@pytest.mark.parametrize("kind", SEQ2SEQ)
+def test_encoder_decoder_gradient_matches_central_differences(kind):
+    ed, cfg, params, (src, tgt_in, tgt_out) = seq2seq_model(kind)
+    loss, grads = ed.loss_and_grads(params, cfg, src, tgt_in, tgt_out)
+    assert grads.keys() == params.keys()
+    assert any(".cross." in n for n in grads) and any(n.startswith("enc.blocks.") for n in grads)
+
+    def f(p):
+        return float(L.cross_entropy(ed.forward(p, cfg, src, tgt_in)[0], tgt_out)[0])
+
+    assert loss == pytest.approx(f(params), rel=1e-14)
+    eps, numeric = 1e-5, {}
+    for name, value in params.items():
+        numeric[name] = np.empty_like(value)
+        for idx in np.ndindex(value.shape):
+            bumped = dict(params, **{name: value.copy()})
+            bumped[name][idx] += eps
+            up = f(bumped)
+            bumped[name][idx] -= 2 * eps
+            numeric[name][idx] = (up - f(bumped)) / (2 * eps)
+    scale = max(np.abs(g).max() for g in numeric.values())
+    for name in params:
+        np.testing.assert_allclose(grads[name], numeric[name], rtol=0, atol=1e-6 * scale, err_msg=name)
+
+
+@pytest.mark.parametrize("kind", SEQ2SEQ)
+@pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["float64", "float32"])
+def test_encoder_decoder_gradient_matches_pytorch_autograd(kind, dtype):
+    torch = require("torch")
+    ed, cfg, params, (src, tgt_in, tgt_out) = seq2seq_model(kind, dtype, seed=1)
+    loss, grads = ed.loss_and_grads(params, cfg, src, tgt_in, tgt_out)
+    tp = {n: torch.from_numpy(v.copy()).requires_grad_(True) for n, v in params.items()}
+    memory = torch_stack(torch, tp, cfg.encoder, src, "enc.")
+    ref = torch_head_loss(torch, tp, cfg.decoder, torch_stack(torch, tp, cfg.decoder, tgt_in, "dec.", memory), tgt_out)
+    ref.backward()
+    tol = 1e-12 if dtype == np.float64 else 2e-5
+    assert loss == pytest.approx(ref.item(), rel=tol)
+    scale = max(t.grad.abs().max().item() for t in tp.values())
+    for name, t in tp.items():
+        np.testing.assert_allclose(grads[name], t.grad.numpy(), rtol=tol, atol=tol * scale, err_msg=name)

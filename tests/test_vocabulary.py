@@ -2,14 +2,14 @@
 (core.models.vocabulary) run the same forward pass, and the readable step (transformer_backward)
 gives the compiled step's loss and gradients: the encoder classifier's (``encoder.loss_and_grads``,
 mean over the batch) and the decoder's (``decoder_step.Gradient``, mean over every target token),
-decoder-only and attention-only."""
+decoder-only, attention-only and encoder-decoder."""
 import numpy as np
 import pytest
 
 from core.models import decoder, decoder_step, encoder
 from core.models import params as P
 from core.models import transformer as tr
-from core.models import transformer_backward as tb
+from core.models import transformer_encdec as ed
 from core.models import vocabulary as vocab
 
 ENCODERS = {
@@ -28,6 +28,11 @@ DECODERS = {
                                      cross_attention=False, positional="learned"),
     "attention-only-none": decoder.DecoderConfig(vocab_size=9, tgt_len=8, d_model=8, n_heads=4, d_ff=0, n_layers=3,
                                                  cross_attention=False, positional="none"),
+    "encoder-decoder": decoder.DecoderConfig(vocab_size=9, tgt_len=8, d_model=8, n_heads=2, d_ff=12, n_layers=2,
+                                             src_vocab_size=7, src_len=6),
+    "encoder-decoder-attention-only-learned": decoder.DecoderConfig(
+        vocab_size=9, tgt_len=8, d_model=8, n_heads=2, d_ff=0, n_layers=2, src_vocab_size=7, src_len=6,
+        positional="learned"),
 }
 TOL = {np.float64: 1e-12, np.float32: 2e-5}
 
@@ -62,7 +67,14 @@ def decoder_case(name, dtype, seed=0):
     params = randomised(decoder.init_params(cfg, seed, np.float64), dtype, seed)
     rng = np.random.default_rng(seed + 1)
     tgt_in, tgt_out = (rng.integers(0, cfg.vocab_size, (4, cfg.tgt_len - 1)) for _ in range(2))
-    return cfg, params, tgt_in, tgt_out
+    src = rng.integers(0, cfg.src_vocab_size, (4, cfg.src_len - 1)) if cfg.cross_attention else None
+    return cfg, params, tgt_in, tgt_out, src
+
+
+def readable_forward(params, cfg, tgt_in, src=None):
+    """The one transformer (or its encoder-decoder) on a decoder's parameters."""
+    tparams, tcfg = vocab.from_decoder(params, cfg)
+    return ed.forward(tparams, tcfg, src, tgt_in) if cfg.cross_attention else tr.forward(tparams, tcfg, tgt_in)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -82,13 +94,17 @@ def test_encoder_forward_is_the_transformer_with_a_classifier(name):
 
 @pytest.mark.parametrize("name", DECODERS)
 def test_decoder_forward_is_the_causal_transformer(name):
-    cfg, params, tgt_in, _ = decoder_case(name, np.float64)
-    logits, cache = decoder.forward(params, cfg, tgt_in)
-    tparams, tcfg = vocab.from_decoder(params, cfg)
-    ours, tcache = tr.forward(tparams, tcfg, tgt_in)
+    cfg, params, tgt_in, _, src = decoder_case(name, np.float64)
+    logits, cache = decoder.forward(params, cfg, tgt_in, src)
+    ours, tcache = readable_forward(params, cfg, tgt_in, src)
     np.testing.assert_allclose(ours, logits, rtol=1e-12, atol=1e-12 * np.abs(logits).max())
-    weights = np.stack([tcache[f"blocks.{i}.attn.weights"] for i in range(cfg.n_layers)])
-    np.testing.assert_allclose(weights, cache["self_attn"], rtol=1e-12, atol=1e-12)
+    stack = "dec." if cfg.cross_attention else ""
+    pairs = [("self_attn", f"{stack}blocks.{{}}.attn.weights")]
+    if cfg.cross_attention:
+        pairs += [("cross_attn", "dec.blocks.{}.cross.weights"), ("enc_attn", "enc.blocks.{}.attn.weights")]
+    for old, new in pairs:
+        weights = np.stack([tcache[new.format(i)] for i in range(cfg.n_layers)])
+        np.testing.assert_allclose(weights, cache[old], rtol=1e-12, atol=1e-12, err_msg=old)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -100,25 +116,23 @@ def test_readable_step_gives_the_compiled_encoder_step(name, dtype):
     """Both are the mean cross-entropy over the batch's sequences, and its gradient."""
     cfg, params, tokens, labels = encoder_case(name, dtype, seed=2)
     loss, grads = encoder.loss_and_grads(params, tokens, labels, cfg)            # compiled
-    tparams, tcfg = vocab.from_encoder(params, cfg)
-    t_loss, t_grads = tb.loss_and_grads(tparams, tcfg, tokens, labels)          # readable
+    t_loss, t_grads = vocab.encoder_loss_and_grads(params, tokens, labels, cfg)  # readable
     assert t_loss == pytest.approx(loss, rel=TOL[dtype])
-    assert_same(vocab.to_encoder_names(t_grads, cfg), grads, dtype)
+    assert_same(t_grads, grads, dtype)
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["float64", "float32"])
 @pytest.mark.parametrize("name", DECODERS)
 def test_readable_step_gives_the_compiled_decoder_step(name, dtype):
     """Both are the mean cross-entropy over every target token of the batch, and its gradient."""
-    cfg, params, tgt_in, tgt_out = decoder_case(name, dtype, seed=3)
+    cfg, params, tgt_in, tgt_out, src = decoder_case(name, dtype, seed=3)
     flat, _ = P.pack(params)
     out = np.empty_like(flat)
-    loss = decoder_step.Gradient(cfg, flat)(tgt_in, tgt_out, None, out)        # compiled
+    loss = decoder_step.Gradient(cfg, flat)(tgt_in, tgt_out, src, out)         # compiled
     grads = {n: g.copy() for n, g in vocab.unflatten(out, decoder.param_shapes(cfg)).items()}
-    tparams, tcfg = vocab.from_decoder(params, cfg)
-    t_loss, t_grads = tb.loss_and_grads(tparams, tcfg, tgt_in, tgt_out)        # readable
+    t_loss, t_grads = vocab.decoder_loss_and_grads(params, cfg, tgt_in, tgt_out, src)   # readable
     assert t_loss == pytest.approx(loss, rel=TOL[dtype])
-    assert_same(vocab.to_decoder_names(t_grads, cfg), grads, dtype)
+    assert_same(t_grads, grads, dtype)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -134,6 +148,11 @@ def test_the_table_names_every_parameter_once_and_round_trips():
     assert dtable["dec.layers.1.W_1"] == "blocks.1.ffn.W_1" and dtable["W_out"] == "unembed"
     assert dtable["b_out"] == "unembed_b" and dtable["dec.embed"] == "embed"
     assert not any("ffn" in n or "ln2" in n for n in vocab.decoder_names(DECODERS["attention-only"]).values())
+    etable = vocab.decoder_names(DECODERS["encoder-decoder"])
+    assert etable["enc.layers.1.ln2_g"] == "enc.blocks.1.ln2.g" and etable["enc.embed"] == "enc.embed"
+    assert etable["dec.layers.0.cross_W_Q"] == "dec.blocks.0.cross.W_Q" and etable["W_out"] == "unembed"
+    assert etable["dec.layers.0.ln_cross_b"] == "dec.blocks.0.ln_cross.b"
+    assert sorted(etable.values()) == sorted(ed.param_shapes(vocab.decoder_settings(DECODERS["encoder-decoder"])))
     for names, tcfg in ((table, vocab.encoder_settings(cfg)), (dtable, vocab.decoder_settings(dcfg))):
         assert len(set(names.values())) == len(names)
         assert sorted(names.values()) == sorted(tr.param_shapes(tcfg))
@@ -142,12 +161,22 @@ def test_the_table_names_every_parameter_once_and_round_trips():
     assert list(back) == list(params) and all(back[n] is params[n] for n in params)
 
 
-def test_wrong_parameters_and_an_encoder_decoder_are_refused():
+def test_wrong_parameters_are_refused():
     cfg = ENCODERS["sinusoidal"]
     params = encoder.init_params(cfg)
     with pytest.raises(ValueError, match="missing"):
         vocab.from_encoder({k: v for k, v in params.items() if k != "W_cls"}, cfg)
     with pytest.raises(ValueError, match="unexpected"):
         vocab.from_encoder({**params, "extra": np.zeros(2)}, cfg)
-    with pytest.raises(ValueError, match="decoder-only"):
-        vocab.decoder_settings(decoder.DecoderConfig(vocab_size=5, tgt_len=4, src_vocab_size=5, src_len=4))
+    dcfg = DECODERS["encoder-decoder"]
+    dparams = decoder.init_params(dcfg)
+    with pytest.raises(ValueError, match="missing"):
+        vocab.from_decoder({k: v for k, v in dparams.items() if k != "dec.layers.1.cross_b_O"}, dcfg)
+    tokens = np.zeros((2, 3), np.int64)
+    with pytest.raises(ValueError, match="source"):
+        vocab.decoder_loss_and_grads(dparams, dcfg, tokens, tokens)
+    with pytest.raises(ValueError, match="no source"):
+        only = DECODERS["decoder-only"]
+        vocab.decoder_loss_and_grads(decoder.init_params(only), only, tokens, tokens, tokens)
+    with pytest.raises(ValueError):
+        vocab.encoder_loss_and_grads(params, [[1, 2, 99]], [0], cfg)

@@ -114,11 +114,13 @@ def block_backward(dh: np.ndarray, p: dict, cfg: TransformerConfig, cache: dict,
 # ----------------------------------------------------------------------------------------------
 # the ends: the head (unembedding or classifier) and the embeddings
 # ----------------------------------------------------------------------------------------------
-def head_backward(d_logits: np.ndarray, params: dict, cfg: TransformerConfig, cache: dict, grads: dict):
-    """Gradient of the last block's output, from ``d_logits``, through the head and the final
-    LayerNorm; the head's parameter gradients go into ``grads`` (a tied unembedding's share of
-    ``embed`` under ``embed``)."""
-    h_last = cache[f"blocks.{cfg.n_layers - 1}.resid_post"]                    # (B, T, d)
+def head_backward(d_logits: np.ndarray, params: dict, cfg: TransformerConfig, cache: dict, grads: dict, *,
+                  h_last=None):
+    """Gradient of the last block's output ``h_last`` (by default the cache's last ``resid_post``),
+    from ``d_logits``, through the head and the final LayerNorm; the head's parameter gradients go
+    into ``grads`` (a tied unembedding's share of ``embed`` under ``embed``)."""
+    if h_last is None:
+        h_last = cache[f"blocks.{cfg.n_layers - 1}.resid_post"]                # (B, T, d)
     h = h_last
     if cfg.final_ln:
         h = layer_norm_output(h_last, params["ln_final.g"], params["ln_final.b"], cache, "ln_final")
@@ -170,6 +172,8 @@ def backward(params: dict, cfg: TransformerConfig, cache: dict, d_logits: np.nda
     tr.check_params(params, cfg)
     if np.shape(d_logits) != np.shape(cache["logits"]):
         raise ValueError(f"d_logits has shape {np.shape(d_logits)}; the logits have {np.shape(cache['logits'])}.")
+    if cache["blocks.0.attn.weights"].shape[-1] != cache["tokens"].shape[1]:
+        raise ValueError("This cache is from a KV-cached forward pass; the backward pass needs the whole sequence.")
     grads: dict[str, np.ndarray] = {}
     # 3. the head and the final LayerNorm
     dh = head_backward(d_logits, params, cfg, cache, grads)
