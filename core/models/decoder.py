@@ -34,7 +34,8 @@ import math
 
 import numpy as np
 
-from core.models import decoder_step, loop, optim
+from core.models import loop, optim
+from core.models.steps import DEFAULT_TRACK, decoder_gradient
 from core.models import layers as L
 from core.models import params as P
 # The model's settings, passes and generation live in their own modules; their public names are the
@@ -90,15 +91,17 @@ ADAM_BETAS = (0.9, 0.98)          # the original Transformer's
 
 def train(params: dict, cfg: DecoderConfig, tgt_in, tgt_out, src=None, *, steps: int, batch_size: int = 64,
           lr: float = 3e-3, warmup: int = 50, seed: int = 0, callback=None, every: int = 0,
-          on_params=None) -> list[float]:
+          on_params=None, track: str = DEFAULT_TRACK) -> list[float]:
     """Train ``params`` in place with Adam on random minibatches; return each step's loss.
 
     The learning rate rises linearly over ``warmup`` steps, then decays as a half cosine to a tenth
     of ``lr`` at the last step. ``callback(step, loss)``, if given, runs after every step; it may
     return True to stop early. ``on_params(step, params)``, if given, runs after every ``every``-th
     step but the last, with the parameters as they are then (views into the training buffer: read
-    them, do not keep them). Each step's loss and gradient are :func:`loss_and_grads`'s, computed
-    in one compiled call (``core.models.decoder_step``; the tests hold the two together).
+    them, do not keep them). Each step's loss and gradient come from ``track``'s step
+    (:mod:`core.models.steps`): ``"compiled"``, one Numba call (``core.models.decoder_step``), or
+    ``"readable"``, the one transformer's forward and hand-written backward; the tests hold the two
+    together.
     """
     check_params(params, cfg)
     tgt_all, src_all, _ = _check_pair(cfg, tgt_in, src)
@@ -109,7 +112,7 @@ def train(params: dict, cfg: DecoderConfig, tgt_in, tgt_out, src=None, *, steps:
         raise ValueError("steps and batch_size must be positive whole numbers.")
     names = list(param_shapes(cfg))
     flat, views = pack({name: params[name] for name in names})      # flat follows the names' order
-    gradient = decoder_step.Gradient(cfg, flat)     # _loss_and_grads's numbers, in one compiled call
+    gradient = decoder_gradient(track, cfg, flat)
     update = loop.gradient_update(gradient, flat, np.empty_like(flat), optim.Adam(flat.size, flat.dtype, lr,
                                                                                    betas=ADAM_BETAS))
     rng = np.random.default_rng(seed)

@@ -15,6 +15,7 @@ import time
 
 from core.models import decoder, decoder_step, tasks
 from core.models.decoder import DecoderConfig
+from core.models.steps import DEFAULT_TRACK
 
 LM_TASK = "lm"                 # the decoder-only character language model
 
@@ -128,17 +129,17 @@ class TaskRun:
 
 
 def fit(setup: Setup, *, steps: int | None = None, seed: int = 0, callback=None, every: int = 0,
-        on_params=None) -> tuple[dict, list]:
+        on_params=None, track: str = DEFAULT_TRACK) -> tuple[dict, list]:
     """Train a fresh model of ``setup`` (weights and batches from ``seed``) for ``steps`` (default:
     the task's) with the task's optimiser settings; ``(params, losses)``. ``callback(step, loss)``
     (returning True stops the run) and ``on_params(step, params)`` every ``every`` steps as in
-    :func:`core.models.decoder.train`."""
+    :func:`core.models.decoder.train`, on ``track``'s training step (readable or compiled)."""
     d = setup.defaults
     params = decoder.init_params(setup.cfg, seed=seed)
     tgt_in, tgt_out, src = setup.train_arrays()
     losses = decoder.train(params, setup.cfg, tgt_in, tgt_out, src, steps=d.steps if steps is None else steps,
                            batch_size=d.batch_size, lr=d.lr, warmup=d.warmup, seed=seed, callback=callback,
-                           every=every, on_params=on_params)
+                           every=every, on_params=on_params, track=track)
     return params, losses
 
 

@@ -24,6 +24,7 @@ from core.models import decoder_step, encoder, optim, vocabulary
 from core.models import layers as L
 from core.models import transformer as tr
 from core.models import transformer_backward as TB
+from core.models import transformer_encdec as ED
 from core.models.compiled import decoder_gradient as compiled_decoder
 from core.models.compiled import elementwise, encoder_step, ends, sublayers
 from core.models.decoder_config import DecoderConfig, param_shapes as decoder_shapes
@@ -72,13 +73,13 @@ def decoder_gradient(track: str, cfg: DecoderConfig, flat: np.ndarray) -> Callab
     if check_track(track) == "compiled":
         return decoder_step.Gradient(cfg, flat)
     shapes = decoder_shapes(cfg)
-    params, tcfg = vocabulary.from_decoder(vocabulary.unflatten(flat, shapes), cfg)
+    params = vocabulary.unflatten(flat, shapes)                          # named views of the buffer
 
     def gradient(tgt_in, tgt_out, src, out):
-        loss, _, g = TB.forward_backward(params, tcfg, tgt_in, tgt_out)
-        grads = vocabulary.from_decoder(vocabulary.unflatten(out, shapes), cfg)[0]
-        for name, value in g.items():
-            grads[name][...] = value
+        loss, grads = vocabulary.decoder_loss_and_grads(params, cfg, tgt_in, tgt_out, src)
+        views = vocabulary.unflatten(out, shapes)
+        for name, value in grads.items():
+            views[name][...] = value
         return loss
     return gradient
 
@@ -86,23 +87,33 @@ def decoder_gradient(track: str, cfg: DecoderConfig, flat: np.ndarray) -> Callab
 # ----------------------------------------------------------------------------------------------
 # what a page shows
 # ----------------------------------------------------------------------------------------------
-def step_functions(model: str, track: str) -> list[Callable]:
-    """The functions one training step of ``model`` (``"encoder"`` or ``"decoder"``) runs on
-    ``track``, in the order they run: what the training pages' source expanders show."""
+def step_functions(model: str, track: str, cross_attention: bool = False) -> list[Callable]:
+    """The functions one training step of ``model`` (``"encoder"`` or ``"decoder"``; an
+    encoder-decoder with ``cross_attention``) runs on ``track``, in the order they first run: what
+    the training pages' source expanders show."""
     if check_track(track) == "readable":
-        return [encoder_update if model == "encoder" else decoder_gradient, TB.forward_backward, tr.forward,
-                tr.embed, tr.block, tr.self_attention, tr.feed_forward, tr.unembed, L.cross_entropy, TB.backward,
-                TB.head_backward, TB.block_backward, TB.attention_backward, TB.feed_forward_backward,
-                TB.layer_norm_backward, TB.embed_backward, optim.Adam.step, elementwise.adam_update]
+        if model == "encoder":
+            first = [encoder_update, TB.forward_backward]
+        elif cross_attention:
+            first = [decoder_gradient, vocabulary.decoder_loss_and_grads, ED.loss_and_grads, ED.forward,
+                     ED.decoder_block, ED.cross_attention]
+        else:
+            first = [decoder_gradient, vocabulary.decoder_loss_and_grads, TB.loss_and_grads, TB.forward_backward]
+        middle = [tr.forward, tr.embed, tr.block, tr.self_attention, tr.softmax_rows, tr.feed_forward, tr.dense,
+                  tr.unembed, L.cross_entropy]
+        last = [ED.backward, ED.decoder_block_backward, ED.cross_attention_backward] if cross_attention else \
+            [TB.backward, TB.head_backward]
+        return first + middle + last + [TB.block_backward, TB.attention_backward, TB.feed_forward_backward,
+                                        TB.layer_norm_backward, TB.embed_backward, optim.Adam.step,
+                                        elementwise.adam_update]
     if model == "encoder":
-        compiled = [encoder_step.run, encoder_step.forward_chunk, ends.embed_forward, encoder_step.encoder_layers,
-                    sublayers.self_attention, sublayers.feed_forward, ends.mean_pool, ends.classify,
-                    ends.cross_entropy, encoder_step.backward_chunk, ends.classify_backward,
-                    encoder_step.encoder_layers_backward, sublayers.feed_forward_backward,
-                    sublayers.self_attention_backward, ends.embed_backward, elementwise.adam_update]
-        return [encoder_update, encoder.train_step] + compiled
-    compiled = [compiled_decoder.decoder_gradient, compiled_decoder.decoder_chunk, sublayers.self_attention,
-                compiled_decoder.cross_attention, sublayers.feed_forward, compiled_decoder.token_cross_entropy,
-                sublayers.feed_forward_backward, compiled_decoder.cross_attention_backward,
-                sublayers.self_attention_backward, elementwise.adam_update]
-    return [decoder_gradient, decoder_step.Gradient.__call__] + compiled
+        return [encoder_update, encoder.train_step, encoder_step.run, encoder_step.forward_chunk, ends.embed_forward,
+                encoder_step.encoder_layers, sublayers.self_attention, sublayers.feed_forward, ends.mean_pool,
+                ends.classify, ends.cross_entropy, encoder_step.backward_chunk, ends.classify_backward,
+                encoder_step.encoder_layers_backward, sublayers.feed_forward_backward,
+                sublayers.self_attention_backward, ends.embed_backward, elementwise.adam_update]
+    cross = [compiled_decoder.cross_attention, compiled_decoder.cross_attention_backward] if cross_attention else []
+    return [decoder_gradient, decoder_step.Gradient.__call__, compiled_decoder.decoder_gradient,
+            compiled_decoder.decoder_chunk, sublayers.self_attention, *cross[:1], sublayers.feed_forward,
+            compiled_decoder.token_cross_entropy, sublayers.feed_forward_backward, *cross[1:],
+            sublayers.self_attention_backward, optim.Adam.step, elementwise.adam_update]
