@@ -22,7 +22,6 @@ Run: ``python -m bench.attention`` (or ``python -m bench attention``).
 from __future__ import annotations
 
 import gc
-import json
 import os
 import platform
 import subprocess
@@ -33,6 +32,7 @@ import timeit
 import numba
 import numpy as np
 
+from bench import last_json_line
 from core import attention as at
 from core import masks
 from core.kernels import dispatch
@@ -137,11 +137,7 @@ def _baseline_env(keep_blas_overrides: bool = False) -> dict:
 
 
 def _run_probe(script: str, *args: str, keep_blas_overrides: bool = False):
-    result = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True,
-                            env=_baseline_env(keep_blas_overrides), timeout=900)
-    if result.returncode != 0:
-        raise RuntimeError(f"a baseline timing process failed: {result.stderr.strip()[-800:]}")
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    return last_json_line(["-c", script, *args], env=_baseline_env(keep_blas_overrides))
 
 
 def numpy_run() -> dict:

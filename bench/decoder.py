@@ -23,13 +23,11 @@ PyTorch is optional: without it only our rows of part 1 are printed.
 from __future__ import annotations
 
 import os
-import statistics
-import textwrap
 import time
 
 import numpy as np
 
-from bench.training import _last_json_line
+from bench import alternating_rounds, last_json_line, print_step_table, torch_step_ms, with_threads
 from core.models import decoder, decoder_runs, layers
 from core.models.decoder import DecoderConfig
 
@@ -89,43 +87,17 @@ def torch_stepper(threads: int):
     return step
 
 
-_TORCH_PROBE = textwrap.dedent("""
-    import json, sys, time
-    from bench.decoder import torch_stepper
-    threads, warmup, steps = (int(a) for a in sys.argv[1:4])
-    step = torch_stepper(threads)
-    for _ in range(warmup):
-        step()
-    t0 = time.perf_counter()
-    for _ in range(steps):
-        step()
-    print(json.dumps({"ms_per_step": 1000 * (time.perf_counter() - t0) / steps}))
-""")
-
-
 def torch_ms(threads: int) -> float:
-    return _last_json_line(["-c", _TORCH_PROBE, str(threads), str(WARMUP), str(TORCH_STEPS)])["ms_per_step"]
+    return torch_step_ms("bench.decoder", threads, WARMUP, TORCH_STEPS)
 
 
 def our_ms() -> float:
-    return _last_json_line(["-m", "core.training", "--task", TASK, "--steps", str(OUR_STEPS), "--json"])["ms_per_step"]
+    return last_json_line(["-m", "core.training", "--task", TASK, "--steps", str(OUR_STEPS), "--json"])["ms_per_step"]
 
 
 def measure_steps(rounds: int = ROUNDS) -> dict[str, list[float]]:
     """Each contender's milliseconds per step in every round; the order alternates between rounds."""
-    contenders = {"ours": our_ms}
-    try:
-        import torch  # noqa: F401
-        contenders.update({f"PyTorch, {n} thread{'s' if n > 1 else ''}": (lambda n=n: torch_ms(n))
-                           for n in TORCH_THREADS})
-    except ImportError:
-        pass
-    times: dict[str, list[float]] = {name: [] for name in contenders}
-    names = list(contenders)
-    for r in range(rounds):
-        for name in (names if r % 2 == 0 else names[::-1]):
-            times[name].append(contenders[name]())
-    return times
+    return alternating_rounds(with_threads(our_ms, torch_ms, "PyTorch", TORCH_THREADS), rounds)
 
 
 def generation_ms_per_token(T: int, use_cache: bool) -> tuple[float, int]:
@@ -152,13 +124,7 @@ def main() -> None:
     print(f"### Decoder training step: the {TASK} task, batch 64, T 8, d_model {cfg.d_model}, {cfg.n_heads} heads, "
           f"d_ff {cfg.d_ff}, {cfg.n_layers} + {cfg.n_layers} layers, {decoder.param_count(cfg):,} parameters, "
           "float32, Adam\n")
-    print("| implementation | best round, ms / step | median, ms / step | every round | best vs ours |")
-    print("|---|---:|---:|---|---:|")
-    for name, ms in times.items():
-        label = "ours (`python -m core.training --task reverse`, its `ms_per_step`)" if name == "ours" \
-            else f"{name} (own process)"
-        print(f"| {label} | {min(ms):.2f} | {statistics.median(ms):.2f} | {', '.join(f'{t:.2f}' for t in ms)} "
-              f"| {min(ms) / ours:.2f}x |")
+    print_step_table(times, "ours (`python -m core.training --task reverse`, its `ms_per_step`)")
     print(f"\n{ROUNDS} alternating rounds; {os.cpu_count()} CPUs; 1-minute load average {load_before:.1f} before "
           f"and {load_after:.1f} after.")
     torch_rows = {k: min(v) for k, v in times.items() if k.startswith("PyTorch")}

@@ -22,7 +22,7 @@ import textwrap
 import time
 from pathlib import Path
 
-from bench.training import _last_json_line
+from bench import alternating_rounds, last_json_line, with_threads
 
 LENGTHS = (64, 256)
 ROUNDS = 3
@@ -67,21 +67,10 @@ _TORCH = textwrap.dedent("""
 
 def forward_ms(T: int, rounds: int = ROUNDS) -> dict[str, float]:
     """Best milliseconds of each contender over alternating rounds."""
-    contenders = {"ours": lambda: _last_json_line(["-c", _OURS, str(T), str(REPEATS)])["ms"]}
-    try:
-        import torch  # noqa: F401
-        import transformers  # noqa: F401
-        contenders.update({f"transformers, {n} thread{'s' if n > 1 else ''}":
-                           (lambda n=n: _last_json_line(["-c", _TORCH, str(T), str(REPEATS), str(n)])["ms"])
-                           for n in TORCH_THREADS})
-    except ImportError:
-        pass
-    times: dict[str, list[float]] = {name: [] for name in contenders}
-    names = list(contenders)
-    for r in range(rounds):
-        for name in (names if r % 2 == 0 else names[::-1]):
-            times[name].append(contenders[name]())
-    return {name: min(t) for name, t in times.items()}
+    contenders = with_threads(lambda: last_json_line(["-c", _OURS, str(T), str(REPEATS)])["ms"],
+                              lambda n: last_json_line(["-c", _TORCH, str(T), str(REPEATS), str(n)])["ms"],
+                              "transformers", TORCH_THREADS, needs=("torch", "transformers"))
+    return {name: min(t) for name, t in alternating_rounds(contenders, rounds).items()}
 
 
 def page_ms(repeats: int = REPEATS) -> tuple[float, float]:

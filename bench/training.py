@@ -20,15 +20,12 @@ PyTorch is optional: without it only our rows are printed.
 """
 from __future__ import annotations
 
-import json
 import os
 import statistics
-import subprocess
-import sys
-import textwrap
 
 import numpy as np
 
+from bench import alternating_rounds, last_json_line, print_step_table, torch_step_ms, with_threads
 from core.models import encoder, training
 from core.models.encoder import EncoderConfig
 from core.models.tasks import make_dataset
@@ -97,53 +94,19 @@ def torch_stepper(threads: int):
     return step
 
 
-_TORCH_PROBE = textwrap.dedent("""
-    import json, sys, time
-    from bench.training import torch_stepper
-    threads, warmup, steps = (int(a) for a in sys.argv[1:4])
-    step = torch_stepper(threads)
-    for _ in range(warmup):
-        step()
-    t0, c0 = time.perf_counter(), time.process_time()
-    for _ in range(steps):
-        step()
-    print(json.dumps({"ms_per_step": 1000 * (time.perf_counter() - t0) / steps,
-                      "cpu_ms_per_step": 1000 * (time.process_time() - c0) / steps}))
-""")
-
-
-def _last_json_line(args: list[str]) -> dict:
-    env = dict(os.environ, PYTHONPATH=os.getcwd())
-    result = subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env, timeout=900)
-    if result.returncode != 0:
-        raise RuntimeError(f"{' '.join(args[:3])} failed: {result.stderr.strip()[-500:]}")
-    return json.loads(result.stdout.strip().splitlines()[-1])
-
-
 def torch_ms(threads: int) -> float:
     """PyTorch's wall milliseconds per step at ``threads`` threads, in a process of its own."""
-    return _last_json_line(["-c", _TORCH_PROBE, str(threads), str(WARMUP), str(TORCH_STEPS)])["ms_per_step"]
+    return torch_step_ms("bench.training", threads, WARMUP, TORCH_STEPS)
 
 
 def our_ms() -> float:
     """``ms_per_step`` as ``python -m core.training --task sum --steps 300 --json`` reports it."""
-    return _last_json_line(["-m", "core.training", "--task", "sum", "--steps", str(OUR_STEPS), "--json"])["ms_per_step"]
+    return last_json_line(["-m", "core.training", "--task", "sum", "--steps", str(OUR_STEPS), "--json"])["ms_per_step"]
 
 
 def measure_steps(rounds: int = ROUNDS) -> dict[str, list[float]]:
     """Each contender's milliseconds per step in every round; the order alternates between rounds."""
-    try:
-        import torch  # noqa: F401
-        contenders = {"ours": our_ms, **{f"PyTorch, {n} thread{'s' if n > 1 else ''}": (lambda n=n: torch_ms(n))
-                                         for n in TORCH_THREADS}}
-    except ImportError:
-        contenders = {"ours": our_ms}
-    times: dict[str, list[float]] = {name: [] for name in contenders}
-    names = list(contenders)
-    for r in range(rounds):
-        for name in (names if r % 2 == 0 else names[::-1]):
-            times[name].append(contenders[name]())
-    return times
+    return alternating_rounds(with_threads(our_ms, torch_ms, "PyTorch", TORCH_THREADS), rounds)
 
 
 def time_to_accuracy(target: float = 0.97, seed: int = 0, max_steps: int = 2000) -> dict:
@@ -171,12 +134,7 @@ def main() -> None:
     load_after = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     ours = min(times["ours"])
     print("### Training step: batch 64, T 16, d_model 32, 4 heads, d_ff 64, 2 layers, float32, Adam\n")
-    print("| implementation | best round, ms / step | median, ms / step | every round | best vs ours |")
-    print("|---|---:|---:|---|---:|")
-    for name, ms in times.items():
-        label = "ours (`python -m core.training`, its `ms_per_step`)" if name == "ours" else f"{name} (own process)"
-        print(f"| {label} | {min(ms):.2f} | {statistics.median(ms):.2f} | {', '.join(f'{t:.2f}' for t in ms)} "
-              f"| {min(ms) / ours:.2f}x |")
+    print_step_table(times, "ours (`python -m core.training`, its `ms_per_step`)")
     print(f"\n{len(times['ours'])} alternating rounds; {os.cpu_count()} CPUs; 1-minute load average {load_before:.1f} "
           f"before and {load_after:.1f} after (above the CPU count, other processes competed for the cores).")
     torch_rows = {k: min(v) for k, v in times.items() if k.startswith("PyTorch")}

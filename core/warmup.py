@@ -52,18 +52,16 @@ def _decoder() -> None:
     both precisions, for an encoder-decoder and a decoder-only model, as "Decoder and generation"
     and "Induction heads" run them."""
     from core.models import decoder, decoder_step
-    from core.models.decoder import DecoderConfig
+    from core.models.decoder_config import tiny_config
 
     decoder_step.warm_up()
     for cross in (True, False):
-        cfg = DecoderConfig(vocab_size=5, tgt_len=3, d_model=4, n_heads=1, d_ff=0 if not cross else 4, n_layers=1,
-                            cross_attention=cross, src_vocab_size=5 if cross else None, src_len=3 if cross else None,
-                            bos_id=0 if cross else None)
-        src = np.zeros(3, np.int64) if cross else None
+        cfg = tiny_config(cross)
+        src = np.zeros(cfg.src_len, np.int64) if cross else None
         prompt = None if cross else np.zeros(1, np.int64)
         for dtype in (np.float32, np.float64):
             params = decoder.init_params(cfg, 0, dtype)
-            decoder.forward(params, cfg, np.zeros((1, 3), np.int64), None if src is None else src[None])
+            decoder.forward(params, cfg, np.zeros((1, cfg.tgt_len), np.int64), None if src is None else src[None])
             for use_cache in (True, False):
                 decoder.generate(params, cfg, src, prompt=prompt, max_new_tokens=2, use_cache=use_cache)
 

@@ -213,20 +213,20 @@ def test_stop_ends_a_run_early_and_keeps_its_model(at):
 def test_the_decoder_trainer_shares_the_servers_training_slots(monkeypatch):
     import threading
 
-    import ui.trainer as trainer_module
     from core.models.decoder_runs import build
+    from ui import background_run
     from ui.decoder_trainer import DecoderTrainer
 
-    monkeypatch.setattr(trainer_module, "_slots", threading.BoundedSemaphore(1))
-    trainer_module._slots.acquire()                  # an encoder run holds the only slot
+    monkeypatch.setattr(background_run, "_slots", threading.BoundedSemaphore(1))
+    background_run._slots.acquire()                  # an encoder run holds the only slot
     trainer = DecoderTrainer()
-    with pytest.raises(trainer_module.TrainerBusy, match="already training"):
+    with pytest.raises(background_run.TrainerBusy, match="already training"):
         trainer.start(build("reverse"), 3)
     assert trainer.view().status == "idle" and trainer.view().metrics == []
-    trainer_module._slots.release()
+    background_run._slots.release()
     trainer.start(build("reverse"), 3)               # the slot is free again
     assert trainer.join(120) and trainer.view().status == "done"
-    assert trainer_module._slots.acquire(blocking=False)   # and the worker gave it back
+    assert background_run._slots.acquire(blocking=False)   # and the worker gave it back
 
 
 @pytest.mark.parametrize("task", ["reverse", "sort"])

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from core import encoder, limits
+from ui import background_run
 from ui import trainer as trainer_module
 from core.models.runs import RunSpec
 from ui.trainer import DONE, ERROR, IDLE, LOADED, PAUSED, RUNNING, Trainer, TrainerBusy
@@ -100,6 +101,23 @@ def test_pause_and_resume_give_the_same_model_as_a_straight_run(trainer):
         np.testing.assert_array_equal(got[name], expected[name], err_msg=name)
     steps = [m["step"] for m in trainer.view().runs[0].metrics]
     assert steps == list(range(1, 41))
+
+
+def test_a_resumed_run_keeps_the_training_loop_it_started_with(trainer):
+    calls = []
+
+    def counted(state, data, **kw):           # the default loop, counting the calls
+        calls.append(state.step)
+        yield from trainer_module.training.train(state, data, **kw)
+
+    trainer.start(tiny(steps=400), train=counted)
+    assert wait_for(lambda: trainer.view().runs[0].step >= 5)
+    trainer.pause()
+    paused_at = trainer.view().runs[0].step
+    trainer.resume()
+    assert wait_for(lambda: trainer.view().runs[0].step > paused_at)
+    trainer.pause()
+    assert calls[0] == 0 and calls[-1] == paused_at
 
 
 def test_same_seed_same_final_state_and_another_seed_differs():
@@ -222,30 +240,28 @@ def test_weights_download_and_upload_round_trip(trainer):
 
 
 def test_a_busy_server_refuses_a_new_run(monkeypatch, trainer):
-    monkeypatch.setattr(trainer_module, "_slots", threading.BoundedSemaphore(1))
-    trainer_module._slots.acquire()
+    monkeypatch.setattr(background_run, "_slots", threading.BoundedSemaphore(1))
+    background_run._slots.acquire()
     with pytest.raises(TrainerBusy, match="already training"):
         trainer.start(tiny(steps=5))
     assert trainer.status == IDLE and trainer.view().runs == []
 
 
-def test_an_error_in_the_worker_is_reported_not_raised(monkeypatch, trainer):
+def test_an_error_in_the_worker_is_reported_not_raised(trainer):
     def broken(*args, **kwargs):
         raise FloatingPointError("the loss became NaN")
         yield  # pragma: no cover
 
-    monkeypatch.setattr(trainer_module.training, "train", broken)
-    trainer.start(tiny(steps=5))
+    trainer.start(tiny(steps=5), train=broken)   # the training loop is the caller's choice
     assert trainer.join(10)
     view = trainer.view()
     assert view.status == ERROR and "NaN" in view.message and not workers_alive()
-    # the slot came back: a fresh run can start
-    monkeypatch.undo()
+    # the slot came back: a fresh run can start, with the default loop
     trainer.start(tiny(steps=3))
     assert trainer.join(30) and trainer.status == DONE
 
 
-def test_a_time_cap_stops_every_ablation_run_at_the_same_step(monkeypatch):
+def test_a_time_cap_stops_every_ablation_run_at_the_same_step():
     """Runs of unequal speed (4 heads vs 1, on a busy server) still compare equal training: they
     train in turns, so the shared cap leaves them at one step count, and each says it stopped early."""
     slow = trainer_module.training.train
@@ -256,11 +272,10 @@ def test_a_time_cap_stops_every_ablation_run_at_the_same_step(monkeypatch):
                 time.sleep(0.01)
             yield m
 
-    monkeypatch.setattr(trainer_module.training, "train", uneven)
     t = Trainer(max_seconds=0.6)
     t.start([tiny(steps=limits.MAX_TRAIN_STEPS, label="slow"), tiny(steps=limits.MAX_TRAIN_STEPS, n_heads=1,
                                                                     label="fast"),
-             tiny(steps=limits.MAX_TRAIN_STEPS, positional="none", n_heads=1, label="fast too")])
+             tiny(steps=limits.MAX_TRAIN_STEPS, positional="none", n_heads=1, label="fast too")], train=uneven)
     assert t.join(30) and t.status == DONE
     runs = t.view().runs
     steps = {r.step for r in runs}

@@ -1,9 +1,9 @@
 """Training a decoder in the background, for the page "Decoder and generation".
 
-The same pattern as :mod:`ui.trainer`, whose server-wide training slots it shares: the page keeps
-one :class:`DecoderTrainer` in ``st.session_state``; ``start()`` hands the run to a thread, which
-only appends to lists behind a lock, and the page's ``st.fragment(run_every=...)`` draws
-:meth:`DecoderTrainer.view`. A run is bounded by ``core.limits`` (steps and wall-clock seconds).
+The same worker as :mod:`ui.trainer`'s (:class:`ui.background_run.BackgroundRun`, with the
+server-wide training slots): the page keeps one :class:`DecoderTrainer` in ``st.session_state``;
+``start()`` hands the run to a thread, which only appends to lists behind a lock, and the page's
+``st.fragment(run_every=...)`` draws :meth:`DecoderTrainer.view`. A run is bounded by ``core.limits`` (steps and wall-clock seconds).
 
     trainer = DecoderTrainer()
     setup = decoder_runs.build("reverse")       # the task's model, data and defaults
@@ -19,15 +19,14 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
+from typing import Callable
 
 import numpy as np
 
 from core import limits
 from core.models import decoder, decoder_runs, decoder_step
 from core.models.decoder_runs import LM_TASK, Setup
-from ui.trainer import DONE, ERROR, IDLE, RUNNING, release_slot, take_slot
-
-STOPPED = "stopped"
+from ui.background_run import DONE, RUNNING, STOPPED, BackgroundRun
 # Steps between two measurements of the validation metric during a run (about a tenth of a second
 # each for the reverse task, a quarter for the language model; a step takes about 2 ms)
 EVAL_EVERY = 100
@@ -66,7 +65,7 @@ class DecoderView:
         return self.evals[-1]["value"] if self.evals else None
 
 
-class DecoderTrainer:
+class DecoderTrainer(BackgroundRun):
     """Trains one decoder in a background thread; every method is thread-safe.
 
     ``max_steps`` and ``max_seconds`` cap a run (default ``core.limits``).
@@ -75,74 +74,48 @@ class DecoderTrainer:
     def __init__(self, *, max_steps: int = limits.MAX_TRAIN_STEPS, max_seconds: float = limits.MAX_TRAIN_SECONDS):
         self.max_steps = int(max_steps)
         self.max_seconds = float(max_seconds)
-        self._lock = threading.RLock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        super().__init__("decoder-trainer")
         self._setup: Setup | None = None
         self._params: dict | None = None       # the model the page shows: last trained, or untrained
         self._model_version = 0
-        self._status, self._message = IDLE, ""
         self._metrics: list = []
         self._evals: list = []
         self._target = 0
-        self._version = 0
-        self._generation = 0                   # bumped by start/reset: a stale worker's writes are ignored
 
     # -- control ---------------------------------------------------------------------------------
-    def start(self, setup: Setup, steps: int | None = None) -> None:
+    def start(self, setup: Setup, steps: int | None = None, *, fit: Callable | None = None) -> None:
         """Train a fresh model of ``setup`` for ``steps`` (default: the task's; at most
-        ``max_steps``). Raises ``ValueError`` (or ``ui.trainer.TrainerBusy``); nothing changes then."""
+        ``max_steps``). ``fit`` trains it, called as :func:`core.models.decoder_runs.fit` (the
+        default) is. Raises ``ValueError`` (or ``ui.background_run.TrainerBusy``); nothing changes then."""
         steps = setup.defaults.steps if steps is None else steps
         if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or not 1 <= steps <= self.max_steps:
             raise ValueError(f"Steps must be a whole number between 1 and {self.max_steps}, got {steps!r}.")
-        with self._lock:
-            if self._status == RUNNING:
-                raise ValueError("A run is already training: stop it first.")
+        self._refuse_while_running("A run is already training: stop it first.")
+        fit = decoder_runs.fit if fit is None else fit
         first = {"step": 0, "value": _val_acc(setup, _untrained(setup))}   # the weights every run starts from
-        self._join()
-        take_slot()        # before anything changes: a busy server leaves the old record alone
-        with self._lock:
-            self._generation += 1
+        self._claim()
+
+        def fresh():
             self._setup, self._target = setup, int(steps)
             self._metrics, self._evals = [], [first]
-            self._status, self._message = RUNNING, ""
-            self._stop.clear()
-            self._bump()
-        self._thread = threading.Thread(target=self._work, args=(self._generation, setup, int(steps)),
-                                        name="decoder-trainer", daemon=True)
-        try:
-            self._thread.start()
-        except BaseException:
-            release_slot()
-            raise
+        self._renew(fresh)
+        self._launch(lambda generation: self._train(generation, setup, int(steps), fit))
 
     def stop(self, timeout: float = 30.0) -> None:
         """Stop after the current step; the model trained so far is kept and shown."""
-        self._stop.set()
-        self._join(timeout)
+        self._halt(timeout)
 
     def reset(self, timeout: float = 30.0) -> None:
         """Stop, and forget the run and its model."""
-        self._stop.set()
-        self._join(timeout)
-        with self._lock:
-            self._generation += 1
+        self._halt(timeout)
+
+        def forget():
             self._setup, self._params = None, None
             self._metrics, self._evals, self._target = [], [], 0
-            self._status, self._message = IDLE, ""
             self._model_version += 1
-            self._bump()
-
-    def join(self, timeout: float | None = None) -> bool:
-        """Wait for the worker to end; True when no worker is left."""
-        return self._join(timeout)
+        self._renew(forget)
 
     # -- reading -----------------------------------------------------------------------------------
-    @property
-    def running(self) -> bool:
-        with self._lock:
-            return self._status == RUNNING
-
     def view(self) -> DecoderView:
         """A consistent copy of everything the live view draws."""
         with self._lock:
@@ -162,26 +135,14 @@ class DecoderTrainer:
         return _untrained(setup), -1, False
 
     # -- the worker ----------------------------------------------------------------------------------
-    def _join(self, timeout: float | None = None) -> bool:
-        thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout)
-            if thread.is_alive():
-                return False
-            self._thread = None
-        return True
-
-    def _work(self, generation: int, setup: Setup, steps: int) -> None:
-        def mine() -> bool:
-            return self._generation == generation      # else a reset or a new start owns the record
-
+    def _train(self, generation: int, setup: Setup, steps: int, fit: Callable) -> None:
         reason = ""
 
         def after_step(step: int, loss: float) -> bool:
             nonlocal reason
             elapsed = time.perf_counter() - start
             with self._lock:
-                if not mine():
+                if not self._mine(generation):
                     return True
                 self._metrics.append({"step": step + 1, "loss": float(loss), "elapsed": elapsed})
                 self._bump()
@@ -194,44 +155,27 @@ class DecoderTrainer:
         def measure(step: int, params: dict) -> None:
             value = _val_acc(setup, params)
             with self._lock:
-                if mine():
+                if self._mine(generation):
                     self._evals.append({"step": step, "value": value})
                     self._bump()
 
-        try:
-            self._say("Loading the compiled training step (a new server compiles it first: up to a minute)…", mine)
-            decoder_step.warm_up()
-            self._say("", mine)
-            start = time.perf_counter()           # the time cap counts training, not compiling
-            params, _ = decoder_runs.fit(setup, steps=steps, seed=0, callback=after_step, every=EVAL_EVERY,
-                                         on_params=measure)
-            value = _val_acc(setup, params)
-            with self._lock:
-                if mine():
-                    done = self._metrics[-1]["step"] if self._metrics else 0
-                    self._evals.append({"step": done, "value": value})
-                    self._params = params
-                    self._model_version += 1
-                    self._status = STOPPED if reason else DONE
-                    self._message = (f"Stopped at step {done} of {steps}: {reason}." if reason else
-                                     f"Trained all {steps} steps.")
-                    self._bump()
-        except Exception as err:   # the page shows the message; the thread must end cleanly
-            with self._lock:
-                if mine():
-                    self._status, self._message = ERROR, f"Training stopped: {err}"
-                    self._bump()
-        finally:
-            release_slot()
-
-    def _say(self, message: str, mine) -> None:
+        self._set_status(generation, None,
+                         "Loading the compiled training step (a new server compiles it first: up to a minute)…")
+        decoder_step.warm_up()
+        self._set_status(generation, None, "")
+        start = time.perf_counter()           # the time cap counts training, not compiling
+        params, _ = fit(setup, steps=steps, seed=0, callback=after_step, every=EVAL_EVERY, on_params=measure)
+        value = _val_acc(setup, params)
         with self._lock:
-            if mine():
-                self._message = message
+            if self._mine(generation):
+                done = self._metrics[-1]["step"] if self._metrics else 0
+                self._evals.append({"step": done, "value": value})
+                self._params = params
+                self._model_version += 1
+                self._status = STOPPED if reason else DONE
+                self._message = (f"Stopped at step {done} of {steps}: {reason}." if reason else
+                                 f"Trained all {steps} steps.")
                 self._bump()
-
-    def _bump(self) -> None:
-        self._version += 1
 
 
 def _val_acc(setup: Setup, params: dict) -> float:

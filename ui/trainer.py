@@ -1,9 +1,8 @@
 """Training in the background, for the Streamlit page: a worker thread and a thread-safe record.
 
-Streamlit runs the page script on every click; a training run takes seconds to a minute. So the
-page keeps one :class:`Trainer` in ``st.session_state``; ``start()`` hands the work to a thread,
-and the page's ``st.fragment(run_every=...)`` reads :meth:`Trainer.view` a few times a second and
-redraws. The thread never calls Streamlit: it only appends to lists behind a lock.
+The page keeps one :class:`Trainer` in ``st.session_state``; ``start()`` hands the work to a
+thread (:class:`ui.background_run.BackgroundRun`, which both training pages' workers share), and
+the page's ``st.fragment(run_every=...)`` reads :meth:`Trainer.view` a few times a second and redraws.
 
     trainer = Trainer()
     trainer.start(RunSpec(task="increasing", steps=800))     # or a list of specs: an ablation
@@ -13,17 +12,16 @@ redraws. The thread never calls Streamlit: it only appends to lists behind a loc
 One trainer runs its specs one after the other (a single run, or the runs of an ablation). Each
 run is bounded by ``core.limits``: at most ``MAX_TRAIN_STEPS`` steps, and all runs together at most
 ``MAX_TRAIN_SECONDS`` of wall-clock time. Several runs train in turns of ``eval_every`` steps each,
-so a time cap stops them all at the same step (a comparison stays between equal runs); and at most
-``MAX_CONCURRENT_RUNS`` workers train at once in the whole server process, so a class sharing one
-or two cores stays responsive. Nothing here imports Streamlit: tests drive it as a plain object.
+so a time cap stops them all at the same step (a comparison stays between equal runs). Nothing here
+imports Streamlit: tests drive it as a plain object.
 """
 from __future__ import annotations
 
 import collections
 import dataclasses
 import io
-import threading
 import time
+from typing import Callable
 
 import numpy as np
 
@@ -32,29 +30,10 @@ from core.models import encoder, training
 from core.models.encoder import EncoderConfig
 from core.models.runs import RunSpec
 from core.models.tasks import Dataset, make_dataset
+from ui.background_run import (DONE, ERROR, IDLE, LOADED, PAUSED, RUNNING,  # noqa: F401 (read from here too)
+                               BackgroundRun, TrainerBusy)
 
-MAX_CONCURRENT_RUNS = 3       # worker threads training at once, over all sessions of the server
 RATE_WINDOW = 25              # steps per second is measured over the last this-many steps
-
-IDLE, RUNNING, PAUSED, DONE, LOADED, ERROR = "idle", "running", "paused", "done", "loaded", "error"
-
-_slots = threading.BoundedSemaphore(MAX_CONCURRENT_RUNS)
-
-
-class TrainerBusy(ValueError):
-    """Every training slot of the server is taken; try again in a moment."""
-
-
-def take_slot() -> None:
-    """Claim one of the server's training slots (raise :class:`TrainerBusy` when none is free).
-    Every worker that trains, whatever its model, holds one and gives it back with :func:`release_slot`."""
-    if not _slots.acquire(blocking=False):
-        raise TrainerBusy(f"{MAX_CONCURRENT_RUNS} runs are already training on this server; "
-                          "try again in a minute.")
-
-
-def release_slot() -> None:
-    _slots.release()
 
 
 @dataclasses.dataclass
@@ -65,6 +44,7 @@ class _Run:
     cfg: EncoderConfig
     data: Dataset
     state: training.TrainState
+    train: Callable                            # the training loop: training.train or one like it
     metrics: list = dataclasses.field(default_factory=list)
     attention: np.ndarray | None = None        # (L, H, T, T) for the chosen validation example
     attention_step: int = -1
@@ -121,7 +101,7 @@ class TrainerView:
 # ----------------------------------------------------------------------------------------------
 # the trainer
 # ----------------------------------------------------------------------------------------------
-class Trainer:
+class Trainer(BackgroundRun):
     """Runs one or more :class:`RunSpec` in a background thread; every method is thread-safe.
 
     Parameters
@@ -137,29 +117,25 @@ class Trainer:
         self.max_steps = int(max_steps)
         self.max_seconds = float(max_seconds)
         self.snapshot_every = max(1, int(snapshot_every))
-        self._lock = threading.RLock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        super().__init__("encoder-trainer")
         self._runs: list[_Run] = []
-        self._status = IDLE
-        self._message = ""
         self._example = 0
-        self._version = 0
-        self._generation = 0          # bumped by start/reset/load: a stale worker's writes are ignored
 
     # -- control ---------------------------------------------------------------------------------
-    def start(self, specs) -> None:
+    def start(self, specs, *, train: Callable | None = None) -> None:
         """Build the data and fresh models for ``specs`` (one or a list) and start training.
 
+        ``train`` is the training loop, called as ``train(state, data, max_steps=, max_seconds=,
+        eval_every=)`` and yielding one metrics dict per step (default
+        :func:`core.models.training.train`); a resumed run keeps the loop it started with.
         Raises ``ValueError`` (in the user's terms) for a bad spec, or :class:`TrainerBusy`; in
         both cases nothing changes.
         """
         specs = [specs] if isinstance(specs, RunSpec) else list(specs)
         if not specs:
             raise ValueError("Nothing to train: give at least one run.")
-        with self._lock:
-            if self._status == RUNNING:
-                raise ValueError("A run is already training: pause or reset it first.")
+        self._refuse_while_running("A run is already training: pause or reset it first.")
+        train = training.train if train is None else train
         runs, datasets = [], {}
         for spec in specs:
             spec = spec.check()
@@ -172,44 +148,31 @@ class Trainer:
             data = datasets[key]
             state = training.new_state(cfg, data, seed=spec.seed, lr=spec.lr, batch_size=spec.batch_size,
                                        decay_steps=spec.steps)
-            runs.append(_Run(spec, cfg, data, state))
-        self._join()
-        self._take_slot()      # before anything changes: a busy server leaves the old record alone
-        with self._lock:
-            self._generation += 1
+            runs.append(_Run(spec, cfg, data, state, train))
+        self._claim()
+
+        def fresh():
             self._runs = runs
             self._example = min(self._example, max(len(runs[0].data.y_val) - 1, 0))
-            self._status, self._message = IDLE, ""
-            self._bump()
-        self._launch()
+        self._renew(fresh)
+        self._launch(self._train)
 
     def resume(self) -> None:
         """Carry on from where :meth:`pause` stopped (or train an uploaded model further)."""
         with self._lock:
             if self._status not in (PAUSED, LOADED):
                 raise ValueError(f"Nothing to resume: the trainer is {self._status}.")
-        self._join()
-        self._take_slot()
-        self._launch()
+        self._claim()
+        self._launch(self._train)
 
     def pause(self, timeout: float = 10.0) -> None:
         """Stop after the current step and wait for the thread to end; the model is kept."""
-        self._stop.set()
-        self._join(timeout)
+        self._halt(timeout)
 
     def reset(self, timeout: float = 10.0) -> None:
         """Stop, and forget every run."""
-        self._stop.set()
-        self._join(timeout)
-        with self._lock:
-            self._generation += 1
-            self._runs = []
-            self._status, self._message = IDLE, ""
-            self._bump()
-
-    def join(self, timeout: float | None = None) -> bool:
-        """Wait for the worker to end; True when no worker is left."""
-        return self._join(timeout)
+        self._halt(timeout)
+        self._renew(lambda: setattr(self, "_runs", []))
 
     def set_example(self, index: int) -> None:
         """Choose the validation sequence whose attention maps are snapshotted."""
@@ -222,8 +185,9 @@ class Trainer:
             for run in self._runs:
                 self._snapshot(run)
 
-    def load(self, params: dict, cfg: EncoderConfig, spec: RunSpec) -> None:
-        """Replace everything by a trained model (e.g. an uploaded file), evaluated on ``spec.task``.
+    def load(self, params: dict, cfg: EncoderConfig, spec: RunSpec, *, train: Callable | None = None) -> None:
+        """Replace everything by a trained model (e.g. an uploaded file), evaluated on ``spec.task``;
+        :meth:`resume` trains it further with ``train`` (as in :meth:`start`).
 
         ``params`` must already be checked against ``cfg`` (``core.models.encoder.load`` does it). Raises
         ``ValueError`` when the model does not fit the task's data; nothing changes then.
@@ -231,9 +195,7 @@ class Trainer:
         spec = spec.check()
         spec = dataclasses.replace(spec, n_layers=cfg.n_layers, n_heads=cfg.n_heads, d_model=cfg.d_model,
                                    positional=cfg.positional)
-        with self._lock:
-            if self._status == RUNNING:
-                raise ValueError("A run is training: pause or reset it before loading a model.")
+        self._refuse_while_running("A run is training: pause or reset it before loading a model.")
         encoder.check_params(params, cfg)
         data = make_dataset(spec.task, spec.n_train, spec.n_val, spec.n_test, seed=spec.seed)
         dtype = next(iter(params.values())).dtype
@@ -241,27 +203,17 @@ class Trainer:
                                    decay_steps=spec.steps, dtype=dtype)
         for name, value in params.items():
             state.params[name][...] = value
-        run = _Run(spec, cfg, data, state)
+        run = _Run(spec, cfg, data, state, training.train if train is None else train)
         self._evaluate(run)
         self._join()
-        with self._lock:
-            self._generation += 1
+
+        def loaded():
             self._runs = [run]
             self._example = min(self._example, len(data.y_val) - 1)
-            self._status, self._message = LOADED, "Loaded a trained model."
-            self._bump()
+        self._renew(loaded, LOADED, "Loaded a trained model.")
         self._snapshot(run)
 
     # -- reading -----------------------------------------------------------------------------------
-    @property
-    def status(self) -> str:
-        with self._lock:
-            return self._status
-
-    @property
-    def running(self) -> bool:
-        return self.status == RUNNING
-
     def view(self) -> TrainerView:
         """A consistent copy of everything the page draws."""
         with self._lock:
@@ -297,75 +249,38 @@ class Trainer:
         return buffer.getvalue()
 
     # -- the worker ----------------------------------------------------------------------------------
-    @staticmethod
-    def _take_slot() -> None:
-        take_slot()
-
-    def _launch(self) -> None:
-        """Start the worker; the caller holds a slot, which the worker gives back when it ends."""
-        self._stop.clear()
+    def _train(self, generation: int) -> None:
+        """The worker: train every run to its step count, the time cap or a pause."""
         with self._lock:
-            self._status, self._message = RUNNING, ""
-            self._bump()
-        self._thread = threading.Thread(target=self._work, args=(self._generation,),
-                                        name="encoder-trainer", daemon=True)
-        try:
-            self._thread.start()
-        except BaseException:
-            _slots.release()
-            raise
-
-    def _join(self, timeout: float | None = None) -> bool:
-        thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout)
-            if thread.is_alive():
-                return False
-            self._thread = None
-        return True
-
-    def _work(self, generation: int) -> None:
-        def set_status(status, message=""):
-            with self._lock:
-                if self._generation == generation:   # else a reset or a new start owns the record
-                    self._status, self._message = status, message
-                    self._bump()
-
-        try:
-            with self._lock:
-                runs = list(self._runs)
-            for run in runs:   # compiling (a new server's first run) is not training: outside the clock
-                encoder.warm_up(run.cfg, run.state.grad_flat.dtype)
-            while True:
-                left = [run for run in runs if not run.finished]
-                if not left:
-                    break
-                spent = sum(run.wall_seconds for run in runs)
-                if spent >= self.max_seconds:
-                    for run in left:
-                        self._finish(run, stopped_early=True, shared=len(runs) > 1)
-                    break
-                # One run: train it to its step count or the cap. Several (an ablation): rounds of
-                # ``eval_every`` steps, each run in turn, the cap checked between rounds only, so
-                # whenever the cap ends them they stand at the same step: equal training runs.
-                if len(runs) == 1:
-                    until, limit = left[0].spec.steps, left[0].wall_seconds + self.max_seconds - spent
-                else:
-                    until, limit = min(run.state.step for run in left) + left[0].spec.eval_every, None
+            runs = list(self._runs)
+        for run in runs:   # compiling (a new server's first run) is not training: outside the clock
+            encoder.warm_up(run.cfg, run.state.grad_flat.dtype)
+        while True:
+            left = [run for run in runs if not run.finished]
+            if not left:
+                break
+            spent = sum(run.wall_seconds for run in runs)
+            if spent >= self.max_seconds:
                 for run in left:
-                    if not self._advance(run, min(until, run.spec.steps), limit):
-                        set_status(PAUSED)
-                        return
-                    if run.state.step >= run.spec.steps:
-                        self._finish(run, stopped_early=False, shared=len(runs) > 1)
-                with self._lock:
-                    if self._generation != generation:
-                        return
-            set_status(DONE)
-        except Exception as err:   # the page shows the message; the thread must end cleanly
-            set_status(ERROR, f"Training stopped: {err}")
-        finally:
-            _slots.release()
+                    self._finish(run, stopped_early=True, shared=len(runs) > 1)
+                break
+            # One run: train it to its step count or the cap. Several (an ablation): rounds of
+            # ``eval_every`` steps, each run in turn, the cap checked between rounds only, so
+            # whenever the cap ends them they stand at the same step: equal training runs.
+            if len(runs) == 1:
+                until, limit = left[0].spec.steps, left[0].wall_seconds + self.max_seconds - spent
+            else:
+                until, limit = min(run.state.step for run in left) + left[0].spec.eval_every, None
+            for run in left:
+                if not self._advance(run, min(until, run.spec.steps), limit):
+                    self._set_status(generation, PAUSED)
+                    return
+                if run.state.step >= run.spec.steps:
+                    self._finish(run, stopped_early=False, shared=len(runs) > 1)
+            with self._lock:
+                if not self._mine(generation):
+                    return
+        self._set_status(generation, DONE)
 
     def _advance(self, run: _Run, until: int, limit: float | None) -> bool:
         """Train ``run`` up to step ``until``, or until its wall seconds reach ``limit`` (None: no
@@ -380,7 +295,7 @@ class Trainer:
         recent = collections.deque(maxlen=RATE_WINDOW + 1)
         recent.append((state.step, segment_start))
         seconds = None if limit is None else limit - wall_before
-        for m in training.train(state, run.data, max_steps=until, max_seconds=seconds, eval_every=spec.eval_every):
+        for m in run.train(state, run.data, max_steps=until, max_seconds=seconds, eval_every=spec.eval_every):
             now = time.perf_counter()
             recent.append((m["step"], now))
             (s0, t0), (s1, t1) = recent[0], recent[-1]
@@ -439,5 +354,3 @@ class Trainer:
             run.test_acc, run.confusion = acc, table
             self._bump()
 
-    def _bump(self) -> None:
-        self._version += 1

@@ -475,7 +475,7 @@ def sources() -> list[tuple[str, str]]:
     """Name and source of the functions behind this page's numbers (read once per process)."""
     return [(f"{fn.__module__}.{fn.__qualname__}", inspect.getsource(fn))
             for fn in (decoder.generate, decoder._extend, decoder.KVCache, layers.attend, sampling.distribution,
-                       decoder._decode, decoder._decoder_layer, decoder.train, decoder_gradient.decoder_chunk)]
+                       decoder._decode, decoder._layer, decoder.train, decoder_gradient.decoder_chunk)]
 
 
 with st.expander("Source — the code that computed these numbers"):

@@ -32,6 +32,8 @@ import math
 import numpy as np
 from numba import njit
 
+from core.kernels.warm_inputs import tiny_inputs
+
 # --- kernels -------------------------------------------------------------------------------
 # Sums start from 0.0, a float64 in Numba: float32 data is summed in float64, stored as float32.
 
@@ -292,9 +294,7 @@ def sinusoidal(T, d_model, base, dtype):
 def warm_up(dtype) -> None:
     """Compile (or load from the on-disk cache) every lesson kernel for one dtype."""
     dtype = np.dtype(dtype)
-    X4 = np.ones((1, 1, 2, 2), dtype)                 # Q, K, V, weights, head outputs
-    X3, W, b = np.ones((1, 2, 2), dtype), np.ones((2, 2), dtype), np.zeros(2, dtype)
-    mask = np.zeros((1, 1, 1, 1), dtype)
+    X4, X3, W, b, mask = tiny_inputs(dtype)
     attention_with_weights(X4, X4, X4, mask, 1.0)      # scores, mask, softmax, weighted sum
     fused_attention(X4, X4, X4, mask, 1.0)
     project_heads(X3, W, b, 1)

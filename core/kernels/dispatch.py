@@ -28,6 +28,7 @@ from typing import Callable, Iterator
 import numpy as np
 
 from core import backend as _backend
+from core.kernels.warm_inputs import tiny_inputs
 
 LESSON_CPU, TUNED_CPU, LESSON_GPU = "core.kernels.cpu", "core.kernels.tuned.cpu", "core.kernels.gpu"
 
@@ -222,9 +223,7 @@ def _kernel_source(obj) -> types.FunctionType | None:
 
 def _tiny_inputs(operation: str, dtype) -> tuple:
     """Arguments of the smallest call of a driver (the types every later call has)."""
-    X4 = np.ones((1, 1, 2, 2), dtype)                      # Q, K, V, weights, head outputs
-    mask = np.zeros((1, 1, 1, 1), dtype)
-    X3, W, b = np.ones((1, 2, 2), dtype), np.ones((2, 2), dtype), np.zeros(2, dtype)
+    X4, X3, W, b, mask = tiny_inputs(dtype)
     return {"scaled_scores": (X4, X4, mask, 1.0), "attention_with_weights": (X4, X4, X4, mask, 1.0),
             "fused_attention": (X4, X4, X4, mask, 1.0), "weighted_sum": (X4, X4),
             "project_heads": (X3, W, b, 1), "merge_heads_project": (X4, W, b),

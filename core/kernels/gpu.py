@@ -31,6 +31,8 @@ import numba
 import numpy as np
 from numba import cuda
 
+from core.kernels.warm_inputs import tiny_inputs
+
 # Tunables, in one place and read at launch time, so tests can patch them small.
 THREADS = 128              # threads per block
 TILE = 16                  # keys per shared-memory tile in the fused kernel
@@ -360,9 +362,7 @@ def sinusoidal(T, d_model, base, dtype):
 def warm_up(dtype) -> None:
     """Compile every lesson kernel for one dtype by running each driver once on tiny inputs."""
     dtype = np.dtype(dtype)
-    X4 = np.ones((1, 1, 2, 2), dtype)                  # Q, K, V, weights, head outputs
-    X3, W, b = np.ones((1, 2, 2), dtype), np.ones((2, 2), dtype), np.zeros(2, dtype)
-    mask = np.zeros((1, 1, 1, 1), dtype)
+    X4, X3, W, b, mask = tiny_inputs(dtype)
     attention_with_weights(X4, X4, X4, mask, 1.0)       # scores, mask, softmax, weighted sum
     fused_attention(X4, X4, X4, mask, 1.0)
     project_heads(X3, W, b, 1)

@@ -43,7 +43,7 @@ from core.models import params as P
 from core.models.decoder_config import (ATTENTION, CROSS_PARAMS, FFN_PARAMS, LAYER_PARAMS, POSITIONAL_CHOICES,
                                        DecoderConfig, init_params, param_count, param_shapes)
 from core.models.decoder_passes import _check_pair, _forward, check_params, check_tokens, forward, loss_and_grads
-from core.models.decoder_passes import _decode, _decoder_layer, _embed   # the decoder page shows their source
+from core.models.decoder_passes import _decode, _embed, _layer   # the decoder page shows their source
 from core.models.generation import Generation, KVCache, _extend, generate
 
 __all__ = ["ATTENTION", "CROSS_PARAMS", "FFN_PARAMS", "LAYER_PARAMS", "POSITIONAL_CHOICES", "DecoderConfig",

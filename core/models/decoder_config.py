@@ -82,6 +82,15 @@ class DecoderConfig:
         return self.d_model // self.n_heads
 
 
+def tiny_config(cross_attention: bool = True) -> DecoderConfig:
+    """The smallest model of each kind (the decoder-only one attention-only, as the induction
+    model): what the warm-ups run once, since Numba's machine code depends on the dtype only."""
+    cross = bool(cross_attention)
+    return DecoderConfig(vocab_size=5, tgt_len=3, d_model=4, n_heads=1, d_ff=4 if cross else 0, n_layers=1,
+                         cross_attention=cross, src_vocab_size=5 if cross else None, src_len=3 if cross else None,
+                         bos_id=0 if cross else None)
+
+
 def _layer_shapes(cfg: DecoderConfig, cross: bool) -> dict[str, tuple[int, ...]]:
     d, F = cfg.d_model, cfg.d_ff
     shapes = {name: (d, d) for name in ("W_Q", "W_K", "W_V", "W_O")}

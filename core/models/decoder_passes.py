@@ -61,25 +61,12 @@ def _sub(params: dict, prefix: str, names) -> dict:
     return {name.removeprefix("cross_"): params[prefix + name] for name in names if prefix + name in params}
 
 
-def _encoder_layer(h: np.ndarray, p: dict, cfg: DecoderConfig):
-    """One post-norm encoder layer on ``h (B, S, d)``: ``(h_out, cache)``."""
+def _layer(x: np.ndarray, p: dict, cfg: DecoderConfig, mask=None, memory=None, pc=None):
+    """One post-norm layer on ``x (B, T, d)``: ``(x_out, cache)``. An encoder layer has no ``mask``
+    (it sees the whole source) and no ``memory``; a decoder layer has the causal mask, and in an
+    encoder-decoder the encoder's output ``memory (B, S, d)`` with the cross-attention parameters ``pc``."""
     c = {}
-    # 1. self-attention over the whole source, residual, norm
-    a, c["attn"] = L.attention(h, h, p, cfg.n_heads)
-    h1, c["ln1"] = L.layer_norm(h + a, p["ln1_g"], p["ln1_b"], cfg.ln_eps)
-    # 2. feed-forward, residual, norm (none in an attention-only model)
-    if cfg.d_ff == 0:
-        return h1, c
-    f, c["ffn"] = L.feed_forward(h1, p)
-    h2, c["ln2"] = L.layer_norm(h1 + f, p["ln2_g"], p["ln2_b"], cfg.ln_eps)
-    return h2, c
-
-
-def _decoder_layer(x: np.ndarray, memory, p: dict, pc, cfg: DecoderConfig, mask: np.ndarray):
-    """One post-norm decoder layer on ``x (B, T, d)`` (``memory (B, S, d)`` and the cross-attention
-    parameters ``pc`` are None for a decoder-only model): ``(x_out, cache)``."""
-    c = {}
-    # 1. masked self-attention, residual, norm
+    # 1. self-attention (masked in a decoder), residual, norm
     a, c["self"] = L.attention(x, x, p, cfg.n_heads, mask)
     x, c["ln1"] = L.layer_norm(x + a, p["ln1_g"], p["ln1_b"], cfg.ln_eps)
     # 2. cross-attention: queries from the decoder, keys and values from the encoder's output
@@ -99,7 +86,7 @@ def _encode(params: dict, cfg: DecoderConfig, src: np.ndarray):
     h = _embed(params, "enc.", src, cfg)                                   # (B, S, d)
     caches = []
     for i in range(cfg.n_layers):
-        h, c = _encoder_layer(h, _sub(params, f"enc.layers.{i}.", LAYER_PARAMS), cfg)
+        h, c = _layer(h, _sub(params, f"enc.layers.{i}.", LAYER_PARAMS), cfg)
         caches.append(c)
     return h, caches
 
@@ -112,7 +99,7 @@ def _decode(params: dict, cfg: DecoderConfig, tgt_in: np.ndarray, memory):
     for i in range(cfg.n_layers):
         prefix = f"dec.layers.{i}."
         pc = _sub(params, prefix, CROSS_PARAMS) if memory is not None else None
-        x, c = _decoder_layer(x, memory, _sub(params, prefix, LAYER_PARAMS), pc, cfg, mask)
+        x, c = _layer(x, _sub(params, prefix, LAYER_PARAMS), cfg, mask, memory, pc)
         caches.append(c)
     logits = L.linear(x, params["W_out"], params["b_out"])                # (B, T, V)
     return logits, x, caches
@@ -125,7 +112,7 @@ def _forward(params: dict, cfg: DecoderConfig, tgt_in: np.ndarray, src):
     if cfg.cross_attention:
         memory, cache["enc_layers"] = _encode(params, cfg, src)
         cache["memory"] = memory
-        cache["enc_attn"] = np.stack([c["attn"]["weights"] for c in cache["enc_layers"]])   # (L, B, H, S, S)
+        cache["enc_attn"] = np.stack([c["self"]["weights"] for c in cache["enc_layers"]])   # (L, B, H, S, S)
     logits, hidden, cache["dec_layers"] = _decode(params, cfg, tgt_in, memory)
     cache["self_attn"] = np.stack([c["self"]["weights"] for c in cache["dec_layers"]])      # (L, B, H, T, T)
     if cfg.cross_attention:
@@ -173,33 +160,16 @@ def forward(params: dict, cfg: DecoderConfig, tgt_in, src=None):
     return logits, cache
 
 
-def _encoder_layer_backward(dh2: np.ndarray, c: dict, p: dict):
-    """Gradient of an encoder layer's input, and of its parameters."""
-    g = {}
-    # 2. feed-forward, residual, norm:  h2 = LN2(h1 + FFN(h1)); attention-only: h2 = h1
-    dh1, g_ffn = dh2, {}
-    if "ffn" in c:
-        d_sum, g["ln2_g"], g["ln2_b"] = L.layer_norm_backward(dh2, c["ln2"])
-        dh1, g_ffn = L.feed_forward_backward(d_sum, c["ffn"], p)
-        dh1 = dh1 + d_sum                                                  # the residual path
-    # 1. self-attention, residual, norm:  h1 = LN1(h + MHA(h))
-    d_sum, g["ln1_g"], g["ln1_b"] = L.layer_norm_backward(dh1, c["ln1"])
-    dq, dkv, g_attn = L.attention_backward(d_sum, c["attn"], p)
-    g.update(g_ffn)
-    g.update(g_attn)
-    return d_sum + dq + dkv, g                                             # queries, keys, values all read h
-
-
-def _decoder_layer_backward(dx3: np.ndarray, c: dict, p: dict, pc):
-    """Gradient of a decoder layer's input, of the memory (None without cross-attention), and of
-    its parameters (cross-attention ones under their ``cross_`` names)."""
+def _layer_backward(dx3: np.ndarray, c: dict, p: dict, pc=None):
+    """Gradient of a layer's input, of the memory (None without cross-attention), and of its
+    parameters (cross-attention ones under their ``cross_`` names)."""
     g = {}
     # 3. feed-forward, residual, norm:  x3 = LN2(x2 + FFN(x2)); attention-only: x3 = x2
     dx2 = dx3
     if "ffn" in c:
         d_sum, g["ln2_g"], g["ln2_b"] = L.layer_norm_backward(dx3, c["ln2"])
         dx2, g_ffn = L.feed_forward_backward(d_sum, c["ffn"], p)
-        dx2 = dx2 + d_sum
+        dx2 = dx2 + d_sum                                                  # the residual path
         g.update(g_ffn)
     # 2. cross-attention, residual, norm:  x2 = LN_cross(x1 + MHA(x1, memory))
     d_memory = None
@@ -210,11 +180,11 @@ def _decoder_layer_backward(dx3: np.ndarray, c: dict, p: dict, pc):
         g.update({f"cross_{name}": value for name, value in g_cross.items()})
     else:
         dx1 = dx2
-    # 1. masked self-attention, residual, norm:  x1 = LN1(x + MHA(x))
+    # 1. self-attention, residual, norm:  x1 = LN1(x + MHA(x))
     d_sum, g["ln1_g"], g["ln1_b"] = L.layer_norm_backward(dx1, c["ln1"])
     dq, dkv, g_self = L.attention_backward(d_sum, c["self"], p)
     g.update(g_self)
-    return d_sum + dq + dkv, d_memory, g
+    return d_sum + dq + dkv, d_memory, g                                   # queries, keys, values all read x
 
 
 def _embed_backward(dx: np.ndarray, tokens: np.ndarray, prefix: str, cfg: DecoderConfig, grads: dict, params):
@@ -237,7 +207,7 @@ def _backward(params: dict, cfg: DecoderConfig, cache: dict, d_logits: np.ndarra
     for i in reversed(range(cfg.n_layers)):
         prefix = f"dec.layers.{i}."
         pc = _sub(params, prefix, CROSS_PARAMS) if cfg.cross_attention else None
-        dx, dm, g = _decoder_layer_backward(dx, cache["dec_layers"][i], _sub(params, prefix, LAYER_PARAMS), pc)
+        dx, dm, g = _layer_backward(dx, cache["dec_layers"][i], _sub(params, prefix, LAYER_PARAMS), pc)
         grads.update({prefix + name: value for name, value in g.items()})
         if dm is not None:
             d_memory += dm
@@ -248,7 +218,7 @@ def _backward(params: dict, cfg: DecoderConfig, cache: dict, d_logits: np.ndarra
         dh = d_memory
         for i in reversed(range(cfg.n_layers)):
             prefix = f"enc.layers.{i}."
-            dh, g = _encoder_layer_backward(dh, cache["enc_layers"][i], _sub(params, prefix, LAYER_PARAMS))
+            dh, _, g = _layer_backward(dh, cache["enc_layers"][i], _sub(params, prefix, LAYER_PARAMS))
             grads.update({prefix + name: value for name, value in g.items()})
         _embed_backward(dh, cache["src"], "enc.", cfg, grads, params)
     return {name: grads[name] for name in param_shapes(cfg)}

@@ -17,7 +17,7 @@ from core.models.compiled import decoder_gradient as K
 from core.models.compiled.sublayers import LAYER_PARAMS, Layout
 from core.models import layers
 from core.models import params as P
-from core.models.decoder_config import DecoderConfig, init_params, param_shapes
+from core.models.decoder_config import init_params, param_shapes, tiny_config
 
 
 class Gradient:
@@ -80,8 +80,7 @@ def _cross_name(name: str) -> str:
 def warm_up(dtype=np.float32) -> None:
     """Compile (or load from Numba's on-disk cache) the gradient for ``dtype``, on a tiny model: the
     machine code depends on the dtype only, not on the sizes or the kind of model."""
-    cfg = DecoderConfig(vocab_size=3, tgt_len=2, d_model=4, n_heads=1, d_ff=4, n_layers=1,
-                        src_vocab_size=3, src_len=2)
+    cfg = tiny_config()
     flat, _ = P.pack(init_params(cfg, 0, dtype))
-    tokens = np.zeros((1, 2), np.int64)
-    Gradient(cfg, flat)(tokens, tokens, tokens, np.empty_like(flat))
+    tokens, src = np.zeros((1, cfg.tgt_len), np.int64), np.zeros((1, cfg.src_len), np.int64)
+    Gradient(cfg, flat)(tokens, tokens, src, np.empty_like(flat))

@@ -23,6 +23,7 @@ from core.kernels.tuned import simd, target
 from core.kernels.tuned.borrow import borrowed
 from core.kernels.tuned.fastexp import fast_exp
 from core.kernels.tuned.floatbits import max_of
+from core.kernels.warm_inputs import tiny_inputs
 
 # Reassociation lets LLVM vectorise the dot products; no flag here touches inf/NaN semantics,
 # which the -inf masks rely on (so no 'nnan', 'ninf' or plain fastmath=True).
@@ -658,9 +659,8 @@ def warm_up(dtype, builds=(0,)) -> None:
     The lesson pages never get here: the dispatch gives them the lesson kernels.
     """
     dtype = np.dtype(dtype)
-    X4 = np.ones((1, 1, 2, 2), dtype)                   # Q, K, V, scores, weights, outputs
-    X3, W, b = np.ones((1, 2, 2), dtype), np.ones((2, 2), dtype), np.zeros(2, dtype)
-    mask, scale = np.zeros((1, 1, 1, 1), dtype), dtype.type(1.0)
+    X4, X3, W, b, mask = tiny_inputs(dtype)
+    scale = dtype.type(1.0)
     for build in builds:
         Kt, Vp = _keys_layout(X4), _values_layout(X4)
         _scores_kernel[build](X4, X4, mask, scale, X4.copy(), Kt, QUERY_BLOCK)

@@ -20,6 +20,8 @@ import numba
 import numpy as np
 from numba import cuda
 
+from core.kernels.warm_inputs import tiny_inputs
+
 # Tunables, in one place and read at launch time, so tests can patch them small.
 THREADS = 128   # threads per block for one-thread-per-element / per-row kernels and fused queries
 TILE = 16       # keys per shared-memory tile (fused attention); side of a matmul tile (TILE x TILE)
@@ -409,9 +411,7 @@ def sinusoidal(T, d_model, base, dtype):
 def warm_up(dtype) -> None:
     """Compile every kernel for one dtype by running each driver once on tiny inputs."""
     dtype = np.dtype(dtype)
-    X4 = np.ones((1, 1, 2, 2), dtype)
-    X3, W, b = np.ones((1, 2, 2), dtype), np.ones((2, 2), dtype), np.zeros(2, dtype)
-    mask = np.zeros((1, 1, 1, 1), dtype)
+    X4, X3, W, b, mask = tiny_inputs(dtype)
     attention_with_weights(X4, X4, X4, mask, 1.0)
     scaled_scores(X4, X4, mask, 1.0)
     softmax_rows(X4)
