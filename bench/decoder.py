@@ -35,6 +35,7 @@ TASK = "reverse"
 ROUNDS = 3
 TORCH_THREADS = (1, 2)
 OUR_STEPS = 200
+READABLE_STEPS = 40
 WARMUP, TORCH_STEPS = 20, 100
 GEN_LENGTHS = (16, 64, 256)
 GEN_REPEATS = 3
@@ -91,13 +92,17 @@ def torch_ms(threads: int) -> float:
     return torch_step_ms("bench.decoder", threads, WARMUP, TORCH_STEPS)
 
 
-def our_ms() -> float:
-    return last_json_line(["-m", "core.training", "--task", TASK, "--steps", str(OUR_STEPS), "--json"])["ms_per_step"]
+def our_ms(track: str = "compiled", steps: int = OUR_STEPS) -> float:
+    return last_json_line(["-m", "core.training", "--task", TASK, "--steps", str(steps), "--step", track,
+                           "--json"])["ms_per_step"]
 
 
 def measure_steps(rounds: int = ROUNDS) -> dict[str, list[float]]:
-    """Each contender's milliseconds per step in every round; the order alternates between rounds."""
-    return alternating_rounds(with_threads(our_ms, torch_ms, "PyTorch", TORCH_THREADS), rounds)
+    """Each contender's milliseconds per step in every round; the order alternates between rounds.
+    The readable step (the code the page shows) runs beside the compiled one, fewer steps."""
+    contenders = with_threads(our_ms, torch_ms, "PyTorch", TORCH_THREADS)
+    contenders["ours, readable step"] = lambda: our_ms("readable", READABLE_STEPS)
+    return alternating_rounds(contenders, rounds)
 
 
 def generation_ms_per_token(T: int, use_cache: bool) -> tuple[float, int]:
@@ -131,8 +136,10 @@ def main() -> None:
     if torch_rows:
         best = min(torch_rows, key=torch_rows.get)
         ratio = torch_rows[best] / ours
-        print(f"\nTarget: a step at least 2x faster than PyTorch at its best ({best}): ours is {ratio:.2f}x "
-              f"faster: {'met' if ratio >= 2 else 'not met'}.")
+        readable = min(times["ours, readable step"])
+        print(f"\nTarget: the compiled step at least 3x faster than PyTorch at its best ({best}): ours is "
+              f"{ratio:.2f}x faster: {'met' if ratio >= 3 else 'not met'}. The readable step: {readable:.2f} ms, "
+              f"{torch_rows[best] / readable:.2f}x PyTorch.")
     else:
         print("\nPyTorch is not installed: no comparison.")
 

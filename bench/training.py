@@ -35,6 +35,7 @@ CFG = EncoderConfig(vocab_size=10, seq_len=SEQ_LEN, d_model=32, n_heads=4, d_ff=
 ROUNDS = 5
 TORCH_THREADS = (1, 2)
 OUR_STEPS = 300
+READABLE_STEPS = 60
 WARMUP, TORCH_STEPS = 20, 100
 
 
@@ -99,24 +100,28 @@ def torch_ms(threads: int) -> float:
     return torch_step_ms("bench.training", threads, WARMUP, TORCH_STEPS)
 
 
-def our_ms() -> float:
-    """``ms_per_step`` as ``python -m core.training --task sum --steps 300 --json`` reports it."""
-    return last_json_line(["-m", "core.training", "--task", "sum", "--steps", str(OUR_STEPS), "--json"])["ms_per_step"]
+def our_ms(track: str = "compiled", steps: int = OUR_STEPS) -> float:
+    """``ms_per_step`` as ``python -m core.training --task sum --steps 300 --step TRACK --json`` reports it."""
+    return last_json_line(["-m", "core.training", "--task", "sum", "--steps", str(steps), "--step", track,
+                           "--json"])["ms_per_step"]
 
 
 def measure_steps(rounds: int = ROUNDS) -> dict[str, list[float]]:
-    """Each contender's milliseconds per step in every round; the order alternates between rounds."""
-    return alternating_rounds(with_threads(our_ms, torch_ms, "PyTorch", TORCH_THREADS), rounds)
+    """Each contender's milliseconds per step in every round; the order alternates between rounds.
+    The readable step (the code the page shows) runs beside the compiled one, fewer steps."""
+    contenders = with_threads(our_ms, torch_ms, "PyTorch", TORCH_THREADS)
+    contenders["ours, readable step"] = lambda: our_ms("readable", READABLE_STEPS)
+    return alternating_rounds(contenders, rounds)
 
 
-def time_to_accuracy(target: float = 0.97, seed: int = 0, max_steps: int = 2000) -> dict:
-    """Training seconds (compiled kernels; evaluation excluded) for the sum task to first reach
+def time_to_accuracy(target: float = 0.97, seed: int = 0, max_steps: int = 2000, track: str = "compiled") -> dict:
+    """Training seconds (``track``'s step; evaluation excluded) for the sum task to first reach
     ``target`` on the validation set, and on the held-out test set (both checked every 10 steps)."""
     data = make_dataset("sum", 4000, 1000, 1000, seed=seed)
     encoder.warm_up(training.config_for("sum"))
     state = training.new_state(training.config_for("sum"), data, seed=seed, lr=7e-3, decay_steps=250)
     first = {"val": None, "test": None}
-    for m in training.train(state, data, max_steps=max_steps, eval_every=10):
+    for m in training.train(state, data, max_steps=max_steps, eval_every=10, track=track):
         if not m["evaluated"]:
             continue
         if first["val"] is None and m["val_acc"] >= target:
@@ -143,24 +148,29 @@ def main() -> None:
         ratio = torch_rows[best] / ours
         # on the medians, against whichever setting has the lower median
         medians = min(statistics.median(times[k]) for k in torch_rows) / statistics.median(times["ours"])
-        print(f"\nTarget: a step at least 2x faster than PyTorch at its best. PyTorch's faster setting here: "
-              f"{best}; ours is {ratio:.2f}x faster (best rounds; {medians:.2f}x on the medians, against "
-              f"PyTorch's lower median): {'met' if ratio >= 2 else 'not met'}.")
+        print(f"\nTarget: the compiled step at least 3x faster than PyTorch at its best. PyTorch's faster setting "
+              f"here: {best}; ours is {ratio:.2f}x faster (best rounds; {medians:.2f}x on the medians, against "
+              f"PyTorch's lower median): {'met' if ratio >= 3 else 'not met'}. The readable step: "
+              f"{min(times['ours, readable step']):.2f} ms, {torch_rows[best] / min(times['ours, readable step']):.2f}x "
+              f"PyTorch.")
     else:
         print("\nPyTorch is not installed: no comparison.")
-    first = time_to_accuracy()
     print("\n### Sum task to 97 % accuracy (seconds of training after JIT warm-up; lr 7e-3, batch 64)\n")
-    print("| criterion | steps | training seconds (wall) | training seconds (CPU) | val acc | test acc |")
-    print("|---|---:|---:|---:|---:|---:|")
-    for which, row in first.items():
-        if row is None:
-            print(f"| {which} >= 0.97 | not reached | | | | |")
-        else:
-            print(f"| {which} >= 0.97 | {row[0]} | {row[1]:.2f} | {row[2]:.2f} | {row[3]:.3f} | {row[4]:.3f} |")
-    wall_met = all(row is not None and row[1] < 3.0 for row in first.values())
-    cpu_met = all(row is not None and row[2] < 3.0 for row in first.values())
-    print(f"\nTarget: 0.97 (validation and test) in under 3 s of training: "
-          f"{'met' if wall_met else 'not met'} in wall time, {'met' if cpu_met else 'not met'} in CPU time.")
+    print("| step | criterion | steps | training seconds (wall) | training seconds (CPU) | val acc | test acc |")
+    print("|---|---|---:|---:|---:|---:|---:|")
+    verdicts = []
+    for track, limit in (("compiled", 3.0), ("readable", 15.0)):
+        first = time_to_accuracy(track=track)
+        for which, row in first.items():
+            if row is None:
+                print(f"| {track} | {which} >= 0.97 | not reached | | | | |")
+            else:
+                print(f"| {track} | {which} >= 0.97 | {row[0]} | {row[1]:.2f} | {row[2]:.2f} | {row[3]:.3f} | {row[4]:.3f} |")
+        wall_met = all(row is not None and row[1] < limit for row in first.values())
+        cpu_met = all(row is not None and row[2] < limit for row in first.values())
+        verdicts.append(f"the {track} step in under {limit:.0f} s: {'met' if wall_met else 'not met'} in wall time, "
+                        f"{'met' if cpu_met else 'not met'} in CPU time")
+    print(f"\nTargets, 0.97 (validation and test): {'; '.join(verdicts)}.")
 
 
 if __name__ == "__main__":

@@ -143,13 +143,14 @@ def fit(setup: Setup, *, steps: int | None = None, seed: int = 0, callback=None,
     return params, losses
 
 
-def train_task(task: str, *, steps: int | None = None, seed: int = 0, callback=None, **overrides) -> TaskRun:
+def train_task(task: str, *, steps: int | None = None, seed: int = 0, callback=None, track: str = DEFAULT_TRACK,
+               **overrides) -> TaskRun:
     """Build ``task`` with its defaults, :func:`fit` a model and evaluate it.
     ``train_seconds`` is the wall time of training alone, the compiled step already loaded."""
     setup = build(task, seed=seed, **overrides)
     decoder_step.warm_up()                          # compiling (the first time) is not training
     t0 = time.perf_counter()
-    params, losses = fit(setup, steps=steps, seed=seed, callback=callback)
+    params, losses = fit(setup, steps=steps, seed=seed, callback=callback, track=track)
     seconds = time.perf_counter() - t0
     return TaskRun(setup, params, losses, seconds, evaluate(setup, params))
 

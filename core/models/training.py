@@ -192,12 +192,12 @@ def _main_decoder(args) -> int:
 
     overrides = {} if args.lr is None else {"lr": args.lr}
     try:
-        run_ = decoder_runs.train_task(args.task, steps=args.steps, seed=args.seed, **overrides, callback=(
+        run_ = decoder_runs.train_task(args.task, steps=args.steps, seed=args.seed, track=args.step, **overrides, callback=(
             lambda step, loss: step % 100 == 99 and print(f"step {step + 1:5d}  loss {loss:.4f}", flush=True)))
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    result = decoder_runs.summary(run_)
+    result = decoder_runs.summary(run_) | {"step": args.step}
     print(json.dumps(result) if args.json else "\n".join(f"{k}: {v}" for k, v in result.items()))
     return 0
 
