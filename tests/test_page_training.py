@@ -273,3 +273,34 @@ def test_a_time_cap_stops_the_ablations_at_one_step_and_the_table_says_so(at):
     cells = [c for t in at.table for c in t.value["steps"]]
     assert cells and all(c == f"{step} of {limits.MAX_TRAIN_STEPS} (stopped early: time cap)" for c in cells)
     assert any("stopped the runs at step" in w.value for w in at.warning)
+
+
+def shown_source(at) -> str:
+    """The code blocks of the training step's source expander."""
+    box = next(e for e in at.expander if e.label.startswith("Source: the"))
+    return box.label + " " + " ".join(c.value for c in box.code)
+
+
+def test_the_step_switch_changes_the_source_and_the_milliseconds(at, compiled):
+    """A run on each track: the page's ms-per-step metric names the track that ran and reads that
+    run's time, and the source expander shows that track's functions."""
+    at.run()
+    at.number_input(key="training.steps").set_value(40)
+    readings = {}
+    for track in ("readable", "compiled"):
+        at.radio(key="training.track").set_value(track)
+        button(at, "Reset").click().run()
+        button(at, "Start training").click().run()
+        assert rerun_until(at, lambda a: not trainer_of(a).running and trainer_of(a).view().runs
+                           and trainer_of(a).view().runs[0].step == 40, timeout=120)
+        at.run()                           # draw the finished run
+        metric = next(m for m in at.metric if m.label.startswith("ms per step"))
+        assert metric.label == f"ms per step ({track} step)"
+        run = trainer_of(at).view().runs[0]
+        assert float(metric.value) == pytest.approx(run.last["ms_per_step"], abs=0.006)
+        readings[track] = (float(metric.value), shown_source(at))
+    (ms_r, src_r), (ms_c, src_c) = readings["readable"], readings["compiled"]
+    assert "the readable training step" in src_r and "def backward(" in src_r and "def forward(" in src_r
+    assert "the compiled training step" in src_c and "def encoder_layers_backward(" in src_c
+    assert "def encoder_layers_backward(" not in src_r and "def block_backward(" not in src_c
+    assert ms_r > ms_c                 # the readable step runs Python between its sublayers

@@ -66,7 +66,8 @@ class RunView:
     spec: RunSpec
     step: int
     target_steps: int
-    metrics: list                  # one dict per step: step, loss, train_acc, val_acc, elapsed, steps_per_s
+    metrics: list                  # one dict per step: step, loss, train_acc, val_acc, elapsed, steps_per_s,
+                                   # ms_per_step (training alone), track (the training step that ran)
     attention: np.ndarray | None   # (L, H, T, T)
     attention_step: int
     example_tokens: np.ndarray     # the chosen validation sequence (T,)
@@ -303,7 +304,8 @@ class Trainer(BackgroundRun):
                       "train_acc": float(m["train_acc"]),
                       "val_acc": None if m["val_acc"] is None else float(m["val_acc"]),
                       "evaluated": bool(m["evaluated"]), "elapsed": wall_before + now - segment_start,
-                      "steps_per_s": (s1 - s0) / (t1 - t0) if t1 > t0 else 0.0}
+                      "steps_per_s": (s1 - s0) / (t1 - t0) if t1 > t0 else 0.0,
+                      "ms_per_step": m.get("ms_per_step"), "track": m.get("track")}
             with self._lock:
                 run.metrics.append(record)
                 run.wall_seconds = record["elapsed"]

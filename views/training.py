@@ -1,9 +1,12 @@
 """Train a tiny transformer encoder live, watch its heads form, and compare ablations."""
+import functools
+import inspect
+
 import pandas as pd
 import streamlit as st
 
 from core import limits
-from core.models import tasks
+from core.models import steps, tasks, training
 from core.models.encoder import POSITIONAL_CHOICES
 from ui import charts, state
 from core.models.runs import RunSpec
@@ -22,6 +25,7 @@ SPEC = {
     "lr": state.choice_field("0.003", ("0.0003", "0.001", "0.003", "0.01", "0.03")),
     "steps": state.int_field(300, 1, limits.MAX_TRAIN_STEPS),
     "ablation_steps": state.int_field(1000, 1, limits.MAX_TRAIN_STEPS),
+    "track": state.choice_field(steps.DEFAULT_TRACK, steps.TRACKS),
 }
 k = lambda name: state.key(PAGE, name)  # noqa: E731
 # test hooks: tests put tiny data-set sizes and a faster poll here
@@ -88,6 +92,11 @@ right.select_slider("Learning rate (Adam; falls to a tenth by the last step)",
 right.number_input(f"Steps (at most {limits.MAX_TRAIN_STEPS})", 1, limits.MAX_TRAIN_STEPS, key=k("steps"))
 right.caption(f"Caps per run: {limits.MAX_TRAIN_STEPS} steps and {limits.MAX_TRAIN_SECONDS:.0f} s of "
               "training, whichever comes first, so one run cannot hold the server.")
+left.radio("Training step", steps.TRACKS, key=k("track"), horizontal=True,
+           help="readable: the transformer's forward pass and its backward pass written by hand, sublayer "
+                "by sublayer in NumPy (the code under **Source** below). compiled: the same step as one "
+                "call into Numba, several times faster. Tests hold the two to the same numbers.")
+track = st.session_state[k("track")]
 
 spec = RunSpec(task=task, n_layers=int(st.session_state[k("layers")]), n_heads=int(st.session_state[k("heads")]),
                d_model=int(st.session_state[k("d_model")]), positional=st.session_state[k("positional")],
@@ -110,7 +119,7 @@ if b1.button("Start training", type="primary", disabled=spec_problem is not None
     if busy_elsewhere:
         st.warning("The ablation runs are training: stop them first (one job per session).")
     else:
-        act(trainer.start, spec)
+        act(functools.partial(trainer.start, train=functools.partial(training.train, track=track)), spec)
 if b2.button("Pause", disabled=not trainer.running):
     act(trainer.pause)
 if b3.button("Resume", disabled=trainer.status not in ("paused", "loaded") or busy_elsewhere):
@@ -201,7 +210,10 @@ def draw_live() -> None:
     c[0].metric("Loss (last batch)", f"{last['loss']:.4f}" if last else "–")
     val = run.final_val_acc
     c[1].metric("Validation accuracy", f"{val:.3f}" if val is not None else "–")
-    c[2].metric("Steps per second", f"{last['steps_per_s']:.1f}" if last else "–")
+    timed = last is not None and last["ms_per_step"] is not None
+    c[2].metric(f"ms per step ({last['track']} step)" if timed else "ms per step",
+                f"{last['ms_per_step']:.2f}" if timed else "–",
+                help="Training time per step (forward, backward, Adam), evaluations excluded.")
     c[3].metric("Seconds", f"{last['elapsed']:.1f}" if last else "–")
     if run.metrics:
         a, b = st.columns(2)
@@ -349,5 +361,21 @@ def draw_ablations() -> None:
 
 
 live_ablations()
+
+
+def step_source(track_ran: str) -> None:
+    """The functions one training step runs on the track that ran (else the one chosen)."""
+    with st.expander(f"Source: the {track_ran} training step"):
+        st.caption("Each function of one step (forward, loss, backward, Adam), in the order it first runs. "
+                   + ("The forward and backward passes are the one transformer's, shared with the other pages."
+                      if track_ran == "readable" else
+                      "One call into Numba runs all of it; the readable step computes the same numbers."))
+        for fn in steps.step_functions("encoder", track_ran):
+            st.markdown(f"**`{fn.__module__}.{fn.__qualname__}`**")
+            st.code(inspect.getsource(getattr(fn, "py_func", fn)), language="python")
+
+
+ran = trainer.view()
+step_source(ran.runs[0].last["track"] or track if ran.runs and ran.runs[0].last else track)
 
 state.publish(PAGE, SPEC)

@@ -86,8 +86,8 @@ def train(state: TrainState, data: Dataset, *, max_steps: int = 300, max_seconds
     Yields one dict per step: ``step``, ``loss``, ``train_acc`` (of that batch), ``val_acc`` (the
     latest evaluation, every ``eval_every`` steps and at the end), ``evaluated`` (whether this step
     evaluated), ``elapsed`` (wall seconds spent training, evaluation excluded, over the whole run),
-    ``cpu_seconds`` (the same in CPU time of this thread: unaffected by other busy processes) and
-    ``ms_per_step``. ``track`` is the training step's: ``"readable"`` (the transformer's forward and
+    ``cpu_seconds`` (the same in CPU time of this thread: unaffected by other busy processes),
+    ``ms_per_step`` and ``track`` (which training step ran). ``track`` is the training step's: ``"readable"`` (the transformer's forward and
     hand-written backward, the code the page shows) or ``"compiled"`` (the same step in one Numba
     call); see :mod:`core.models.steps`.
     """
@@ -119,7 +119,7 @@ def train(state: TrainState, data: Dataset, *, max_steps: int = 300, max_seconds
         reached = target_val_acc is not None and state.val_acc is not None and state.val_acc >= target_val_acc
         yield {"step": state.step, "loss": loss, "train_acc": correct / bs, "val_acc": state.val_acc,
                "evaluated": evaluated, "elapsed": state.train_seconds, "cpu_seconds": state.cpu_seconds,
-               "ms_per_step": 1000.0 * state.train_seconds / state.step}
+               "ms_per_step": 1000.0 * state.train_seconds / state.step, "track": track}
         if out_of_time or (evaluated and reached):
             return
 
