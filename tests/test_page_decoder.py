@@ -274,3 +274,34 @@ def test_one_box_says_the_weights_are_untrained(at):
     at.run()
     boxes = [b.value for b in (*at.info, *at.warning) if "untrained" in b.value]
     assert len(boxes) == 1, boxes
+
+
+def step_source(at) -> str:
+    box = next(e for e in at.expander if e.label.startswith("Source: generation"))
+    return box.label + " " + " ".join(c.value for c in box.code)
+
+
+def test_the_step_switch_changes_the_source_and_the_milliseconds(at):
+    """A short run on each training step: the ms-per-step metric names the step that ran and reads
+    that run's time, and the source expander shows that step's functions (cross-attention's
+    included: the reverse task is an encoder-decoder)."""
+    at.run()
+    at.number_input(key="decoder.steps").set_value(12).run()
+    readings = {}
+    for track in ("readable", "compiled"):
+        at.radio(key="decoder.track").set_value(track).run()
+        button(at, "Train").click().run()
+        trainer = at.session_state[TRAINER]
+        assert trainer.join(120)
+        at.run()
+        view = trainer.view()
+        assert view.track == track and view.step == 12
+        shown = metric(at, f"ms per step ({track} step)")
+        assert float(shown) == pytest.approx(view.metrics[-1]["ms_per_step"], abs=0.006)
+        readings[track] = (float(shown), step_source(at))
+    (ms_r, src_r), (ms_c, src_c) = readings["readable"], readings["compiled"]
+    assert "the readable training step" in src_r and "def cross_attention_backward(" in src_r
+    assert "def decoder_loss_and_grads(" in src_r and "def decoder_chunk(" not in src_r
+    assert "the compiled training step" in src_c and "def decoder_chunk(" in src_c
+    assert "def decoder_loss_and_grads(" not in src_c
+    assert ms_r > ms_c                 # the readable step runs Python between its sublayers

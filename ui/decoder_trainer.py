@@ -26,6 +26,7 @@ import numpy as np
 from core import limits
 from core.models import decoder, decoder_runs, decoder_step
 from core.models.decoder_runs import LM_TASK, Setup
+from core.models.steps import DEFAULT_TRACK, check_track
 from ui.background_run import DONE, RUNNING, STOPPED, BackgroundRun
 # Steps between two measurements of the validation metric during a run (about a tenth of a second
 # each for the reverse task, a quarter for the language model; a step takes about 2 ms)
@@ -47,10 +48,11 @@ class DecoderView:
     task: str
     step: int
     target_steps: int
-    metrics: list            # one dict per step: step, loss, elapsed
+    metrics: list            # one dict per step: step, loss, elapsed, ms_per_step (training alone)
     evals: list              # step, value: the validation metric where it was measured
     metric: str
     version: int             # grows whenever anything changes
+    track: str               # the training step the run uses: readable or compiled
 
     @property
     def running(self) -> bool:
@@ -81,12 +83,16 @@ class DecoderTrainer(BackgroundRun):
         self._metrics: list = []
         self._evals: list = []
         self._target = 0
+        self._track = DEFAULT_TRACK
 
     # -- control ---------------------------------------------------------------------------------
-    def start(self, setup: Setup, steps: int | None = None, *, fit: Callable | None = None) -> None:
+    def start(self, setup: Setup, steps: int | None = None, *, fit: Callable | None = None,
+              track: str = DEFAULT_TRACK) -> None:
         """Train a fresh model of ``setup`` for ``steps`` (default: the task's; at most
-        ``max_steps``). ``fit`` trains it, called as :func:`core.models.decoder_runs.fit` (the
-        default) is. Raises ``ValueError`` (or ``ui.background_run.TrainerBusy``); nothing changes then."""
+        ``max_steps``) with ``track``'s training step (readable or compiled). ``fit`` trains it,
+        called as :func:`core.models.decoder_runs.fit` (the default) is. Raises ``ValueError`` (or
+        ``ui.background_run.TrainerBusy``); nothing changes then."""
+        check_track(track)
         steps = setup.defaults.steps if steps is None else steps
         if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or not 1 <= steps <= self.max_steps:
             raise ValueError(f"Steps must be a whole number between 1 and {self.max_steps}, got {steps!r}.")
@@ -96,10 +102,10 @@ class DecoderTrainer(BackgroundRun):
         self._claim()
 
         def fresh():
-            self._setup, self._target = setup, int(steps)
+            self._setup, self._target, self._track = setup, int(steps), track
             self._metrics, self._evals = [], [first]
         self._renew(fresh)
-        self._launch(lambda generation: self._train(generation, setup, int(steps), fit))
+        self._launch(lambda generation: self._train(generation, setup, int(steps), fit, track))
 
     def stop(self, timeout: float = 30.0) -> None:
         """Stop after the current step; the model trained so far is kept and shown."""
@@ -123,7 +129,7 @@ class DecoderTrainer(BackgroundRun):
             return DecoderView(self._status, self._message, setup.task if setup else "",
                                self._metrics[-1]["step"] if self._metrics else 0, self._target,
                                list(self._metrics), list(self._evals), setup.metric if setup else "",
-                               self._version)
+                               self._version, self._track)
 
     def model(self, setup: Setup) -> tuple[dict, int, bool]:
         """``(params, version, trained)`` of ``setup``'s task: the last model trained on it (kept
@@ -135,8 +141,9 @@ class DecoderTrainer(BackgroundRun):
         return _untrained(setup), -1, False
 
     # -- the worker ----------------------------------------------------------------------------------
-    def _train(self, generation: int, setup: Setup, steps: int, fit: Callable) -> None:
+    def _train(self, generation: int, setup: Setup, steps: int, fit: Callable, track: str) -> None:
         reason = ""
+        eval_seconds = 0.0                    # measuring the validation metric is not training
 
         def after_step(step: int, loss: float) -> bool:
             nonlocal reason
@@ -144,7 +151,8 @@ class DecoderTrainer(BackgroundRun):
             with self._lock:
                 if not self._mine(generation):
                     return True
-                self._metrics.append({"step": step + 1, "loss": float(loss), "elapsed": elapsed})
+                self._metrics.append({"step": step + 1, "loss": float(loss), "elapsed": elapsed,
+                                      "ms_per_step": 1000.0 * (elapsed - eval_seconds) / (step + 1)})
                 self._bump()
             if self._stop.is_set():
                 reason = "stopped by you"
@@ -153,7 +161,10 @@ class DecoderTrainer(BackgroundRun):
             return bool(reason)
 
         def measure(step: int, params: dict) -> None:
+            nonlocal eval_seconds
+            t0 = time.perf_counter()
             value = _val_acc(setup, params)
+            eval_seconds += time.perf_counter() - t0
             with self._lock:
                 if self._mine(generation):
                     self._evals.append({"step": step, "value": value})
@@ -164,7 +175,8 @@ class DecoderTrainer(BackgroundRun):
         decoder_step.warm_up()
         self._set_status(generation, None, "")
         start = time.perf_counter()           # the time cap counts training, not compiling
-        params, _ = fit(setup, steps=steps, seed=0, callback=after_step, every=EVAL_EVERY, on_params=measure)
+        params, _ = fit(setup, steps=steps, seed=0, callback=after_step, every=EVAL_EVERY, on_params=measure,
+                        track=track)
         value = _val_acc(setup, params)
         with self._lock:
             if self._mine(generation):

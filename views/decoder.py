@@ -1,5 +1,6 @@
 """Decoder and generation: train a small decoder live, see teacher forcing, then generate one token
 at a time through the KV cache and watch the attention rows, the cache and the sampler."""
+import functools
 import inspect
 import time
 
@@ -8,8 +9,7 @@ import pandas as pd
 import streamlit as st
 
 from core import limits
-from core.models import decoder, layers, sampling, tasks
-from core.models.compiled import decoder_gradient
+from core.models import decoder, layers, sampling, steps, tasks
 from core.models.decoder_runs import DEFAULTS, build
 from ui import charts, state
 from ui.widgets import act, chosen_dtype
@@ -31,6 +31,7 @@ SPEC = {
     "step": state.int_field(1, 1, 64),
     "layer": state.int_field(1, 1, limits.MAX_TRAIN_LAYERS),
     "head": state.int_field(1, 1, limits.MAX_TRAIN_HEADS),
+    "track": state.choice_field(steps.DEFAULT_TRACK, steps.TRACKS),
 }
 k = lambda name: state.key(PAGE, name)  # noqa: E731
 TRAINER_KEY, POLL_KEY = k("trainer"), k("poll_seconds")      # tests put a faster poll here
@@ -98,9 +99,13 @@ right.caption(f"{cfg.n_layers} layers, d_model {cfg.d_model}, {cfg.n_heads} head
               f"{decoder.param_count(cfg):,} parameters; Adam, batch {setup.defaults.batch_size}, learning rate "
               f"{setup.defaults.lr:g} with {setup.defaults.warmup} warm-up steps and a cosine decay. A run stops after "
               f"{limits.MAX_TRAIN_SECONDS:.0f} s of training at most.")
+left.radio("Training step", steps.TRACKS, key=k("track"), horizontal=True,
+           help="readable: the one transformer's forward pass and its backward pass written by hand, in NumPy "
+                "(the code under **Source** below). compiled: the same step as one call into Numba, several "
+                "times faster. Tests hold the two to the same numbers.")
 b1, b2, b3 = st.columns(3)
 if b1.button("Train", type="primary", disabled=trainer.running):
-    act(trainer.start, setup, int(st.session_state[k("steps")]))
+    act(functools.partial(trainer.start, track=st.session_state[k("track")]), setup, int(st.session_state[k("steps")]))
 if b2.button("Stop", disabled=not trainer.running):
     act(trainer.stop)
 if b3.button("Reset"):
@@ -132,10 +137,12 @@ def draw_live() -> None:
     elif view.message:
         st.caption(view.message)
     last = view.last
-    c = st.columns(3)
+    c = st.columns(4)
     c[0].metric("Loss (last batch)", f"{last['loss']:.4f}" if last else "–")
     c[1].metric(f"Validation {view.metric}", f"{view.final_eval:.3f}" if view.final_eval is not None else "–")
-    c[2].metric("Seconds", f"{last['elapsed']:.1f}" if last else "–")
+    c[2].metric(f"ms per step ({view.track} step)", f"{last['ms_per_step']:.2f}" if last else "–",
+                help="Training time per step (forward, backward, Adam), validation excluded.")
+    c[3].metric("Seconds", f"{last['elapsed']:.1f}" if last else "–")
     if view.metrics:
         stride = max(1, len(view.metrics) // 400)       # thinned: a redraw stays cheap
         loss = pd.DataFrame(view.metrics[::stride])
@@ -471,18 +478,23 @@ else:
 
 
 @st.cache_resource
-def sources() -> list[tuple[str, str]]:
-    """Name and source of the functions behind this page's numbers (read once per process)."""
-    return [(f"{fn.__module__}.{fn.__qualname__}", inspect.getsource(fn))
-            for fn in (decoder.generate, decoder._extend, decoder.KVCache, layers.attend, sampling.distribution,
-                       decoder._decode, decoder._layer, decoder.train, decoder_gradient.decoder_chunk)]
+def sources(track: str, cross_attention: bool) -> list[tuple[str, str]]:
+    """Name and source of the functions behind this page's numbers (read once per process):
+    generation, then the training loop and one step on ``track``."""
+    generation = [decoder.generate, decoder._extend, decoder.KVCache, layers.attend, sampling.distribution,
+                  decoder._decode, decoder._layer, decoder.train]
+    return [(f"{fn.__module__}.{fn.__qualname__}", inspect.getsource(getattr(fn, "py_func", fn)))
+            for fn in generation + steps.step_functions("decoder", track, cross_attention)]
 
 
-with st.expander("Source — the code that computed these numbers"):
+ran = trainer.view()
+track_ran = ran.track if ran.metrics else st.session_state[k("track")]
+with st.expander(f"Source: generation, and the {track_ran} training step"):
     st.caption("Generation (with and without the cache), the attention it runs, and the sampler; then "
-               "training: the loop, and the compiled step it calls for each batch's loss and gradient "
-               "(the same numbers as `decoder.loss_and_grads`, sublayer by sublayer, in one call).")
-    for name, code in sources():
+               f"training: the loop, and the {track_ran} step it runs for each batch's loss and gradient "
+               + ("(the one transformer's forward pass and hand-written backward pass, sublayer by sublayer)."
+                  if track_ran == "readable" else "(the same numbers as the readable step, in one Numba call)."))
+    for name, code in sources(track_ran, bool(cfg.cross_attention)):
         st.markdown(f"**`{name}`**")
         st.code(code, language="python")
 
