@@ -46,8 +46,9 @@ def _cli(*args):
 
 def test_command_line_reports_the_decoder_tasks():
     rev = _cli("--task", "reverse", "--steps", "3")
-    assert set(rev) == {"task", "steps", "val_acc", "train_seconds", "ms_per_step"}
+    assert set(rev) == {"task", "steps", "val_acc", "train_seconds", "ms_per_step", "step"}
     assert rev["task"] == "reverse" and rev["steps"] == 3 and 0.0 <= rev["val_acc"] <= 1.0
+    assert rev["step"] == "compiled" and _cli("--task", "reverse", "--steps", "3", "--step", "readable")["step"] == "readable"
     lm = _cli("--task", "lm", "--steps", "3")
     assert {"val_loss", "unigram_loss"} <= set(lm) and lm["steps"] == 3
     assert 0.0 <= lm["val_acc"] <= 1.0 and lm["val_loss"] > 0 and lm["unigram_loss"] > 0
