@@ -1,7 +1,7 @@
 """Numba CPU kernels (``@njit``) for attention, masking, multi-head projection and positional encoding.
 
-Host drivers here and in ``core/kernels/tuned/gpu.py`` share names and signatures; ``core/attention.py`` picks one.
-Drivers take validated, C-contiguous arrays of one float dtype and return new arrays:
+Host drivers here and in the lesson kernels (``core/kernels/cpu.py``, ``core/kernels/gpu.py``) share
+names and signatures; ``core/kernels/dispatch.py`` picks one. Drivers take validated, C-contiguous arrays of one float dtype and return new arrays:
 
 - ``Q (B, H, Tq, d_k)``, ``K (B, H, Tk, d_k)``, ``V (B, H, Tk, d_v)``;
 - ``mask (Bm, Hm, Tqm, Tkm)``, additive, each axis either 1 (broadcast) or full size, never None;
