@@ -1,6 +1,10 @@
 """The building blocks of the tuned CPU kernels: register tiles, laid-out keys and values, live-key
 ranges, softmax pieces. Each is ``@njit(inline="always")``: compiled into the work-unit functions
 of ``core/kernels/tuned/cpu.py`` (the drivers and kernels), never called from Python.
+
+Numba's disk cache is keyed to the file of the function it compiles, not to the files of what it
+inlines: after editing this file, touch ``cpu.py`` (or delete ``core/kernels/tuned/__pycache__``)
+so that the kernels recompile.
 """
 from __future__ import annotations
 
@@ -293,10 +297,11 @@ def _online_rescale(s, lo, hi, r, m, l, acc):
         _fill(live, 0, hi - lo, 0.0)
         return
     if m_new > m[r]:
-        correction = fast_exp(m[r] - m_new)   # exp(-inf) = 0 on the first live tile
-        l[r] *= correction
-        for d in range(acc.shape[1]):
-            acc[r, d] *= correction
+        if m[r] != -np.inf:                   # on the first live tile l and acc are still 0: nothing to rescale
+            correction = fast_exp(m[r] - m_new)
+            l[r] *= correction
+            for d in range(acc.shape[1]):
+                acc[r, d] *= correction
         m[r] = m_new
     tile_sum = l.dtype.type(0)
     for j in range(hi - lo):
