@@ -36,11 +36,10 @@ def backend(request, monkeypatch):
     heads where the heads share evenly among the threads; "blocks": units of a few queries
     always), and the lesson CUDA kernels (on Numba's simulator when there is no GPU)."""
     track = request.param
-    monkeypatch.setenv(dispatch.TRACK_ENV, "tuned" if "tuned" in track else "lesson")
     monkeypatch.setattr(cpu, "PARALLEL_MIN_WORK", 0 if "parallel" in track else 1 << 62)
     if track.endswith("blocks"):
         monkeypatch.setattr(cpu, "_query_block", lambda B, H, Tq, work: cpu.QUERY_BLOCK)
-    with dispatch.recording() as ran:
+    with dispatch.track("tuned" if "tuned" in track else "lesson"), dispatch.recording() as ran:
         yield track.split("-")[0]
     expected = {"cpu-lesson": dispatch.LESSON_CPU, "cuda": dispatch.LESSON_GPU}.get(track, dispatch.TUNED_CPU)
     assert {call.module for call in ran} <= {expected}, "a call ran on another track than the one under test"
@@ -120,12 +119,12 @@ def test_fused_key_tiles_that_start_inside_a_vector(monkeypatch, dtype, mask_kin
     span one, two and more key tiles and the running max and sums are rescaled between tiles."""
     monkeypatch.setattr(cpu, "KEY_TILE", 21)
     monkeypatch.setattr(cpu, "PARALLEL_MIN_WORK", 0 if parallel else 1 << 62)
-    monkeypatch.setenv(dispatch.TRACK_ENV, "tuned")           # the tuned kernels, at this small size
     rng = np.random.default_rng(3)
     Q, K, V = rand(rng, (2, 50, 6), dtype), rand(rng, (2, 50, 6), dtype), rand(rng, (2, 50, 9), dtype)
     mask = make_mask(mask_kind, (2,), 50, 50, dtype)
     expected_out, _ = ref.attention(Q.astype(np.float64), K, V, mask)
-    fused, _ = at.attention(Q, K, V, mask, backend="cpu", return_weights=False)
+    with dispatch.track("tuned"):                             # the tuned kernels, at this small size
+        fused, _ = at.attention(Q, K, V, mask, backend="cpu", return_weights=False)
     close(fused, expected_out, dtype)
 
 

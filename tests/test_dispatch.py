@@ -72,13 +72,25 @@ def test_a_mid_size_call_from_code_runs_the_tuned_kernels():
                                                          ("fused_attention", "tuned")]
 
 
-def test_either_track_can_be_forced_for_a_block_or_a_process(monkeypatch):
+@pytest.fixture
+def set_track_env(monkeypatch):
+    """``set_track_env(value)`` sets ``ATTN_KERNELS`` as a process started with it would see it (the
+    dispatch reads it once, like ``ATTN_BACKEND``); the variable is restored afterwards."""
+    def set_env(value):
+        monkeypatch.setenv(dispatch.TRACK_ENV, value)
+        dispatch.refresh()
+    yield set_env
+    monkeypatch.undo()
+    dispatch.refresh()
+
+
+def test_either_track_can_be_forced_for_a_block_or_a_process(set_track_env):
     Q, K, V = qkv((8, 64, 16), dtype=np.float32)
     with dispatch.track("lesson"), dispatch.recording() as ran:
         out_lesson, _ = at.attention(Q, K, V, backend="cpu")
     assert [c.track for c in ran] == ["lesson"]
     small = qkv((1, 2, 2), dtype=np.float32)
-    monkeypatch.setenv(dispatch.TRACK_ENV, "tuned")
+    set_track_env("tuned")
     with dispatch.recording() as ran:
         at.attention(*small, backend="cpu")
         out_tuned, _ = at.attention(Q, K, V, backend="cpu")
@@ -86,7 +98,7 @@ def test_either_track_can_be_forced_for_a_block_or_a_process(monkeypatch):
             at.attention(*small, backend="cpu")
     assert [c.track for c in ran] == ["tuned", "tuned", "lesson"]
     np.testing.assert_allclose(out_tuned, out_lesson, rtol=1e-5, atol=1e-6)
-    monkeypatch.setenv(dispatch.TRACK_ENV, "fastest")
+    set_track_env("fastest")
     with pytest.raises(ValueError, match="ATTN_KERNELS"):
         at.attention(*small, backend="cpu")
     with pytest.raises(ValueError, match="Unknown kernel track"):

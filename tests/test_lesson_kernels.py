@@ -293,7 +293,7 @@ def test_lesson_kernels_use_no_tricks(module):
         elif isinstance(node, ast.Import):
             imported |= {alias.name for alias in node.names}
     tricks = {"core.kernels.tuned.simd", "core.kernels.tuned.borrow", "core.kernels.tuned.floatbits", "core.kernels.tuned.fastexp", "core.kernels.reference",
-              "numba.prange", "core.kernels.tuned.cpu", "core.kernels.tuned.gpu"}
+              "numba.prange", "core.kernels.tuned.cpu", "core.kernels.tuned.tiles"}
     assert not imported & tricks
     options = {kw.arg for node in ast.walk(tree) if isinstance(node, ast.Call) for kw in node.keywords}
     assert not options & {"fastmath", "parallel"}

@@ -51,6 +51,21 @@ TRACKS = ("auto", "lesson", "tuned")
 _forced: contextvars.ContextVar[str | None] = contextvars.ContextVar("kernel_track", default=None)
 
 
+def _read_track_env() -> str:
+    return os.environ.get(TRACK_ENV, "").strip().lower() or "auto"
+
+
+# Read at import and by refresh(), as core.backend reads ATTN_BACKEND: looking up an unset
+# variable in os.environ raises and catches a KeyError, 1.5 us of a lesson-size call's 20.
+_env_track = _read_track_env()
+
+
+def refresh() -> None:
+    """Re-read ``ATTN_KERNELS`` (read once, at import: calls are hot)."""
+    global _env_track
+    _env_track = _read_track_env()
+
+
 @contextlib.contextmanager
 def track(name: str) -> Iterator[None]:
     """``with track("lesson"):`` (or ``"tuned"``, ``"auto"``) runs every CPU call of this thread
@@ -66,8 +81,8 @@ def track(name: str) -> Iterator[None]:
 
 def chosen_track() -> str:
     """``"auto"``, ``"lesson"`` or ``"tuned"``: the innermost :func:`track` block, else the
-    ``ATTN_KERNELS`` environment variable, else auto."""
-    name = _forced.get() or os.environ.get(TRACK_ENV, "").strip().lower() or "auto"
+    ``ATTN_KERNELS`` environment variable (as read at import or by :func:`refresh`), else auto."""
+    name = _forced.get() or _env_track
     if name not in TRACKS:
         raise ValueError(f"{TRACK_ENV}={name!r} is not a kernel track; use one of {', '.join(TRACKS)}.")
     return name
@@ -86,10 +101,15 @@ def kernels_for(backend: str | None, work: int, operation: str = "attention_with
     return _module(LESSON_CPU if name == "lesson" else TUNED_CPU)
 
 
-@functools.lru_cache(maxsize=None)
+_imported: dict[str, types.ModuleType] = {}
+
+
 def _module(name: str) -> types.ModuleType:
     """Imported on first use: a lesson page never imports (or compiles) the tuned kernels."""
-    return importlib.import_module(name)
+    module = _imported.get(name)
+    if module is None:
+        module = _imported[name] = importlib.import_module(name)
+    return module
 
 
 # --- the record of what ran ------------------------------------------------------------------

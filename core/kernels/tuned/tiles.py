@@ -1,0 +1,311 @@
+"""The building blocks of the tuned CPU kernels: register tiles, laid-out keys and values, live-key
+ranges, softmax pieces. Each is ``@njit(inline="always")``: compiled into the work-unit functions
+of ``core/kernels/tuned/cpu.py`` (the drivers and kernels), never called from Python.
+
+Numba's disk cache is keyed to the file of the function it compiles, not to the files of what it
+inlines: after editing this file, touch ``cpu.py`` (or delete ``core/kernels/tuned/__pycache__``)
+so that the kernels recompile.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from core.kernels.tuned import simd
+from core.kernels.tuned.fastexp import fast_exp
+from core.kernels.tuned.floatbits import max_of
+
+# Reassociation lets LLVM vectorise the dot products; no flag here touches inf/NaN semantics,
+# which the -inf masks rely on (so no 'nnan', 'ninf' or plain fastmath=True).
+FASTMATH = {"reassoc", "contract", "nsz", "arcp"}
+_jit = dict(cache=True, fastmath=FASTMATH)
+
+# --- device-side helpers -----------------------------------------------------------------
+
+
+@njit(inline="always", **_jit)
+def _mask_row(mask, b, h, i):
+    """The mask's row for query (b, h, i), honouring broadcast axes of length 1: (1,) or (Tk,)."""
+    return mask[b if mask.shape[0] > 1 else 0, h if mask.shape[1] > 1 else 0, i if mask.shape[2] > 1 else 0]
+
+
+@njit(inline="always", **_jit)
+def _round_up(n, step):
+    return (n + step - 1) // step * step
+
+
+@njit(inline="always", **_jit)
+def _transpose_keys(K, Kt, b, h):
+    """``Kt[b, h, p, :, c] = K[b, h, p * W + c]`` (``W = Kt.shape[4]``, two vectors): the keys cut
+    into panels of ``W`` keys, each panel stored transposed, so that one SIMD vector holds one
+    feature of several keys and a register tile (4 queries by one panel) reads its panel from
+    start to end, ``d_k * W`` contiguous numbers, as a BLAS kernel reads its packed operand.
+    The last panel is zero beyond the last key, so whole vectors may run past it.
+
+    With one row of ``Kt`` per feature instead (``d_k`` rows as long as the keys), each step of the
+    tile loaded from a different row: at T = 512, d_k = 64 the scores ran at 66 % of one core's
+    sgemm against 89 % for ``A V``, whose value rows are read in order.
+
+    Done once per head, before the work is split into blocks of queries (each block transposing
+    for itself cost as much as its arithmetic).
+    """
+    kt, Tk, W = Kt[b, h], K.shape[2], Kt.shape[4]
+    for j in range(Tk):
+        k, panel, c = K[b, h, j], kt[j // W], j % W
+        for d in range(K.shape[3]):
+            panel[d, c] = k[d]
+    for j in range(Tk, kt.shape[0] * W):
+        panel, c = kt[j // W], j % W
+        for d in range(K.shape[3]):
+            panel[d, c] = 0.0
+
+
+@njit(inline="always", **_jit)
+def _pad_values(V, Vp, b, h):
+    """``Vp[b, h, j, :d_v] = V[b, h, j]``, zero beyond: value rows a whole number of vectors long."""
+    dv = V.shape[3]
+    for j in range(V.shape[2]):
+        row, v = Vp[b, h, j], V[b, h, j]
+        for c in range(dv):
+            row[c] = v[c]
+        _fill(row, dv, row.shape[0], 0.0)
+
+
+@njit(inline="always", **_jit)
+def _fill(x, lo, hi, value):
+    """``x[lo:hi] = value`` as a plain loop (a slice assignment costs ~20 ns of setup, which
+    dominates at the lesson pages' six-token rows), and nothing at all for an empty range: the
+    two fills around each causal row's live keys, one of them always empty, had cost 8 % of a
+    64-key attention with weights."""
+    if hi > lo:
+        y = x[lo:hi]                           # zero-based, so the loop vectorises (see _add_mask)
+        for j in range(hi - lo):
+            y[j] = value
+
+
+@njit(inline="always", **_jit)
+def _copy(x, y, n):
+    """``y[:n] = x[:n]`` as a plain loop (see :func:`_fill`)."""
+    for j in range(n):
+        y[j] = x[j]
+
+
+@njit(inline="always", **_jit)
+def _live_keys(m, j0, n):
+    """``[lo, hi)``: the keys of a tile (``j0 .. j0+n``) outside which the mask row ``m`` is all -inf.
+
+    A causal or padding mask leaves a contiguous run of live keys: scores, exps and the weighted
+    sum only visit that run, which halves the work of causal attention.
+    """
+    if m.shape[0] == 1:                        # mask broadcast along keys
+        return (0, n) if m[0] != -np.inf else (0, 0)
+    # A whole pass with integer min/max (which LLVM vectorises) instead of scanning in from both
+    # ends: a causal row's scan from the end stopped only after half the row, one key at a time.
+    row, lo, hi = m[j0:j0 + n], n, 0
+    for j in range(n):
+        live = row[j] != -np.inf
+        lo = min(lo, j if live else n)
+        hi = max(hi, j + 1 if live else 0)
+    return (lo, hi) if lo < hi else (0, 0)
+
+
+@njit(inline="always", **_jit)
+def _add_mask(live, m, j):
+    """``live += m[j:j+len(live)]`` (or ``+= m[0]`` for a mask broadcast along keys, skipped when
+    it is 0: the scores arrive already scaled, the scale folded into the query).
+
+    Loops start at 0 over slices: LLVM then knows no index is negative (Numba's wraparound for
+    negative indices would otherwise stop the vectoriser).
+    """
+    if m.shape[0] > 1:
+        mj = m[j:j + live.shape[0]]
+        for k in range(live.shape[0]):
+            live[k] += mj[k]
+    elif m[0] != 0.0:
+        for k in range(live.shape[0]):
+            live[k] += m[0]
+
+
+@njit(inline="always", **_jit)
+def _product_block(a0, a1, a2, a3, B, t0, n, c, like):
+    """A 4 x (2 vectors) block of a matrix product: ``sum_{t < n} a_r[t] B[t0 + t, c : c + 2 lanes]``
+    for the four rows ``a_r``, as eight vectors (row 0's two, then row 1's, ...).
+
+    The register tile of a BLAS kernel: the eight running sums stay in SIMD registers for the
+    whole loop; each step loads two vectors of ``B``, broadcasts four numbers of ``a`` and does
+    eight fused multiply-adds. ``like`` is any array of the result's dtype.
+    """
+    L = simd.lanes_of(like)
+    x0 = x1 = x2 = x3 = y0 = y1 = y2 = y3 = simd.zeros(like)
+    for t in range(n):
+        row = B[t0 + t]
+        u, v = simd.load(row, c), simd.load(row, c + L)
+        w = simd.splat(a0[t], like)
+        x0, y0 = simd.fma(w, u, x0), simd.fma(w, v, y0)
+        w = simd.splat(a1[t], like)
+        x1, y1 = simd.fma(w, u, x1), simd.fma(w, v, y1)
+        w = simd.splat(a2[t], like)
+        x2, y2 = simd.fma(w, u, x2), simd.fma(w, v, y2)
+        w = simd.splat(a3[t], like)
+        x3, y3 = simd.fma(w, u, x3), simd.fma(w, v, y3)
+    return x0, y0, x1, y1, x2, y2, x3, y3
+
+
+@njit(inline="always", **_jit)
+def _product_vector(a0, a1, a2, a3, B, t0, n, c, like):
+    """:func:`_product_block` one vector wide (for the last vector of a row): four vectors."""
+    x0 = x1 = x2 = x3 = simd.zeros(like)
+    for t in range(n):
+        u = simd.load(B[t0 + t], c)
+        x0 = simd.fma(simd.splat(a0[t], like), u, x0)
+        x1 = simd.fma(simd.splat(a1[t], like), u, x1)
+        x2 = simd.fma(simd.splat(a2[t], like), u, x2)
+        x3 = simd.fma(simd.splat(a3[t], like), u, x3)
+    return x0, x1, x2, x3
+
+
+@njit(inline="always", **_jit)
+def _scores_tile(Qs, Kt, k0, lo, hi, s0, s1, s2, s3):
+    """``s_r[j] = Qs[r] . K[k0 + j]`` for four (scaled) queries ``Qs`` and the keys ``lo <= j < hi``
+    of a tile starting at key ``k0`` (a whole number of panels), where ``Kt`` holds the keys in
+    panels (see :func:`_transpose_keys`): blocks of ``Q K^T`` (:func:`_product_block`), summed over
+    the features. Whole vectors only: the columns from ``lo`` rounded down to a vector boundary
+    to ``hi`` rounded up are written, so the rows are padded by a vector.
+    """
+    L, dk, W = simd.lanes_of(s0), Qs.shape[1], Kt.shape[2]
+    q0, q1, q2, q3 = Qs[0], Qs[1], Qs[2], Qs[3]
+    j = lo - lo % L
+    while j < hi:
+        p, c = (k0 + j) // W, (k0 + j) % W
+        if c == 0 and j + L < hi:              # a whole panel: two vectors of keys
+            x0, y0, x1, y1, x2, y2, x3, y3 = _product_block(q0, q1, q2, q3, Kt[p], 0, dk, 0, s0)
+            simd.store(s0, j, x0), simd.store(s1, j, x1), simd.store(s2, j, x2), simd.store(s3, j, x3)
+            simd.store(s0, j + L, y0), simd.store(s1, j + L, y1), simd.store(s2, j + L, y2), simd.store(s3, j + L, y3)
+            j += W
+        else:                                  # one vector: a panel's first or second half
+            x0, x1, x2, x3 = _product_vector(q0, q1, q2, q3, Kt[p], 0, dk, c, s0)
+            simd.store(s0, j, x0), simd.store(s1, j, x1), simd.store(s2, j, x2), simd.store(s3, j, x3)
+            j += L
+
+
+@njit(inline="always", **_jit)
+def _scores_group(Q, Kt, mask, scale, b, h, i, n, k0, n_keys, Qs, S):
+    """Scores of the ``n`` (1 to 4) queries ``i .. i+n-1`` against the keys ``k0 .. k0+n_keys``, in
+    rows ``0 .. n-1`` of the scratch ``S``; returns the live range ``[lo, hi)``, the union of the
+    rows' own (masked keys inside it get -inf from the mask). Only that range of ``S`` is valid.
+
+    ``Qs`` (4, d_k) receives the queries times the scale (rows past ``n`` repeat the last query,
+    so the tile always computes four).
+    """
+    lo, hi = n_keys, 0
+    for r in range(n):
+        a, c = _live_keys(_mask_row(mask, b, h, i + r), k0, n_keys)
+        if a < c:
+            lo, hi = min(lo, a), max(hi, c)
+    if lo >= hi:
+        return 0, 0                            # nothing live for any of them
+    for r in range(4):
+        q, qs = Q[b, h, i + min(r, n - 1)], Qs[r]
+        for d in range(q.shape[0]):
+            qs[d] = q[d] * scale
+    _scores_tile(Qs, Kt, k0, lo, hi, S[0], S[1], S[2], S[3])
+    for r in range(n):
+        _add_mask(S[r, lo:hi], _mask_row(mask, b, h, i + r), k0 + lo)
+    return lo, hi
+
+
+@njit(inline="always", **_jit)
+def _softmax_in_place(x):
+    """``x = softmax(x)``; a row with nothing allowed (all -inf) gives zeros.
+
+    Accumulators stay in the row's dtype (a float64 ``total`` would turn every float32 exp into a
+    float64 one), and ``fast_exp`` is the vectorisable polynomial for float32, exact 0 at -inf.
+    """
+    if x.shape[0] == 0:
+        return
+    m = max_of(x, x[0])
+    if m == -np.inf:
+        _fill(x, 0, x.shape[0], 0.0)
+        return
+    total = x.dtype.type(0)
+    for j in range(x.shape[0]):
+        x[j] = fast_exp(x[j] - m)
+        total += x[j]
+    inv = x.dtype.type(1) / total
+    for j in range(x.shape[0]):
+        x[j] *= inv
+
+
+@njit(inline="always", **_jit)
+def _softmax_live(scores, lo, hi, weights):
+    """The softmax of ``scores`` over the live keys ``[lo, hi)``: in place there (the weighted sum
+    reads it from there), and copied into ``weights``, exactly 0 outside."""
+    _softmax_in_place(scores[lo:hi])
+    _copy(scores[lo:hi], weights[lo:hi], hi - lo)
+    _fill(weights, 0, lo, 0.0)
+    _fill(weights, hi, weights.shape[0], 0.0)
+
+
+@njit(inline="always", **_jit)
+def _weighted_sum_tile(p0, p1, p2, p3, Vp, k0, lo, hi, o0, o1, o2, o3):
+    """``o_r += sum_{lo <= j < hi} p_r[j] V[k0 + j]`` for four rows of weights ``p_r`` over a tile of
+    keys from ``k0``: blocks of ``A V`` (:func:`_product_block`), summed over the keys. ``Vp``
+    holds the value rows padded to whole vectors, as wide as the ``o_r``.
+    """
+    L, width = simd.lanes_of(o0), o0.shape[0]
+    w0, w1, w2, w3 = p0[lo:hi], p1[lo:hi], p2[lo:hi], p3[lo:hi]   # zero-based (see _add_mask)
+    c = 0
+    while c + L < width:                       # two vectors of value features
+        x0, y0, x1, y1, x2, y2, x3, y3 = _product_block(w0, w1, w2, w3, Vp, k0 + lo, hi - lo, c, o0)
+        _add_vector(o0, c, x0), _add_vector(o1, c, x1), _add_vector(o2, c, x2), _add_vector(o3, c, x3)
+        _add_vector(o0, c + L, y0), _add_vector(o1, c + L, y1)
+        _add_vector(o2, c + L, y2), _add_vector(o3, c + L, y3)
+        c += 2 * L
+    if c < width:                              # one vector left
+        x0, x1, x2, x3 = _product_vector(w0, w1, w2, w3, Vp, k0 + lo, hi - lo, c, o0)
+        _add_vector(o0, c, x0), _add_vector(o1, c, x1), _add_vector(o2, c, x2), _add_vector(o3, c, x3)
+
+
+@njit(inline="always", **_jit)
+def _add_vector(x, i, v):
+    """``x[i : i + lanes] += v``."""
+    simd.store(x, i, simd.add(simd.load(x, i), v))
+
+
+@njit(inline="always", **_jit)
+def _panel_keys(Kt):
+    """Keys the panels of ``Kt`` hold: the key count rounded up to a whole panel."""
+    return Kt.shape[2] * Kt.shape[4]
+
+
+@njit(inline="always", **_jit)
+def _unit(u, H, n_blocks, Tq, block):
+    """Work unit ``u`` -> (batch, head, first query, end query): one block of queries of one head."""
+    b, h, qb = u // (H * n_blocks), (u // n_blocks) % H, u % n_blocks
+    return b, h, qb * block, min(qb * block + block, Tq)
+
+
+@njit(inline="always", **_jit)
+def _online_rescale(s, lo, hi, r, m, l, acc):
+    """Turn one tile's scores ``s[lo:hi]`` of query ``r`` into ``exp(score - m)`` for its running max
+    ``m[r]``, raising that max (and rescaling the normaliser ``l[r]`` and the unnormalised output
+    ``acc[r]`` by ``exp(m_old - m_new)``) when the tile holds a larger score. A query with nothing
+    live so far gets zeros, so the weighted sum that follows adds nothing for it."""
+    live = s[lo:hi]                           # zero-based, so the loops vectorise (see _add_mask)
+    m_new = max_of(live, m[r])
+    if m_new == -np.inf:
+        _fill(live, 0, hi - lo, 0.0)
+        return
+    if m_new > m[r]:
+        if m[r] != -np.inf:                   # on the first live tile l and acc are still 0: nothing to rescale
+            correction = fast_exp(m[r] - m_new)
+            l[r] *= correction
+            for d in range(acc.shape[1]):
+                acc[r, d] *= correction
+        m[r] = m_new
+    tile_sum = l.dtype.type(0)
+    for j in range(hi - lo):
+        p = fast_exp(live[j] - m_new)         # exactly 0 for masked keys
+        live[j] = p
+        tile_sum += p
+    l[r] += tile_sum
