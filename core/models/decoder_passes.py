@@ -1,12 +1,14 @@
-"""The decoder's readable forward and backward passes, sublayer by sublayer (teacher forcing, a
-causal mask; cross-attention over the encoder's output in an encoder-decoder), and the checks of
-its inputs. The architecture is described in ``core.models.decoder``."""
+"""The decoder's readable forward pass, sublayer by sublayer (teacher forcing, a causal mask;
+cross-attention over the encoder's output in an encoder-decoder), the checks of its inputs, and
+its loss and gradient, which the one transformer's hand-written backward pass computes
+(:mod:`core.models.vocabulary`). The architecture is described in ``core.models.decoder``."""
 from __future__ import annotations
 
 import numpy as np
 
 from core.models import layers as L
 from core.models import params as P
+from core.models import vocabulary
 from core.models.decoder_config import CROSS_PARAMS, LAYER_PARAMS, DecoderConfig, param_shapes
 
 
@@ -160,70 +162,6 @@ def forward(params: dict, cfg: DecoderConfig, tgt_in, src=None):
     return logits, cache
 
 
-def _layer_backward(dx3: np.ndarray, c: dict, p: dict, pc=None):
-    """Gradient of a layer's input, of the memory (None without cross-attention), and of its
-    parameters (cross-attention ones under their ``cross_`` names)."""
-    g = {}
-    # 3. feed-forward, residual, norm:  x3 = LN2(x2 + FFN(x2)); attention-only: x3 = x2
-    dx2 = dx3
-    if "ffn" in c:
-        d_sum, g["ln2_g"], g["ln2_b"] = L.layer_norm_backward(dx3, c["ln2"])
-        dx2, g_ffn = L.feed_forward_backward(d_sum, c["ffn"], p)
-        dx2 = dx2 + d_sum                                                  # the residual path
-        g.update(g_ffn)
-    # 2. cross-attention, residual, norm:  x2 = LN_cross(x1 + MHA(x1, memory))
-    d_memory = None
-    if "cross" in c:
-        d_sum, g["ln_cross_g"], g["ln_cross_b"] = L.layer_norm_backward(dx2, c["ln_cross"])
-        dq, d_memory, g_cross = L.attention_backward(d_sum, c["cross"], pc)
-        dx1 = d_sum + dq
-        g.update({f"cross_{name}": value for name, value in g_cross.items()})
-    else:
-        dx1 = dx2
-    # 1. self-attention, residual, norm:  x1 = LN1(x + MHA(x))
-    d_sum, g["ln1_g"], g["ln1_b"] = L.layer_norm_backward(dx1, c["ln1"])
-    dq, dkv, g_self = L.attention_backward(d_sum, c["self"], p)
-    g.update(g_self)
-    return d_sum + dq + dkv, d_memory, g                                   # queries, keys, values all read x
-
-
-def _embed_backward(dx: np.ndarray, tokens: np.ndarray, prefix: str, cfg: DecoderConfig, grads: dict, params):
-    """Scatter the gradient of ``embed[tokens] + pos`` into the embedding (and learned position) rows."""
-    d_embed = np.zeros_like(params[f"{prefix}embed"])
-    np.add.at(d_embed, tokens.reshape(-1), dx.reshape(-1, cfg.d_model))  # a token seen twice adds twice
-    grads[f"{prefix}embed"] = d_embed
-    if cfg.positional == "learned":
-        d_pos = np.zeros_like(params[f"{prefix}pos"])
-        d_pos[:tokens.shape[1]] = dx.sum(axis=0)
-        grads[f"{prefix}pos"] = d_pos
-
-
-def _backward(params: dict, cfg: DecoderConfig, cache: dict, d_logits: np.ndarray) -> dict:
-    grads: dict[str, np.ndarray] = {}
-    # 4. output projection: logits = x W_out + b_out
-    dx, grads["W_out"], grads["b_out"] = L.linear_backward(d_logits, cache["hidden"], params["W_out"])
-    # 3. decoder layers, last first; each cross-attention adds to the memory's gradient
-    d_memory = np.zeros_like(cache["memory"]) if cfg.cross_attention else None
-    for i in reversed(range(cfg.n_layers)):
-        prefix = f"dec.layers.{i}."
-        pc = _sub(params, prefix, CROSS_PARAMS) if cfg.cross_attention else None
-        dx, dm, g = _layer_backward(dx, cache["dec_layers"][i], _sub(params, prefix, LAYER_PARAMS), pc)
-        grads.update({prefix + name: value for name, value in g.items()})
-        if dm is not None:
-            d_memory += dm
-    # 2. decoder embeddings
-    _embed_backward(dx, cache["tgt_in"], "dec.", cfg, grads, params)
-    # 1. encoder layers, last first, from the memory's gradient; then its embeddings
-    if cfg.cross_attention:
-        dh = d_memory
-        for i in reversed(range(cfg.n_layers)):
-            prefix = f"enc.layers.{i}."
-            dh, _, g = _layer_backward(dh, cache["enc_layers"][i], _sub(params, prefix, LAYER_PARAMS))
-            grads.update({prefix + name: value for name, value in g.items()})
-        _embed_backward(dh, cache["src"], "enc.", cfg, grads, params)
-    return {name: grads[name] for name in param_shapes(cfg)}
-
-
 def loss_and_grads(params: dict, cfg: DecoderConfig, tgt_in, tgt_out, src=None):
     r"""Mean cross-entropy of the next tokens and its gradient for every parameter.
 
@@ -245,11 +183,5 @@ def loss_and_grads(params: dict, cfg: DecoderConfig, tgt_in, tgt_out, src=None):
     y = check_tokens(tgt_out, cfg.vocab_size, cfg.tgt_len, "The target output (tgt_out)")
     if y.shape != tgt.shape:
         raise ValueError(f"tgt_out has shape {np.shape(tgt_out)}, it must match tgt_in's {np.shape(tgt_in)}.")
-    return _loss_and_grads(params, cfg, tgt, y, src_)
-
-
-def _loss_and_grads(params, cfg, tgt_in, tgt_out, src):
-    """:func:`loss_and_grads` on checked inputs (the training loop calls this)."""
-    logits, cache = _forward(params, cfg, tgt_in, src)
-    loss, d_logits = L.cross_entropy(logits, tgt_out)
-    return float(loss), _backward(params, cfg, cache, d_logits)
+    # the one transformer's forward and hand-written backward (core.models.transformer_backward)
+    return vocabulary.decoder_loss_and_grads(params, cfg, tgt, y, src_)

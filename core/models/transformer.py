@@ -195,18 +195,23 @@ def check_tokens(tokens, cfg: TransformerConfig, start: int = 0) -> np.ndarray:
 # ----------------------------------------------------------------------------------------------
 # the sublayers at GPT-2's sizes
 # ----------------------------------------------------------------------------------------------
-# From this many multiply-adds a linear layer goes to BLAS. Below it, our own compiled product
-# (:func:`layers.matmul`) runs on the calling thread: OpenBLAS splits even a 1024 x 32 x 32 product
-# among its threads, and on a busy server those threads wait for cores (a tiny encoder's step took
-# 15 ms per product under load instead of a few microseconds).
-BLAS_FROM = 1 << 22
+# A weight matrix this large (512 x 512) goes to BLAS; a smaller one to our own compiled product
+# (:func:`layers.matmul`), on the calling thread. Every layer of GPT-2 is above it, and BLAS's
+# threads make those fast. Every model the pages train is below it, for two reasons: its numbers
+# stay the same bits whatever else the server does (BLAS's can change with its thread count,
+# which another session may change), and OpenBLAS splits even a 1024 x 32 x 32 product among
+# threads that, on a busy server, wait for cores (15 ms per product under load, not microseconds).
+BLAS_FROM = 1 << 18
+
+
+def product(a: np.ndarray, b: np.ndarray, big: bool) -> np.ndarray:
+    """``a @ b``: BLAS for a big model, our own compiled product for a small one (see ``BLAS_FROM``)."""
+    return a @ b if big else L.matmul(np.ascontiguousarray(a), np.ascontiguousarray(b))
 
 
 def dense(x: np.ndarray, W: np.ndarray, b) -> np.ndarray:
     """``x @ W + b`` over the last axis, as one 2-D product; ``b`` may be None (a model without biases)."""
-    x2 = x.reshape(-1, x.shape[-1])
-    y = x2 @ W if x2.shape[0] * W.size >= BLAS_FROM else L.matmul(np.ascontiguousarray(x2), W)
-    y = y.reshape(*x.shape[:-1], W.shape[1])
+    y = product(x.reshape(-1, x.shape[-1]), W, W.size >= BLAS_FROM).reshape(*x.shape[:-1], W.shape[1])
     return y if b is None else y + b
 
 
@@ -276,14 +281,15 @@ def self_attention(x: np.ndarray, p: dict, cfg: TransformerConfig, cache: dict, 
             V = np.concatenate([kv["V"], V], axis=2)
         kv["K"], kv["V"] = K, V
     # 2. scaled, masked scores and their row softmax, each head's weighted average of the values
-    S = Q @ K.swapaxes(-1, -2)                                                           # (B, H, T, Tk)
+    big = cfg.d_model ** 2 >= BLAS_FROM
+    S = product(Q, K.swapaxes(-1, -2), big)                                              # (B, H, T, Tk)
     S *= S.dtype.type(1.0 / math.sqrt(cfg.d_k))
     if cfg.causal:
         S += causal_mask(Q.shape[2], start, x.dtype)
     cache[f"{name}.scores"] = S
     A = softmax_rows(S)
     cache[f"{name}.weights"] = A
-    Z = A @ V                                                                            # (B, H, T, d_k)
+    Z = product(A, V, big)                                                               # (B, H, T, d_k)
     # 3. head edits (ablation, patching), then the heads side by side and the output projection
     Z = edit_heads(Z, edits, layer)
     cache[f"{name}.head_outputs"] = Z
