@@ -178,7 +178,7 @@ def in_precision(weights: dict) -> dict:
 params = in_precision(trained_params)
 if not trained:
     st.warning("The sections below use **untrained** weights (seed 0) until a run on this task ends.")
-st.caption(f"Training runs in float32 (the compiled step). The sections below run the weights in **{dtype.name}**, "
+st.caption(f"Training runs in float32 (either training step). The sections below run the weights in **{dtype.name}**, "
            "the sidebar's precision" + (": cached and recomputed logits then agree to ~1e-15." if dtype == np.float64
                                         else ": cached and recomputed logits then agree to ~1e-6."))
 
