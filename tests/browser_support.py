@@ -316,6 +316,15 @@ def wait_idle(page, timeout_ms: float = 90_000, settle_ms: int = 400) -> None:
     page.wait_for_function(IDLE_JS, timeout=timeout_ms, polling=100)
 
 
+def failure_screenshot(page, name: str) -> None:
+    """What the page showed when a check failed (``FAILED_{name}.png``), for the CI log's reader."""
+    try:
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SCREENSHOTS / f"FAILED_{name}.png"), full_page=True)
+    except Exception:  # noqa: BLE001 - the failure itself is what matters
+        pass
+
+
 def error_texts(page) -> list[str]:
     """Text of every traceback box and every ``st.error`` box on the page."""
     texts = []

@@ -29,8 +29,9 @@ import pytest
 
 from browser_support import (CHART, MAIN, SCREENSHOTS, StreamlitServer, app_background, chart_colours,
                              chromium_or_skip, charts_drawn, contrast_ratio, discover_pages, error_texts,
-                             launch_options, operate_first_number_input, operate_first_selectbox,
-                             operate_first_slider, over, relative_luminance, skip_or_fail, wait_idle)
+                             failure_screenshot, launch_options, operate_first_number_input,
+                             operate_first_selectbox, operate_first_slider, over, relative_luminance, skip_or_fail,
+                             wait_idle)
 
 PAGES = discover_pages()
 VIEWPORT = {"width": 1400, "height": 900}
@@ -115,15 +116,6 @@ def _squashed_charts(page) -> list[str]:
            })""", [CHART, MIN_PLOT_PX])
 
 
-def _failure_screenshot(page, name: str) -> None:
-    """What the page showed when a check failed, for the CI log's reader."""
-    try:
-        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(SCREENSHOTS / f"FAILED_{name}.png"), full_page=True)
-    except Exception:  # noqa: BLE001 - the failure itself is what matters
-        pass
-
-
 def _full_page_screenshot(page, path) -> None:
     """Streamlit scrolls inside its main block, so grow the viewport to the content first."""
     height = page.evaluate(
@@ -171,7 +163,7 @@ def test_page_in_browser(info, server, browser):
         assert server.alive(), server.log()
         print(f"{info.name}: operated {operated or 'nothing'}, {total} chart(s); refused values: {messages or 'none'}")
     except BaseException:
-        _failure_screenshot(page, info.name)
+        failure_screenshot(page, info.name)
         raise
     finally:
         ctx.close()
@@ -260,7 +252,7 @@ def test_training_loss_curve_grows(server, browser):
         _full_page_screenshot(page, SCREENSHOTS / "training_running.png")
         assert server.alive(), server.log()
     except BaseException:
-        _failure_screenshot(page, info.name)
+        failure_screenshot(page, info.name)
         raise
     finally:
         ctx.close()
@@ -295,7 +287,7 @@ def test_deep_link_first_on_fresh_server(browser):
             assert error_texts(page) == [] and js_errors == []
             assert fresh.alive(), fresh.log()
         except BaseException:
-            _failure_screenshot(page, "deep_link_first")
+            failure_screenshot(page, "deep_link_first")
             raise
         finally:
             ctx.close()
@@ -357,7 +349,7 @@ def test_theme_follows_browser(info, scheme, server, browser):
         _full_page_screenshot(page, SCREENSHOTS / f"{info.name}_{scheme}.png")
         print(f"{info.name} ({scheme}): background {_colour(background)}, {total} chart(s), {checked} colours checked")
     except BaseException:
-        _failure_screenshot(page, f"{info.name}_{scheme}")
+        failure_screenshot(page, f"{info.name}_{scheme}")
         raise
     finally:
         ctx.close()

@@ -20,8 +20,8 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 
-from browser_support import (MAIN, ROOT, SCREENSHOTS, StreamlitServer, chromium_or_skip, discover_pages,
-                             error_texts, launch_options, wait_idle)
+from browser_support import (MAIN, ROOT, StreamlitServer, chromium_or_skip, discover_pages,
+                             error_texts, failure_screenshot, launch_options, wait_idle)
 
 PAGES = {p.name: p for p in discover_pages()}
 VIEWPORT = {"width": 1400, "height": 900}
@@ -62,14 +62,6 @@ def _open(browser, server, name: str, query: str = "", timeout_ms: float = COLD_
     return ctx, page
 
 
-def _failure_screenshot(page, name: str) -> None:
-    try:
-        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(SCREENSHOTS / f"FAILED_{name}.png"), full_page=True)
-    except Exception:  # noqa: BLE001 - the failure itself is what matters
-        pass
-
-
 def _query(page) -> dict:
     return {k: v[-1] for k, v in parse_qs(urlparse(page.url).query).items()}
 
@@ -105,7 +97,7 @@ def test_deep_link_first_never_shows_file_names(server, browser):
         assert all(links == titles for links in seen if links), f"sidebar links seen: {seen}"
         assert page.get_by_label("Random seed").input_value() == "3"
     except BaseException:
-        _failure_screenshot(page, "deep_link_sidebar")
+        failure_screenshot(page, "deep_link_sidebar")
         raise
     finally:
         ctx.close()
@@ -148,7 +140,7 @@ def test_cache_files_written_while_running_bring_no_file_change_notice(server, b
             page.wait_for_timeout(250)
         assert server.alive(), server.log()
     except BaseException:
-        _failure_screenshot(page, "file_change_notice")
+        failure_screenshot(page, "file_change_notice")
         raise
     finally:
         for probe in written:
@@ -207,7 +199,7 @@ def test_one_head_keeps_its_controls_after_an_empty_sentence(server, browser):
         assert link.get("d_k") == "4" and link.get("seed") == "1", link
         assert not {"scaled", "causal", "temperature"} & set(link), link
     except BaseException:
-        _failure_screenshot(page, "one_head_bad_sentence")
+        failure_screenshot(page, "one_head_bad_sentence")
         raise
     finally:
         ctx.close()
@@ -231,7 +223,7 @@ def test_parameters_keeps_its_controls_after_heads_that_do_not_divide(server, br
         assert main.get_by_role("radiogroup", name="Architecture") \
             .get_by_role("radio", name="decoder-only").is_checked()
     except BaseException:
-        _failure_screenshot(page, "parameters_bad_heads")
+        failure_screenshot(page, "parameters_bad_heads")
         raise
     finally:
         ctx.close()
@@ -292,7 +284,7 @@ def test_matrix_cells_show_what_is_used(typed, words, server, browser):
         assert _query(page).get("Q", "").split(";")[1].split(",")[0] == "250"
         assert error_texts(page) == []
     except BaseException:
-        _failure_screenshot(page, "matrix_cells")
+        failure_screenshot(page, "matrix_cells")
         raise
     finally:
         ctx.close()
@@ -320,7 +312,7 @@ def test_heatmaps_label_every_key(server, browser):
         assert causal and all(f"{i + 1} {w}" in c["shown"] for c in causal
                               for i, w in enumerate("the tired cat sat on the warm mat".split())), causal
     except BaseException:
-        _failure_screenshot(page, "heatmap_labels")
+        failure_screenshot(page, "heatmap_labels")
         raise
     finally:
         ctx.close()
@@ -373,7 +365,7 @@ def test_nothing_is_cut_off(name, query, server, browser):
         page.wait_for_timeout(1500)          # charts lay themselves out after the run
         assert page.evaluate(CUT_OFF_JS) == []
     except BaseException:
-        _failure_screenshot(page, f"cut_off_{name}")
+        failure_screenshot(page, f"cut_off_{name}")
         raise
     finally:
         ctx.close()

@@ -229,6 +229,23 @@ def test_the_decoder_trainer_shares_the_servers_training_slots(monkeypatch):
     assert background_run._slots.acquire(blocking=False)   # and the worker gave it back
 
 
+def test_the_decoder_trainer_trains_with_the_loop_it_is_given():
+    """The training loop is the caller's choice (``fit``); without one, decoder_runs.fit."""
+    from core.models.decoder_runs import build, fit
+    from ui.decoder_trainer import DecoderTrainer
+
+    calls = []
+
+    def counted(setup, **kw):
+        calls.append(kw["steps"])
+        return fit(setup, **kw)
+
+    trainer = DecoderTrainer()
+    trainer.start(build("reverse"), 3, fit=counted)
+    assert trainer.join(120) and trainer.view().status == "done"
+    assert calls == [3] and trainer.view().step == 3
+
+
 @pytest.mark.parametrize("task", ["reverse", "sort"])
 def test_a_link_to_a_task_opens_with_that_tasks_step_count_and_keeps_a_chosen_one(task):
     """A link names the task only: the Steps box shows that task's own default (the caption's),

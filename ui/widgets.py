@@ -27,6 +27,35 @@ def act(fn, *args) -> None:
         st.error(f"That did not work: {type(err).__name__}: {err}")
 
 
+def live_view(draw, what: str, running, every: float) -> None:
+    """Draw ``draw()`` in a fragment that redraws itself every ``every`` seconds while ``running()``
+    (a background run trains), and reruns the whole page once when the run has ended, so the page
+    shows its results. An error while drawing becomes a message ("Could not draw {what}: ..."),
+    never a traceback: a fragment's own reruns bypass any try block around its first call, so the
+    guard sits inside."""
+    polling = running()
+
+    @st.fragment(run_every=every if polling else None)
+    def fragment() -> None:
+        try:
+            draw()
+        except Exception as err:   # no traceback on the page
+            st.error(f"Could not draw {what}: {type(err).__name__}: {err}")
+        if polling and not running():
+            st.rerun()             # the run ended: redraw the whole page once, with the results
+
+    fragment()
+
+
+def run_progress(view, done: float, total: float, text: str | None = None) -> None:
+    """A background run's progress bar, ``done`` of ``total`` (by default "status: step done of
+    total"), and its error message when the worker failed; ``view`` has ``status`` and ``message``."""
+    st.progress(min(done / max(total, 1), 1.0),
+                text=f"{view.status}: step {done} of {total}" if text is None else f"{view.status}: {text}")
+    if view.status == "error":
+        st.error(view.message)
+
+
 def chosen_backend() -> str | None:
     """The backend name the sidebar asks for (None = auto)."""
     choice = st.session_state.get(BACKEND_KEY, "auto")

@@ -12,7 +12,7 @@ from core import limits
 from core.models import decoder, layers, sampling, steps, tasks
 from core.models.decoder_runs import DEFAULTS, build
 from ui import charts, state
-from ui.widgets import act, chosen_dtype
+from ui.widgets import act, chosen_dtype, live_view, run_progress
 from ui.warmup import wait_for_kernels
 from core import warmup
 from ui.decoder_trainer import EVAL_EVERY, TASKS, DecoderTrainer
@@ -111,30 +111,16 @@ if b2.button("Stop", disabled=not trainer.running):
 if b3.button("Reset"):
     act(trainer.reset)
 
-polling = trainer.running
-
-
-@st.fragment(run_every=poll if polling else None)
-def live() -> None:
-    """The run's progress and curves; polls the trainer only while it runs."""
-    try:     # a fragment's own reruns bypass any try block around its first call: guard inside
-        draw_live()
-    except Exception as err:   # no traceback on the page
-        st.error(f"Could not draw the training view: {type(err).__name__}: {err}")
-
-
 def draw_live() -> None:
+    """The run's progress and curves."""
     view = trainer.view()
     if not view.metrics and not view.running:
         st.info("Press **Train**: the loss and validation curves grow here while it trains.")
         return
     if view.task and view.task != task:
         st.caption(f"The last run trained the task '{view.task}'.")
-    st.progress(min(view.step / max(view.target_steps, 1), 1.0),
-                text=f"{view.status}: step {view.step} of {view.target_steps}")
-    if view.status == "error":
-        st.error(view.message)
-    elif view.message:
+    run_progress(view, view.step, view.target_steps)
+    if view.status != "error" and view.message:
         st.caption(view.message)
     last = view.last
     c = st.columns(4)
@@ -154,11 +140,9 @@ def draw_live() -> None:
                                        y_title=view.metric, y_domain=(0.0, 1.0), points=True), width="stretch")
         b.caption(f"Measured on the validation set with the weights the run starts from, every {EVAL_EVERY} "
                   "steps while it trains, and with the weights it ends with.")
-    if polling and not view.running:
-        st.rerun()          # the run ended: redraw the whole page once, with the trained model
 
 
-live()
+live_view(draw_live, "the training view", lambda: trainer.running, poll)
 wait_for_kernels(warmup.DECODER)
 trained_params, model_version, trained = trainer.model(setup)
 dtype = np.dtype(chosen_dtype())

@@ -12,7 +12,7 @@ from ui import charts, state
 from core.models.runs import RunSpec
 from core.models.upload import weights_from_upload
 from ui.trainer import Trainer
-from ui.widgets import act
+from ui.widgets import act, live_view, run_progress
 
 
 PAGE = "training"
@@ -181,20 +181,8 @@ def show_attention(run, example_index: int) -> None:
     st.vega_lite_chart(charts.heatmap_grid(mats, pos, pos, titles, columns=min(H, 4), size=150, annotate=False))
 
 
-polling = trainer.running
-
-
-@st.fragment(run_every=poll if polling else None)
-def live() -> None:
-    """Everything that changes while the worker trains; polls the trainer only while it runs."""
-    # a fragment's own reruns bypass any try block around its first call: guard inside
-    try:
-        draw_live()
-    except Exception as err:   # no traceback on the page
-        st.error(f"Could not draw the training view: {type(err).__name__}: {err}")
-
-
 def draw_live() -> None:
+    """Everything that changes while the worker trains."""
     current = trainer.view()
     if not current.runs:
         st.info("Choose the settings and press **Start training**. The curves and attention maps "
@@ -202,10 +190,7 @@ def draw_live() -> None:
         return
     run = current.runs[0]
     last = run.last
-    st.progress(min(run.step / max(run.target_steps, 1), 1.0),
-                text=f"{current.status}: step {run.step} of {run.target_steps}")
-    if current.status == "error":
-        st.error(current.message)
+    run_progress(current, run.step, run.target_steps)
     c = st.columns(4)
     c[0].metric("Loss (last batch)", f"{last['loss']:.4f}" if last else "–")
     val = run.final_val_acc
@@ -222,11 +207,9 @@ def draw_live() -> None:
         b.vega_lite_chart(legend_below(charts.lines(accuracy_frame([run], "train"), "step", "accuracy", "curve",
                                                     title="Accuracy", y_domain=(0.0, 1.0))), width="stretch")
     show_attention(run, current.example_index)
-    if polling and not current.running:
-        st.rerun()          # the run ended: redraw the whole page once, with the results below
 
 
-live()
+live_view(draw_live, "the training view", lambda: trainer.running, poll)
 
 # results, download and upload (part of section 2: they appear once a run has ended) ----------------
 view = trainer.view()
@@ -304,16 +287,6 @@ if a1.button("Run the ablations", disabled=ablation.running):
         act(ablation.start, ABLATIONS)
 if a2.button("Stop the ablations"):
     act(ablation.reset)
-abl_polling = ablation.running
-
-
-@st.fragment(run_every=poll if abl_polling else None)
-def live_ablations() -> None:
-    """The ablation runs' progress, curves and final accuracies; polls only while they run."""
-    try:
-        draw_ablations()
-    except Exception as err:   # no traceback on the page
-        st.error(f"Could not draw the ablations: {type(err).__name__}: {err}")
 
 
 def steps_done(run) -> str:
@@ -324,17 +297,16 @@ def steps_done(run) -> str:
 
 
 def draw_ablations() -> None:
+    """The ablation runs' progress, curves and final accuracies."""
     current = ablation.view()
     if not current.runs:
         st.caption("Not run yet.")
         return
-    done = sum(r.finished for r in current.runs)
+    finished = sum(r.finished for r in current.runs)
     total = sum(r.target_steps for r in current.runs)
-    share = 1.0 if done == len(current.runs) else min(sum(r.step for r in current.runs) / max(total, 1), 1.0)
-    st.progress(share,                       # full once every run has ended, at its steps or at the cap
-                text=f"{current.status}: {done} of {len(current.runs)} runs finished")
-    if current.status == "error":
-        st.error(current.message)
+    # full once every run has ended, at its steps or at the cap
+    done = total if finished == len(current.runs) else sum(r.step for r in current.runs)
+    run_progress(current, done, total, f"{finished} of {len(current.runs)} runs finished")
     pe, no_pe, one_head = current.runs
     left, right = st.columns(2)
     for col, runs, title in ((left, [pe, no_pe], "Positional encoding: with vs without"),
@@ -356,11 +328,9 @@ def draw_ablations() -> None:
     if early:
         st.warning(f"The time cap stopped the runs at step {early[0].step} of {early[0].target_steps}: they are "
                    "compared after equal training, but not after the steps asked for.")
-    if abl_polling and not current.running:
-        st.rerun()
 
 
-live_ablations()
+live_view(draw_ablations, "the ablations", lambda: ablation.running, poll)
 
 
 def step_source(track_ran: str) -> None:

@@ -84,6 +84,18 @@ def _dots_into(out, oo, orr, w, wo, ws, y, yo, yr, yt, n, m, like):
         r += 1
 
 
+@njit(inline="always", **JIT)
+def _head_block(h, v, q_row, k_row, v_row, dk, Bv, Tq, L, Nq, Nk, TL):
+    """Where head ``h`` of vector ``v`` starts: its query, key and value rows at this vector's
+    columns (``q0`` in ``xq``, ``k0`` and ``v0`` in ``xkv``), its output rows (``o0`` in ``ctx`` or
+    ``dctx``), and its block of ``P``."""
+    q0 = (q_row + h * dk) * Nq + v * Tq * L
+    k0, v0 = (k_row + h * dk) * Nk + v * TL, (v_row + h * dk) * Nk + v * TL
+    o0 = h * dk * Nq + v * Tq * L
+    block = (h * Bv + v) * Tq * TL
+    return q0, k0, v0, o0, block
+
+
 @njit(**JIT)
 def attention_forward(xq, q_row, xkv, k_row, v_row, causal, P, ctx):
     """Per-head scaled dot-product attention on a chunk, a vector of sequences at a time.
@@ -108,11 +120,7 @@ def attention_forward(xq, q_row, xkv, k_row, v_row, causal, P, ctx):
     lanes = np.empty(L, xq.dtype)
     for h in range(H):
         for v in range(Bv):
-            # this head's Q, K, V rows and output rows, at this vector's columns; its block of P
-            q0 = (q_row + h * dk) * Nq + v * Tq * L
-            k0, v0 = (k_row + h * dk) * Nk + v * TL, (v_row + h * dk) * Nk + v * TL
-            o0 = h * dk * Nq + v * Tq * L
-            block = (h * Bv + v) * Tq * TL
+            q0, k0, v0, o0, block = _head_block(h, v, q_row, k_row, v_row, dk, Bv, Tq, L, Nq, Nk, TL)
             for i in range(Tq):
                 row = block + i * TL                                     # P[h, v, i]: (Tk, lanes)
                 live = min(i + 1, Tk) if causal else Tk                  # keys this query may see
@@ -171,10 +179,7 @@ def attention_backward(xq, q_row, xkv, k_row, v_row, P, dctx, dxq, dxkv):
     dS = np.empty(Tq * TL, xq.dtype)                # dS of one (head, vector), laid out as its P block
     for h in range(H):
         for v in range(Bv):
-            q0 = (q_row + h * dk) * Nq + v * Tq * L
-            k0, v0 = (k_row + h * dk) * Nk + v * TL, (v_row + h * dk) * Nk + v * TL
-            o0 = h * dk * Nq + v * Tq * L
-            block = (h * Bv + v) * Tq * TL
+            q0, k0, v0, o0, block = _head_block(h, v, q_row, k_row, v_row, dk, Bv, Tq, L, Nq, Nk, TL)
             for i in range(Tq):
                 row = i * TL
                 # 1. dP_ij = dO_i . v_j
