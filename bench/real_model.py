@@ -8,8 +8,8 @@
    alternating rounds, each contender in a process of its own:
 
    - ours: :func:`core.models.transformer.forward` with GPT-2's settings (the full cache kept);
-   - `transformers`' ``GPT2LMHeadModel`` (eager attention, ``torch.no_grad``) at 1, 2 and all
-     threads; the ratio uses PyTorch's best thread count (ours: OpenBLAS and Numba at their defaults);
+   - `transformers`' ``GPT2LMHeadModel`` (``torch.no_grad``, its default attention: SDPA) at 1, 2
+     and all threads; the ratio uses PyTorch's best thread count (ours: OpenBLAS and Numba at their defaults);
 
 2. the page's first full draw after the model is loaded (AppTest, the shipped model) and the median
    redraw after moving the head selector. Targets: under 5 s and under 300 ms.
@@ -52,7 +52,7 @@ _TORCH = textwrap.dedent("""
     T, repeats, threads = (int(a) for a in sys.argv[1:4])
     torch.set_num_threads(threads)
     torch.manual_seed(0)
-    model = GPT2LMHeadModel._from_config(GPT2Config(), attn_implementation="eager").eval()
+    model = GPT2LMHeadModel._from_config(GPT2Config(), attn_implementation="sdpa").eval()
     ids = torch.randint(0, 50257, (1, T))
     with torch.no_grad():
         model(ids)
