@@ -63,8 +63,11 @@ def config_from_gpt2(hf: dict) -> tr.TransformerConfig:
 
 def gpt2_config(cfg: tr.TransformerConfig) -> dict:
     """GPT-2's ``config.json`` for one of our configs; a ValueError when the architecture isn't GPT-2's."""
-    wanted = dict(norm="pre", positional="learned", tied_unembed=True, final_ln=True, bias=True, causal=True)
+    wanted = dict(norm="pre", positional="learned", tied_unembed=True, final_ln=True, bias=True, causal=True,
+                  head="lm", unembed_b=False)
     wrong = [f"{k}={getattr(cfg, k)!r} (GPT-2: {v!r})" for k, v in wanted.items() if getattr(cfg, k) != v]
+    if cfg.d_ff == 0:
+        wrong.append("d_ff=0, no feed-forward sublayer (GPT-2 has one in every block)")
     if wrong:
         raise ValueError("The GPT-2 format holds only GPT-2's architecture; this model has " + ", ".join(wrong) + ".")
     return {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "vocab_size": cfg.vocab_size,
