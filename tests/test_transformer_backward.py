@@ -173,6 +173,9 @@ def test_bad_targets_and_gradients_are_refused():
     logits, cache = tr.forward(lm_params, lm, lm_tokens[:, 3:], kv=kv, start=3)
     with pytest.raises(ValueError, match="KV-cached"):
         tb.backward(lm_params, lm, cache, logits)
+    logits, cache = tr.forward(lm_params, lm, lm_tokens, ablate={(0, 1): "zero"})
+    with pytest.raises(ValueError, match="ablated or patched"):
+        tb.backward(lm_params, lm, cache, logits)
 
 
 # ----------------------------------------------------------------------------------------------

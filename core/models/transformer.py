@@ -398,6 +398,8 @@ def forward(params: dict, cfg: TransformerConfig, tokens, *, ablate: dict | None
     if kv is not None and len(kv) != cfg.n_layers:
         raise ValueError(f"kv must hold one dict per block ({cfg.n_layers}), got {len(kv)}.")
     cache: dict[str, np.ndarray] = {"tokens": tokens}
+    if ablate:
+        cache["edited_heads"] = np.array(sorted(ablate), dtype=np.int64)                # (n, 2): layer, head
     h = embed(params, cfg, tokens, start)                                                # (B, T, d)
     for i in range(cfg.n_layers):
         h = block(h, block_params(params, f"blocks.{i}."), cfg, cache, f"blocks.{i}",

@@ -174,6 +174,9 @@ def backward(params: dict, cfg: TransformerConfig, cache: dict, d_logits: np.nda
         raise ValueError(f"d_logits has shape {np.shape(d_logits)}; the logits have {np.shape(cache['logits'])}.")
     if cache["blocks.0.attn.weights"].shape[-1] != cache["tokens"].shape[1]:
         raise ValueError("This cache is from a KV-cached forward pass; the backward pass needs the whole sequence.")
+    if "edited_heads" in cache:
+        raise ValueError("This cache is from a forward pass with heads ablated or patched; the backward pass is "
+                         "the unedited model's.")
     grads: dict[str, np.ndarray] = {}
     # 3. the head and the final LayerNorm
     dh = head_backward(d_logits, params, cfg, cache, grads)
