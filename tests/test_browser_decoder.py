@@ -90,7 +90,7 @@ def check_train_and_step(page) -> None:
     assert error_texts(page) == []
     assert "untrained" in page.inner_text(MAIN)
     # 1. a short run: the progress bar reaches its end, and the page then shows the trained model
-    page.get_by_role("button", name="Train").click()
+    page.get_by_role("button", name="Train", exact=True).click()
     deadline, progress = time.monotonic() + 300, None
     while time.monotonic() < deadline:
         bars = page.query_selector_all('[data-testid="stProgress"]')
