@@ -3,7 +3,8 @@
 The same worker as :mod:`ui.trainer`'s (:class:`ui.background_run.BackgroundRun`, with the
 server-wide training slots): the page keeps one :class:`DecoderTrainer` in ``st.session_state``;
 ``start()`` hands the run to a thread, which only appends to lists behind a lock, and the page's
-``st.fragment(run_every=...)`` draws :meth:`DecoderTrainer.view`. A run is bounded by ``core.limits`` (steps and wall-clock seconds).
+``st.fragment(run_every=...)`` draws :meth:`DecoderTrainer.view`. A run is bounded by
+``core.limits`` (steps and wall-clock seconds).
 
     trainer = DecoderTrainer()
     setup = decoder_runs.build("reverse")       # the task's model, data and defaults

@@ -1,6 +1,7 @@
 """Streamlit helpers shared by the pages: backend/precision choice, matrix editors, kernel source."""
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Sequence
 
@@ -88,6 +89,18 @@ def ensure_kernels(*operations: str) -> None:
         st.error(f"{err} Choose another backend in the sidebar.")
         st.stop()
     _kernels_ready(name, np.dtype(chosen_dtype()).name, operations)
+
+
+@functools.lru_cache(maxsize=None)
+def _source(fn) -> str:
+    return inspect.getsource(getattr(fn, "py_func", fn))      # a compiled function: its Python
+
+
+def function_sources(functions) -> None:
+    """Each function's full name and source, in the order given: the code behind a page's numbers."""
+    for fn in functions:
+        st.markdown(f"**`{fn.__module__}.{fn.__qualname__}`**")
+        st.code(_source(fn), language="python")
 
 
 def kernel_source(ran: dispatch.Record) -> None:

@@ -1,7 +1,6 @@
 """Decoder and generation: train a small decoder live, see teacher forcing, then generate one token
 at a time through the KV cache and watch the attention rows, the cache and the sampler."""
 import functools
-import inspect
 import time
 
 import numpy as np
@@ -12,7 +11,7 @@ from core import limits
 from core.models import decoder, layers, sampling, steps, tasks
 from core.models.decoder_runs import DEFAULTS, build
 from ui import charts, state
-from ui.widgets import act, chosen_dtype, live_view, run_progress
+from ui.widgets import act, chosen_dtype, function_sources, live_view, run_progress
 from ui.warmup import wait_for_kernels
 from core import warmup
 from ui.decoder_trainer import EVAL_EVERY, TASKS, DecoderTrainer
@@ -461,16 +460,6 @@ else:
 
 
 
-@st.cache_resource
-def sources(track: str, cross_attention: bool) -> list[tuple[str, str]]:
-    """Name and source of the functions behind this page's numbers (read once per process):
-    generation, then the training loop and one step on ``track``."""
-    generation = [decoder.generate, decoder._extend, decoder.KVCache, layers.attend, sampling.distribution,
-                  decoder._decode, decoder._layer, decoder.train]
-    return [(f"{fn.__module__}.{fn.__qualname__}", inspect.getsource(getattr(fn, "py_func", fn)))
-            for fn in generation + steps.step_functions("decoder", track, cross_attention)]
-
-
 ran = trainer.view()
 track_ran = ran.track if ran.metrics else st.session_state[k("track")]
 with st.expander(f"Source: generation, and the {track_ran} training step"):
@@ -478,8 +467,8 @@ with st.expander(f"Source: generation, and the {track_ran} training step"):
                f"training: the loop, and the {track_ran} step it runs for each batch's loss and gradient "
                + ("(the one transformer's forward pass and hand-written backward pass, sublayer by sublayer)."
                   if track_ran == "readable" else "(the same numbers as the readable step, in one Numba call)."))
-    for name, code in sources(track_ran, bool(cfg.cross_attention)):
-        st.markdown(f"**`{name}`**")
-        st.code(code, language="python")
+    function_sources([decoder.generate, decoder._extend, decoder.KVCache, layers.attend, sampling.distribution,
+                      decoder._decode, decoder._layer, decoder.train]
+                     + steps.step_functions("decoder", track_ran, bool(cfg.cross_attention)))
 
 state.publish(PAGE, spec_for(task))

@@ -1,6 +1,5 @@
 """Train a tiny transformer encoder live, watch its heads form, and compare ablations."""
 import functools
-import inspect
 
 import pandas as pd
 import streamlit as st
@@ -12,7 +11,7 @@ from ui import charts, state
 from core.models.runs import RunSpec
 from core.models.upload import weights_from_upload
 from ui.trainer import Trainer
-from ui.widgets import act, live_view, run_progress
+from ui.widgets import act, function_sources, live_view, run_progress
 
 
 PAGE = "training"
@@ -340,12 +339,11 @@ def step_source(track_ran: str) -> None:
                    + ("The forward and backward passes are the one transformer's, shared with the other pages."
                       if track_ran == "readable" else
                       "One call into Numba runs all of it; the readable step computes the same numbers."))
-        for fn in steps.step_functions("encoder", track_ran):
-            st.markdown(f"**`{fn.__module__}.{fn.__qualname__}`**")
-            st.code(inspect.getsource(getattr(fn, "py_func", fn)), language="python")
+        function_sources(steps.step_functions("encoder", track_ran))
 
 
 ran = trainer.view()
-step_source(ran.runs[0].last["track"] or track if ran.runs and ran.runs[0].last else track)
+last_step = ran.runs[0].last if ran.runs else None
+step_source(last_step["track"] if last_step and last_step["track"] else track)
 
 state.publish(PAGE, SPEC)

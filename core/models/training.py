@@ -87,9 +87,11 @@ def train(state: TrainState, data: Dataset, *, max_steps: int = 300, max_seconds
     latest evaluation, every ``eval_every`` steps and at the end), ``evaluated`` (whether this step
     evaluated), ``elapsed`` (wall seconds spent training, evaluation excluded, over the whole run),
     ``cpu_seconds`` (the same in CPU time of this thread: unaffected by other busy processes),
-    ``ms_per_step`` and ``track`` (which training step ran). ``track`` is the training step's: ``"readable"`` (the transformer's forward and
-    hand-written backward, the code the page shows) or ``"compiled"`` (the same step in one Numba
-    call); see :mod:`core.models.steps`.
+    ``ms_per_step`` and ``track``.
+
+    ``track`` chooses the training step (:mod:`core.models.steps`): ``"readable"``, the transformer's
+    forward and hand-written backward (the code the page shows), or ``"compiled"``, the same step
+    in one Numba call.
     """
     X = np.ascontiguousarray(data.X_train, dtype=np.int64)
     y = np.ascontiguousarray(data.y_train, dtype=np.int64)
