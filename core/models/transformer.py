@@ -216,8 +216,12 @@ def dense(x: np.ndarray, W: np.ndarray, b) -> np.ndarray:
 
 
 def layer_norm(x: np.ndarray, g: np.ndarray, b: np.ndarray, eps: float, cache: dict, name: str) -> np.ndarray:
-    """:func:`layers.layer_norm`, leaving the statistics ``{name}.mean`` and ``{name}.std`` (B, T) in the cache."""
+    """:func:`layers.layer_norm`, leaving in the cache its ``{name}.input`` (B, T, d), the statistics
+    ``{name}.mean`` and ``{name}.std`` (B, T) and the ``{name}.normalized`` input ``(x - mean) / std``
+    (B, T, d), before the gain and bias."""
     y, c = L.layer_norm(x, g, b, eps)
+    cache[f"{name}.input"] = x
+    cache[f"{name}.normalized"] = c["xhat"].reshape(x.shape)
     cache[f"{name}.mean"] = x.mean(axis=-1)
     cache[f"{name}.std"] = (1.0 / c["rstd"]).reshape(x.shape[:-1])          # sqrt(var + eps)
     return y
@@ -301,8 +305,9 @@ def self_attention(x: np.ndarray, p: dict, cfg: TransformerConfig, cache: dict, 
 
 
 def feed_forward(x: np.ndarray, p: dict, cfg: TransformerConfig, cache: dict, name: str) -> np.ndarray:
-    """``act(x W_1 + b_1) W_2 + b_2`` with ReLU or GELU (tanh form); the hidden layer goes to ``{name}.hidden``."""
-    pre = dense(x, p["ffn.W_1"], p.get("ffn.b_1"))                                      # (B, T, d_ff)
+    """``act(x W_1 + b_1) W_2 + b_2`` with ReLU or GELU (tanh form); the hidden layer before and after
+    the activation goes to ``{name}.pre`` and ``{name}.hidden``."""
+    cache[f"{name}.pre"] = pre = dense(x, p["ffn.W_1"], p.get("ffn.b_1"))               # (B, T, d_ff)
     hidden = L.gelu_tanh(pre) if cfg.activation == "gelu_tanh" else np.maximum(pre, 0.0)
     cache[f"{name}.hidden"] = hidden
     return dense(hidden, p["ffn.W_2"], p.get("ffn.b_2"))                                 # (B, T, d)
@@ -345,15 +350,21 @@ def block_params(params: dict, prefix: str) -> dict:
     return {name[len(prefix):]: value for name, value in params.items() if name.startswith(prefix)}
 
 
-def embed(params: dict, cfg: TransformerConfig, tokens: np.ndarray, start: int = 0, prefix: str = "") -> np.ndarray:
-    """``embed[tokens] + positions[start:start+T]`` for ``tokens (B, T)``."""
+def embed(params: dict, cfg: TransformerConfig, tokens: np.ndarray, start: int = 0, prefix: str = "",
+          cache: dict | None = None) -> np.ndarray:
+    """``embed[tokens] + positions[start:start+T]`` for ``tokens (B, T)``; the two terms go to
+    ``{prefix}token_embed`` (B, T, d) and ``{prefix}pos_embed`` (T, d) in ``cache`` when one is given."""
     x = params[f"{prefix}embed"][tokens]                                                 # (B, T, d)
     T = tokens.shape[1]
     if cfg.positional == "learned":
-        return x + params[f"{prefix}pos"][start:start + T]
-    if cfg.positional == "sinusoidal":
-        return x + L.sinusoid_table(cfg.n_ctx, cfg.d_model, x.dtype.str)[start:start + T]
-    return x
+        pos = params[f"{prefix}pos"][start:start + T]
+    elif cfg.positional == "sinusoidal":
+        pos = L.sinusoid_table(cfg.n_ctx, cfg.d_model, x.dtype.str)[start:start + T]
+    else:
+        pos = np.zeros((T, cfg.d_model), dtype=x.dtype)
+    if cache is not None:
+        cache[f"{prefix}token_embed"], cache[f"{prefix}pos_embed"] = x, pos
+    return x + pos
 
 
 def unembed(params: dict, cfg: TransformerConfig, h: np.ndarray, cache: dict, prefix: str = "") -> np.ndarray:
@@ -386,10 +397,10 @@ def forward(params: dict, cfg: TransformerConfig, tokens, *, ablate: dict | None
     Returns
     -------
     logits : (B, T, V), or (B, C) for a classifier
-    cache : flat dict: ``tokens`` (B, T), ``blocks.{i}.resid_pre``, ``blocks.{i}.ln1.mean|std``,
-        ``blocks.{i}.attn.scores|weights|head_outputs|concat|output``, ``blocks.{i}.resid_mid``,
-        ``blocks.{i}.ln2.mean|std``, ``blocks.{i}.ffn.hidden|output``, ``blocks.{i}.resid_post``,
-        ``ln_final.mean|std``, ``pooled`` (a classifier), ``logits``. Without ablations or a KV
+    cache : flat dict: ``tokens`` (B, T), ``token_embed`` (B, T, d), ``pos_embed`` (T, d), ``blocks.{i}.resid_pre``, ``blocks.{i}.ln1.input|mean|std|
+        normalized``, ``blocks.{i}.attn.scores|weights|head_outputs|concat|output``,
+        ``blocks.{i}.resid_mid``, ``blocks.{i}.ln2.*``, ``blocks.{i}.ffn.pre|hidden|output``,
+        ``blocks.{i}.resid_post``, ``ln_final.*``, ``pooled`` (a classifier), ``logits``. Without ablations or a KV
         cache it is all that :func:`core.models.transformer_backward.backward` needs.
     """
     check_params(params, cfg)
@@ -400,7 +411,7 @@ def forward(params: dict, cfg: TransformerConfig, tokens, *, ablate: dict | None
     cache: dict[str, np.ndarray] = {"tokens": tokens}
     if ablate:
         cache["edited_heads"] = np.array(sorted(ablate), dtype=np.int64)                # (n, 2): layer, head
-    h = embed(params, cfg, tokens, start)                                                # (B, T, d)
+    h = embed(params, cfg, tokens, start, cache=cache)                                   # (B, T, d)
     for i in range(cfg.n_layers):
         h = block(h, block_params(params, f"blocks.{i}."), cfg, cache, f"blocks.{i}",
                   kv=None if kv is None else kv[i], start=start, edits=ablate, layer=i)

@@ -131,12 +131,12 @@ def forward(params: dict, cfg: EncoderDecoderConfig, src, tgt_in):
         raise ValueError(f"The source has {src.shape[0]} sequences and the target {tgt.shape[0]}.")
     cache = {"enc.tokens": src, "tokens": tgt}
     # 1. the encoder stack: its memory
-    m = tr.embed(params, cfg.encoder, src, prefix="enc.")                    # (B, S, d)
+    m = tr.embed(params, cfg.encoder, src, prefix="enc.", cache=cache)                    # (B, S, d)
     for i in range(cfg.encoder.n_layers):
         m = tr.block(m, tr.block_params(params, f"enc.blocks.{i}."), cfg.encoder, cache, f"enc.blocks.{i}")
     cache["memory"] = m
     # 2. the decoder stack, reading the memory in every block
-    x = tr.embed(params, cfg.decoder, tgt, prefix="dec.")                    # (B, T, d)
+    x = tr.embed(params, cfg.decoder, tgt, prefix="dec.", cache=cache)                    # (B, T, d)
     for i in range(cfg.decoder.n_layers):
         x = decoder_block(x, m, tr.block_params(params, f"dec.blocks.{i}."), cfg.decoder, cache, f"dec.blocks.{i}")
     # 3. the output
