@@ -83,7 +83,12 @@ def test_pause_and_resume_give_the_same_model_as_a_straight_run(trainer):
     assert straight.join(30)
     expected, _ = straight.params()
 
-    trainer.start(tiny(steps=40))
+    def unhurried(state, data, **kw):         # the default loop, 20 ms a step: the pause lands part-way
+        for event in trainer_module.training.train(state, data, **kw):
+            time.sleep(0.02)
+            yield event
+
+    trainer.start(tiny(steps=40), train=unhurried)
     assert wait_for(lambda: trainer.view().runs[0].step >= 5)
     trainer.pause()
     view = trainer.view()
