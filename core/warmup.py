@@ -42,7 +42,7 @@ def _encoder() -> None:
 
     model = inside.train_default("sum", 0, n_train=64, n_val=16, n_test=16, steps=2)
     X, y = model.data.X_test[:4], model.data.y_test[:4]
-    encoder.forward_cache(model.params, X[:1], model.cfg)
+    inside.forward(model.params, model.cfg, X[:1])
     encoder.forward(model.params, X, model.cfg)
     inside.head_ablation(model.params, model.cfg, X, y)
 

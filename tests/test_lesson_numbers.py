@@ -7,7 +7,6 @@ import pytest
 
 from core.kernels import reference
 from core.lessons import inside
-from core.models import encoder
 from core.models import induction as I
 from core.models.encoder import EncoderConfig
 from test_inside import SMALL, _params, _reference, _tokens
@@ -31,50 +30,52 @@ def test_every_walkthrough_step_follows_from_the_one_before(positional):
     the arrays of the steps before it and the parameters, not read from the cache."""
     cfg = EncoderConfig(**SMALL, positional=positional)
     params, tokens = _params(cfg), _tokens(cfg, 5)
-    _, cache = encoder.forward_cache(params, tokens, cfg)
+    _, cache = inside.forward(params, cfg, tokens)
     H, dk, eps, T = cfg.n_heads, cfg.d_k, cfg.ln_eps, cfg.seq_len
     example = 3
     h = None
     for layer in range(cfg.n_layers):
-        s = {step.name: step.arrays for step in inside.walkthrough(cache, params, cfg, layer, example)}
+        steps = inside.walkthrough(cache, params, cfg, layer, example)
+        emb = steps[0].arrays                                     # the embeddings: named outside any block
+        s = {step.name: {name.removeprefix(f"blocks.{layer}."): value for name, value in step.arrays.items()}
+             for step in steps}
         p = {name.split(".")[-1]: v for name, v in params.items() if name.startswith(f"layers.{layer}.")}
-        emb = s["embeddings + positions"]
-        _close(emb["token embeddings"], params["embed"][tokens[example]], "token embeddings")
+        _close(emb["token_embed"], params["embed"][tokens[example]], "token embeddings")
         pe = params["pos"][:T] if positional == "learned" else reference.sinusoidal(T, cfg.d_model)
-        _close(emb["positions"], pe, "positions")
-        _close(emb["sum"], emb["token embeddings"] + emb["positions"], "embeddings + positions")
-        h = emb["sum"] if layer == 0 else h                       # h: the previous layer's LayerNorm 2 output
-        _close(s[f"layer {layer + 1} input h"]["h"], h, "layer input")
+        _close(emb["pos_embed"], pe, "positions")
+        _close(emb["blocks.0.resid_pre"], emb["token_embed"] + emb["pos_embed"], "embeddings + positions")
+        h = emb["blocks.0.resid_pre"] if layer == 0 else h        # h: the previous layer's LayerNorm 2 output
+        _close(s[f"layer {layer + 1} input h"]["resid_pre"], h, "layer input")
         # attention, from h and the weights
         Q = (h @ p["W_Q"] + p["b_Q"]).reshape(T, H, dk).transpose(1, 0, 2)
         K = (h @ p["W_K"] + p["b_K"]).reshape(T, H, dk).transpose(1, 0, 2)
         V = (h @ p["W_V"] + p["b_V"]).reshape(T, H, dk).transpose(1, 0, 2)
         A = reference.softmax(Q @ K.transpose(0, 2, 1) / np.sqrt(dk))
-        _close(s["attention weights"]["weights"], A, "attention weights")
+        _close(s["attention weights"]["attn.weights"], A, "attention weights")
         concat = (A @ V).transpose(1, 0, 2).reshape(T, cfg.d_model)
-        _close(s["heads' outputs, concatenated"]["concat"], concat, "concat")
+        _close(s["heads' outputs, concatenated"]["attn.concat"], concat, "concat")
         attn_out = concat @ p["W_O"] + p["b_O"]
-        _close(s["attention output concat W_O + b_O"]["attn_out"], attn_out, "attn_out")
+        _close(s["attention output concat W_O + b_O"]["attn.output"], attn_out, "attn_out")
         r1 = h + attn_out
-        _close(s["residual sum h + attention"]["ln1_in"], r1, "residual sum 1")
+        _close(s["residual sum h + attention"]["ln1.input"], r1, "residual sum 1")
         mu, rstd, xhat, out = _layer_norm(r1, p["ln1_g"], p["ln1_b"], eps)
         ln = s["LayerNorm 1"]
-        for key, want in (("in", r1), ("mean", mu), ("rstd", rstd), ("xhat", xhat), ("out", out),
-                          ("gain", p["ln1_g"]), ("bias", p["ln1_b"])):
+        for key, want in (("ln1.input", r1), ("ln1.mean", mu), ("ln1.std", 1 / rstd), ("ln1.normalized", xhat),
+                          ("resid_mid", out), ("ln1.g", p["ln1_g"]), ("ln1.b", p["ln1_b"])):
             _close(ln[key], want, f"LayerNorm 1 {key}")
         x = out
         pre = x @ p["W_1"] + p["b_1"]
         ffn = s["FFN hidden relu(x W_1 + b_1)"]
-        _close(ffn["pre"], pre, "FFN pre-activation")
-        _close(ffn["hidden"], np.maximum(pre, 0.0), "FFN hidden")
+        _close(ffn["ffn.pre"], pre, "FFN pre-activation")
+        _close(ffn["ffn.hidden"], np.maximum(pre, 0.0), "FFN hidden")
         ffn_out = np.maximum(pre, 0.0) @ p["W_2"] + p["b_2"]
-        _close(s["FFN output hidden W_2 + b_2"]["ffn_out"], ffn_out, "FFN output")
+        _close(s["FFN output hidden W_2 + b_2"]["ffn.output"], ffn_out, "FFN output")
         r2 = x + ffn_out
-        _close(s["residual sum x + FFN"]["ln2_in"], r2, "residual sum 2")
+        _close(s["residual sum x + FFN"]["ln2.input"], r2, "residual sum 2")
         mu, rstd, xhat, out = _layer_norm(r2, p["ln2_g"], p["ln2_b"], eps)
         ln = s["LayerNorm 2"]
-        for key, want in (("in", r2), ("mean", mu), ("rstd", rstd), ("xhat", xhat), ("out", out),
-                          ("gain", p["ln2_g"]), ("bias", p["ln2_b"])):
+        for key, want in (("ln2.input", r2), ("ln2.mean", mu), ("ln2.std", 1 / rstd), ("ln2.normalized", xhat),
+                          ("resid_post", out), ("ln2.g", p["ln2_g"]), ("ln2.b", p["ln2_b"])):
             _close(ln[key], want, f"LayerNorm 2 {key}")
         h = out
     pooled = h.mean(axis=0)
@@ -89,10 +90,9 @@ def test_mean_ablation_fills_a_head_with_its_mean_and_zero_ablation_with_nothing
     cfg = EncoderConfig(**SMALL)
     params, X = _params(cfg, seed=2), _tokens(cfg, 40)
     heads = [(0, 0), (0, 1)]                     # every head of layer 1: here the two ablations disagree
-    scale = inside.head_scale_for(heads, cfg)
     _, _, means = inside.clean_statistics(params, cfg, X)
-    zero_logits = _reference(params, X, cfg, scale, None)[0]
-    mean_logits = _reference(params, X, cfg, scale, means)[0]
+    zero_logits = _reference(params, X, cfg, heads, None)[0]
+    mean_logits = _reference(params, X, cfg, heads, means)[0]
     y = np.argmax(mean_logits, axis=1)
     zero_acc = float(np.mean(np.argmax(zero_logits, axis=1) == y))
     assert zero_acc < 1.0                                            # the two ablations disagree here
@@ -101,8 +101,7 @@ def test_mean_ablation_fills_a_head_with_its_mean_and_zero_ablation_with_nothing
     report = inside.head_ablation(params, cfg, X, y)
     for mode, fill in (("zero", None), ("mean", report.head_means)):
         for layer, head in ((0, 0), (1, 1)):
-            one = inside.head_scale_for([(layer, head)], cfg)
-            want = np.mean(np.argmax(_reference(params, X, cfg, one, fill)[0], axis=1) == y)
+            want = np.mean(np.argmax(_reference(params, X, cfg, [(layer, head)], fill)[0], axis=1) == y)
             assert report.accuracy[mode][layer, head] == want, (mode, layer, head)
 
 

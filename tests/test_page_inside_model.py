@@ -2,13 +2,14 @@
 and the ablation's, and each control moves what it should. A tiny default model (tiny data, few
 steps) through the page's test hooks; the same model is rebuilt here, deterministic by seed."""
 import functools
+import inspect
 
 import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
 from core.lessons import inside
-from core.models import encoder
+from core.models import transformer
 from core.models.runs import RunSpec
 from ui.trainer import Trainer
 
@@ -46,7 +47,7 @@ def metric(at, start):
 
 
 def cache_of(m, example):
-    return encoder.forward_cache(m.params, m.data.X_test[example:example + 1], m.cfg)[1]
+    return inside.forward(m.params, m.cfg, m.data.X_test[example:example + 1])[1]
 
 
 def check_walkthrough(at, m, example, layer):
@@ -57,10 +58,10 @@ def check_walkthrough(at, m, example, layer):
     for shown, name in ((ln1, "LayerNorm 1"), (ln2, "LayerNorm 2")):
         for column, values in inside.layernorm_table(steps[name]).items():
             np.testing.assert_array_equal(shown[column].to_numpy(), values, err_msg=column)
-    np.testing.assert_array_equal(shown["mean before"].to_numpy(), cache[f"layers.{layer}.ln2_mean"][0])
+    np.testing.assert_array_equal(shown["mean before"].to_numpy(), cache[f"blocks.{layer}.ln2.mean"][0])
     (logits,) = frames(at, "class")
     np.testing.assert_array_equal(logits["logit"].to_numpy(), cache["logits"][0])
-    off = np.mean(cache[f"layers.{layer}.ffn_hidden"][0] == 0)
+    off = np.mean(cache[f"blocks.{layer}.ffn.hidden"][0] == 0)
     assert metric(at, "ReLUs off").value == f"{off:.1%}"
     assert metric(at, "Predicted class").value == str(int(np.argmax(cache["logits"][0])))
 
@@ -81,6 +82,10 @@ def test_walkthrough_shows_the_cache_and_follows_example_and_layer():
     assert "`(T, d_model) = (16, 32)`" in markdown and "`(T, d_ff) = (16, 64)`" in markdown
     assert "`(H, T, T) = (4, 16, 16)`" in markdown and "`(classes) = (2)`" in markdown
     assert len(at.latex) >= 3
+    shown = {c.value.strip() for c in at.code}          # the source expander: the functions that ran
+    for fn in (inside.forward, transformer.forward, transformer.block, transformer.self_attention,
+               transformer.layer_norm, inside.walkthrough, inside.ablated_logits):
+        assert inspect.getsource(fn).strip() in shown, fn.__qualname__
 
 
 def test_ablation_table_and_controls():
@@ -113,8 +118,8 @@ def test_ablation_table_and_controls():
 def test_pooling_table_and_the_task_and_seed_controls():
     at = page()
     m = model()
-    _, cache = encoder.forward(m.params, m.data.X_test, m.cfg)
-    mean_acc, single = inside.pooling_accuracy(cache, m.params, m.data.y_test)
+    _, cache = inside.forward(m.params, m.cfg, m.data.X_test)
+    mean_acc, single = inside.pooling_accuracy(cache, m.params, m.cfg, m.data.y_test)
     (pool,) = frames(at, "pooling")
     np.testing.assert_array_equal(pool["test accuracy"].to_numpy(), [mean_acc, single[0], single.max(), single.min()])
     at.number_input(key="inside_model.seed").set_value(1).run()

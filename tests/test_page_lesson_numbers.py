@@ -11,6 +11,7 @@ from streamlit import dataframe_util
 import test_page_decoder as decoder_page
 import test_page_induction as induction_page
 import test_page_inside_model as inside_page
+from core.kernels import reference
 from core.models import induction as I
 from page_support import table_named
 
@@ -24,13 +25,48 @@ def test_inside_model_layernorm_tables_describe_the_residual_sum():
     assert not at.exception and not at.error
     m = inside_page.model()
     cache = inside_page.cache_of(m, 0)
-    at_ = lambda name: cache[f"layers.0.{name}"][0]           # noqa: E731
+    at_ = lambda name: cache[f"blocks.0.{name}"][0]           # noqa: E731
     ln1, ln2 = inside_page.frames(at, "token")
-    r1 = at_("resid_pre") + at_("attn_out")
-    r2 = at_("ln1_out") + at_("ffn_out")
+    r1 = at_("resid_pre") + at_("attn.output")
+    r2 = at_("resid_mid") + at_("ffn.output")
     for shown, r in ((ln1, r1), (ln2, r2)):
         np.testing.assert_allclose(shown["mean before"].to_numpy(), r.mean(axis=-1), rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(shown["std before"].to_numpy(), r.std(axis=-1), rtol=1e-5, atol=1e-6)
+
+
+def _layer_norm(x, g, b, eps):
+    mu = x.mean(-1, keepdims=True)
+    return (x - mu) / np.sqrt(((x - mu) ** 2).mean(-1, keepdims=True) + eps) * g + b
+
+
+def test_inside_model_heatmaps_follow_the_block_formulas():
+    """Fails when a walkthrough chart draws another array than its title names (LayerNorm 1's output
+    as the residual sum r1, or the FFN's input as its output) or when a residual sum drops the
+    residual: each chart is recomputed here from the charts before it, the embeddings and the
+    parameters, following the post-norm block r1 = h + MHA(h), x = LN1(r1), r2 = x + FFN(x)."""
+    at = inside_page.page()
+    at.slider(key="inside_model.layer").set_value(2).run()
+    assert not at.exception and not at.error
+    m, example = inside_page.model(), 0
+    p = {name.split(".")[-1]: value for name, value in m.params.items() if name.startswith("layers.1.")}
+    eps, maps = m.cfg.ln_eps, _heatmaps(at)
+    tokens = m.data.X_test[example]
+    np.testing.assert_allclose(maps["token embeddings E[x_t]"], m.params["embed"][tokens], atol=1e-6)
+    np.testing.assert_allclose(maps["E[x_t] + PE_t"], m.params["embed"][tokens] + reference.sinusoidal(
+        len(tokens), m.cfg.d_model), atol=1e-5)
+    h = inside_page.cache_of(m, example)["blocks.1.resid_pre"][0]    # layer 2's input: layer 1's output
+    r1 = maps["r₁ = h + MHA(h)"]
+    np.testing.assert_allclose(r1, h + maps["MHA(h)"], atol=1e-5)
+    np.testing.assert_allclose(maps["MHA(h)"], maps["concat"] @ p["W_O"] + p["b_O"], atol=1e-5)
+    x = maps["LN₁(r₁)"]
+    np.testing.assert_allclose(x, _layer_norm(r1, p["ln1_g"], p["ln1_b"], eps), atol=1e-4)
+    hidden = maps["relu(x W₁ + b₁)"]
+    np.testing.assert_allclose(hidden, np.maximum(x @ p["W_1"] + p["b_1"], 0), atol=1e-5)
+    np.testing.assert_allclose(maps["FFN(x)"], hidden @ p["W_2"] + p["b_2"], atol=1e-5)
+    r2 = maps["r₂ = x + FFN(x)"]
+    np.testing.assert_allclose(r2, x + maps["FFN(x)"], atol=1e-5)
+    np.testing.assert_allclose(maps["the output of layer 2"], _layer_norm(r2, p["ln2_g"], p["ln2_b"], eps),
+                               atol=1e-4)
 
 
 def _distribution(at):

@@ -1,7 +1,6 @@
 """Inside a trained model: one example through a layer, sublayer by sublayer, and heads removed to
 see what the accuracy really depends on."""
 import hashlib
-import inspect
 
 import numpy as np
 import pandas as pd
@@ -9,13 +8,18 @@ import streamlit as st
 
 from core import limits
 from core.lessons import inside
-from core.models import encoder, tasks
+from core.models import encoder, tasks, transformer
 from core import warmup
-from ui import charts, state
+from ui import charts, state, widgets
 from ui.warmup import wait_for_kernels
 
 
 PAGE = "inside_model"
+# the functions whose results the page draws, in the order they run (the source expander shows them)
+SOURCES = (inside.forward, transformer.forward, transformer.embed, transformer.block, transformer.self_attention,
+           transformer.edit_heads, transformer.layer_norm, transformer.feed_forward, transformer.unembed,
+           inside.walkthrough, inside.layernorm_table, inside.head_ablation, inside.clean_statistics,
+           inside.ablated_logits, inside.pooling_accuracy, inside.position_logits)
 SPEC = {
     "source": state.choice_field("default", ("default", "trained")),
     "task": state.choice_field("sum", tuple(tasks.TASKS)),
@@ -37,8 +41,9 @@ state.restore(PAGE, SPEC)
 st.markdown(
     "A trained encoder taken apart. First one test sequence is followed through a layer, sublayer by "
     "sublayer, with the shape of every arrow; then heads are removed to measure what the model's "
-    "accuracy depends on. Every number comes from the encoder's **forward cache**: the compiled forward "
-    "pass with its intermediates kept, not a second implementation.")
+    "accuracy depends on. Every number comes from the model's **forward cache**: the readable forward "
+    "pass keeps what it computes under one name per array (`blocks.0.attn.weights`, `blocks.0.ln1.input`, …), "
+    "and each arrow below names the entry it draws.")
 
 
 # 0. the model ----------------------------------------------------------------------------------
@@ -61,8 +66,8 @@ def head_report(key: str, _model: inside.Model) -> inside.HeadReport:
 
 @st.cache_resource(max_entries=8)
 def pooling(key: str, _model: inside.Model):
-    _, cache = encoder.forward(_model.params, _model.data.X_test, _model.cfg)
-    return inside.pooling_accuracy(cache, _model.params, _model.data.y_test)
+    _, cache = inside.forward(_model.params, _model.cfg, _model.data.X_test)
+    return inside.pooling_accuracy(cache, _model.params, _model.cfg, _model.data.y_test)
 
 
 @st.cache_resource(max_entries=64)
@@ -141,18 +146,21 @@ c[0].number_input(f"Test example (0 to {n_test - 1})", 0, n_test - 1, key=k("exa
 if L > 1:
     c[1].slider("Layer", 1, L, key=k("layer"))
 example, layer = int(ss[k("example")]), int(ss[k("layer")]) - 1
-_, cache = encoder.forward_cache(model.params, X[example:example + 1], cfg)
+_, cache = inside.forward(model.params, cfg, X[example:example + 1])
 steps = {s.name: s for s in inside.walkthrough(cache, model.params, cfg, layer, 0)}
 tokens = X[example]
 T = len(tokens)
 rows = [f"{t + 1}:{tok}" for t, tok in enumerate(tokens)]
 feat = lambda n: [str(j + 1) for j in range(n)]  # noqa: E731
-st.markdown(f"Tokens `{' '.join(map(str, tokens))}`, label **{y[example]}**. Each arrow below names its "
-            "array and writes out its shape.")
+blk = f"blocks.{layer}."                      # this layer's entries in the cache
+st.markdown(f"Tokens `{' '.join(map(str, tokens))}`, label **{y[example]}**. Each arrow below writes out its "
+            "shape and names the cache entries it shows.")
 
 
 def arrow(number: int, step: inside.Step, note: str = "") -> None:
-    st.markdown(f"**{number}. {step.name}** → `{step.shape}`{'  ' + note if note else ''}")
+    names = ", ".join(f"`{name}`" for name in step.arrays)
+    st.markdown(f"**{number}. {step.name}** → `{step.shape}`{'  ' + note if note else ''}  \n"
+                f"<small>from {names}</small>", unsafe_allow_html=True)
 
 
 def signed(matrix, title: str, value: str = "value", cols=None) -> None:
@@ -165,29 +173,29 @@ s = steps["embeddings + positions"]
 arrow(1, s, "(token embedding + position; the layer-1 input)")
 a, b = st.columns(2)
 with a:
-    signed(s.arrays["token embeddings"], "token embeddings E[x_t]")
+    signed(s.arrays["token_embed"], "token embeddings E[x_t]")
 with b:
-    signed(s.arrays["sum"], "E[x_t] + PE_t")
+    signed(s.arrays["blocks.0.resid_pre"], "E[x_t] + PE_t")
 s = steps[f"layer {layer + 1} input h"]
 arrow(2, s, "" if layer == 0 else f"(the output of layer {layer})")
 s = steps["attention weights"]
 arrow(3, s)
-st.vega_lite_chart(charts.heatmap_grid(list(s.arrays["weights"]), rows, rows,
+st.vega_lite_chart(charts.heatmap_grid(list(s.arrays[f"{blk}attn.weights"]), rows, rows,
                                        [f"head {h + 1}" for h in range(cfg.n_heads)],
                                        columns=min(cfg.n_heads, 4), size=170, annotate=False))
-a, b = st.columns(2)
-with a:
+left, right = st.columns(2)
+with left:
     arrow(4, steps["heads' outputs, concatenated"])
-    signed(steps["heads' outputs, concatenated"].arrays["concat"], "concat")
-with b:
+    signed(steps["heads' outputs, concatenated"].arrays[f"{blk}attn.concat"], "concat")
+with right:
     arrow(5, steps["attention output concat W_O + b_O"])
-    signed(steps["attention output concat W_O + b_O"].arrays["attn_out"], "MHA(h)")
+    signed(steps["attention output concat W_O + b_O"].arrays[f"{blk}attn.output"], "MHA(h)")
 st.latex(r"r_1 = h + \mathrm{MHA}(h), \qquad \mathrm{LN}(r)_t = g \odot \frac{r_t - \mu_t}{\sqrt{\sigma_t^2 + "
          r"\varepsilon}} + b, \quad \mu_t = \tfrac{1}{d}\textstyle\sum_j r_{tj},\; "
          r"\sigma_t^2 = \tfrac{1}{d}\sum_j (r_{tj} - \mu_t)^2")
 
 
-def layernorm(number: int, name: str) -> None:
+def layernorm(number: int, name: str, ln: str) -> None:
     step = steps[name]
     arrow(number, step, f"(ε = {cfg.ln_eps:g})")
     table = pd.DataFrame({"token": rows, **inside.layernorm_table(step)})
@@ -195,46 +203,46 @@ def layernorm(number: int, name: str) -> None:
     st.caption("x-hat is normalised before the gain and bias: mean 0, and a standard deviation of "
                "√(σ²/(σ²+ε)), a hair under 1. The gain and bias then give each feature its own scale "
                "and offset.")
-    a, b = st.columns(2)
-    with a:
-        bar_chart(charts.bar(step.arrays["gain"], feat(cfg.d_model), title="learned gain g",
-                                      x_title="feature", y_title="gain", y_domain=None))
-    with b:
-        bar_chart(charts.bar(step.arrays["bias"], feat(cfg.d_model), title="learned bias b",
-                                      x_title="feature", y_title="bias", y_domain=None))
+    left, right = st.columns(2)
+    with left:
+        bar_chart(charts.bar(step.arrays[f"{blk}{ln}.g"], feat(cfg.d_model), title="learned gain g",
+                             x_title="feature", y_title="gain", y_domain=None))
+    with right:
+        bar_chart(charts.bar(step.arrays[f"{blk}{ln}.b"], feat(cfg.d_model), title="learned bias b",
+                             x_title="feature", y_title="bias", y_domain=None))
 
 
-a, b = st.columns(2)
-with a:
+left, right = st.columns(2)
+with left:
     arrow(6, steps["residual sum h + attention"])
-    signed(steps["residual sum h + attention"].arrays["ln1_in"], "r₁ = h + MHA(h)")
-with b:
-    signed(steps["LayerNorm 1"].arrays["out"], "LN₁(r₁)")
-layernorm(7, "LayerNorm 1")
+    signed(steps["residual sum h + attention"].arrays[f"{blk}ln1.input"], "r₁ = h + MHA(h)")
+with right:
+    signed(steps["LayerNorm 1"].arrays[f"{blk}resid_mid"], "LN₁(r₁)")
+layernorm(7, "LayerNorm 1", "ln1")
 s = steps["FFN hidden relu(x W_1 + b_1)"]
-off = inside.relu_off_fraction(s.arrays["hidden"])
+off = inside.relu_off_fraction(s.arrays[f"{blk}ffn.hidden"])
 arrow(8, s)
 st.latex(r"\mathrm{FFN}(x) = \max(0,\; x W_1 + b_1)\, W_2 + b_2")
 m = st.columns(2)
 m[0].metric("ReLUs off (output 0), over all tokens", f"{off.mean():.1%}")
 m[1].metric("Tokens with more than half off", f"{int((off > 0.5).sum())} of {T}")
-signed(s.arrays["hidden"], "relu(x W₁ + b₁)", "activation")
-a, b = st.columns(2)
-with a:
+signed(s.arrays[f"{blk}ffn.hidden"], "relu(x W₁ + b₁)", "activation")
+left, right = st.columns(2)
+with left:
     arrow(9, steps["FFN output hidden W_2 + b_2"])
-    signed(steps["FFN output hidden W_2 + b_2"].arrays["ffn_out"], "FFN(x)")
-with b:
+    signed(steps["FFN output hidden W_2 + b_2"].arrays[f"{blk}ffn.output"], "FFN(x)")
+with right:
     arrow(10, steps["residual sum x + FFN"])
-    signed(steps["residual sum x + FFN"].arrays["ln2_in"], "r₂ = x + FFN(x)")
-layernorm(11, "LayerNorm 2")
-signed(steps["LayerNorm 2"].arrays["out"], f"the output of layer {layer + 1}")
+    signed(steps["residual sum x + FFN"].arrays[f"{blk}ln2.input"], "r₂ = x + FFN(x)")
+layernorm(11, "LayerNorm 2", "ln2")
+signed(steps["LayerNorm 2"].arrays[f"{blk}resid_post"], f"the output of layer {layer + 1}")
 s, z = steps["mean over positions (after the last layer)"], steps["logits pooled W_cls + b_cls"]
 arrow(12, s, f"(the mean of layer {L}'s output over the {T} positions)")
 st.latex(r"\bar h = \tfrac{1}{T}\textstyle\sum_t h^{(L)}_t, \qquad z = \bar h\, W_{\mathrm{cls}} + b_{\mathrm{cls}}")
 bar_chart(charts.bar(s.arrays["pooled"], feat(cfg.d_model), title="pooled vector", x_title="feature",
                               y_title="value", y_domain=None))
 arrow(13, z)
-logits = z.arrays["logits"]
+logits = z.arrays["logits"]                    # (classes,): this example's row of the cache's logits
 st.dataframe(pd.DataFrame({"class": [str(c) for c in range(cfg.n_classes)], "logit": logits}), hide_index=True,
              key=k("logits"))
 m = st.columns(2)
@@ -292,7 +300,7 @@ st.metric(f"Test accuracy with {len(removed)} head(s) removed ({mode})", f"{acc:
 
 st.subheader("Layer-1 attention, averaged over the heads, for two test sequences")
 pair = [0, min(5, n_test - 1)]
-_, pair_cache = encoder.forward(model.params, X[pair], cfg)
+_, pair_cache = inside.forward(model.params, cfg, X[pair])
 titles = []
 for name, idx in zip(("Example A", "Example B"), pair):
     extra = f"sum={int(X[idx].sum())}, " if data.task == "sum" else ""
@@ -327,12 +335,9 @@ with b:
                                   y_title="test accuracy"))
 
 with st.expander("Source of these numbers"):
-    st.markdown("The forward cache (`core/models/encoder.py`): the compiled kernels of the forward pass, called "
-                "step by step, and the cache's arrays rearranged per sequence; then the lesson's summaries "
-                "(`core/lessons/inside.py`).")
-    for fn in (encoder.forward_cache, encoder._chunk_steps, encoder._by_sequence, inside.walkthrough,
-               inside.layernorm_table, inside.head_ablation, inside.ablated_accuracy, inside.pooling_accuracy,
-               inside.position_logits):
-        st.code(inspect.getsource(fn), language="python")
+    st.markdown("The encoder run as the one transformer (`core/models/transformer.py`): its readable forward "
+                "pass, which keeps every array it computes in the cache; then the lesson's selections and "
+                "summaries of that cache (`core/lessons/inside.py`).")
+    widgets.function_sources(SOURCES)
 
 state.publish(PAGE, SPEC)

@@ -1,13 +1,15 @@
 """Inside a trained encoder: one example followed sublayer by sublayer, and heads removed one at a
 time to see what the model's accuracy really depends on.
 
-Every number comes from the encoder's forward cache (:func:`core.models.encoder.forward_cache`, the
-compiled forward pass with its intermediates kept): this module only selects from it, summarises
-it (means, standard deviations, fractions) and scores ablated forward passes
-(:func:`core.models.encoder.forward_ablated`). No layer is recomputed here.
+Every number comes from the one transformer's forward cache (:func:`core.models.transformer.forward`,
+the readable forward pass, which keeps what it computes under the names of the project's one
+vocabulary: ``blocks.{i}.attn.weights``, ``blocks.{i}.ln1.input`` ...). The encoder is a setting of
+that transformer (:func:`core.models.vocabulary.from_encoder`). This module only selects from the
+cache, summarises it (means, standard deviations, fractions) and scores forward passes with heads
+edited (``forward(..., ablate=...)``). No layer is recomputed here.
 
     model = train_default("sum", seed=0)                        # or a model from the training page
-    logits, cache = encoder.forward_cache(model.params, model.data.X_test[:1], model.cfg)
+    logits, cache = forward(model.params, model.cfg, model.data.X_test[:1])
     steps = walkthrough(cache, model.params, model.cfg, layer=0)
     report = head_ablation(model.params, model.cfg, model.data.X_test, model.data.y_test)
 
@@ -21,7 +23,7 @@ import dataclasses
 import numpy as np
 
 from core.lessons.analysis import row_entropy_bits
-from core.models import encoder, training
+from core.models import training, transformer, vocabulary
 from core.models.encoder import EncoderConfig
 from core.models.runs import RunSpec
 from core.models.tasks import Dataset, make_dataset
@@ -59,6 +61,13 @@ def train_default(task: str = "sum", seed: int = 0, *, n_train: int = 4000, n_va
     return Model(params, cfg, data, f"default model: {spec.steps} steps on '{task}', seed {spec.seed}")
 
 
+def forward(params: dict, cfg: EncoderConfig, tokens, ablate: dict | None = None):
+    """The encoder (its parameters under its own names) run as the one transformer:
+    ``(logits (B, C), cache)``, the cache named as :func:`core.models.transformer.forward` says."""
+    tparams, tcfg = vocabulary.from_encoder(params, cfg)
+    return transformer.forward(tparams, tcfg, tokens, ablate=ablate)
+
+
 def accuracy(logits: np.ndarray, labels: np.ndarray) -> float:
     """Fraction of rows whose arg-max is the label (ties to the lower class, as the kernels count)."""
     return float(np.mean(np.argmax(logits, axis=1) == np.asarray(labels)))
@@ -69,11 +78,13 @@ def accuracy(logits: np.ndarray, labels: np.ndarray) -> float:
 # ----------------------------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class Step:
-    """One arrow of the walkthrough: what was computed, its shape written out, and the arrays."""
+    """One arrow of the walkthrough: what was computed, its shape written out, and the arrays,
+    each under its name in the cache (``blocks.0.ln1.input``) or among the parameters
+    (``blocks.0.ln1.g``)."""
 
     name: str
     shape: str              # e.g. "(T, d_model) = (16, 32)"
-    arrays: dict            # name -> array for this example, read from the cache
+    arrays: dict            # cache or parameter name -> array for this example
 
 
 def shape_label(symbols: tuple[str, ...], sizes: tuple[int, ...]) -> str:
@@ -84,51 +95,57 @@ def shape_label(symbols: tuple[str, ...], sizes: tuple[int, ...]) -> str:
 
 
 def walkthrough(cache: dict, params: dict, cfg: EncoderConfig, layer: int, example: int = 0) -> list[Step]:
-    """Example ``example`` of ``cache`` through layer ``layer`` (0-based), one :class:`Step` per
-    sublayer, every array a slice of the cache (or a parameter: LayerNorm's gain and bias)."""
+    """Example ``example`` of ``cache`` (from :func:`forward`) through block ``layer`` (0-based), one
+    :class:`Step` per sublayer of the post-norm block
+
+        h -> attention -> LN1(h + attention) -> FFN -> LN2(x + FFN)
+
+    every array the cache entry of that name (or a LayerNorm's gain and bias, from the parameters)."""
     if not 0 <= layer < cfg.n_layers:
         raise ValueError(f"The model has layers 1 to {cfg.n_layers}; layer {layer + 1} does not exist.")
     n = cache["tokens"].shape[0]
     if not 0 <= example < n:
         raise ValueError(f"The cache holds examples 0 to {n - 1}; example {example} is not one of them.")
+    tparams, _ = vocabulary.from_encoder(params, cfg)
     T, d, H, F, C = cache["tokens"].shape[1], cfg.d_model, cfg.n_heads, cfg.d_ff, cfg.n_classes
-    at = lambda name: cache[f"layers.{layer}.{name}"][example]  # noqa: E731
+    b = f"blocks.{layer}."
+
+    def entries(*names):
+        return {name: cache[name] if name == "pos_embed" else cache[name][example] for name in names}
+
+    def layer_norm(ln):
+        out = f"{b}resid_mid" if ln == "ln1" else f"{b}resid_post"         # post-norm: LN's output is the residual stream
+        return {**entries(*(f"{b}{ln}.{s}" for s in ("input", "mean", "std", "normalized")), out),
+                f"{b}{ln}.g": tparams[f"{b}{ln}.g"], f"{b}{ln}.b": tparams[f"{b}{ln}.b"]}
+
     td, tf = shape_label(("T", "d_model"), (T, d)), shape_label(("T", "d_ff"), (T, F))
-    p = f"layers.{layer}."
     return [
-        Step("embeddings + positions", td, {"token embeddings": cache["tok_embed"][example],
-                                             "positions": cache["pos_embed"],
-                                             "sum": cache["layers.0.resid_pre"][example]}),
-        Step(f"layer {layer + 1} input h", td, {"h": at("resid_pre")}),
-        Step("attention weights", shape_label(("H", "T", "T"), (H, T, T)), {"weights": at("weights")}),
-        Step("heads' outputs, concatenated", td, {"concat": at("concat")}),
-        Step("attention output concat W_O + b_O", td, {"attn_out": at("attn_out")}),
-        Step("residual sum h + attention", td, {"ln1_in": at("ln1_in")}),
-        Step("LayerNorm 1", td, {"in": at("ln1_in"), "xhat": at("ln1_xhat"), "out": at("ln1_out"),
-                                 "mean": at("ln1_mean"), "rstd": at("ln1_rstd"),
-                                 "gain": params[p + "ln1_g"], "bias": params[p + "ln1_b"]}),
-        Step("FFN hidden relu(x W_1 + b_1)", tf, {"pre": at("ffn_pre"), "hidden": at("ffn_hidden")}),
-        Step("FFN output hidden W_2 + b_2", td, {"ffn_out": at("ffn_out")}),
-        Step("residual sum x + FFN", td, {"ln2_in": at("ln2_in")}),
-        Step("LayerNorm 2", td, {"in": at("ln2_in"), "xhat": at("ln2_xhat"), "out": at("ln2_out"),
-                                 "mean": at("ln2_mean"), "rstd": at("ln2_rstd"),
-                                 "gain": params[p + "ln2_g"], "bias": params[p + "ln2_b"]}),
-        Step("mean over positions (after the last layer)", shape_label(("d_model",), (d,)),
-             {"pooled": cache["pooled"][example]}),
-        Step("logits pooled W_cls + b_cls", shape_label(("classes",), (C,)), {"logits": cache["logits"][example]}),
+        Step("embeddings + positions", td, entries("token_embed", "pos_embed", "blocks.0.resid_pre")),
+        Step(f"layer {layer + 1} input h", td, entries(f"{b}resid_pre")),
+        Step("attention weights", shape_label(("H", "T", "T"), (H, T, T)), entries(f"{b}attn.weights")),
+        Step("heads' outputs, concatenated", td, entries(f"{b}attn.concat")),
+        Step("attention output concat W_O + b_O", td, entries(f"{b}attn.output")),
+        Step("residual sum h + attention", td, entries(f"{b}ln1.input")),
+        Step("LayerNorm 1", td, layer_norm("ln1")),
+        Step("FFN hidden relu(x W_1 + b_1)", tf, entries(f"{b}ffn.pre", f"{b}ffn.hidden")),
+        Step("FFN output hidden W_2 + b_2", td, entries(f"{b}ffn.output")),
+        Step("residual sum x + FFN", td, entries(f"{b}ln2.input")),
+        Step("LayerNorm 2", td, layer_norm("ln2")),
+        Step("mean over positions (after the last layer)", shape_label(("d_model",), (d,)), entries("pooled")),
+        Step("logits pooled W_cls + b_cls", shape_label(("classes",), (C,)), entries("logits")),
     ]
 
 
 def layernorm_table(step: Step) -> dict[str, np.ndarray]:
-    """Per token (T,), from a LayerNorm :class:`Step`: the input's mean (the kernel's), standard
-    deviation and the kernel's divisor ``sqrt(var + eps) = 1 / rstd``; the normalised ``xhat``'s
-    mean and standard deviation (0 and just under 1: ``sqrt(var / (var + eps))``); the output's
-    after gain and bias."""
-    a = step.arrays
-    return {"mean before": a["mean"], "std before": a["in"].std(axis=-1),
-            "sqrt(var + eps) before": 1.0 / a["rstd"],
-            "mean of x-hat": a["xhat"].mean(axis=-1), "std of x-hat": a["xhat"].std(axis=-1),
-            "mean after gain and bias": a["out"].mean(axis=-1), "std after gain and bias": a["out"].std(axis=-1)}
+    """Per token (T,), from a LayerNorm :class:`Step`: the input's mean, standard deviation and the
+    divisor ``sqrt(var + eps)``; the normalised input's mean and standard deviation (0 and just under
+    1: ``sqrt(var / (var + eps))``); the output's after gain and bias."""
+    a = {name.rsplit(".", 1)[-1]: value for name, value in step.arrays.items()}
+    out = a["resid_mid"] if "resid_mid" in a else a["resid_post"]
+    return {"mean before": a["mean"], "std before": a["input"].std(axis=-1),
+            "sqrt(var + eps) before": a["std"],
+            "mean of x-hat": a["normalized"].mean(axis=-1), "std of x-hat": a["normalized"].std(axis=-1),
+            "mean after gain and bias": out.mean(axis=-1), "std after gain and bias": out.std(axis=-1)}
 
 
 def relu_off_fraction(hidden: np.ndarray) -> np.ndarray:
@@ -147,50 +164,56 @@ class HeadReport:
     accuracy: dict                  # mode -> (L, H) test accuracy with that one head removed
     mean_maps: np.ndarray           # (L, H, T, T) each head's attention averaged over the test set
     focus: np.ndarray               # (L, H) 1 - mean row entropy / log2 T of the mean map: 0 uniform, 1 one-hot
-    head_means: np.ndarray          # (L, T, d) mean of the heads' outputs (concat) over the test set
+    head_means: np.ndarray          # (L, H, T, d_k) mean of each head's output over the test set
 
     def change(self, mode: str) -> np.ndarray:
         """Change in test accuracy, (L, H), when each head alone is removed."""
         return self.accuracy[mode] - self.baseline
 
 
-def head_scale_for(heads, cfg: EncoderConfig) -> np.ndarray:
-    """(L, H) scales: 0 for each ``(layer, head)`` (0-based) in ``heads``, 1 elsewhere."""
-    scale = np.ones((cfg.n_layers, cfg.n_heads))
+def check_heads(heads, cfg: EncoderConfig) -> list[tuple[int, int]]:
+    """``heads`` as a list of ``(layer, head)`` pairs (0-based), each one of the model's."""
+    out = []
     for layer, head in heads:
         if not (0 <= layer < cfg.n_layers and 0 <= head < cfg.n_heads):
             raise ValueError(f"Layer {layer + 1}, head {head + 1} is not in this model "
                              f"({cfg.n_layers} layers of {cfg.n_heads} heads).")
-        scale[layer, head] = 0.0
-    return scale
+        out.append((int(layer), int(head)))
+    return out
 
 
-def clean_statistics(params: dict, cfg: EncoderConfig, X: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
+def clean_statistics(params: dict, cfg: EncoderConfig, X: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """From the intact model's forward caches over ``X``, in batches: the logits (n, C), the mean
-    attention map of every head (L, H, T, T) and the mean of the heads' outputs (L, T, d)."""
+    attention map of every head (L, H, T, T) and the mean of every head's output (L, H, T, d_k)."""
     logits, maps, means = [], 0.0, 0.0
     for b0 in range(0, len(X), BATCH):
-        z, cache = encoder.forward_cache(params, X[b0:b0 + BATCH], cfg)
+        z, cache = forward(params, cfg, X[b0:b0 + BATCH])
         logits.append(z)
-        maps = maps + cache["attn"].sum(axis=1, dtype=np.float64)                   # (L, H, T, T)
-        means = means + np.stack([cache[f"layers.{i}.concat"].sum(axis=0, dtype=np.float64)
-                                  for i in range(cfg.n_layers)])                    # (L, T, d)
+        maps = maps + np.stack([cache[f"blocks.{i}.attn.weights"].sum(axis=0, dtype=np.float64)
+                                for i in range(cfg.n_layers)])                       # (L, H, T, T)
+        means = means + np.stack([cache[f"blocks.{i}.attn.head_outputs"].sum(axis=0, dtype=np.float64)
+                                  for i in range(cfg.n_layers)])                     # (L, H, T, d_k)
     return np.concatenate(logits), maps / len(X), means / len(X)
 
 
-def ablated_accuracy(params: dict, cfg: EncoderConfig, X: np.ndarray, y: np.ndarray, heads, mode: str = "zero",
-                     head_means: np.ndarray | None = None) -> float:
-    """Test accuracy with every ``(layer, head)`` of ``heads`` removed: its output replaced by 0
-    (``mode="zero"``) or by its mean over the data set (``"mean"``, from ``head_means``)."""
+def ablated_logits(params: dict, cfg: EncoderConfig, X: np.ndarray, heads, mode: str = "zero",
+                   head_means: np.ndarray | None = None) -> np.ndarray:
+    """Logits (n, C) with every ``(layer, head)`` of ``heads`` removed: its output, before ``W_O``,
+    replaced by 0 (``mode="zero"``) or by its mean over the data set at each position (``"mean"``,
+    from ``head_means``, :attr:`HeadReport.head_means`)."""
     if mode not in ABLATION_MODES:
         raise ValueError(f"The ablation is one of {', '.join(ABLATION_MODES)}, got {mode!r}.")
     if mode == "mean" and head_means is None:
         raise ValueError("Mean ablation needs the heads' mean outputs (head_means).")
-    scale = head_scale_for(heads, cfg)
-    fill = head_means if mode == "mean" else None
-    logits = np.concatenate([encoder.forward_ablated(params, X[b0:b0 + BATCH], cfg, scale, fill)
-                             for b0 in range(0, len(X), BATCH)])
-    return accuracy(logits, y)
+    edits = {(i, h): "zero" if mode == "zero" else head_means[i, h] for i, h in check_heads(heads, cfg)}
+    return np.concatenate([forward(params, cfg, X[b0:b0 + BATCH], ablate=edits)[0]
+                           for b0 in range(0, len(X), BATCH)])
+
+
+def ablated_accuracy(params: dict, cfg: EncoderConfig, X: np.ndarray, y: np.ndarray, heads, mode: str = "zero",
+                     head_means: np.ndarray | None = None) -> float:
+    """Test accuracy with ``heads`` removed (:func:`ablated_logits`)."""
+    return accuracy(ablated_logits(params, cfg, X, heads, mode, head_means), y)
 
 
 def head_ablation(params: dict, cfg: EncoderConfig, X: np.ndarray, y: np.ndarray) -> HeadReport:
@@ -208,22 +231,22 @@ def head_ablation(params: dict, cfg: EncoderConfig, X: np.ndarray, y: np.ndarray
 
 def head_averaged_attention(cache: dict, layer: int, example: int) -> np.ndarray:
     """(T, T): the attention weights of ``layer`` for ``example``, averaged over the heads (as
-    PyTorch's ``average_attn_weights=True``); ``cache`` from ``forward`` or ``forward_cache``."""
-    return cache["attn"][layer, example].mean(axis=0)
+    PyTorch's ``average_attn_weights=True``); ``cache`` from :func:`forward`."""
+    return cache[f"blocks.{layer}.attn.weights"][example].mean(axis=0)
 
 
 # ----------------------------------------------------------------------------------------------
 # 3. pooling: the mean over positions, or one position read alone ([CLS]-style)
 # ----------------------------------------------------------------------------------------------
-def position_logits(cache: dict, params: dict) -> np.ndarray:
+def position_logits(cache: dict, params: dict, cfg: EncoderConfig) -> np.ndarray:
     """(B, T, C): the classifier applied to each position's final hidden state alone,
-    ``hidden[:, t] W_cls + b_cls``. Their mean over positions is the model's logits (the
-    classifier is linear, so mean pooling averages these)."""
-    return cache["hidden"] @ params["W_cls"] + params["b_cls"]
+    ``h_t W_cls + b_cls``. Their mean over positions is the model's logits (the classifier is
+    linear, so mean pooling averages these)."""
+    return cache[f"blocks.{cfg.n_layers - 1}.resid_post"] @ params["W_cls"] + params["b_cls"]
 
 
-def pooling_accuracy(cache: dict, params: dict, y: np.ndarray) -> tuple[float, np.ndarray]:
+def pooling_accuracy(cache: dict, params: dict, cfg: EncoderConfig, y: np.ndarray) -> tuple[float, np.ndarray]:
     """Test accuracy with mean pooling (the model as trained) and, (T,), with the classifier
     reading a single position instead, as a [CLS] readout would."""
-    single = [accuracy(z, y) for z in position_logits(cache, params).transpose(1, 0, 2)]     # one per position
+    single = [accuracy(z, y) for z in position_logits(cache, params, cfg).transpose(1, 0, 2)]   # one per position
     return accuracy(cache["logits"], y), np.array(single)

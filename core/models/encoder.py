@@ -28,18 +28,17 @@ import numpy as np
 from core import backend as _backend
 from core.models import optim
 from core.models.compiled import encoder_step as K
-# The model's settings, parameters, forward cache and files live in their own modules; their public
-# names are the encoder's too (``from core import encoder; encoder.EncoderConfig``).
-from core.models.encoder_cache import CACHE_LAYER_ENTRIES, forward_ablated, forward_cache
-from core.models.encoder_cache import _by_sequence, _chunk_steps    # "Inside a trained model" shows their source
+# The model's settings, parameters and files live in their own modules; their public names are the
+# encoder's too (``from core import encoder; encoder.EncoderConfig``). Its forward pass with every
+# intermediate kept is the one transformer's (``core.lessons.inside.forward``).
 from core.models.encoder_config import (POSITIONAL_CHOICES, EncoderConfig, _pe_for, check_labels, check_params,
                                         check_tokens, flatten, init_params, layout, param_count, param_shapes,
                                         positional_table)
 from core.models.encoder_io import SETTINGS_PREFIX, infer_config, load, load_with_settings, save
 from core.models.params import pack
 
-__all__ = ["CACHE_LAYER_ENTRIES", "POSITIONAL_CHOICES", "SETTINGS_PREFIX", "Adam", "EncoderConfig", "check_labels",
-           "check_params", "check_tokens", "flatten", "forward", "forward_ablated", "forward_cache", "infer_config",
+__all__ = ["POSITIONAL_CHOICES", "SETTINGS_PREFIX", "Adam", "EncoderConfig", "check_labels",
+           "check_params", "check_tokens", "flatten", "forward", "infer_config",
            "init_params", "layout", "load", "load_with_settings", "loss_and_grads", "pack", "param_count",
            "param_shapes", "positional_table", "predict", "predict_flat", "save", "train_step", "warm_up"]
 
