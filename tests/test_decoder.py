@@ -180,7 +180,7 @@ def test_a_position_never_sees_the_future(kind):
         later, _ = D.forward(params, cfg, changed, src)
         np.testing.assert_array_equal(later[:, :t + 1], logits[:, :t + 1])
         assert not np.allclose(later[:, t + 1:], logits[:, t + 1:])
-    A = cache["self_attn"]
+    A = D.attention_weights(cache, cfg)
     assert A.shape == (cfg.n_layers, 3, cfg.n_heads, cfg.tgt_len, cfg.tgt_len)
     assert (A[..., np.triu_indices(cfg.tgt_len, 1)[0], np.triu_indices(cfg.tgt_len, 1)[1]] == 0).all()
     np.testing.assert_allclose(A.sum(-1), 1.0, rtol=1e-12)
@@ -193,20 +193,23 @@ def test_the_cache_holds_every_attention_map():
     logits, cache = D.forward(params, cfg, tgt_in, src)
     L, H, S, T = cfg.n_layers, cfg.n_heads, cfg.src_len, cfg.tgt_len
     assert logits.shape == (2, T, cfg.vocab_size)
-    assert cache["enc_attn"].shape == (L, 2, H, S, S) and cache["cross_attn"].shape == (L, 2, H, T, S)
-    assert cache["memory"].shape == (2, S, cfg.d_model) and cache["hidden"].shape == (2, T, cfg.d_model)
-    for key in ("enc_attn", "cross_attn"):
-        np.testing.assert_allclose(cache[key].sum(-1), 1.0, rtol=1e-12)
-    # the cross-attention of layer 0 is softmax((x1 W_Q + b_Q)(m W_K + b_K)^T / sqrt(d_k)), from the cached x1 and m
+    enc = np.stack([cache[f"enc.blocks.{i}.attn.weights"] for i in range(L)])
+    cross = D.attention_weights(cache, cfg, "cross")
+    assert enc.shape == (L, 2, H, S, S) and cross.shape == (L, 2, H, T, S)
+    assert cache["memory"].shape == (2, S, cfg.d_model) and cache["dec.final"].shape == (2, T, cfg.d_model)
+    for weights in (enc, cross):
+        np.testing.assert_allclose(weights.sum(-1), 1.0, rtol=1e-12)
+    # the cross-attention of layer 0 is softmax((x1 W_Q + b_Q)(m W_K + b_K)^T / sqrt(d_k)), from the cached
+    # x1 (post-norm: the residual stream after the self-attention's LayerNorm) and m
     p = {n: params[f"dec.layers.0.cross_{n}"] for n in ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O")}
-    x1 = cache["dec_layers"][0]["cross"]["x_q"]
+    x1 = cache["dec.blocks.0.resid_mid"]
     expected = reference.multi_head_attention(x1, p["W_Q"], p["W_K"], p["W_V"], p["W_O"], H, X_kv=cache["memory"],
                                               b_Q=p["b_Q"], b_K=p["b_K"], b_V=p["b_V"], b_O=p["b_O"])
-    np.testing.assert_allclose(cache["cross_attn"][0], expected["weights"], rtol=1e-12)
-    # one sequence in: the batch axis is dropped, the numbers are the same
+    np.testing.assert_allclose(cross[0], expected["weights"], rtol=1e-12)
+    # one sequence in: the logits lose the batch axis, the cache keeps it (B = 1); the numbers are the same
     one, one_cache = D.forward(params, cfg, tgt_in[1], src[1])
     np.testing.assert_allclose(one, logits[1], rtol=1e-13)
-    np.testing.assert_allclose(one_cache["cross_attn"], cache["cross_attn"][:, 1], rtol=1e-12)
+    np.testing.assert_allclose(D.attention_weights(one_cache, cfg, "cross")[:, 0], cross[:, 1], rtol=1e-12)
 
 
 def test_decoder_only_has_no_encoder():
@@ -214,7 +217,7 @@ def test_decoder_only_has_no_encoder():
     params = D.init_params(cfg)
     assert not any(name.startswith("enc.") or "cross" in name for name in params)
     _, cache = D.forward(params, cfg, [[1, 2, 3]])
-    assert "cross_attn" not in cache and "memory" not in cache
+    assert not any(".cross." in name or name.startswith("enc.") for name in cache) and "memory" not in cache
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -328,9 +331,13 @@ def test_the_kv_cache_grows_one_row_per_step_and_holds_the_keys_and_values(kind)
     # the cache's rows are the keys and values the teacher-forced pass computes for the same tokens
     _, cache = D.forward(params, cfg, gen.tokens[:-1], src)
     assert gen.keys.shape == (cfg.n_layers, cfg.n_heads, 9, cfg.d_k)
+    stack = "dec." if cfg.cross_attention else ""
     for layer in range(cfg.n_layers):
-        np.testing.assert_allclose(gen.keys[layer], cache["dec_layers"][layer]["self"]["K"][0], rtol=1e-12, atol=1e-14)
-        np.testing.assert_allclose(gen.values[layer], cache["dec_layers"][layer]["self"]["V"][0], rtol=1e-12, atol=1e-14)
+        x = cache[f"{stack}blocks.{layer}.resid_pre"][0]              # (T, d): the self-attention's input
+        for name, got in (("K", gen.keys[layer]), ("V", gen.values[layer])):
+            w, b = params[f"dec.layers.{layer}.W_{name}"], params[f"dec.layers.{layer}.b_{name}"]
+            want = (x @ w + b).reshape(9, cfg.n_heads, cfg.d_k).transpose(1, 0, 2)
+            np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14, err_msg=name)
     # each step's row is a causal distribution over the positions read so far
     for row in gen.self_attn:
         np.testing.assert_allclose(row.sum(-1), 1.0, rtol=1e-12)
@@ -482,7 +489,7 @@ def test_reverse_reaches_95_percent_exact_match_quickly():
     assert cpu < 30.0           # CPU time: the wall clock also counts whatever else shares the machine
     # cross-attention learned the anti-diagonal: output position t reads source position T-1-t
     _, cache = D.forward(params, cfg, ds.tgt_in_val[:50], ds.src_val[:50])
-    reads = cache["cross_attn"].mean(axis=(1, 2)).argmax(axis=-1)          # (L, T): where each layer looks
+    reads = D.attention_weights(cache, cfg, "cross").mean(axis=(1, 2)).argmax(axis=-1)          # (L, T): where each layer looks
     assert any((row == np.arange(8)[::-1]).all() for row in reads)
 
 

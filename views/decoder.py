@@ -8,7 +8,8 @@ import pandas as pd
 import streamlit as st
 
 from core import limits
-from core.models import decoder, layers, sampling, steps, tasks
+from core.models import decoder, layers, sampling, steps, tasks, transformer, transformer_encdec
+from core.models import generation as decoding          # the page has a function named generation
 from core.models.decoder_runs import DEFAULTS, build
 from ui import charts, state
 from ui.widgets import act, chosen_dtype, function_sources, live_view, run_progress
@@ -438,7 +439,7 @@ e2.vega_lite_chart(charts.lines(per_step, "step", "positions", "generation", poi
 st.header("5. The attention maps of this model")
 names = [f"layer {l + 1}, head {h + 1}" for l in range(cfg.n_layers) for h in range(cfg.n_heads)]
 if setup.seq2seq:
-    cross = fcache["cross_attn"]                                               # (L, H, T, S)
+    cross = decoder.attention_weights(fcache, cfg, "cross")[:, 0]              # (L, H, T, S)
     st.markdown(f"Cross-attention of validation example {i} (teacher forcing): one row per output position, "
                 "one column per source digit." + (" Trained on **reverse**, some head reads the source from "
                 "its end: output position t looks at source position T + 1 − t, the anti-diagonal." if
@@ -451,7 +452,7 @@ if setup.seq2seq:
     st.caption("Compare the random-weight cross-attention on the page **Masks and cross-attention**: the "
                "same computation, but nothing there has learned where to look.")
 else:
-    att = fcache["self_attn"]                                                  # (L, H, T, T)
+    att = decoder.attention_weights(fcache, cfg)[:, 0]                         # (L, H, T, T)
     st.markdown(f"The language model has no cross-attention. Its causal self-attention on validation "
                 f"window {i}: zero above the diagonal, as the mask demands.")
     labels = charts.position_labels(shown(text_of(tgt_in)))
@@ -467,8 +468,9 @@ with st.expander(f"Source: generation, and the {track_ran} training step"):
                f"training: the loop, and the {track_ran} step it runs for each batch's loss and gradient "
                + ("(the one transformer's forward pass and hand-written backward pass, sublayer by sublayer)."
                   if track_ran == "readable" else "(the same numbers as the readable step, in one Numba call)."))
-    function_sources([decoder.generate, decoder._extend, decoder.KVCache, layers.attend, sampling.distribution,
-                      decoder._decode, decoder._layer, decoder.train]
+    function_sources([decoder.generate, decoding._run, transformer.forward, transformer.block,
+                      transformer.self_attention, transformer_encdec.decode, transformer_encdec.decoder_block,
+                      transformer_encdec.cross_attention, sampling.distribution, decoder.train]
                      + steps.step_functions("decoder", track_ran, bool(cfg.cross_attention)))
 
 state.publish(PAGE, spec_for(task))

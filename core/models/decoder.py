@@ -42,13 +42,13 @@ from core.models import params as P
 # decoder's too (``from core import decoder; decoder.generate``).
 from core.models.decoder_config import (ATTENTION, CROSS_PARAMS, FFN_PARAMS, LAYER_PARAMS, POSITIONAL_CHOICES,
                                        DecoderConfig, init_params, param_count, param_shapes)
-from core.models.decoder_passes import _check_pair, _forward, check_params, check_tokens, forward, loss_and_grads
-from core.models.decoder_passes import _decode, _embed, _layer   # the decoder page shows their source
-from core.models.generation import Generation, KVCache, _extend, generate
+from core.models.decoder_passes import (_check_pair, attention_weights, check_params, check_tokens, forward,
+                                        loss_and_grads)
+from core.models.generation import Generation, generate
 
 __all__ = ["ATTENTION", "CROSS_PARAMS", "FFN_PARAMS", "LAYER_PARAMS", "POSITIONAL_CHOICES", "DecoderConfig",
            "init_params", "param_count", "param_shapes", "check_params", "check_tokens", "forward",
-           "loss_and_grads", "generate", "Generation", "KVCache", "greedy_exact_match", "mean_loss", "pack",
+           "loss_and_grads", "attention_weights", "generate", "Generation", "greedy_exact_match", "mean_loss", "pack",
            "ADAM_BETAS", "train"]
 
 
@@ -73,8 +73,7 @@ def mean_loss(params: dict, cfg: DecoderConfig, tgt_in, tgt_out, src=None, *, ba
     total, count = 0.0, 0
     for lo in range(0, len(tgt_in), batch_size):
         chunk = slice(lo, lo + batch_size)
-        tgt, src_, _ = _check_pair(cfg, tgt_in[chunk], None if src is None else src[chunk])
-        logits = _forward(params, cfg, tgt, src_)[0]
+        logits = forward(params, cfg, tgt_in[chunk], None if src is None else src[chunk])[0]
         y = np.asarray(tgt_out[chunk])
         logp = L.log_softmax(logits.astype(np.float64))
         total += -np.take_along_axis(logp, y[..., None], axis=-1).sum()

@@ -1,9 +1,11 @@
 """Generation one token at a time, through a KV cache (or recomputing the whole prefix each step).
 
-With ``use_cache=True`` the prompt runs through the decoder once (filling the KV cache), then each
-new token runs alone, its query attending over the cached keys and values of every earlier
-position: O(T) work per token. With ``use_cache=False`` every step recomputes the full causal
-forward pass over the whole prefix, O(T^2) work per token, and gives the same logits.
+Each step is the one transformer's forward pass (:mod:`core.models.transformer`; an
+encoder-decoder's decoder stack, :func:`core.models.transformer_encdec.decode`). With
+``use_cache=True`` the prompt runs through the decoder once (filling the KV cache), then each new
+token runs alone, its query attending over the cached keys and values of every earlier position:
+O(T) work per token. With ``use_cache=False`` every step recomputes the full causal forward pass
+over the whole prefix, O(T^2) work per token, and gives the same logits.
 """
 from __future__ import annotations
 
@@ -11,70 +13,24 @@ import dataclasses
 
 import numpy as np
 
-from core.models import layers as L
+from core.models import sampling, transformer, transformer_encdec, vocabulary
+from core.models.decoder_config import DecoderConfig
+from core.models.decoder_passes import attention_weights, check_params, check_tokens
 from core.models.params import whole
-from core.models import sampling
-from core.models.decoder_config import CROSS_PARAMS, LAYER_PARAMS, DecoderConfig
-from core.models.decoder_passes import _causal_mask, _decode, _embed, _encode, _sub, check_params, check_tokens
 
 
-class KVCache:
-    """Every decoder layer's keys and values of the positions read so far.
+def _run(tparams: dict, tcfg, cfg: DecoderConfig, tokens: np.ndarray, memory, kv: list | None, start: int):
+    """The decoder on ``tokens (B, n)``, the positions ``start..start+n-1``: ``(logits (B, n, V), cache)``.
 
-    ``K`` and ``V`` are allocated once for the whole context, ``(L, B, H, tgt_len, d_k)``; ``size``
-    rows are filled. Each step appends the new positions' rows; earlier rows never change, since a
-    position's keys and values depend only on the tokens up to it.
+    The one transformer's forward pass (the decoder stack of an encoder-decoder, reading the encoder's
+    ``memory``). With ``kv`` (one dict per block) each block appends the new positions' keys and
+    values to its cache and their queries attend over every cached position, causally among the
+    new ones (:func:`core.models.transformer.self_attention`).
     """
-
-    def __init__(self, cfg: DecoderConfig, batch: int, dtype):
-        shape = (cfg.n_layers, batch, cfg.n_heads, cfg.tgt_len, cfg.d_k)
-        self.K = np.zeros(shape, dtype=dtype)
-        self.V = np.zeros(shape, dtype=dtype)
-        self.size = 0
-
-    def append(self, layer: int, K_new: np.ndarray, V_new: np.ndarray):
-        """Write ``K_new, V_new (B, H, n, d_k)`` after the filled rows; return the layer's filled
-        keys and values ``(B, H, size + n, d_k)`` (``size`` grows in :meth:`advance`)."""
-        end = self.size + K_new.shape[2]
-        self.K[layer, :, :, self.size:end] = K_new
-        self.V[layer, :, :, self.size:end] = V_new
-        return self.K[layer, :, :, :end], self.V[layer, :, :, :end]
-
-    def advance(self, n: int):
-        self.size += n
-
-
-def _extend(params: dict, cfg: DecoderConfig, new_tokens: np.ndarray, kv: KVCache, cross_kv):
-    """Run ``new_tokens (B, n)``, the positions after the cached ones, through the decoder.
-
-    Each layer appends the new positions' keys and values to the cache, and their queries attend
-    over every cached row (causally among the new ones). ``cross_kv`` holds each layer's encoder
-    keys and values, projected once per generation. Returns ``logits (B, n, V)`` and each layer's
-    self- and cross-attention weights ``(B, H, n, size + n)``, ``(B, H, n, S)``.
-    """
-    start, n = kv.size, new_tokens.shape[1]
-    x = _embed(params, "dec.", new_tokens, cfg, start=start)                 # (B, n, d)
-    mask = _causal_mask(n, start, x.dtype)                                   # (n, start + n)
-    self_w, cross_w = [], []
-    for i in range(cfg.n_layers):
-        prefix = f"dec.layers.{i}."
-        p = _sub(params, prefix, LAYER_PARAMS)
-        # 1. masked self-attention over the cache and the new positions
-        K, V = kv.append(i, *L.project_kv(x, p, cfg.n_heads))               # (B, H, start + n, d_k)
-        a, c = L.attend(x, K, V, p, cfg.n_heads, mask)
-        self_w.append(c["weights"])
-        x = L.layer_norm(x + a, p["ln1_g"], p["ln1_b"], cfg.ln_eps)[0]
-        # 2. cross-attention over the encoder's keys and values
-        if cross_kv is not None:
-            pc = _sub(params, prefix, CROSS_PARAMS)
-            a, c = L.attend(x, *cross_kv[i], pc, cfg.n_heads)
-            cross_w.append(c["weights"])
-            x = L.layer_norm(x + a, pc["ln_cross_g"], pc["ln_cross_b"], cfg.ln_eps)[0]
-        # 3. feed-forward (none in an attention-only model)
-        if cfg.d_ff:
-            x = L.layer_norm(x + L.feed_forward(x, p)[0], p["ln2_g"], p["ln2_b"], cfg.ln_eps)[0]
-    kv.advance(n)
-    return L.linear(x, params["W_out"], params["b_out"]), self_w, cross_w
+    if cfg.cross_attention:
+        cache = {}
+        return transformer_encdec.decode(tparams, tcfg, tokens, memory, cache, kv=kv, start=start), cache
+    return transformer.forward(tparams, tcfg, tokens, kv=kv, start=start)
 
 
 @dataclasses.dataclass
@@ -189,15 +145,11 @@ def generate(params: dict, cfg: DecoderConfig, src=None, *, prompt=None, max_new
     B, P = prompt.shape
     n, Lr, H = int(max_new_tokens), cfg.n_layers, cfg.n_heads
     dtype = params["W_out"].dtype
+    tparams, tcfg = vocabulary.from_decoder(params, cfg)          # the one transformer's names and settings
 
-    # the encoder runs once; with the cache, so do the cross-attention keys and values
-    memory = _encode(params, cfg, src)[0] if cfg.cross_attention else None
-    kv, cross_kv = None, None
-    if use_cache:
-        kv = KVCache(cfg, B, dtype)
-        if memory is not None:
-            cross_kv = [L.project_kv(memory, _sub(params, f"dec.layers.{i}.", CROSS_PARAMS), H)
-                        for i in range(Lr)]
+    # the encoder runs once: its output serves every step
+    memory = transformer_encdec.encode(tparams, tcfg, src, {}) if cfg.cross_attention else None
+    kv = [{} for _ in range(Lr)] if use_cache else None           # each block's keys and values so far
 
     tokens = np.concatenate([prompt, np.zeros((B, n), dtype=np.int64)], axis=1)
     V = cfg.vocab_size
@@ -211,19 +163,15 @@ def generate(params: dict, cfg: DecoderConfig, src=None, *, prompt=None, max_new
     for s in range(n):
         t = P + s                                                   # positions read at this step
         # 1. the logits of the next token, from the last position
-        if use_cache:
-            new = tokens[:, kv.size:t]                              # the prompt at first, then one token
-            logits, self_w, cross_w = _extend(params, cfg, new, kv, cross_kv)
-            computed[s], cache_sizes[s] = new.shape[1], kv.size
-            self_rows.append(np.stack([w[:, :, -1] for w in self_w], axis=1))          # (B, L, H, t)
-            if cross_rows is not None:
-                cross_rows[:, s] = np.stack([w[:, :, -1] for w in cross_w], axis=1)    # (B, L, H, S)
-        else:
-            logits, _, caches = _decode(params, cfg, tokens[:, :t], memory)
-            computed[s] = t
-            self_rows.append(np.stack([c["self"]["weights"][:, :, -1] for c in caches], axis=1))
-            if cross_rows is not None:
-                cross_rows[:, s] = np.stack([c["cross"]["weights"][:, :, -1] for c in caches], axis=1)
+        cached = kv[0]["K"].shape[2] if use_cache and kv[0] else 0  # positions already in the KV cache
+        new = tokens[:, cached:t]                                   # with the cache: the prompt, then one token
+        logits, cache = _run(tparams, tcfg, cfg, new, memory, kv, cached)
+        computed[s] = new.shape[1]
+        cache_sizes[s] = t if use_cache else 0
+        # the last position's attention rows, (B, L, H, t) and (B, L, H, S)
+        self_rows.append(attention_weights(cache, cfg)[:, :, :, -1].transpose(1, 0, 2, 3))
+        if cross_rows is not None:
+            cross_rows[:, s] = attention_weights(cache, cfg, "cross")[:, :, :, -1].transpose(1, 0, 2, 3)
         step_logits[:, s] = logits[:, -1]
         # 2. the sampler picks each sequence's next token
         for b in range(B):
@@ -231,8 +179,8 @@ def generate(params: dict, cfg: DecoderConfig, src=None, *, prompt=None, max_new
 
     keys = values = None
     if use_cache:
-        keys = kv.K[:, :, :, :kv.size].transpose(1, 0, 2, 3, 4).copy()  # (B, L, H, P + n - 1, d_k)
-        values = kv.V[:, :, :, :kv.size].transpose(1, 0, 2, 3, 4).copy()
+        keys = np.stack([block["K"] for block in kv], axis=1)      # (B, L, H, P + n - 1, d_k)
+        values = np.stack([block["V"] for block in kv], axis=1)
     out = Generation(tokens, P, step_logits, step_probs, allowed, cache_sizes, computed,
                      self_rows, cross_rows, keys, values)
     if single:

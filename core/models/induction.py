@@ -145,7 +145,7 @@ def measure(params: dict, cfg: D.DecoderConfig, data) -> Measures:
     tgt_in, tgt_out = data
     n = (cfg.tgt_len + 1) // 2
     losses, logits, cache = position_losses(params, cfg, tgt_in, tgt_out)
-    attn = cache["self_attn"]                                            # (L, B, H, T, T)
+    attn = D.attention_weights(cache, cfg)                               # (L, B, H, T, T)
     hits = logits.argmax(axis=-1) == tgt_out
     by_head = attn.transpose(0, 2, 1, 3, 4)                             # (L, H, B, T, T)
     return Measures(induction=induction_score(by_head, tgt_in), previous=previous_token_score(by_head),

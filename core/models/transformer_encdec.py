@@ -94,13 +94,16 @@ def cross_attention(x: np.ndarray, memory: np.ndarray, p: dict, cfg: Transformer
     return out
 
 
-def decoder_block(x, memory, p: dict, cfg: TransformerConfig, cache: dict, name: str) -> np.ndarray:
+def decoder_block(x, memory, p: dict, cfg: TransformerConfig, cache: dict, name: str, *,
+                  kv: dict | None = None, start: int = 0) -> np.ndarray:
     """One decoder block: :func:`transformer.block` with the cross-attention sublayer after its
-    self-attention (``{name}.resid_cross`` is the residual stream after it)."""
+    self-attention (``{name}.resid_cross`` is the residual stream after it). ``kv`` and ``start``:
+    the self-attention's KV cache, as in :func:`transformer.self_attention`."""
     eps, sub = cfg.ln_eps, {}
     # 1. masked self-attention (and its norm): the transformer's own first sublayer
     one = dataclasses.replace(cfg, d_ff=0)                                   # a block with only its attention
-    x = tr.block(x, {k: v for k, v in p.items() if k.startswith(("attn.", "ln1."))}, one, sub, name)
+    x = tr.block(x, {k: v for k, v in p.items() if k.startswith(("attn.", "ln1."))}, one, sub, name,
+                 kv=kv, start=start)
     cache.update({k: v for k, v in sub.items() if not k.endswith(".resid_post")})
     # 2. cross-attention over the memory
     if cfg.norm == "pre":
@@ -123,6 +126,29 @@ def decoder_block(x, memory, p: dict, cfg: TransformerConfig, cache: dict, name:
     return x
 
 
+def encode(params: dict, cfg: EncoderDecoderConfig, src: np.ndarray, cache: dict) -> np.ndarray:
+    """The encoder stack on checked source ids ``src (B, S)``: its output, the memory ``(B, S, d)``."""
+    m = tr.embed(params, cfg.encoder, src, prefix="enc.", cache=cache)                    # (B, S, d)
+    for i in range(cfg.encoder.n_layers):
+        m = tr.block(m, tr.block_params(params, f"enc.blocks.{i}."), cfg.encoder, cache, f"enc.blocks.{i}")
+    cache["memory"] = m
+    return m
+
+
+def decode(params: dict, cfg: EncoderDecoderConfig, tgt: np.ndarray, memory: np.ndarray, cache: dict, *,
+           kv: list | None = None, start: int = 0) -> np.ndarray:
+    """The decoder stack on checked ids ``tgt (B, T)`` at positions ``start..start+T-1``, reading the
+    memory in every block: ``logits (B, T, V)``. ``kv``: one dict per block, its self-attention's
+    KV cache (see :func:`transformer.forward`)."""
+    x = tr.embed(params, cfg.decoder, tgt, start, prefix="dec.", cache=cache)             # (B, T, d)
+    for i in range(cfg.decoder.n_layers):
+        x = decoder_block(x, memory, tr.block_params(params, f"dec.blocks.{i}."), cfg.decoder, cache,
+                          f"dec.blocks.{i}", kv=None if kv is None else kv[i], start=start)
+    cache["dec.final"] = x
+    cache["logits"] = logits = tr.unembed(params, cfg.decoder, x, cache)     # (B, T, V)
+    return logits
+
+
 def forward(params: dict, cfg: EncoderDecoderConfig, src, tgt_in):
     """Teacher-forced forward pass: ``(logits (B, T, V), cache)`` (names in the module docstring)."""
     P.check_params(params, param_shapes(cfg))
@@ -130,19 +156,8 @@ def forward(params: dict, cfg: EncoderDecoderConfig, src, tgt_in):
     if src.shape[0] != tgt.shape[0]:
         raise ValueError(f"The source has {src.shape[0]} sequences and the target {tgt.shape[0]}.")
     cache = {"enc.tokens": src, "tokens": tgt}
-    # 1. the encoder stack: its memory
-    m = tr.embed(params, cfg.encoder, src, prefix="enc.", cache=cache)                    # (B, S, d)
-    for i in range(cfg.encoder.n_layers):
-        m = tr.block(m, tr.block_params(params, f"enc.blocks.{i}."), cfg.encoder, cache, f"enc.blocks.{i}")
-    cache["memory"] = m
-    # 2. the decoder stack, reading the memory in every block
-    x = tr.embed(params, cfg.decoder, tgt, prefix="dec.", cache=cache)                    # (B, T, d)
-    for i in range(cfg.decoder.n_layers):
-        x = decoder_block(x, m, tr.block_params(params, f"dec.blocks.{i}."), cfg.decoder, cache, f"dec.blocks.{i}")
-    # 3. the output
-    cache["dec.final"] = x
-    cache["logits"] = logits = tr.unembed(params, cfg.decoder, x, cache)     # (B, T, V)
-    return logits, cache
+    memory = encode(params, cfg, src, cache)                                # 1. the encoder stack
+    return decode(params, cfg, tgt, memory, cache), cache                   # 2. the decoder stack reading it
 
 
 # ----------------------------------------------------------------------------------------------
