@@ -159,8 +159,8 @@ st.markdown(f"Tokens `{' '.join(map(str, tokens))}`, label **{y[example]}**. Eac
 
 def arrow(number: int, step: inside.Step, note: str = "") -> None:
     names = ", ".join(f"`{name}`" for name in step.arrays)
-    st.markdown(f"**{number}. {step.name}** → `{step.shape}`{'  ' + note if note else ''}  \n"
-                f"<small>from {names}</small>", unsafe_allow_html=True)
+    st.markdown(f"**{number}. {step.name}** → `{step.shape}`{'  ' + note if note else ''}")
+    st.caption(f"from {names}")
 
 
 def signed(matrix, title: str, value: str = "value", cols=None) -> None:
