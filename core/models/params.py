@@ -75,9 +75,9 @@ def _some(names: list) -> str:
     return ", ".join(names[:5]) + (" ..." if len(names) > 5 else "")
 
 
-def check_params(params: dict, shapes: dict) -> np.dtype:
-    """Refuse missing or unexpected names, wrong shapes, mixed or non-float dtypes and NaN/inf for a
-    model of ``{name: shape}``; return the parameters' dtype (that of the first name)."""
+def check_params(params: dict, shapes: dict, *, finite: bool = True) -> np.dtype:
+    """Refuse missing or unexpected names, wrong shapes, mixed or non-float dtypes and (``finite``)
+    NaN/inf for a model of ``{name: shape}``; return the parameters' dtype (that of the first name)."""
     if not isinstance(params, dict):
         raise ValueError("params must be a dict of arrays, as init_params returns.")
     missing = [name for name in shapes if name not in params]
@@ -99,7 +99,7 @@ def check_params(params: dict, shapes: dict) -> np.dtype:
             raise ValueError(f"Parameter {name!r} has shape {value.shape}; this configuration needs {shape}.")
         if value.dtype != dtype:
             raise ValueError(f"Parameter {name!r} is {value.dtype} but {first!r} is {dtype}; use one dtype.")
-        if not np.isfinite(value).all():
+        if finite and not np.isfinite(value).all():
             raise ValueError(f"Parameter {name!r} contains NaN or infinity.")
     return dtype
 

@@ -32,6 +32,7 @@ import math
 import numpy as np
 
 from core.models import layers as L
+from core.models import params as P
 from core.models.params import whole as _whole
 from core.validate import check_heads
 
@@ -159,21 +160,11 @@ def init_params(cfg: TransformerConfig, seed: int = 0, dtype=np.float32) -> dict
     return params
 
 
-def check_params(params: dict, cfg: TransformerConfig, prefix: str = "") -> np.dtype:
-    """Refuse missing, misshaped or mixed-precision parameters; return their dtype."""
-    if not isinstance(params, dict):
-        raise ValueError("params must be a dict of arrays.")
-    dtypes = set()
-    for name, shape in param_shapes(cfg, prefix).items():
-        if name not in params:
-            raise ValueError(f"Parameter {name!r} is missing.")
-        value = params[name]
-        if getattr(value, "shape", None) != shape:
-            raise ValueError(f"Parameter {name!r} has shape {getattr(value, 'shape', None)}, expected {shape}.")
-        dtypes.add(np.dtype(value.dtype))
-    if len(dtypes) != 1 or next(iter(dtypes)) not in (np.float32, np.float64):
-        raise ValueError(f"Parameters must all be float32 or all float64, got {sorted(map(str, dtypes))}.")
-    return next(iter(dtypes))
+def check_params(params: dict, cfg: TransformerConfig) -> np.dtype:
+    """Refuse missing, unexpected, misshaped or mixed-precision parameters (:func:`params.check_params`);
+    return their dtype. Not NaN or infinity: every forward pass checks, and a scan of GPT-2's 124M
+    parameters would cost more than a token's forward pass (the trained models' own checks do scan)."""
+    return P.check_params(params, param_shapes(cfg), finite=False)
 
 
 def check_tokens(tokens, cfg: TransformerConfig, start: int = 0) -> np.ndarray:
