@@ -90,6 +90,10 @@ def test_encoder_forward_is_the_transformer_with_a_classifier(name):
     weights = np.stack([tcache[f"blocks.{i}.attn.weights"] for i in range(cfg.n_layers)])
     np.testing.assert_allclose(weights, cache["attn"], rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(tcache["pooled"], cache["pooled"], rtol=1e-12, atol=1e-12)
+    # the compiled forward's cache answers to the same names as the readable one's
+    for name in [f"blocks.{i}.attn.weights" for i in range(cfg.n_layers)] + [
+            f"blocks.{cfg.n_layers - 1}.resid_post", "pooled", "logits"]:
+        np.testing.assert_allclose(cache[name], tcache[name], rtol=1e-12, atol=1e-12, err_msg=name)
 
 
 @pytest.mark.parametrize("name", DECODERS)

@@ -61,7 +61,9 @@ def forward(params: dict, tokens, cfg: EncoderConfig, *, backend=None):
     logits : (B, C)
     cache : dict with ``attn`` (L, B, H, T, T), the attention weights of every layer and head (each
         row sums to 1); ``hidden`` (B, T, d), the final hidden states; ``pooled`` (B, d), their mean
-        over positions; ``logits`` and ``tokens``.
+        over positions; ``logits`` and ``tokens``. The same arrays under the one vocabulary's names
+        too (views, not copies): ``blocks.{i}.attn.weights`` (B, H, T, T) and
+        ``blocks.{L-1}.resid_post``, the names :func:`core.models.transformer.forward` gives them.
     """
     _backend.resolve(backend)
     check_params(params, cfg)
@@ -73,7 +75,10 @@ def forward(params: dict, tokens, cfg: EncoderConfig, *, backend=None):
            np.empty((B, T, d), flat.dtype), np.empty((B, d), flat.dtype))
     _run(K.FORWARD, flat, tok, None, cfg, out=out)
     logits, attn, hidden, pooled = out
-    return logits, {"attn": attn, "hidden": hidden, "pooled": pooled, "logits": logits, "tokens": tok}
+    cache = {"attn": attn, "hidden": hidden, "pooled": pooled, "logits": logits, "tokens": tok,
+             f"blocks.{L - 1}.resid_post": hidden}
+    cache.update({f"blocks.{i}.attn.weights": attn[i] for i in range(L)})
+    return logits, cache
 
 
 def predict(params: dict, tokens, cfg: EncoderConfig) -> np.ndarray:
