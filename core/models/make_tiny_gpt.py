@@ -23,7 +23,7 @@ import time
 
 import numpy as np
 
-from core.models import decoder, optim, pretrained
+from core.models import decoder, loop, optim, pretrained
 from core.models import transformer as tr
 from core.models import transformer_backward
 
@@ -54,22 +54,33 @@ loss_and_grads = transformer_backward.loss_and_grads
 
 def train(params: dict, cfg: tr.TransformerConfig, ids: np.ndarray, *, steps: int, batch_size: int = 16,
           lr: float = 3e-3, seed: int = 0, log=print) -> list[float]:
-    """Adam on random windows of ``ids`` (the whole text as one stream of tokens); ``params`` in place."""
+    """Adam on random windows of ``ids`` (the whole text as one stream of tokens), through the
+    training loop every model shares (:mod:`core.models.loop`); ``params`` in place."""
     names = list(tr.param_shapes(cfg))
     flat, views = decoder.pack({n: params[n] for n in names})
-    opt = optim.Adam(flat.size, flat.dtype, lr)
+    grads = np.empty_like(flat)
     rng = np.random.default_rng(seed)
     T = cfg.n_ctx
-    losses = []
-    for step in range(steps):
+
+    def windows(step):                      # a batch of windows: the tokens, and the tokens after them
         starts = rng.integers(0, len(ids) - T - 1, size=batch_size)
         window = np.stack([ids[s:s + T + 1] for s in starts])                     # (B, T+1)
-        loss, g = loss_and_grads(views, cfg, window[:, :-1], window[:, 1:])
-        rate = lr * min(1.0, (step + 1) / 50) * (0.55 + 0.45 * math.cos(math.pi * step / max(steps - 1, 1)))
-        opt.step(flat, np.concatenate([g[n].reshape(-1) for n in names]), rate)
-        losses.append(loss)
-        if log and (step % 100 == 0 or step == steps - 1):
-            log(f"step {step:5d}  loss {loss:.3f}")
+        return window[:, :-1], window[:, 1:]
+
+    def gradient(x, y, out):
+        loss, g = loss_and_grads(views, cfg, x, y)
+        out[:] = np.concatenate([g[n].reshape(-1) for n in names])
+        return loss
+
+    def rate(step):                         # a 50-step warm-up, then a half cosine down to 55 %
+        return lr * min(1.0, (step + 1) / 50) * (0.55 + 0.45 * math.cos(math.pi * step / max(steps - 1, 1)))
+
+    update = loop.gradient_update(gradient, flat, grads, optim.Adam(flat.size, flat.dtype, lr))
+    losses = []
+    for s in loop.steps(update, windows, stop=steps, rate=rate):
+        losses.append(s.loss)
+        if log and (s.step % 100 == 0 or s.step == steps - 1):
+            log(f"step {s.step:5d}  loss {s.loss:.3f}")
     for n in names:
         params[n] = np.array(views[n])
     return losses
