@@ -168,19 +168,13 @@ def check_params(params: dict, cfg: TransformerConfig) -> np.dtype:
 
 
 def check_tokens(tokens, cfg: TransformerConfig, start: int = 0) -> np.ndarray:
-    """Token ids as int64 ``(B, T)`` (a 1-D ``(T,)`` becomes one sequence); refuse what the model can't read."""
-    ids = np.asarray(tokens)
-    if ids.ndim == 1:
-        ids = ids[None, :]
-    if ids.ndim != 2 or ids.shape[1] == 0 or ids.shape[0] == 0:
-        raise ValueError(f"tokens must be a non-empty (T,) or (B, T) array of ids, got shape {ids.shape}.")
-    if ids.dtype.kind not in "iu":
-        raise ValueError(f"tokens must be whole numbers (token ids), got dtype {ids.dtype}.")
-    if ids.min() < 0 or ids.max() >= cfg.vocab_size:
-        raise ValueError(f"Token ids must lie in 0..{cfg.vocab_size - 1}; got {ids.min()}..{ids.max()}.")
+    """Token ids as int64 ``(B, T)`` (:func:`params.check_tokens`: a 1-D ``(T,)`` becomes one
+    sequence); with a KV cache already holding ``start`` positions, room for ``T`` more after them."""
+    ids = P.check_tokens(tokens, cfg.vocab_size, cfg.n_ctx, "The tokens", length_name="n_ctx")
     if start + ids.shape[1] > cfg.n_ctx:
-        raise ValueError(f"The model reads at most {cfg.n_ctx} tokens; this needs {start + ids.shape[1]}.")
-    return ids.astype(np.int64, copy=False)
+        raise ValueError(f"The model reads at most {cfg.n_ctx} tokens; {start} are cached and "
+                         f"{ids.shape[1]} more would need {start + ids.shape[1]}.")
+    return ids
 
 
 # ----------------------------------------------------------------------------------------------
