@@ -1,4 +1,4 @@
-"""The CPU the tuned kernels are compiled for, and the tile sizes that follow from it: chosen here, once.
+"""The CPU the tuned kernels are compiled for, and the tile sizes that go with it, in one place.
 
 Numba compiles for the host unless told otherwise: ``NUMBA_CPU_NAME`` names another CPU (``haswell``
 for AVX2, ``skylake-avx512``, ``generic``) and ``NUMBA_CPU_FEATURES`` the instruction sets, as
@@ -60,8 +60,9 @@ REGISTERS = registers(VECTOR_BYTES)
 
 # The register tile: 4 queries (or rows of weights) by 2 vectors of keys (or value features), the
 # shape of OpenBLAS's Haswell sgemm kernel (16 x 4). 8 running sums + 2 loaded vectors + 1
-# broadcast = 11 registers, within AVX2's 16 and AVX-512's 32. A wider tile on AVX-512 would have
-# to be measured there first; this one is measured on both.
+# broadcast = 11 registers, within AVX2's 16 and AVX-512's 32. tiles.py writes this shape out by
+# hand (four query rows as four arguments); these constants describe it and check that it fits,
+# they do not resize it. A wider tile on AVX-512 would mean new kernels, measured there first.
 TILE_ROWS, TILE_VECTORS = 4, 2
 assert TILE_ROWS * TILE_VECTORS + TILE_VECTORS + 1 <= REGISTERS
 
