@@ -316,7 +316,11 @@ def test_the_step_switch_changes_the_source_and_the_milliseconds(at):
         shown = metric(at, f"ms per step ({track} step)")
         assert float(shown) == pytest.approx(view.metrics[-1]["ms_per_step"], abs=0.006)
         readings[track] = (float(shown), step_source(at))
+        box = next(e for e in at.expander if e.label.startswith("Source: generation"))
+        codes = [c.value for c in box.code]
+        assert len(codes) == len(set(codes)), "a function is shown twice"
     (ms_r, src_r), (ms_c, src_c) = readings["readable"], readings["compiled"]
+    assert "def encode(" in src_r and "def decoder_block(" in src_r        # this model's stacks ran
     assert "the readable training step" in src_r and "def cross_attention_backward(" in src_r
     assert "def decoder_loss_and_grads(" in src_r and "def decoder_chunk(" not in src_r
     assert "the compiled training step" in src_c and "def decoder_chunk(" in src_c

@@ -97,8 +97,9 @@ def _source(fn) -> str:
 
 
 def function_sources(functions) -> None:
-    """Each function's full name and source, in the order given: the code behind a page's numbers."""
-    for fn in functions:
+    """Each function's full name and source, in the order given, once each (two lists of what ran
+    may share a function): the code behind a page's numbers."""
+    for fn in dict.fromkeys(functions):
         st.markdown(f"**`{fn.__module__}.{fn.__qualname__}`**")
         st.code(_source(fn), language="python")
 

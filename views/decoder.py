@@ -468,9 +468,12 @@ with st.expander(f"Source: generation, and the {track_ran} training step"):
                f"training: the loop, and the {track_ran} step it runs for each batch's loss and gradient "
                + ("(the one transformer's forward pass and hand-written backward pass, sublayer by sublayer)."
                   if track_ran == "readable" else "(the same numbers as the readable step, in one Numba call)."))
-    function_sources([decoder.generate, decoding._run, transformer.forward, transformer.block,
-                      transformer.self_attention, transformer_encdec.decode, transformer_encdec.decoder_block,
-                      transformer_encdec.cross_attention, sampling.distribution, decoder.train]
+    # the forward passes (teacher forcing, generation) run the stacks of this model's kind
+    stacks = ([transformer_encdec.forward, transformer_encdec.encode, transformer_encdec.decode,
+               transformer_encdec.decoder_block, transformer_encdec.cross_attention] if cfg.cross_attention
+              else [transformer.forward])
+    function_sources([decoder.generate, decoding._run, *stacks, transformer.block, transformer.self_attention,
+                      sampling.distribution, decoder.train]
                      + steps.step_functions("decoder", track_ran, bool(cfg.cross_attention)))
 
 state.publish(PAGE, spec_for(task))
