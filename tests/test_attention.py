@@ -12,7 +12,7 @@ from core import masks
 from core.kernels import dispatch
 from core.kernels import gpu
 from core.kernels import reference as ref
-from core.kernels.tuned import cpu
+from core.kernels.tuned import cpu, simd, target
 
 ROOT = Path(__file__).resolve().parents[1]
 DTYPES = [np.float32, np.float64]
@@ -126,6 +126,36 @@ def test_fused_key_tiles_that_start_inside_a_vector(monkeypatch, dtype, mask_kin
     with dispatch.track("tuned"):                             # the tuned kernels, at this small size
         fused, _ = at.attention(Q, K, V, mask, backend="cpu", return_weights=False)
     close(fused, expected_out, dtype)
+
+
+@pytest.mark.parametrize("tile_vectors", [2, 4])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(6, 70, 3, 100), (9, 130, 20, 16), (5, 37, 3, 20)], ids=str)
+@pytest.mark.parametrize("mask_kind", [None, "causal", "full"])
+@pytest.mark.parametrize("parallel", [False, True])
+def test_tuned_register_tiles_of_either_width(monkeypatch, tile_vectors, dtype, shape, mask_kind, parallel):
+    """The 4 x 4 register tile (AVX-512's) and the 4 x 2 one (AVX2's), whichever this machine
+    compiles for: the key layout picks the tile, so both run here. The shapes give whole panels
+    of either width, two-vector and one-vector remainders of keys and of value features, and a
+    value row narrower than a wide tile."""
+    monkeypatch.setattr(target, "TILE_VECTORS", tile_vectors)
+    monkeypatch.setattr(cpu, "PARALLEL_MIN_WORK", 0 if parallel else 1 << 62)
+    monkeypatch.setattr(cpu, "KEY_TILE", 64)                  # several key tiles at 70 and 130 keys
+    Tq, Tk, dk, dv = shape
+    rng = np.random.default_rng(4)
+    Q, K, V = rand(rng, (2, Tq, dk), dtype), rand(rng, (2, Tk, dk), dtype), rand(rng, (2, Tk, dv), dtype)
+    mask = make_mask(mask_kind, (2,), Tq, Tk, dtype)
+    expected_out, expected_A = ref.attention(Q.astype(np.float64), K, V, mask)
+    with dispatch.track("tuned"), dispatch.recording() as ran:
+        out, A = at.attention(Q, K, V, mask, backend="cpu")
+        fused, _ = at.attention(Q, K, V, mask, backend="cpu", return_weights=False)
+        scores = at.scores(Q, K, mask, backend="cpu")
+    summed = cpu.weighted_sum(expected_A.astype(dtype)[None], V[None])[0]   # A V alone, as the filter bank runs it
+    assert {call.module for call in ran} == {dispatch.TUNED_CPU}
+    assert cpu._keys_layout(K[None]).shape[-1] == tile_vectors * simd.lanes(np.dtype(dtype))
+    for got, want in ((A, expected_A), (out, expected_out), (fused, expected_out), (summed, expected_out),
+                      (scores, ref.scaled_scores(Q.astype(np.float64), K, mask))):
+        close(got, want, dtype)
 
 
 def test_fully_masked_case_really_occurs():

@@ -106,7 +106,9 @@ def test_register_tile_fits_the_target_register_file():
     assert target.registers(32) == 16 and target.registers(16) == 16 and target.registers(64) == 32
     assert target.TILE_ROWS * target.TILE_VECTORS + target.TILE_VECTORS + 1 <= target.REGISTERS
     assert simd.VECTOR_BYTES == target.VECTOR_BYTES
-    assert "register tile 4 queries x 2 vectors" in target.describe()
+    # As wide as the register file allows: 4 x 4 with AVX-512's 32 registers, 4 x 2 with 16.
+    assert target.TILE_VECTORS == (4 if target.REGISTERS == 32 else 2)
+    assert f"register tile 4 queries x {target.TILE_VECTORS} vectors" in target.describe()
 
 
 _AVX512_COMPILE = textwrap.dedent("""
@@ -123,16 +125,16 @@ _AVX512_COMPILE = textwrap.dedent("""
     axpy.compile("(float32, float32[::1], float32[::1], float32[::1])")
     asm = next(iter(axpy.inspect_asm().values()))
     assert "zmm" in asm, "no 64-byte registers in the compiled code"
-    print(simd.VECTOR_BYTES, simd.lanes(np.dtype(np.float32)), target.REGISTERS, cpu.KEY_TILE)
+    print(simd.VECTOR_BYTES, simd.lanes(np.dtype(np.float32)), target.REGISTERS, target.TILE_VECTORS, cpu.KEY_TILE)
 """)
 
 
 def test_an_avx512_target_compiles_with_16_lane_vectors_on_any_host(tmp_path):
     """Compiled for skylake-avx512 (not run: this host may lack AVX-512): 64-byte vectors, 16 float32
-    lanes, 32 registers, and LLVM emits zmm registers for them."""
+    lanes, 32 registers, a register tile four vectors wide, and LLVM emits zmm registers for them."""
     env = dict(os.environ, NUMBA_CPU_NAME="skylake-avx512", NUMBA_CPU_FEATURES="", NUMBA_CACHE_DIR=str(tmp_path),
                PYTHONPATH=str(ROOT))
     result = subprocess.run([sys.executable, "-c", _AVX512_COMPILE], capture_output=True, text=True, env=env,
                             timeout=600, cwd=ROOT)
     assert result.returncode == 0, result.stderr[-2000:]
-    assert result.stdout.split() == ["64", "16", "32", str(target.KEY_BLOCK)]
+    assert result.stdout.split() == ["64", "16", "32", "4", str(target.KEY_BLOCK)]

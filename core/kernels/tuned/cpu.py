@@ -50,6 +50,12 @@ KEY_TILE = target.KEY_BLOCK
 # function uses it without reference counting.
 
 
+@njit(inline="always", **_jit)
+def _wide(Kt, like):
+    """Whether the keys are laid out in panels four vectors wide, and so the tiles are 4 x 4."""
+    return Kt.shape[-1] == 4 * simd.lanes_of(like)
+
+
 @njit(**_jit)
 def _scores_unit(Q, Kt, mask, scale, b, h, i0, i1, S, Qs, S4):
     Q, Kt, mask, S, Qs, S4 = borrowed(Q), borrowed(Kt), borrowed(mask), borrowed(S), borrowed(Qs), borrowed(S4)
@@ -96,7 +102,7 @@ def _weights_unit(Q, Kt, Vp, mask, scale, b, h, i0, i1, A, out, Qs, S4, O4):
         # 64 causal keys, 25-29 us against 29-40 us (it varied from one process to the next).
         last = n - 1                           # rows past n repeat the last one, into O4 only
         _weighted_sum_tile(S4[0], S4[min(1, last)], S4[min(2, last)], S4[min(3, last)],
-                           Vp[b, h], 0, lo, hi, O4[0], O4[1], O4[2], O4[3])
+                           Vp[b, h], 0, lo, hi, O4[0], O4[1], O4[2], O4[3], _wide(Kt, Q))
         for r in range(n):
             _copy(O4[r], out[b, h, i + r], dv)
 
@@ -119,7 +125,7 @@ def _attention_rows(Q, K, V, mask, scale, A, out, Kt, Vp, block):
 
 
 @njit(**_jit)
-def _weighted_sum_unit(A, Vp, b, h, i0, i1, out, O4):
+def _weighted_sum_unit(A, Vp, b, h, i0, i1, out, O4, wide):
     A, Vp, out, O4 = borrowed(A), borrowed(Vp), borrowed(out), borrowed(O4)
     Tk, dv = A.shape[3], out.shape[3]
     for i in range(i0, i1, 4):
@@ -128,12 +134,12 @@ def _weighted_sum_unit(A, Vp, b, h, i0, i1, out, O4):
         for r in range(4):
             _fill(O4[r], 0, O4.shape[1], 0.0)
         _weighted_sum_tile(A[b, h, i], A[b, h, min(i + 1, last)], A[b, h, min(i + 2, last)],
-                           A[b, h, min(i + 3, last)], Vp[b, h], 0, 0, Tk, O4[0], O4[1], O4[2], O4[3])
+                           A[b, h, min(i + 3, last)], Vp[b, h], 0, 0, Tk, O4[0], O4[1], O4[2], O4[3], wide)
         for r in range(n):
             _copy(O4[r], out[b, h, i + r], dv)
 
 
-def _weighted_sum_rows(A, V, out, Vp, block):
+def _weighted_sum_rows(A, V, out, Vp, block, wide):
     B, H, Tq, Tk = A.shape
     n_blocks = (Tq + block - 1) // block
     if n_blocks > 1:
@@ -143,7 +149,7 @@ def _weighted_sum_rows(A, V, out, Vp, block):
         b, h, i0, i1 = _unit(u, H, n_blocks, Tq, block)
         if n_blocks == 1:
             _pad_values(V, Vp, b, h)
-        _weighted_sum_unit(A, Vp, b, h, i0, i1, out, np.empty((4, Vp.shape[3]), A.dtype))
+        _weighted_sum_unit(A, Vp, b, h, i0, i1, out, np.empty((4, Vp.shape[3]), A.dtype), wide)
 
 
 @njit(**_jit)
@@ -162,7 +168,7 @@ def _fused_unit(Q, Kt, Vp, mask, scale, b, h, i0, i1, out, key_tile, Qs, S4, m, 
             for k in range(n):
                 _online_rescale(S4[k], lo, hi, r + k, m, l, acc)
             _weighted_sum_tile(S4[0], S4[1], S4[2], S4[3], Vp[b, h], j0, lo, hi,
-                               acc[r], acc[r + 1], acc[r + 2], acc[r + 3])
+                               acc[r], acc[r + 1], acc[r + 2], acc[r + 3], _wide(Kt, Q))
     for i in range(i0, i1):
         r = i - i0
         inv = 1.0 / l[r] if l[r] > 0.0 else 0.0  # nothing allowed: zeros, never NaN
@@ -286,9 +292,9 @@ def _query_block(B: int, H: int, Tq: int, work: int) -> int:
 
 
 def _keys_layout(K):
-    """Room for the keys in panels of two vectors (see _transpose_keys)."""
+    """Room for the keys in panels of ``TILE_VECTORS`` vectors (see _transpose_keys)."""
     B, H, Tk, dk = K.shape
-    W = 2 * simd.lanes(K.dtype)
+    W = target.TILE_VECTORS * simd.lanes(K.dtype)
     return np.empty((B, H, (Tk + W - 1) // W, dk, W), dtype=K.dtype)
 
 
@@ -312,7 +318,8 @@ def weighted_sum(A, V):
     """``out = A V`` -> (B, H, Tq, d_v)."""
     out = np.empty(A.shape[:3] + (V.shape[3],), dtype=V.dtype)
     work = A.size * V.shape[3]
-    _pick(_weighted_sum_kernel, work)(A, V, out, _values_layout(V), _query_block(*A.shape[:3], work))
+    _pick(_weighted_sum_kernel, work)(A, V, out, _values_layout(V), _query_block(*A.shape[:3], work),
+                                      target.TILE_VECTORS == 4)
     return out
 
 
@@ -373,7 +380,7 @@ def warm_up(dtype, builds=(0,)) -> None:
     for build in builds:
         Kt, Vp = _keys_layout(X4), _values_layout(X4)
         _scores_kernel[build](X4, X4, mask, scale, X4.copy(), Kt, QUERY_BLOCK)
-        _weighted_sum_kernel[build](X4, X4, X4.copy(), Vp, QUERY_BLOCK)
+        _weighted_sum_kernel[build](X4, X4, X4.copy(), Vp, QUERY_BLOCK, target.TILE_VECTORS == 4)
         _attention_kernel[build](X4, X4, X4, mask, scale, X4.copy(), X4.copy(), Kt, Vp, QUERY_BLOCK)
         _fused_kernel[build](X4, X4, X4, mask, scale, X4.copy(), Kt, Vp, QUERY_BLOCK, KEY_TILE)
         _project_kernel[build](X3, W, b, X4.copy())

