@@ -152,7 +152,7 @@ def test_tuned_register_tiles_of_either_width(monkeypatch, tile_vectors, dtype, 
         scores = at.scores(Q, K, mask, backend="cpu")
     summed = cpu.weighted_sum(expected_A.astype(dtype)[None], V[None])[0]   # A V alone, as the filter bank runs it
     assert {call.module for call in ran} == {dispatch.TUNED_CPU}
-    assert cpu._keys_layout(K[None]).shape[-1] == tile_vectors * simd.lanes(np.dtype(dtype))
+    assert cpu._panel(dtype) == tile_vectors * simd.lanes(np.dtype(dtype))
     for got, want in ((A, expected_A), (out, expected_out), (fused, expected_out), (summed, expected_out),
                       (scores, ref.scaled_scores(Q.astype(np.float64), K, mask))):
         close(got, want, dtype)

@@ -24,9 +24,10 @@ from core.kernels.tuned.borrow import borrowed
 from core.kernels.warm_inputs import tiny_inputs
 # The building blocks (register tiles, laid-out keys and values, softmax pieces) live in tiles.py;
 # _product_block and _scores_tile are imported for the "Make it fast" page, which shows them.
-from core.kernels.tuned.tiles import (_copy, _fill, _jit, _online_rescale, _pad_values, _panel_keys,  # noqa: F401
-                                      _product_block, _round_up, _scores_group, _scores_tile, _softmax_live,
-                                      _transpose_keys, _unit, _weighted_sum_tile)
+from core.kernels.tuned.tiles import (_aligned_empty, _copy, _fill, _jit, _key_panels,  # noqa: F401
+                                      _online_rescale, _pad_values, _padded_values, _panel_keys, _product_block,
+                                      _round_up, _scores_group, _scores_tile, _softmax_live, _transpose_keys,
+                                      _unit, _weighted_sum_tile)
 
 # Below this many multiply-adds a call runs serially (tunable, and patched by tests).
 PARALLEL_MIN_WORK = 1 << 16
@@ -51,6 +52,13 @@ KEY_TILE = target.KEY_BLOCK
 
 
 @njit(inline="always", **_jit)
+def _aligned_zeros(shape, like):
+    x = _aligned_empty(shape, like)
+    x[:] = 0.0
+    return x
+
+
+@njit(inline="always", **_jit)
 def _wide(Kt, like):
     """Whether the keys are laid out in panels four vectors wide, and so the tiles are 4 x 4."""
     return Kt.shape[-1] == 4 * simd.lanes_of(like)
@@ -70,8 +78,9 @@ def _scores_unit(Q, Kt, mask, scale, b, h, i0, i1, S, Qs, S4):
             _fill(row, hi, Tk, -np.inf)
 
 
-def _scores_rows(Q, K, mask, scale, S, Kt, block):
+def _scores_rows(Q, K, mask, scale, S, panel, block):
     B, H, Tq, Tk = S.shape
+    Kt = _key_panels(K, panel)
     n_blocks = (Tq + block - 1) // block
     if n_blocks > 1:
         for u in prange(B * H):
@@ -81,7 +90,7 @@ def _scores_rows(Q, K, mask, scale, S, Kt, block):
         if n_blocks == 1:
             _transpose_keys(K, Kt, b, h)
         _scores_unit(Q, Kt, mask, scale, b, h, i0, i1, S,
-                     np.empty((4, Q.shape[3]), Q.dtype), np.empty((4, _panel_keys(Kt)), Q.dtype))
+                     np.empty((4, Q.shape[3]), Q.dtype), _aligned_empty((4, _panel_keys(Kt)), Q))
 
 
 @njit(**_jit)
@@ -107,8 +116,9 @@ def _weights_unit(Q, Kt, Vp, mask, scale, b, h, i0, i1, A, out, Qs, S4, O4):
             _copy(O4[r], out[b, h, i + r], dv)
 
 
-def _attention_rows(Q, K, V, mask, scale, A, out, Kt, Vp, block):
+def _attention_rows(Q, K, V, mask, scale, A, out, panel, block):
     B, H, Tq = A.shape[0], A.shape[1], A.shape[2]
+    Kt, Vp = _key_panels(K, panel), _padded_values(V)
     n_blocks = (Tq + block - 1) // block
     if n_blocks > 1:
         for u in prange(B * H):
@@ -120,8 +130,8 @@ def _attention_rows(Q, K, V, mask, scale, A, out, Kt, Vp, block):
             _transpose_keys(K, Kt, b, h)
             _pad_values(V, Vp, b, h)
         _weights_unit(Q, Kt, Vp, mask, scale, b, h, i0, i1, A, out,
-                      np.empty((4, Q.shape[3]), Q.dtype), np.empty((4, _panel_keys(Kt)), Q.dtype),
-                      np.empty((4, Vp.shape[3]), Q.dtype))
+                      np.empty((4, Q.shape[3]), Q.dtype), _aligned_empty((4, _panel_keys(Kt)), Q),
+                      _aligned_empty((4, Vp.shape[3]), Q))
 
 
 @njit(**_jit)
@@ -139,8 +149,9 @@ def _weighted_sum_unit(A, Vp, b, h, i0, i1, out, O4, wide):
             _copy(O4[r], out[b, h, i + r], dv)
 
 
-def _weighted_sum_rows(A, V, out, Vp, block, wide):
+def _weighted_sum_rows(A, V, out, block, wide):
     B, H, Tq, Tk = A.shape
+    Vp = _padded_values(V)
     n_blocks = (Tq + block - 1) // block
     if n_blocks > 1:
         for u in prange(B * H):
@@ -149,7 +160,7 @@ def _weighted_sum_rows(A, V, out, Vp, block, wide):
         b, h, i0, i1 = _unit(u, H, n_blocks, Tq, block)
         if n_blocks == 1:
             _pad_values(V, Vp, b, h)
-        _weighted_sum_unit(A, Vp, b, h, i0, i1, out, np.empty((4, Vp.shape[3]), A.dtype), wide)
+        _weighted_sum_unit(A, Vp, b, h, i0, i1, out, _aligned_empty((4, Vp.shape[3]), A), wide)
 
 
 @njit(**_jit)
@@ -176,14 +187,15 @@ def _fused_unit(Q, Kt, Vp, mask, scale, b, h, i0, i1, out, key_tile, Qs, S4, m, 
             out[b, h, i, d] = acc[r, d] * inv
 
 
-def _fused_blocks(Q, K, V, mask, scale, out, Kt, Vp, block, key_tile):
+def _fused_blocks(Q, K, V, mask, scale, out, panel, block, key_tile):
     """Online softmax over key tiles, FlashAttention-style: per query keep the running max ``m``,
     the running normaliser ``l`` and the unnormalised output ``acc``; rescale both by
     ``exp(m_old - m_new)`` when a tile raises the max. Extra memory: the laid-out keys and values
     (``Kt``, ``Vp``: about the size of K and V) and, per unit, O(key_tile + block * d_v); never
     (Tq, Tk)."""
     B, H, Tq, dk = Q.shape
-    key_tile = _round_up(max(key_tile, 1), Kt.shape[4])   # whole panels of keys (see _scores_tile)
+    Kt, Vp = _key_panels(K, panel), _padded_values(V)
+    key_tile = _round_up(max(key_tile, 1), panel)         # whole panels of keys (see _scores_tile)
     n_blocks = (Tq + block - 1) // block
     if n_blocks > 1:
         for u in prange(B * H):
@@ -195,9 +207,9 @@ def _fused_blocks(Q, K, V, mask, scale, out, Kt, Vp, block, key_tile):
             _transpose_keys(K, Kt, b, h)
             _pad_values(V, Vp, b, h)
         _fused_unit(Q, Kt, Vp, mask, scale, b, h, i0, i1, out, key_tile,
-                    np.empty((4, dk), Q.dtype), np.empty((4, _round_up(key_tile, simd.lanes_of(Q))), Q.dtype),
+                    np.empty((4, dk), Q.dtype), _aligned_empty((4, _round_up(key_tile, simd.lanes_of(Q))), Q),
                     np.full(i1 - i0, -np.inf, Q.dtype), np.zeros(i1 - i0, Q.dtype),
-                    np.zeros((i1 - i0 + 3, Vp.shape[3]), Q.dtype))
+                    _aligned_zeros((i1 - i0 + 3, Vp.shape[3]), Q))
 
 
 def _project_rows(X, W, bias, out):
@@ -291,18 +303,10 @@ def _query_block(B: int, H: int, Tq: int, work: int) -> int:
 # --- host drivers ----------------------------------------------------------------------------
 
 
-def _keys_layout(K):
-    """Room for the keys in panels of ``TILE_VECTORS`` vectors (see _transpose_keys)."""
-    B, H, Tk, dk = K.shape
-    W = target.TILE_VECTORS * simd.lanes(K.dtype)
-    return np.empty((B, H, (Tk + W - 1) // W, dk, W), dtype=K.dtype)
-
-
-def _values_layout(V):
-    """Room for the value rows padded to whole vectors (see _pad_values)."""
-    B, H, Tk, dv = V.shape
-    L = simd.lanes(V.dtype)
-    return np.empty((B, H, Tk, (dv + L - 1) // L * L), dtype=V.dtype)
+def _panel(dtype) -> int:
+    """Keys per panel of the laid-out keys: the register tile's width, ``TILE_VECTORS`` vectors
+    (read at each call, so that tests can run either tile on any machine)."""
+    return target.TILE_VECTORS * simd.lanes(np.dtype(dtype))
 
 
 def scaled_scores(Q, K, mask, scale):
@@ -310,7 +314,7 @@ def scaled_scores(Q, K, mask, scale):
     B, H, Tq, dk = Q.shape
     S = np.empty((B, H, Tq, K.shape[2]), dtype=Q.dtype)
     work = S.size * dk
-    _pick(_scores_kernel, work)(Q, K, mask, Q.dtype.type(scale), S, _keys_layout(K), _query_block(B, H, Tq, work))
+    _pick(_scores_kernel, work)(Q, K, mask, Q.dtype.type(scale), S, _panel(Q.dtype), _query_block(B, H, Tq, work))
     return S
 
 
@@ -318,8 +322,7 @@ def weighted_sum(A, V):
     """``out = A V`` -> (B, H, Tq, d_v)."""
     out = np.empty(A.shape[:3] + (V.shape[3],), dtype=V.dtype)
     work = A.size * V.shape[3]
-    _pick(_weighted_sum_kernel, work)(A, V, out, _values_layout(V), _query_block(*A.shape[:3], work),
-                                      target.TILE_VECTORS == 4)
+    _pick(_weighted_sum_kernel, work)(A, V, out, _query_block(*A.shape[:3], work), target.TILE_VECTORS == 4)
     return out
 
 
@@ -329,7 +332,7 @@ def attention_with_weights(Q, K, V, mask, scale):
     A = np.empty((B, H, Tq, K.shape[2]), dtype=Q.dtype)
     out = np.empty((B, H, Tq, V.shape[3]), dtype=V.dtype)
     work = A.size * (dk + V.shape[3] + 8)
-    _pick(_attention_kernel, work)(Q, K, V, mask, Q.dtype.type(scale), A, out, _keys_layout(K), _values_layout(V),
+    _pick(_attention_kernel, work)(Q, K, V, mask, Q.dtype.type(scale), A, out, _panel(Q.dtype),
                                    _query_block(B, H, Tq, work))
     return out, A
 
@@ -339,7 +342,7 @@ def fused_attention(Q, K, V, mask, scale):
     B, H, Tq, dk = Q.shape
     out = np.empty((B, H, Tq, V.shape[3]), dtype=V.dtype)
     work = B * H * Tq * K.shape[2] * (dk + V.shape[3] + 8)
-    _pick(_fused_kernel, work)(Q, K, V, mask, Q.dtype.type(scale), out, _keys_layout(K), _values_layout(V),
+    _pick(_fused_kernel, work)(Q, K, V, mask, Q.dtype.type(scale), out, _panel(Q.dtype),
                                _query_block(B, H, Tq, work), KEY_TILE)
     return out
 
@@ -378,11 +381,11 @@ def warm_up(dtype, builds=(0,)) -> None:
     X4, X3, W, b, mask = tiny_inputs(dtype)
     scale = dtype.type(1.0)
     for build in builds:
-        Kt, Vp = _keys_layout(X4), _values_layout(X4)
-        _scores_kernel[build](X4, X4, mask, scale, X4.copy(), Kt, QUERY_BLOCK)
-        _weighted_sum_kernel[build](X4, X4, X4.copy(), Vp, QUERY_BLOCK, target.TILE_VECTORS == 4)
-        _attention_kernel[build](X4, X4, X4, mask, scale, X4.copy(), X4.copy(), Kt, Vp, QUERY_BLOCK)
-        _fused_kernel[build](X4, X4, X4, mask, scale, X4.copy(), Kt, Vp, QUERY_BLOCK, KEY_TILE)
+        panel = _panel(dtype)
+        _scores_kernel[build](X4, X4, mask, scale, X4.copy(), panel, QUERY_BLOCK)
+        _weighted_sum_kernel[build](X4, X4, X4.copy(), QUERY_BLOCK, target.TILE_VECTORS == 4)
+        _attention_kernel[build](X4, X4, X4, mask, scale, X4.copy(), X4.copy(), panel, QUERY_BLOCK)
+        _fused_kernel[build](X4, X4, X4, mask, scale, X4.copy(), panel, QUERY_BLOCK, KEY_TILE)
         _project_kernel[build](X3, W, b, X4.copy())
         _merge_project_kernel[build](X4, W, b, X3.copy())
         _sinusoid_kernel[build](scale, W.copy())
