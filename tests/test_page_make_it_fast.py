@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from core.kernels.tuned import target
 from core.lessons import speed
 
 from page_support import open_page
@@ -159,7 +160,7 @@ def test_each_trick_is_shown_beside_the_source_it_names():
         for module, name in functions:
             assert f"def {name}(" in shown, f"{trick}: {name} is not shown"
     assert [s.value for s in at.subheader] == [
-        "1. Register tiles: 4 queries × 2 vectors of keys", "2. Keys transposed, values padded",
+        f"1. Register tiles: 4 queries × {target.TILE_VECTORS} vectors of keys", "2. Keys transposed, values padded",
         "3. Online softmax (the fused kernel)", "4. A fast exp", "5. The row maximum as an integer maximum",
         "6. Views without reference counts"]
     assert len(at.latex) >= 4

@@ -148,23 +148,28 @@ def show(trick: str) -> None:
         st.code(source, language="python")
 
 
-st.subheader("1. Register tiles: 4 queries × 2 vectors of keys")
+vectors = target.TILE_VECTORS
+st.subheader(f"1. Register tiles: 4 queries × {vectors} vectors of keys")
 st.markdown(
     f"A score is a dot product, and a dot product loads two numbers per multiply-add. The tile computes a "
-    f"block of 4 queries × {2 * lanes} keys together: at each feature c it loads two vectors of keys and four "
-    f"query numbers, then does 8 vector multiply-adds ({8 * lanes} scores advanced by one feature). The 8 "
-    f"running sums stay in registers for the whole loop over c and are stored once. The same tile computes "
-    f"A V, with rows of weights in place of queries.")
-st.latex(r"S_{i,\,j:j+2L} \mathrel{+}= q_{i,c}\;K^{\mathsf T}_{c,\,j:j+2L}"
+    f"block of 4 queries × {vectors * lanes} keys together: at each feature c it loads {vectors} vectors of keys "
+    f"and four query numbers, then does {4 * vectors} vector multiply-adds ({4 * vectors * lanes} scores advanced "
+    f"by one feature). The {4 * vectors} running sums stay in registers for the whole loop over c and are stored "
+    f"once. The tile is as wide as the registers allow: this CPU's code has {target.REGISTERS} vector registers, "
+    f"and {4 * vectors} sums + {vectors} loaded vectors + 1 broadcast number must fit (4 × 4 with AVX-512's 32, "
+    f"4 × 2 with AVX2's 16). The same tile computes A V, with rows of weights in place of queries.")
+st.latex(rf"S_{{i,\,j:j+{vectors}L}} \mathrel{{+}}= q_{{i,c}}\;K^{{\mathsf T}}_{{c,\,j:j+{vectors}L}}"
          rf"\qquad i = 1..4,\quad c = 1..d_k,\quad L = {lanes}")
 show("register tiles")
 
 st.subheader("2. Keys transposed, values padded")
 st.markdown(
     "One vector load takes neighbouring numbers in memory. K is stored one key per row, so feature c of "
-    f"{lanes} keys is scattered; each head's keys are copied once into Kᵀ, where feature c of every key is one "
-    "row. The row is a vector longer than the key count, and zero there, so the last load may run past the last "
-    "key with no scalar leftover loop. Value rows are padded to whole vectors for the same reason.")
+    f"{lanes} keys is scattered; each head's keys are copied once into panels of {vectors * lanes} keys, where "
+    "feature c of the panel's keys is one row, read in order by the tile. The last panel is zero past the last "
+    "key, so the last load may run past it with no scalar leftover loop. Value rows are padded to whole vectors "
+    "for the same reason. Each of these arrays starts on a 64-byte cache line, so that no vector straddles two "
+    "lines (a straddling load costs two).")
 show("laid-out keys and values")
 
 st.subheader("3. Online softmax (the fused kernel)")

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from core.kernels import cpu as lesson_cpu
-from core.kernels.tuned import borrow, fastexp, floatbits
+from core.kernels.tuned import borrow, fastexp, floatbits, target
 from core.kernels.tuned import cpu as tuned_cpu
 
 # --- what a student may ask for ----------------------------------------------------------------
@@ -313,8 +313,10 @@ def _probe_speed(kernel: str, operation: str, n_heads: int, d_k: int, T: int) ->
 # --- the tuned kernel's tricks, as source --------------------------------------------------------
 # Each trick of core/kernels/tuned/ and the functions that carry it out, for the page to show.
 TRICKS = {
-    "register tiles": [(tuned_cpu, "_product_block"), (tuned_cpu, "_scores_tile")],
-    "laid-out keys and values": [(tuned_cpu, "_transpose_keys"), (tuned_cpu, "_pad_values")],
+    "register tiles": [(tuned_cpu, "_product_wide_block" if target.TILE_VECTORS == 4 else "_product_block"),
+                       (tuned_cpu, "_scores_tile")],
+    "laid-out keys and values": [(tuned_cpu, "_transpose_keys"), (tuned_cpu, "_pad_values"),
+                                 (tuned_cpu, "_aligned_empty")],
     "online softmax": [(tuned_cpu, "_online_rescale"), (tuned_cpu, "_fused_unit")],
     "fast exp": [(fastexp, "_expf_parts"), (fastexp, "exp_f32")],
     "bit-trick maximum": [(floatbits, "_ordered_overload"), (floatbits, "max_of")],

@@ -23,11 +23,11 @@ from core.kernels.tuned import simd, target
 from core.kernels.tuned.borrow import borrowed
 from core.kernels.warm_inputs import tiny_inputs
 # The building blocks (register tiles, laid-out keys and values, softmax pieces) live in tiles.py;
-# _product_block and _scores_tile are imported for the "Make it fast" page, which shows them.
+# _product_block, _product_wide_block and _scores_tile are imported for the "Make it fast" page.
 from core.kernels.tuned.tiles import (_aligned_empty, _copy, _fill, _jit, _key_panels,  # noqa: F401
                                       _online_rescale, _pad_values, _padded_values, _panel_keys, _product_block,
-                                      _round_up, _scores_group, _scores_tile, _softmax_live, _transpose_keys,
-                                      _unit, _weighted_sum_tile)
+                                      _product_wide_block, _round_up, _scores_group, _scores_tile, _softmax_live,
+                                      _transpose_keys, _unit, _weighted_sum_tile)
 
 # Below this many multiply-adds a call runs serially (tunable, and patched by tests).
 PARALLEL_MIN_WORK = 1 << 16
@@ -182,7 +182,8 @@ def _fused_unit(Q, Kt, Vp, mask, scale, b, h, i0, i1, out, key_tile, Qs, S4, m, 
                                acc[r], acc[r + 1], acc[r + 2], acc[r + 3], _wide(Kt, Q))
     for i in range(i0, i1):
         r = i - i0
-        inv = 1.0 / l[r] if l[r] > 0.0 else 0.0  # nothing allowed: zeros, never NaN
+        # In the row's dtype: 1.0 / l[r] would be float64, and each float32 product a conversion.
+        inv = l.dtype.type(1) / l[r] if l[r] > 0 else l.dtype.type(0)   # nothing allowed: zeros, never NaN
         for d in range(dv):
             out[b, h, i, d] = acc[r, d] * inv
 

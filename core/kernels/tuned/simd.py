@@ -2,7 +2,7 @@
 
 LLVM's auto-vectoriser vectorises one innermost loop at a time. A matrix-product tile wants more:
 a few vectors of running sums that stay in registers while a loop over the shared axis feeds them
-(for the scores ``S = Q K^T``, four queries by two vectors of keys, summed over the features). Written as
+(for the scores ``S = Q K^T``, four queries by two or four vectors of keys, summed over the features). Written as
 scalar loops, those sums go back to memory on every pass; written with these vectors, they are
 registers, as in a hand-written BLAS kernel (1.2-2x faster scores here, T = 512 to 64).
 
