@@ -17,6 +17,9 @@ The baselines run in processes of their own, with as many threads as Numba's (ru
 - PyTorch's, because two OpenMP runtimes in one process (Numba's and PyTorch's) spin-wait against
   each other on a small machine, which would time the contention rather than either library.
 
+With our kernels compiled for AVX2 on an AVX-512 machine, both baselines are held to AVX2 as well
+(see ``AVX2_BASELINES``), as they would be on an AVX2 machine, and so is the sgemm ceiling.
+
 Run: ``python -m bench.attention`` (or ``python -m bench attention``).
 """
 from __future__ import annotations
@@ -44,6 +47,18 @@ ROUNDS = 3
 SGEMM_N = 2048
 # Environment variables that pin OpenBLAS to a kernel other than the one it would pick.
 BLAS_OVERRIDES = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
+# When our kernels are compiled for AVX2 on an AVX-512 machine (NUMBA_CPU_NAME=haswell
+# NUMBA_CPU_FEATURES=-avx512f: what an AVX2 laptop runs), the baselines are held to AVX2 too, as on
+# such a machine. ATEN_CPU_CAPABILITY alone does not do it: PyTorch's SDPA does its matrix products
+# in MKL and oneDNN, which read their own variables (measured here: T = 512 took 2.36 ms with
+# ATEN_CPU_CAPABILITY=avx2 alone, 3.20 ms with all three, 2.33 ms unrestricted).
+AVX2_BASELINES = {"OPENBLAS_CORETYPE": "Haswell", "ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+                  "ONEDNN_MAX_CPU_ISA": "AVX2"}
+
+
+def baselines_held_to_avx2() -> bool:
+    """Whether our kernels are compiled for narrower vectors (AVX2) than this machine's (AVX-512)."""
+    return target.VECTOR_BYTES == 32 and target.HOST_VECTOR_BYTES == 64
 # Targets: ours against PyTorch's SDPA (time ratio SDPA / ours), with weights and without.
 TARGETS = {(4, 6, 2): 1.0, (8, 64, 16): 1.5, (8, 128, 32): 1.5, (8, 256, 64): 1.5, (8, 512, 64): 1.5}
 # And unmasked T = 512 at least this share of the sgemm ceiling measured in the same run.
@@ -133,6 +148,8 @@ def _baseline_env(keep_blas_overrides: bool = False) -> dict:
     if not keep_blas_overrides:
         for name in BLAS_OVERRIDES:
             env.pop(name, None)
+    if baselines_held_to_avx2():
+        env.update(AVX2_BASELINES)
     return env
 
 
@@ -314,7 +331,9 @@ def _blas_line(run: dict) -> str:
     blas = run["blas"]
     ran = (f"{blas['internal_api']} {blas['version']}, kernel **{blas['architecture']}**, {blas['num_threads']} threads"
            if blas else "unknown (threadpoolctl is not installed)")
-    line = (f"NumPy baselines: BLAS {ran}, in a process without {' or '.join(BLAS_OVERRIDES)}; sgemm ceiling "
+    where = (f"held to AVX2 like our kernels ({', '.join(f'{k}={v}' for k, v in AVX2_BASELINES.items())}, "
+             f"also for PyTorch)" if baselines_held_to_avx2() else f"in a process without {' or '.join(BLAS_OVERRIDES)}")
+    line = (f"NumPy baselines: BLAS {ran}, {where}; sgemm ceiling "
             f"({SGEMM_N} × {SGEMM_N} float32) **{run['sgemm_gflops']:.1f} GFLOP/s**.")
     if run["overridden"]:
         inherited = run["inherited"]

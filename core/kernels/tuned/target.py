@@ -57,6 +57,9 @@ def _compile_target() -> tuple[str | None, str | None, str, str]:
 
 VECTOR_BYTES = vector_bytes(*_compile_target())
 REGISTERS = registers(VECTOR_BYTES)
+# What this machine itself could run (the widest vectors of its own CPU), for benchmarks that
+# compile for a narrower target and must hold the libraries they compare against to it too.
+HOST_VECTOR_BYTES = vector_bytes(None, None, *_compile_target()[2:])
 
 # The register tile: 4 queries (or rows of weights) by TILE_VECTORS vectors of keys (or value
 # features), as wide as the register file allows: 4 x 4 on AVX-512 (16 running sums + 4 loaded
