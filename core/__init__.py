@@ -4,7 +4,8 @@ Importing ``core`` prepares Numba before it is first imported:
 - a writable on-disk cache for compiled kernels (``NUMBA_CACHE_DIR``), so a read-only install
   (a hosted demo) still compiles each kernel once, not once per process;
 - a thread-safe threading layer, because Streamlit runs every session in its own thread and
-  Numba's default ``workqueue`` layer aborts when two threads enter parallel code at once.
+  Numba's default ``workqueue`` layer aborts when two threads enter parallel code at once;
+- cached kernels that recompile when a helper they are built from changes (``kernel_cache``).
 """
 import os
 import tempfile
@@ -43,6 +44,11 @@ os.environ.setdefault("NUMBA_THREADING_LAYER", "threadsafe")
 import numba  # noqa: E402  (after the environment above is set)
 
 numba.config.THREADING_LAYER = os.environ["NUMBA_THREADING_LAYER"]
+
+# Cached kernels are stamped with the helpers they are built from, not only their own file.
+from core import kernel_cache  # noqa: E402
+
+kernel_cache.install()
 
 
 # The public names of the package, wherever their modules live: ``from core import analysis`` keeps

@@ -3,8 +3,8 @@ ranges, softmax pieces. Each is ``@njit(inline="always")``: compiled into the wo
 of ``core/kernels/tuned/cpu.py`` (the drivers and kernels), never called from Python.
 
 Numba's disk cache is keyed to the file of the function it compiles, not to the files of what it
-inlines: after editing this file, touch ``cpu.py`` (or delete ``core/kernels/tuned/__pycache__``)
-so that the kernels recompile.
+inlines; ``core/kernel_cache.py`` adds this folder's sources to every kernel's key, so editing
+this file recompiles the kernels built from it.
 """
 from __future__ import annotations
 
