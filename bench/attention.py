@@ -342,7 +342,7 @@ def _blas_line(run: dict) -> str:
         line += (f" This shell sets {settings}; with them OpenBLAS runs kernel {arch} and sgemm gives "
                  f"{inherited['sgemm_gflops']:.1f} GFLOP/s.")
     else:
-        line += f" ({' and '.join(BLAS_OVERRIDES)} were not set in this shell either.)"
+        line += f" ({' and '.join(BLAS_OVERRIDES)} were not set in this shell{'' if baselines_held_to_avx2() else ' either'}.)"
     return line
 
 
