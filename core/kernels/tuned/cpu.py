@@ -53,6 +53,7 @@ KEY_TILE = target.KEY_BLOCK
 
 @njit(inline="always", **_jit)
 def _aligned_zeros(shape, like):
+    """:func:`_aligned_empty`, filled with zeros."""
     x = _aligned_empty(shape, like)
     x[:] = 0.0
     return x
