@@ -236,22 +236,52 @@ CELLS_JS = """(i) => Array.from(document.querySelectorAll('[data-testid="stDataF
 
 
 def _type_in_cell(page, editor_index: int, row: int, column: int, text: str) -> None:
-    """Select cell (row, column) of a data editor (the label column is 0), type ``text``, press Enter."""
-    box = page.locator('[data-testid="stDataFrame"]').nth(editor_index).bounding_box()
-    page.mouse.click(box["x"] + 15, box["y"] + 35 + 35 * row + 17)   # the row's label cell
-    for _ in range(column):
-        page.keyboard.press("ArrowRight")
-    page.keyboard.press("Enter")                                       # open the cell's editor
-    page.wait_for_timeout(400)
-    page.keyboard.press("ControlOrMeta+a")
-    page.keyboard.type(text, delay=40)
-    page.wait_for_timeout(200)
-    page.keyboard.press("Enter")
+    """Select cell (row, column) of a data editor (the label column is 0), enter ``text``, press Enter.
+
+    The cell's editor (an input of class ``gdg-input``) opens a moment after Enter, and on a busy
+    machine keys typed within a fixed wait went to the page instead. So wait for the editor itself,
+    fill it, check that it holds ``text``, and start again from selecting the cell if it does not."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout   # only where a browser runs
+
+    for _ in range(3):
+        box = page.locator('[data-testid="stDataFrame"]').nth(editor_index).bounding_box()
+        page.mouse.click(box["x"] + 15, box["y"] + 35 + 35 * row + 17)   # the row's label cell
+        for _ in range(column):
+            page.keyboard.press("ArrowRight")
+        page.keyboard.press("Enter")                                   # open the cell's editor
+        editor = page.locator(".gdg-input").first
+        try:
+            editor.wait_for(state="visible", timeout=5_000)
+            editor.fill(text)
+            if editor.input_value() == text:
+                break
+        except PlaywrightTimeout:
+            pass
+        page.keyboard.press("Escape")
+    else:
+        raise AssertionError(f"could not enter {text!r} in cell ({row}, {column})")
+    editor.press("Enter")
     wait_idle(page, timeout_ms=WARM_MS)
     # a refused cell redraws the editor afresh: wait for all its cells to be there again
     page.wait_for_function("""() => document.querySelectorAll('[data-testid="stDataFrame"]').length > 1 &&
         document.querySelectorAll('[data-testid="stDataFrame"]')[0].querySelectorAll('table td').length >= 9""",
                            timeout=WARM_MS, polling=100)
+
+
+def _eventually(check, timeout_s: float = 30.0) -> bool:
+    """Whether ``check()`` comes true within ``timeout_s``. The grid's cells and the warnings are
+    drawn a moment after the rerun that an edited cell starts, and reading them at once raced it."""
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
+def _first_q(page) -> str:
+    """Row 2, column f1 of Q as the link holds it."""
+    return _query(page).get("Q", "").split(";")[1].split(",")[0]
 
 
 def _warnings(page) -> list[str]:
@@ -271,17 +301,17 @@ def test_matrix_cells_show_what_is_used(typed, words, server, browser):
         assert {c[1] for c in cells[::3]} == {"true"} and {c[1] for c in cells[1::3]} == {"false"}
 
         _type_in_cell(page, 0, 1, 1, "2.5e2")                 # row 2, f1: a good value, used as typed
-        assert page.evaluate(CELLS_JS, 0)[4][0] == "2.5e2"
-        assert _query(page).get("Q", "").split(";")[1].split(",")[0] == "250", _query(page)
+        assert _eventually(lambda: page.evaluate(CELLS_JS, 0)[4][0] == "2.5e2"), page.evaluate(CELLS_JS, 0)
+        assert _eventually(lambda: _first_q(page) == "250"), _query(page)
         good = page.evaluate(CELLS_JS, 0)
         good[4][0] = "250"                                      # a fresh editor writes it as it reads it
 
         _type_in_cell(page, 0, 1, 1, typed)
-        messages = _warnings(page)
-        assert any(words in m and "Q, row “2 cat”, column f1" in m for m in messages), messages
-        assert not any("one_head." in m for m in messages), messages
-        assert page.evaluate(CELLS_JS, 0) == good, f"the refused {typed!r} stays in the cell"
-        assert _query(page).get("Q", "").split(";")[1].split(",")[0] == "250"
+        refused = lambda m: words in m and "Q, row “2 cat”, column f1" in m     # noqa: E731
+        assert _eventually(lambda: any(refused(m) for m in _warnings(page))), _warnings(page)
+        assert not any("one_head." in m for m in _warnings(page)), _warnings(page)
+        assert _eventually(lambda: page.evaluate(CELLS_JS, 0) == good), f"the refused {typed!r} stays in the cell"
+        assert _first_q(page) == "250"
         assert error_texts(page) == []
     except BaseException:
         failure_screenshot(page, "matrix_cells")
