@@ -24,10 +24,10 @@ from core.kernels.tuned.borrow import borrowed
 from core.kernels.warm_inputs import tiny_inputs
 # The building blocks (register tiles, laid-out keys and values, softmax pieces) live in tiles.py;
 # _product_block, _product_wide_block and _scores_tile are imported for the "Make it fast" page.
-from core.kernels.tuned.tiles import (_aligned_empty, _copy, _fill, _jit, _key_panels,  # noqa: F401
+from core.kernels.tuned.tiles import (_aligned_empty, _aligned_zeros, _copy, _fill, _jit, _key_panels,  # noqa: F401
                                       _online_rescale, _pad_values, _padded_values, _panel_keys, _product_block,
                                       _product_wide_block, _round_up, _scores_group, _scores_tile, _softmax_live,
-                                      _transpose_keys, _unit, _weighted_sum_tile)
+                                      _transpose_keys, _unit, _weighted_sum_tile, _wide)
 
 # Below this many multiply-adds a call runs serially (tunable, and patched by tests).
 PARALLEL_MIN_WORK = 1 << 16
@@ -49,20 +49,6 @@ KEY_TILE = target.KEY_BLOCK
 # out every head's (see _query_block for which). Each unit's loops run in a function of their own
 # that borrows its array arguments (see core/kernels/tuned/borrow.py): the unit allocates its scratch, the
 # function uses it without reference counting.
-
-
-@njit(inline="always", **_jit)
-def _aligned_zeros(shape, like):
-    """:func:`_aligned_empty`, filled with zeros."""
-    x = _aligned_empty(shape, like)
-    x[:] = 0.0
-    return x
-
-
-@njit(inline="always", **_jit)
-def _wide(Kt, like):
-    """Whether the keys are laid out in panels four vectors wide, and so the tiles are 4 x 4."""
-    return Kt.shape[-1] == 4 * simd.lanes_of(like)
 
 
 @njit(**_jit)

@@ -43,6 +43,21 @@ def _aligned_empty(shape, like):
 
 
 @njit(inline="always", **_jit)
+def _aligned_zeros(shape, like):
+    """:func:`_aligned_empty`, filled with zeros."""
+    x = _aligned_empty(shape, like)
+    x[:] = 0.0
+    return x
+
+
+@njit(inline="always", **_jit)
+def _wide(Kt, like):
+    """Whether the keys ``Kt`` are laid out in panels four vectors wide (see :func:`_key_panels`),
+    and so the tiles are 4 x 4."""
+    return Kt.shape[-1] == 4 * simd.lanes_of(like)
+
+
+@njit(inline="always", **_jit)
 def _key_panels(K, W):
     """Room for the keys in panels of ``W`` keys (see :func:`_transpose_keys`), on a cache line."""
     B, H, Tk, dk = K.shape
@@ -258,7 +273,7 @@ def _scores_tile(Qs, Kt, k0, lo, hi, s0, s1, s2, s3):
     j = lo - lo % L
     while j < hi:
         p, c = (k0 + j) // W, (k0 + j) % W
-        if W == 4 * L and c == 0 and j + 3 * L < hi:   # a whole panel of four vectors (AVX-512)
+        if _wide(Kt, s0) and c == 0 and j + 3 * L < hi:   # a whole panel of four vectors (AVX-512)
             x, y, z, v = _product_wide_block(q0, q1, q2, q3, Kt[p], 0, dk, 0, s0)
             _store_vectors(s0, j, x), _store_vectors(s1, j, y), _store_vectors(s2, j, z), _store_vectors(s3, j, v)
             j += 4 * L
