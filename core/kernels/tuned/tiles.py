@@ -12,6 +12,7 @@ import numpy as np
 from numba import njit
 
 from core.kernels.tuned import simd
+from core.kernels.tuned.borrow import borrowed
 from core.kernels.tuned.fastexp import fast_exp
 from core.kernels.tuned.floatbits import max_of
 
@@ -95,25 +96,32 @@ def _transpose_keys(K, Kt, b, h):
     sgemm against 89 % for ``A V``, whose value rows are read in order.
 
     Done once per head, before the work is split into blocks of queries (each block transposing
-    for itself cost as much as its arithmetic).
+    for itself cost as much as its arithmetic). The views are borrowed (see borrow.py) and each
+    panel's rows are written in order: a view per key, each with its reference count, had made
+    this 1.6 to 10 times slower (8 heads of 64 keys, d_k = 16: 3.8 against 2.1 us).
     """
-    kt, Tk, W = Kt[b, h], K.shape[2], Kt.shape[4]
-    for j in range(Tk):
-        k, panel, c = K[b, h, j], kt[j // W], j % W
-        for d in range(K.shape[3]):
-            panel[d, c] = k[d]
-    for j in range(Tk, kt.shape[0] * W):
-        panel, c = kt[j // W], j % W
-        for d in range(K.shape[3]):
-            panel[d, c] = 0.0
+    K, Kt = borrowed(K), borrowed(Kt)
+    keys, panels = K[b, h], Kt[b, h]
+    Tk, W = keys.shape[0], panels.shape[2]
+    for p in range(panels.shape[0]):
+        panel, n = panels[p], min(W, Tk - p * W)
+        block = keys[p * W:p * W + n]
+        for d in range(keys.shape[1]):
+            row = panel[d]
+            for c in range(n):
+                row[c] = block[c, d]
+            _fill(row, n, W, 0.0)
 
 
 @njit(inline="always", **_jit)
 def _pad_values(V, Vp, b, h):
-    """``Vp[b, h, j, :d_v] = V[b, h, j]``, zero beyond: value rows a whole number of vectors long."""
-    dv = V.shape[3]
-    for j in range(V.shape[2]):
-        row, v = Vp[b, h, j], V[b, h, j]
+    """``Vp[b, h, j, :d_v] = V[b, h, j]``, zero beyond: value rows a whole number of vectors long
+    (views borrowed, as in :func:`_transpose_keys`)."""
+    V, Vp = borrowed(V), borrowed(Vp)
+    values, padded = V[b, h], Vp[b, h]
+    dv = values.shape[1]
+    for j in range(values.shape[0]):
+        row, v = padded[j], values[j]
         for c in range(dv):
             row[c] = v[c]
         _fill(row, dv, row.shape[0], 0.0)
