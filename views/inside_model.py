@@ -16,10 +16,10 @@ from ui.warmup import wait_for_kernels
 
 PAGE = "inside_model"
 # the functions whose results the page draws, in the order they run (the source expander shows them)
-SOURCES = (inside.forward, transformer.forward, transformer.embed, transformer.block, transformer.self_attention,
-           transformer.edit_heads, transformer.layer_norm, transformer.feed_forward, transformer.unembed,
-           inside.walkthrough, inside.layernorm_table, inside.head_ablation, inside.clean_statistics,
-           inside.ablated_logits, inside.pooling_accuracy, inside.position_logits)
+SOURCES = (inside.forward, transformer.forward, transformer.forward_checked, transformer.embed, transformer.block,
+           transformer.self_attention, transformer.edit_heads, transformer.layer_norm, transformer.feed_forward,
+           transformer.unembed, inside.walkthrough, inside.layernorm_table, inside.head_ablation,
+           inside.clean_statistics, inside.ablated_logits, inside.pooling_accuracy, inside.position_logits)
 SPEC = {
     "source": state.choice_field("default", ("default", "trained")),
     "task": state.choice_field("sum", tuple(tasks.TASKS)),

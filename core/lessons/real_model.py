@@ -167,13 +167,13 @@ def generate(params: dict, cfg: tr.TransformerConfig, ids: np.ndarray, *, max_ne
     ids = np.asarray(ids, dtype=np.int64).reshape(-1)
     rng = np.random.default_rng(seed)
     kv = [{} for _ in range(cfg.n_layers)]
-    logits, _ = tr.forward(params, cfg, ids, kv=kv)
+    logits, _ = tr.forward(params, cfg, ids, kv=kv)     # checks the parameters, once
     out, pos = [], len(ids)
     for _ in range(max(0, min(max_new_tokens, cfg.n_ctx - len(ids)))):
         token, _, _ = sampling.sample(logits[0, -1], settings, rng)
         out.append(token)
         if token == stop or pos >= cfg.n_ctx:
             break
-        logits, _ = tr.forward(params, cfg, [token], kv=kv, start=pos)
+        logits, _ = tr.forward_checked(params, cfg, [token], kv=kv, start=pos)
         pos += 1
     return np.asarray(out, dtype=np.int64)

@@ -78,7 +78,7 @@ def forward(params: dict, cfg: DecoderConfig, tgt_in, src=None):
     if cfg.cross_attention:
         logits, cache = transformer_encdec.forward(tparams, tcfg, src_, tgt)
     else:
-        logits, cache = transformer.forward(tparams, tcfg, tgt)
+        logits, cache = transformer.forward_checked(tparams, tcfg, tgt)   # checked above
     return (logits[0] if single else logits), cache
 
 

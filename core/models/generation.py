@@ -30,7 +30,7 @@ def _run(tparams: dict, tcfg, cfg: DecoderConfig, tokens: np.ndarray, memory, kv
     if cfg.cross_attention:
         cache = {}
         return transformer_encdec.decode(tparams, tcfg, tokens, memory, cache, kv=kv, start=start), cache
-    return transformer.forward(tparams, tcfg, tokens, kv=kv, start=start)
+    return transformer.forward_checked(tparams, tcfg, tokens, kv=kv, start=start)   # checked once, by generate
 
 
 @dataclasses.dataclass

@@ -389,6 +389,16 @@ def forward(params: dict, cfg: TransformerConfig, tokens, *, ablate: dict | None
         cache it is all that :func:`core.models.transformer_backward.backward` needs.
     """
     check_params(params, cfg)
+    return forward_checked(params, cfg, tokens, ablate=ablate, kv=kv, start=start)
+
+
+def forward_checked(params: dict, cfg: TransformerConfig, tokens, *, ablate: dict | None = None,
+                    kv: list | None = None, start: int = 0):
+    """:func:`forward` for parameters the caller has already passed through :func:`check_params`.
+
+    For generation, which checks the parameters once and then runs one step per token: the check
+    took 23 of a tiny GPT's 440 us per token. Everything else (tokens, edits, cache) is checked here.
+    """
     tokens = check_tokens(tokens, cfg, start)
     _check_edits(ablate, cfg, tokens.shape)
     if kv is not None and len(kv) != cfg.n_layers:
