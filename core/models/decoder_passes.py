@@ -40,12 +40,14 @@ def _check_pair(cfg: DecoderConfig, tgt, src):
     return tgt, src, single
 
 
-def attention_weights(cache: dict, cfg: DecoderConfig, sublayer: str = "attn") -> np.ndarray:
-    """Every decoder block's attention weights from a forward cache, stacked: ``(L, B, H, T, Tk)``.
-    ``sublayer`` is ``"attn"`` (the masked self-attention) or ``"cross"`` (an encoder-decoder's
-    cross-attention, ``Tk = S``)."""
+def attention_weights(cache: dict, cfg: DecoderConfig, sublayer: str = "attn", query: int | None = None) -> np.ndarray:
+    """Every decoder block's attention weights from a forward cache, stacked: ``(L, B, H, T, Tk)``,
+    or with ``query`` (an index) only that query's row of each, ``(L, B, H, Tk)``: generation reads
+    the last row at every step and need not copy the others. ``sublayer`` is ``"attn"`` (the masked
+    self-attention) or ``"cross"`` (an encoder-decoder's cross-attention, ``Tk = S``)."""
     stack = "dec." if cfg.cross_attention else ""
-    return np.stack([cache[f"{stack}blocks.{i}.{sublayer}.weights"] for i in range(cfg.n_layers)])
+    weights = [cache[f"{stack}blocks.{i}.{sublayer}.weights"] for i in range(cfg.n_layers)]
+    return np.stack(weights if query is None else [w[:, :, query] for w in weights])
 
 
 def forward(params: dict, cfg: DecoderConfig, tgt_in, src=None):

@@ -169,9 +169,9 @@ def generate(params: dict, cfg: DecoderConfig, src=None, *, prompt=None, max_new
         computed[s] = new.shape[1]
         cache_sizes[s] = t if use_cache else 0
         # the last position's attention rows, (B, L, H, t) and (B, L, H, S)
-        self_rows.append(attention_weights(cache, cfg)[:, :, :, -1].transpose(1, 0, 2, 3))
+        self_rows.append(attention_weights(cache, cfg, query=-1).transpose(1, 0, 2, 3))
         if cross_rows is not None:
-            cross_rows[:, s] = attention_weights(cache, cfg, "cross")[:, :, :, -1].transpose(1, 0, 2, 3)
+            cross_rows[:, s] = attention_weights(cache, cfg, "cross", query=-1).transpose(1, 0, 2, 3)
         step_logits[:, s] = logits[:, -1]
         # 2. the sampler picks each sequence's next token
         for b in range(B):
