@@ -3,6 +3,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numba
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -126,6 +127,22 @@ def test_fused_key_tiles_that_start_inside_a_vector(monkeypatch, dtype, mask_kin
     with dispatch.track("tuned"):                             # the tuned kernels, at this small size
         fused, _ = at.attention(Q, K, V, mask, backend="cpu", return_weights=False)
     close(fused, expected_out, dtype)
+
+
+def test_work_units_follow_the_calling_threads_thread_count():
+    """Whole heads per work unit when the heads share evenly among this thread's Numba threads,
+    blocks of queries otherwise; read at each call (``numba.set_num_threads`` is per thread)."""
+    before = numba.get_num_threads()
+    try:
+        numba.set_num_threads(1)
+        assert cpu._query_block(1, 3, 64, 1 << 30) == 64
+        if numba.config.NUMBA_NUM_THREADS >= 2:
+            numba.set_num_threads(2)
+            assert cpu._query_block(1, 3, 64, 1 << 30) == cpu.QUERY_BLOCK
+            assert cpu._query_block(1, 4, 64, 1 << 30) == 64
+        assert cpu._query_block(1, 3, 64, cpu.PARALLEL_MIN_WORK - 1) == 64     # serial: one unit per head
+    finally:
+        numba.set_num_threads(before)
 
 
 @pytest.mark.parametrize("tile_vectors", [2, 4])
