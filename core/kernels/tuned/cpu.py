@@ -275,13 +275,6 @@ def _pick(kernel_pair, work: int):
     return kernel_pair[1] if work >= PARALLEL_MIN_WORK else kernel_pair[0]
 
 
-@njit(cache=True)
-def _threads():
-    """``numba.get_num_threads()`` read from compiled code: the Python function takes a lock first,
-    0.7 us against 0.05 (a 64-token call takes about 30)."""
-    return numba.get_num_threads()
-
-
 def _query_block(B: int, H: int, Tq: int, work: int) -> int:
     """Queries per work unit: a whole head when one thread runs them all or when the heads share
     evenly among the threads, else ``QUERY_BLOCK``.
@@ -290,7 +283,7 @@ def _query_block(B: int, H: int, Tq: int, work: int) -> int:
     parallel loop instead of two (10 % faster at 8 heads of T = 64 and 128 on 2 cores). Blocks
     keep every thread busy when the heads do not share evenly (one head of T = 2048, say).
     """
-    if work < PARALLEL_MIN_WORK or (B * H) % _threads() == 0:
+    if work < PARALLEL_MIN_WORK or (B * H) % numba.get_num_threads() == 0:
         return Tq
     return QUERY_BLOCK
 
