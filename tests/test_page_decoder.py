@@ -298,6 +298,18 @@ def step_source(at) -> str:
     return box.label + " " + " ".join(c.value for c in box.code)
 
 
+def test_a_decoder_only_model_shows_the_forward_pass_its_numbers_came_from():
+    """The language model has no encoder: the source shows the one transformer's forward pass as
+    teacher forcing and generation call it (the parameters checked once, before it), nothing else."""
+    at = page()
+    at.query_params["task"] = "lm"
+    at.run()
+    src = step_source(at)
+    assert "def forward_checked(" in src and "def self_attention(" in src
+    assert "def encode(" not in src and "def cross_attention(" not in src
+    assert "def forward(" not in src              # the checking wrapper neither of them calls
+
+
 def test_the_step_switch_changes_the_source_and_the_milliseconds(at):
     """A short run on each training step: the ms-per-step metric names the step that ran and reads
     that run's time, and the source expander shows that step's functions (cross-attention's

@@ -471,7 +471,7 @@ with st.expander(f"Source: generation, and the {track_ran} training step"):
     # the forward passes (teacher forcing, generation) run the stacks of this model's kind
     stacks = ([transformer_encdec.forward, transformer_encdec.encode, transformer_encdec.decode,
                transformer_encdec.decoder_block, transformer_encdec.cross_attention] if cfg.cross_attention
-              else [transformer.forward, transformer.forward_checked])
+              else [transformer.forward_checked])      # what teacher forcing and generation call
     function_sources([decoder.generate, decoding._run, *stacks, transformer.block, transformer.self_attention,
                       sampling.distribution, decoder.train]
                      + steps.step_functions("decoder", track_ran, bool(cfg.cross_attention)))
