@@ -190,9 +190,9 @@ st.caption("The prompt runs once and fills the KV cache; each new token then run
            "over the cached keys and values.")
 
 with st.expander("Source: the transformer and the analyses that ran"):
-    for fn in (tr.forward, tr.forward_checked, tr.block, tr.self_attention, tr.softmax_rows, tr.feed_forward, tr.dense, tr.layer_norm,
-               L.layer_norm, L._layer_norm_rows, L.gelu_tanh, tr.edit_heads, rm.head_scores, rm.logit_lens, rm.rollout,
-               rm.generate):
+    for fn in (tr.forward, tr.forward_checked, tr.block, tr.self_attention, tr.softmax_rows, tr.feed_forward, tr.dense,
+               tr.layer_norm, L.layer_norm, L._layer_norm_rows, L.gelu_tanh, tr.edit_heads, rm.head_scores, rm.logit_lens,
+               rm.rollout, rm.generate):
         st.code(inspect.getsource(getattr(fn, "py_func", fn)), language="python")
 
 state.publish(PAGE, SPEC)
