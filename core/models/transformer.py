@@ -397,7 +397,7 @@ def forward_checked(params: dict, cfg: TransformerConfig, tokens, *, ablate: dic
     """:func:`forward` for parameters the caller has already passed through :func:`check_params`.
 
     For generation, which checks the parameters once and then runs one step per token: the check
-    took 23 of a tiny GPT's 440 us per token. Everything else (tokens, edits, cache) is checked here.
+    took 23 us of a tiny GPT's 440 us per token. Everything else (tokens, edits, cache) is checked here.
     """
     tokens = check_tokens(tokens, cfg, start)
     _check_edits(ablate, cfg, tokens.shape)
