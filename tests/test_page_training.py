@@ -301,6 +301,7 @@ def test_the_step_switch_changes_the_source_and_the_milliseconds(at, compiled):
         readings[track] = (float(metric.value), shown_source(at))
     (ms_r, src_r), (ms_c, src_c) = readings["readable"], readings["compiled"]
     assert "the readable training step" in src_r and "def backward(" in src_r and "def forward(" in src_r
+    assert "def forward_checked(" in src_r              # what forward runs after its parameter check
     assert "the compiled training step" in src_c and "def encoder_layers_backward(" in src_c
     assert "def encoder_layers_backward(" not in src_r and "def block_backward(" not in src_c
     assert ms_r > ms_c                 # the readable step runs Python between its sublayers

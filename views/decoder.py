@@ -469,7 +469,7 @@ with st.expander(f"Source: generation, and the {track_ran} training step"):
                + ("(the one transformer's forward pass and hand-written backward pass, sublayer by sublayer)."
                   if track_ran == "readable" else "(the same numbers as the readable step, in one Numba call)."))
     # the forward passes (teacher forcing, generation) run the stacks of this model's kind
-    stacks = ([transformer_encdec.forward, transformer_encdec.encode, transformer_encdec.decode,
+    stacks = ([transformer_encdec.forward_checked, transformer_encdec.encode, transformer_encdec.decode,
                transformer_encdec.decoder_block, transformer_encdec.cross_attention] if cfg.cross_attention
               else [transformer.forward_checked])      # what teacher forcing and generation call
     function_sources([decoder.generate, decoding._run, *stacks, transformer.block, transformer.self_attention,

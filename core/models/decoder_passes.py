@@ -74,13 +74,13 @@ def forward(params: dict, cfg: DecoderConfig, tgt_in, src=None):
         (``dec.blocks.{i}.cross.weights`` (B, H, T, S), ``memory`` (B, S, d), ...).
         :func:`attention_weights` stacks a sublayer's weights over the blocks.
     """
-    check_params(params, cfg)
+    check_params(params, cfg)                     # once: the stacks' forward_checked skip their own check
     tgt, src_, single = _check_pair(cfg, tgt_in, src)
     tparams, tcfg = vocabulary.from_decoder(params, cfg)
     if cfg.cross_attention:
-        logits, cache = transformer_encdec.forward(tparams, tcfg, src_, tgt)
+        logits, cache = transformer_encdec.forward_checked(tparams, tcfg, src_, tgt)
     else:
-        logits, cache = transformer.forward_checked(tparams, tcfg, tgt)   # checked above
+        logits, cache = transformer.forward_checked(tparams, tcfg, tgt)
     return (logits[0] if single else logits), cache
 
 

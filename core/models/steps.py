@@ -96,11 +96,11 @@ def step_functions(model: str, track: str, cross_attention: bool = False) -> lis
             first = [encoder_update, TB.forward_backward]
         elif cross_attention:
             first = [decoder_gradient, vocabulary.decoder_loss_and_grads, ED.loss_and_grads, ED.forward,
-                     ED.decoder_block, ED.cross_attention]
+                     ED.forward_checked, ED.decoder_block, ED.cross_attention]
         else:
             first = [decoder_gradient, vocabulary.decoder_loss_and_grads, TB.loss_and_grads, TB.forward_backward]
-        middle = [tr.forward, tr.embed, tr.block, tr.self_attention, tr.softmax_rows, tr.feed_forward, tr.dense,
-                  tr.unembed, L.cross_entropy]
+        middle = [tr.forward, tr.forward_checked, tr.embed, tr.block, tr.self_attention, tr.softmax_rows,
+                  tr.feed_forward, tr.dense, tr.unembed, L.cross_entropy]
         last = [ED.backward, ED.decoder_block_backward, ED.cross_attention_backward] if cross_attention else \
             [TB.backward, TB.head_backward]
         return first + middle + last + [TB.block_backward, TB.attention_backward, TB.feed_forward_backward,

@@ -152,6 +152,12 @@ def decode(params: dict, cfg: EncoderDecoderConfig, tgt: np.ndarray, memory: np.
 def forward(params: dict, cfg: EncoderDecoderConfig, src, tgt_in):
     """Teacher-forced forward pass: ``(logits (B, T, V), cache)`` (names in the module docstring)."""
     P.check_params(params, param_shapes(cfg))
+    return forward_checked(params, cfg, src, tgt_in)
+
+
+def forward_checked(params: dict, cfg: EncoderDecoderConfig, src, tgt_in):
+    """:func:`forward` for parameters the caller has already checked (as
+    :func:`core.models.transformer.forward_checked`); the tokens are checked here."""
     src, tgt = tr.check_tokens(src, cfg.encoder), tr.check_tokens(tgt_in, cfg.decoder)
     if src.shape[0] != tgt.shape[0]:
         raise ValueError(f"The source has {src.shape[0]} sequences and the target {tgt.shape[0]}.")
