@@ -8,7 +8,6 @@ and an exponent built from bits), so a loop of it vectorises: several times fast
   so additive ``-inf`` masks still give exactly zero weight).
 - :func:`fast_exp` picks :func:`exp_f32` for float32 and ``math.exp`` for float64 at compile time
   (float64 results are tested to 1e-12, beyond the polynomial's 1e-7).
-- :func:`exp_shifted_f32` the array form used by the encoder's kernels.
 """
 from __future__ import annotations
 
@@ -61,15 +60,3 @@ def _fast_exp_overload(x):
         return lambda x: exp_f32(x)
     return lambda x: math.exp(x)
 
-
-@njit(cache=True, nogil=True)
-def exp_shifted_f32(x, mx, out, bits):
-    """``exp(x - mx)`` elementwise for float32 arguments ``<= 0``, as ``out * bits.view(float32)``.
-
-    The caller multiplies the two: ``out`` holds the polynomial and ``bits`` the float32 bit
-    patterns of ``2**n``. Arguments below -87 are clamped (their exponential is below 1.7e-38).
-    """
-    for b in range(x.shape[0]):
-        v = np.float32(x[b] - mx[b])
-        v = v if v > np.float32(-87.0) else np.float32(-87.0)
-        out[b], bits[b] = _expf_parts(v)
