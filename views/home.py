@@ -2,6 +2,8 @@
 import pandas as pd
 import streamlit as st
 
+from core.lessons.analysis import interaction_paths
+from ui.widgets import function_sources
 
 
 st.title("Attention, operated by hand")
@@ -48,11 +50,14 @@ apart they are.
 """
 )
 n_tokens = st.slider("Tokens in the sequence", 2, 4096, 512, key="home.n")
+paths = interaction_paths(n_tokens)
 st.dataframe(pd.DataFrame({
     "per layer": ["steps that must run one after another", "most steps between two tokens"],
-    "recurrent network": [n_tokens, n_tokens - 1],
-    "self-attention": [1, 1],
+    "recurrent network": [paths.rnn_sequential, paths.rnn_path],
+    "self-attention": [paths.attention_sequential, paths.attention_path],
 }), hide_index=True)
+with st.expander("The code behind this table"):
+    function_sources([interaction_paths])
 st.caption(f"The price: attention scores every pair, {n_tokens:,}² = {n_tokens ** 2:,} scores per head and "
            "layer, where a recurrent step touches each token once. Blocks of the same shape also stack "
            "easily, and decoder-only stacks trained to predict the next token at scale (GPT, LLaMA) learn "

@@ -134,12 +134,6 @@ def _offsets(cfg: EncoderConfig) -> dict:
     return P.offsets(param_shapes(cfg))
 
 
-def _mat_view(flat, cfg: EncoderConfig, name: str) -> np.ndarray:
-    """Parameter ``name`` as a view of the flat buffer."""
-    at, shape = int(_offsets(cfg)[name]), param_shapes(cfg)[name]
-    return flat[at:at + int(np.prod(shape))].reshape(shape)
-
-
 def check_params(params: dict, cfg: EncoderConfig) -> np.dtype:
     """Refuse missing/extra names, wrong shapes, mixed or non-float dtypes, NaN/inf. Returns the dtype."""
     return P.check_params(params, param_shapes(cfg))
