@@ -162,5 +162,5 @@ def test_each_trick_is_shown_beside_the_source_it_names():
     assert [s.value for s in at.subheader] == [
         f"1. Register tiles: 4 queries × {target.TILE_VECTORS} vectors of keys", "2. Keys transposed, values padded",
         "3. Online softmax (the fused kernel)", "4. A fast exp", "5. The row maximum as an integer maximum",
-        "6. Views without reference counts"]
+        "6. Views without reference counts", "7. Masked keys are skipped"]
     assert len(at.latex) >= 4

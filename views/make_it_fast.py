@@ -138,7 +138,7 @@ st.header("How the tuned kernel gets there")
 lanes = simd.lanes(np.dtype(np.float32))
 st.markdown(
     f"The lesson kernel computes a score, then a weight, then a sum, one number at a time. The tuned kernel "
-    f"(`core/kernels/tuned/`) computes the same formulas with six ideas. This CPU's vectors hold "
+    f"(`core/kernels/tuned/`) computes the same formulas with seven ideas. This CPU's vectors hold "
     f"**{lanes} float32 numbers** (its widest SIMD registers), so one instruction does {lanes} multiply-adds.")
 
 
@@ -211,5 +211,14 @@ st.markdown(
     "owner, so its views count nothing. It is safe only while the caller keeps the real array alive, which "
     "is why only a function's arguments are borrowed.")
 show("views without reference counts")
+
+st.subheader("7. Masked keys are skipped")
+st.markdown(
+    "A causal or padding mask leaves each query one unbroken run of keys it may see. Before the work is split "
+    "among the threads, the kernel finds each mask row's run once (one scan for all the heads that share the "
+    "mask), and whether the mask is 0 all along it, as a causal or padding mask is. The tiles then compute "
+    "scores, exps and the weighted sum over that run only, and add nothing where the mask is 0: causal "
+    "attention does about half the work of unmasked attention. Other masks are added to the scores as they are.")
+show("masked keys skipped")
 
 state.publish(PAGE, SPEC)

@@ -321,6 +321,7 @@ TRICKS = {
     "fast exp": [(fastexp, "_expf_parts"), (fastexp, "exp_f32")],
     "bit-trick maximum": [(floatbits, "_ordered_overload"), (floatbits, "max_of")],
     "views without reference counts": [(borrow, "borrowed")],
+    "masked keys skipped": [(tuned_cpu, "_live_ranges"), (tuned_cpu, "_scores_group")],
 }
 
 

@@ -24,7 +24,7 @@ from core.kernels.tuned.borrow import borrowed
 from core.kernels.warm_inputs import tiny_inputs
 # The building blocks (register tiles, laid-out keys and values, softmax pieces) live in tiles.py;
 # _product_block, _product_wide_block and _scores_tile are imported for the "Make it fast" page.
-from core.kernels.tuned.tiles import (_aligned_empty, _aligned_zeros, _copy, _fill, _jit, _key_panels,  # noqa: F401
+from core.kernels.tuned.tiles import (_aligned_empty, _aligned_zeros, _copy, _fill, _jit, _key_panels, _live_ranges,  # noqa: F401
                                       _online_rescale, _pad_values, _padded_values, _panel_keys, _product_block,
                                       _product_wide_block, _round_up, _scores_group, _scores_tile, _softmax_live,
                                       _transpose_keys, _unit, _weighted_sum_tile, _wide)
@@ -52,12 +52,13 @@ KEY_TILE = target.KEY_BLOCK
 
 
 @njit(**_jit)
-def _scores_unit(Q, Kt, mask, scale, b, h, i0, i1, S, Qs, S4):
-    Q, Kt, mask, S, Qs, S4 = borrowed(Q), borrowed(Kt), borrowed(mask), borrowed(S), borrowed(Qs), borrowed(S4)
+def _scores_unit(Q, Kt, mask, ranges, scale, b, h, i0, i1, S, Qs, S4):
+    Q, Kt, mask, ranges, S = borrowed(Q), borrowed(Kt), borrowed(mask), borrowed(ranges), borrowed(S)
+    Qs, S4 = borrowed(Qs), borrowed(S4)
     Tk = S.shape[3]
     for i in range(i0, i1, 4):
         n = min(4, i1 - i)
-        lo, hi = _scores_group(Q, Kt[b, h], mask, scale, b, h, i, n, 0, Tk, Qs, S4)
+        lo, hi = _scores_group(Q, Kt[b, h], mask, ranges, scale, b, h, i, n, 0, Tk, Qs, S4)
         for r in range(n):
             row = S[b, h, i + r]
             _copy(S4[r, lo:hi], row[lo:hi], hi - lo)
@@ -67,7 +68,7 @@ def _scores_unit(Q, Kt, mask, scale, b, h, i0, i1, S, Qs, S4):
 
 def _scores_rows(Q, K, mask, scale, S, panel, block):
     B, H, Tq, Tk = S.shape
-    Kt = _key_panels(K, panel)
+    Kt, ranges = _key_panels(K, panel), _live_ranges(mask, Tk)
     n_blocks = (Tq + block - 1) // block
     if n_blocks > 1:
         for u in prange(B * H):
@@ -76,20 +77,20 @@ def _scores_rows(Q, K, mask, scale, S, panel, block):
         b, h, i0, i1 = _unit(u, H, n_blocks, Tq, block)
         if n_blocks == 1:
             _transpose_keys(K, Kt, b, h)
-        _scores_unit(Q, Kt, mask, scale, b, h, i0, i1, S,
+        _scores_unit(Q, Kt, mask, ranges, scale, b, h, i0, i1, S,
                      np.empty((4, Q.shape[3]), Q.dtype), _aligned_empty((4, _panel_keys(Kt)), Q))
 
 
 @njit(**_jit)
-def _weights_unit(Q, Kt, Vp, mask, scale, b, h, i0, i1, A, out, Qs, S4, O4):
+def _weights_unit(Q, Kt, Vp, mask, ranges, scale, b, h, i0, i1, A, out, Qs, S4, O4):
     """Rows ``i0..i1`` of ``A = softmax(Q K^T * scale + M)``, four queries at a time (see
     :func:`_scores_tile`), and ``out = A V`` for them."""
     Q, Kt, Vp, mask, A, out = borrowed(Q), borrowed(Kt), borrowed(Vp), borrowed(mask), borrowed(A), borrowed(out)
-    Qs, S4, O4 = borrowed(Qs), borrowed(S4), borrowed(O4)
+    ranges, Qs, S4, O4 = borrowed(ranges), borrowed(Qs), borrowed(S4), borrowed(O4)
     Tk, dv = A.shape[3], out.shape[3]
     for i in range(i0, i1, 4):
         n = min(4, i1 - i)
-        lo, hi = _scores_group(Q, Kt[b, h], mask, scale, b, h, i, n, 0, Tk, Qs, S4)
+        lo, hi = _scores_group(Q, Kt[b, h], mask, ranges, scale, b, h, i, n, 0, Tk, Qs, S4)
         for r in range(n):
             _softmax_live(S4[r], lo, hi, A[b, h, i + r])
         for r in range(4):
@@ -105,7 +106,7 @@ def _weights_unit(Q, Kt, Vp, mask, scale, b, h, i0, i1, A, out, Qs, S4, O4):
 
 def _attention_rows(Q, K, V, mask, scale, A, out, panel, block):
     B, H, Tq = A.shape[0], A.shape[1], A.shape[2]
-    Kt, Vp = _key_panels(K, panel), _padded_values(V)
+    Kt, Vp, ranges = _key_panels(K, panel), _padded_values(V), _live_ranges(mask, K.shape[2])
     n_blocks = (Tq + block - 1) // block
     if n_blocks > 1:
         for u in prange(B * H):
@@ -116,7 +117,7 @@ def _attention_rows(Q, K, V, mask, scale, A, out, panel, block):
         if n_blocks == 1:
             _transpose_keys(K, Kt, b, h)
             _pad_values(V, Vp, b, h)
-        _weights_unit(Q, Kt, Vp, mask, scale, b, h, i0, i1, A, out,
+        _weights_unit(Q, Kt, Vp, mask, ranges, scale, b, h, i0, i1, A, out,
                       np.empty((4, Q.shape[3]), Q.dtype), _aligned_empty((4, _panel_keys(Kt)), Q),
                       _aligned_empty((4, Vp.shape[3]), Q))
 
@@ -151,18 +152,18 @@ def _weighted_sum_rows(A, V, out, block, wide):
 
 
 @njit(**_jit)
-def _fused_unit(Q, Kt, Vp, mask, scale, b, h, i0, i1, out, key_tile, Qs, S4, m, l, acc):
+def _fused_unit(Q, Kt, Vp, mask, ranges, scale, b, h, i0, i1, out, key_tile, Qs, S4, m, l, acc):
     """Queries ``i0..i1`` of the fused kernel: per query the running max ``m``, normaliser ``l`` and
     unnormalised output ``acc`` over the key tiles; ``acc`` has three spare rows past the block's
     for the repeated rows of a last group of fewer than four queries."""
     Q, Kt, Vp, mask, out = borrowed(Q), borrowed(Kt), borrowed(Vp), borrowed(mask), borrowed(out)
-    Qs, S4, m, l, acc = borrowed(Qs), borrowed(S4), borrowed(m), borrowed(l), borrowed(acc)
+    ranges, Qs, S4, m, l, acc = borrowed(ranges), borrowed(Qs), borrowed(S4), borrowed(m), borrowed(l), borrowed(acc)
     Tk, dv = Vp.shape[2], out.shape[3]
     for j0 in range(0, Tk, key_tile):
         n_keys = min(key_tile, Tk - j0)
         for i in range(i0, i1, 4):
             n, r = min(4, i1 - i), i - i0
-            lo, hi = _scores_group(Q, Kt[b, h], mask, scale, b, h, i, n, j0, n_keys, Qs, S4)
+            lo, hi = _scores_group(Q, Kt[b, h], mask, ranges, scale, b, h, i, n, j0, n_keys, Qs, S4)
             for k in range(n):
                 _online_rescale(S4[k], lo, hi, r + k, m, l, acc)
             _weighted_sum_tile(S4[0], S4[1], S4[2], S4[3], Vp[b, h], j0, lo, hi,
@@ -182,7 +183,7 @@ def _fused_blocks(Q, K, V, mask, scale, out, panel, block, key_tile):
     (``Kt``, ``Vp``: about the size of K and V) and, per unit, O(key_tile + block * d_v); never
     (Tq, Tk)."""
     B, H, Tq, dk = Q.shape
-    Kt, Vp = _key_panels(K, panel), _padded_values(V)
+    Kt, Vp, ranges = _key_panels(K, panel), _padded_values(V), _live_ranges(mask, K.shape[2])
     key_tile = _round_up(max(key_tile, 1), panel)         # whole panels of keys (see _scores_tile)
     n_blocks = (Tq + block - 1) // block
     if n_blocks > 1:
@@ -194,7 +195,7 @@ def _fused_blocks(Q, K, V, mask, scale, out, panel, block, key_tile):
         if n_blocks == 1:
             _transpose_keys(K, Kt, b, h)
             _pad_values(V, Vp, b, h)
-        _fused_unit(Q, Kt, Vp, mask, scale, b, h, i0, i1, out, key_tile,
+        _fused_unit(Q, Kt, Vp, mask, ranges, scale, b, h, i0, i1, out, key_tile,
                     np.empty((4, dk), Q.dtype), _aligned_empty((4, _round_up(key_tile, simd.lanes_of(Q))), Q),
                     np.full(i1 - i0, -np.inf, Q.dtype), np.zeros(i1 - i0, Q.dtype),
                     _aligned_zeros((i1 - i0 + 3, Vp.shape[3]), Q))

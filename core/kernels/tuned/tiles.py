@@ -74,7 +74,8 @@ def _padded_values(V):
 
 @njit(inline="always", **_jit)
 def _mask_row(mask, b, h, i):
-    """The mask's row for query (b, h, i), honouring broadcast axes of length 1: (1,) or (Tk,)."""
+    """The mask's row for query (b, h, i), honouring broadcast axes of length 1: (1,) or (Tk,).
+    (Any array laid out per mask row, as the live ranges are, is read the same way.)"""
     return mask[b if mask.shape[0] > 1 else 0, h if mask.shape[1] > 1 else 0, i if mask.shape[2] > 1 else 0]
 
 
@@ -162,6 +163,48 @@ def _live_keys(m, j0, n):
         live = row[j] != -np.inf
         lo = min(lo, j if live else n)
         hi = max(hi, j + 1 if live else 0)
+    return (lo, hi) if lo < hi else (0, 0)
+
+
+@njit(inline="always", **_jit)
+def _live_ranges(mask, Tk):
+    """``ranges[b, h, i] = (lo, hi, zero)`` for each row ``(b, h, i)`` the mask holds (its broadcast
+    axes stay of length 1): the keys ``0 <= j < Tk`` outside which the row is all -inf (see
+    :func:`_live_keys`; ``(0, 0)`` for a row with nothing live), and whether the row is exactly 0
+    on all of them, as every row of a causal or padding mask is: such a row needs nothing added to
+    the scores but -inf outside its own range (see :func:`_scores_group`).
+
+    Found once per call, before the work is split, where each head had scanned the mask for itself
+    and added it to its scores: a 512 x 512 causal mask takes 50-60 us to scan (it streams from
+    L3), and one head's fused attention at 512 keys about 470 us. 8 heads of causal T = 512 on one
+    thread: 3.8-4.0 ms before, 3.4-3.5 ms with the ranges found once, 3.1-3.3 ms adding no zeros.
+    """
+    Bm, Hm, Tqm = mask.shape[0], mask.shape[1], mask.shape[2]
+    ranges = np.empty((Bm, Hm, Tqm, 3), np.int64)
+    for b in range(Bm):
+        for h in range(Hm):
+            for i in range(Tqm):
+                row = mask[b, h, i]
+                lo, hi = _live_keys(row, 0, Tk)
+                ranges[b, h, i, 0], ranges[b, h, i, 1] = lo, hi
+                ranges[b, h, i, 2] = row.shape[0] > 1 and _all_zero(row[lo:hi])
+    return ranges
+
+
+@njit(inline="always", **_jit)
+def _all_zero(x):
+    """Whether every number of ``x`` is 0 (one pass without an early exit, which vectorises)."""
+    zero = True
+    for j in range(x.shape[0]):
+        zero &= x[j] == 0.0
+    return zero
+
+
+@njit(inline="always", **_jit)
+def _tile_keys(ranges, b, h, i, k0, n):
+    """The live range of query (b, h, i) inside the tile of keys ``k0 .. k0+n``, counted from ``k0``."""
+    live = _mask_row(ranges, b, h, i)
+    lo, hi = max(live[0] - k0, 0), min(live[1] - k0, n)
     return (lo, hi) if lo < hi else (0, 0)
 
 
@@ -297,17 +340,18 @@ def _scores_tile(Qs, Kt, k0, lo, hi, s0, s1, s2, s3):
 
 
 @njit(inline="always", **_jit)
-def _scores_group(Q, Kt, mask, scale, b, h, i, n, k0, n_keys, Qs, S):
+def _scores_group(Q, Kt, mask, ranges, scale, b, h, i, n, k0, n_keys, Qs, S):
     """Scores of the ``n`` (1 to 4) queries ``i .. i+n-1`` against the keys ``k0 .. k0+n_keys``, in
     rows ``0 .. n-1`` of the scratch ``S``; returns the live range ``[lo, hi)``, the union of the
-    rows' own (masked keys inside it get -inf from the mask). Only that range of ``S`` is valid.
+    rows' own (from ``ranges``, see :func:`_live_ranges`; masked keys inside it get -inf). Only that
+    range of ``S`` is valid.
 
     ``Qs`` (4, d_k) receives the queries times the scale (rows past ``n`` repeat the last query,
     so the tile always computes four).
     """
     lo, hi = n_keys, 0
     for r in range(n):
-        a, c = _live_keys(_mask_row(mask, b, h, i + r), k0, n_keys)
+        a, c = _tile_keys(ranges, b, h, i + r, k0, n_keys)
         if a < c:
             lo, hi = min(lo, a), max(hi, c)
     if lo >= hi:
@@ -318,7 +362,12 @@ def _scores_group(Q, Kt, mask, scale, b, h, i, n, k0, n_keys, Qs, S):
             qs[d] = q[d] * scale
     _scores_tile(Qs, Kt, k0, lo, hi, S[0], S[1], S[2], S[3])
     for r in range(n):
-        _add_mask(S[r, lo:hi], _mask_row(mask, b, h, i + r), k0 + lo)
+        if _mask_row(ranges, b, h, i + r)[2]:  # 0 on its live keys: -inf on the group's others
+            a, c = _tile_keys(ranges, b, h, i + r, k0, n_keys)
+            _fill(S[r], lo, a, -np.inf)
+            _fill(S[r], max(c, lo), hi, -np.inf)
+        else:
+            _add_mask(S[r, lo:hi], _mask_row(mask, b, h, i + r), k0 + lo)
     return lo, hi
 
 
