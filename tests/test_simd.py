@@ -44,6 +44,41 @@ def test_vector_operations_match_numpy(dtype):
     np.testing.assert_allclose(total, x.reshape(3, L).sum(0), rtol=1e-6)
 
 
+@njit
+def _elementwise_by_vectors(x, y, lo, hi, out):
+    """Per vector: ``floor(x) * y - y``, ``2**floor(x)``, and ``x`` where ``lo <= i < hi`` and
+    ``x >= y``, else 0; returns the sum of every lane of the last."""
+    L = simd.lanes_of(x)
+    first, end, picked_sum = simd.splat(lo, x), simd.splat(hi, x), simd.zeros(x)
+    for i in range(0, x.shape[0], L):
+        u, v = simd.load(x, i), simd.load(y, i)
+        simd.store(out[0], i, simd.floor(u) * v - v)
+        simd.store(out[1], i, simd.pow2(simd.floor(u)))
+        index = simd.lane_numbers(x) + simd.splat(i, x)
+        picked = simd.where((index >= first) & (index < end) & (u >= v), u, simd.zeros(x))
+        simd.store(out[2], i, picked)
+        picked_sum = picked_sum + picked
+    return simd.total(picked_sum)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_arithmetic_masks_and_lane_sums_match_numpy(dtype):
+    L = simd.lanes(np.dtype(dtype))
+    rng = np.random.default_rng(1)
+    x, y = (rng.standard_normal(4 * L) * 20).astype(dtype), rng.standard_normal(4 * L).astype(dtype)
+    y[5] = np.nan                              # a NaN compares false: that lane is not picked
+    out = np.full((3, 4 * L), np.nan, dtype)
+    lo, hi = 3, 3 * L + 1
+    got_sum = _elementwise_by_vectors(x, y, lo, hi, out)
+    np.testing.assert_allclose(out[0], np.floor(x) * y - y, rtol=1e-6)
+    assert (out[1] == 2.0 ** np.floor(x)).all()
+    i = np.arange(4 * L)
+    with np.errstate(invalid="ignore"):
+        want = np.where((i >= lo) & (i < hi) & (x >= y), x, 0)
+    assert (out[2] == want).all() and out[2][5] == 0
+    np.testing.assert_allclose(got_sum, want.sum(), rtol=1e-5)
+
+
 _NARROW = textwrap.dedent("""
     import numpy as np
     from core import masks

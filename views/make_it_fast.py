@@ -189,7 +189,9 @@ st.markdown(
     "the vector lanes. For float32 the tuned kernel computes exp with arithmetic only (Cephes' `expf`): split "
     "x into a power of two and a small remainder, approximate e^r by a polynomial, and build 2ⁿ by writing "
     "n + 127 into the float's exponent bits. Relative error about 1e-7, the precision of float32; below −87 it "
-    "returns exactly 0, so a masked score (−∞) still gets weight 0.")
+    f"returns exactly 0, so a masked score (−∞) still gets weight 0. The kernel computes {lanes} of them at once, "
+    "a whole vector of a row's scores, and the vectors at either end of a row's live keys mask their lanes "
+    "outside it instead of finishing one key at a time.")
 st.latex(r"e^x = 2^n\,e^r,\quad n = \operatorname{round}(x/\ln 2),\quad r = x - n\ln 2\in[-\tfrac{\ln 2}{2}, "
          r"\tfrac{\ln 2}{2}],\quad e^r \approx 1 + r + r^2 P_5(r)")
 show("fast exp")

@@ -318,7 +318,7 @@ TRICKS = {
     "laid-out keys and values": [(tuned_cpu, "_transpose_keys"), (tuned_cpu, "_pad_values"),
                                  (tuned_cpu, "_aligned_empty")],
     "online softmax": [(tuned_cpu, "_online_rescale"), (tuned_cpu, "_fused_unit")],
-    "fast exp": [(fastexp, "_expf_parts"), (fastexp, "exp_f32")],
+    "fast exp": [(fastexp, "exp_vector"), (tuned_cpu, "_exp_live_vectors")],
     "bit-trick maximum": [(floatbits, "_ordered_overload"), (floatbits, "max_of")],
     "views without reference counts": [(borrow, "borrowed")],
     "masked keys skipped": [(tuned_cpu, "_live_ranges"), (tuned_cpu, "_scores_group")],

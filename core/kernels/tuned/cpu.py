@@ -23,11 +23,12 @@ from core.kernels.tuned import simd, target
 from core.kernels.tuned.borrow import borrowed
 from core.kernels.warm_inputs import tiny_inputs
 # The building blocks (register tiles, laid-out keys and values, softmax pieces) live in tiles.py;
-# _product_block, _product_wide_block and _scores_tile are imported for the "Make it fast" page.
-from core.kernels.tuned.tiles import (_aligned_empty, _aligned_zeros, _copy, _fill, _jit, _key_panels, _live_ranges,  # noqa: F401
-                                      _online_rescale, _pad_values, _padded_values, _panel_keys, _product_block,
-                                      _product_wide_block, _round_up, _scores_group, _scores_tile, _softmax_live,
-                                      _transpose_keys, _unit, _weighted_sum_tile, _wide)
+# _product_block, _product_wide_block, _scores_tile and _exp_live_vectors are imported for the
+# "Make it fast" page.
+from core.kernels.tuned.tiles import (_aligned_empty, _aligned_zeros, _copy, _exp_live_vectors, _fill, _jit,  # noqa: F401
+                                      _key_panels, _live_ranges, _online_rescale, _pad_values, _padded_values,
+                                      _panel_keys, _product_block, _product_wide_block, _round_up, _scores_group,
+                                      _scores_tile, _softmax_live, _transpose_keys, _unit, _weighted_sum_tile, _wide)
 
 # Below this many multiply-adds a call runs serially (tunable, and patched by tests).
 PARALLEL_MIN_WORK = 1 << 16

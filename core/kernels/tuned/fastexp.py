@@ -8,6 +8,7 @@ and an exponent built from bits), so a loop of it vectorises: several times fast
   so additive ``-inf`` masks still give exactly zero weight).
 - :func:`fast_exp` picks :func:`exp_f32` for float32 and ``math.exp`` for float64 at compile time
   (float64 results are tested to 1e-12, beyond the polynomial's 1e-7).
+- :func:`exp_vector`: :func:`exp_f32` on every lane of a float32 SIMD vector (see simd.py).
 """
 from __future__ import annotations
 
@@ -17,24 +18,30 @@ import numpy as np
 from numba import njit, types
 from numba.extending import overload
 
+from core.kernels.tuned import simd
 from core.kernels.tuned.floatbits import float_from_bits
+
+
+# Cephes' expf: exp(v) = 2**n exp(r) with v = n ln2 + r, |r| <= ln2 / 2 (ln2 in two parts, so that r
+# is exact), and exp(r) = 1 + r + r^2 P(r), P of degree 5 (its coefficients, highest first): relative
+# error about 1e-7. Shared by the scalar and the vector exp.
+LOG2_E = 1.44269504
+LN2_HIGH, LN2_LOW = 0.693359375, -2.12194440e-4
+P = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1)
+LOWEST = -87.0         # below it the result is 0, and 2**n would no longer be a normal float32
 
 
 @njit(cache=True)
 def _expf_parts(v):
-    """``exp(v) = p * 2**n`` for float32 ``v`` in [-87, 88]: returns ``p`` and the float32 bits of ``2**n``.
-
-    Cephes' ``expf``: ``v = n ln2 + r`` with ``|r| <= ln2 / 2`` (ln2 split in two so ``r`` is exact),
-    ``exp(r)`` by a degree-7 polynomial; relative error about 1e-7.
-    """
-    n = np.floor(v * np.float32(1.44269504) + np.float32(0.5))
-    r = v - n * np.float32(0.693359375) + n * np.float32(2.12194440e-4)
-    p = np.float32(1.9875691500e-4)
-    p = p * r + np.float32(1.3981999507e-3)
-    p = p * r + np.float32(8.3334519073e-3)
-    p = p * r + np.float32(4.1665795894e-2)
-    p = p * r + np.float32(1.6666665459e-1)
-    p = p * r + np.float32(5.0000001201e-1)
+    """``exp(v) = p * 2**n`` for float32 ``v`` in [-87, 88]: returns ``p`` and the float32 bits of ``2**n``."""
+    n = np.floor(v * np.float32(LOG2_E) + np.float32(0.5))
+    r = v - n * np.float32(LN2_HIGH) - n * np.float32(LN2_LOW)
+    p = np.float32(P[0])
+    p = p * r + np.float32(P[1])           # written out: a loop over P's numbers vectorised worse
+    p = p * r + np.float32(P[2])
+    p = p * r + np.float32(P[3])
+    p = p * r + np.float32(P[4])
+    p = p * r + np.float32(P[5])
     return p * r * r + r + np.float32(1.0), np.int32((np.int32(n) + np.int32(127)) << np.int32(23))
 
 
@@ -42,11 +49,31 @@ def _expf_parts(v):
 def exp_f32(x):
     """``exp(x)`` for float32 ``x <= 88``, vectorisable; exactly 0 below -87 (and for -inf)."""
     v = np.float32(x)
-    live = v >= np.float32(-87.0)
-    v = v if live else np.float32(-87.0)   # keeps 2**n a normal number; the result is dropped below
+    live = v >= np.float32(LOWEST)
+    v = v if live else np.float32(LOWEST)  # keeps 2**n a normal number; the result is dropped below
     p, bits = _expf_parts(v)
     e = p * float_from_bits(bits)
     return e if live else np.float32(0.0)
+
+
+@njit(inline="always")
+def exp_vector(x, like):
+    """:func:`exp_f32` lane by lane, on a vector ``x`` of float32 (``like``: a float32 array, the
+    vectors' type): the same steps, with 2**n written into the exponent bits by :func:`simd.pow2`."""
+    lowest = simd.splat(LOWEST, like)
+    live = x >= lowest
+    v = simd.where(live, x, lowest)        # keeps 2**n normal; the lane is dropped below
+    n = simd.floor(simd.fma(v, simd.splat(LOG2_E, like), simd.splat(0.5, like)))
+    r = simd.fma(n, simd.splat(-LN2_HIGH, like), v)
+    r = simd.fma(n, simd.splat(-LN2_LOW, like), r)
+    p = simd.splat(P[0], like)
+    p = simd.fma(p, r, simd.splat(P[1], like))
+    p = simd.fma(p, r, simd.splat(P[2], like))
+    p = simd.fma(p, r, simd.splat(P[3], like))
+    p = simd.fma(p, r, simd.splat(P[4], like))
+    p = simd.fma(p, r, simd.splat(P[5], like))
+    e = simd.fma(p * r, r, r + simd.splat(1.0, like)) * simd.pow2(n)
+    return simd.where(live, e, simd.zeros(like))
 
 
 def fast_exp(x):

@@ -16,9 +16,15 @@ fast one.
   caller keeps ``i + lanes <= len(x)``, by padding its arrays to whole vectors);
 - :func:`lanes_of`: the lane count for an array's dtype;
 - :func:`splat`: one number in every lane; :func:`zeros`;
-- :func:`fma`: ``a * b + c`` lane by lane; :func:`add`.
+- :func:`fma`: ``a * b + c`` lane by lane; :func:`add`; and ``+ - *`` between two vectors;
+- :func:`floor`; :func:`pow2`: ``2**n`` for lanes holding whole numbers, built from bits;
+- comparisons (``<``, ``>=``) give a :class:`Mask`, one true/false per lane; ``&`` combines two;
+  :func:`where` picks lane by lane; :func:`lane_numbers`: ``0, 1, ..., lanes - 1``;
+- :func:`total`: the sum of a vector's lanes.
 """
 from __future__ import annotations
+
+import operator
 
 from llvmlite import ir
 from numba import types
@@ -148,3 +154,151 @@ def add(typingctx, a, b):
         return builder.fadd(args[0], args[1])
 
     return a(a, b), codegen
+
+
+def _overload_operator(python_operator, implementation, symbol):
+    """``a <op> b`` for two vectors of one type, as ``implementation(a, b, symbol)``."""
+    @overload(python_operator)
+    def _vector_operator(a, b):
+        if isinstance(a, Vector) and a == b:
+            return lambda a, b: implementation(a, b, symbol)
+        return None
+
+
+@intrinsic
+def _arithmetic(typingctx, a, b, symbol):
+    if not (isinstance(a, Vector) and a == b and isinstance(symbol, types.StringLiteral)):
+        return None
+    instruction = {"+": "fadd", "-": "fsub", "*": "fmul"}[symbol.literal_value]
+
+    def codegen(context, builder, signature, args):
+        return getattr(builder, instruction)(args[0], args[1])
+
+    return a(a, b, symbol), codegen
+
+
+for _symbol, _operator in (("+", operator.add), ("-", operator.sub), ("*", operator.mul)):
+    _overload_operator(_operator, _arithmetic, _symbol)
+
+
+@intrinsic
+def floor(typingctx, v):
+    """The largest whole number ``<= v``, lane by lane."""
+    if not isinstance(v, Vector):
+        return None
+
+    def codegen(context, builder, signature, args):
+        vector_type = context.get_value_type(v)
+        name = f"llvm.floor.v{v.lanes}f{v.dtype.bitwidth}"
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vector_type, [vector_type]), name)
+        return builder.call(fn, [args[0]])
+
+    return v(v), codegen
+
+
+@intrinsic
+def pow2(typingctx, n):
+    """``2**n`` for lanes holding whole numbers ``n`` in the normal range (-126 to 127 for float32):
+    ``n`` plus the exponent's bias, written into the exponent bits."""
+    if not isinstance(n, Vector):
+        return None
+    bits, mantissa_bits, bias = n.dtype.bitwidth, {32: 23, 64: 52}[n.dtype.bitwidth], {32: 127, 64: 1023}[n.dtype.bitwidth]
+
+    def codegen(context, builder, signature, args):
+        int_type = ir.VectorType(ir.IntType(bits), n.lanes)
+        biased = builder.add(builder.fptosi(args[0], int_type), ir.Constant(int_type, [bias] * n.lanes))
+        exponent = builder.shl(biased, ir.Constant(int_type, [mantissa_bits] * n.lanes))
+        return builder.bitcast(exponent, context.get_value_type(n))
+
+    return n(n), codegen
+
+
+class Mask(types.Type):
+    """One true/false per lane of a :class:`Vector` (an LLVM ``<lanes x i1>``)."""
+
+    def __init__(self, lanes):
+        self.lanes = lanes
+        super().__init__(name=f"Mask({lanes})")
+
+
+@register_model(Mask)
+class _MaskModel(models.PrimitiveModel):
+    def __init__(self, dmm, fe_type):
+        super().__init__(dmm, fe_type, ir.VectorType(ir.IntType(1), fe_type.lanes))
+
+
+@intrinsic
+def _compare(typingctx, a, b, symbol):
+    if not (isinstance(a, Vector) and a == b and isinstance(symbol, types.StringLiteral)):
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.fcmp_ordered(symbol.literal_value, args[0], args[1])   # false where a lane is NaN
+
+    return Mask(a.lanes)(a, b, symbol), codegen
+
+
+for _symbol, _operator in (("<", operator.lt), (">=", operator.ge)):
+    _overload_operator(_operator, _compare, _symbol)
+
+
+@intrinsic
+def _both(typingctx, a, b):
+    if not (isinstance(a, Mask) and a == b):
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.and_(args[0], args[1])
+
+    return a(a, b), codegen
+
+
+@overload(operator.and_)
+def _and_overload(a, b):
+    if isinstance(a, Mask) and a == b:
+        return lambda a, b: _both(a, b)
+    return None
+
+
+@intrinsic
+def where(typingctx, mask, a, b):
+    """``a`` in the lanes where ``mask`` is true, ``b`` in the others."""
+    if not (isinstance(mask, Mask) and isinstance(a, Vector) and a == b and mask.lanes == a.lanes):
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.select(args[0], args[1], args[2])
+
+    return a(mask, a, b), codegen
+
+
+@intrinsic
+def lane_numbers(typingctx, like):
+    """``0, 1, ..., lanes - 1`` as a vector of the array ``like``'s dtype."""
+    if not isinstance(like, types.Array):
+        return None
+    vector = Vector(like.dtype)
+
+    def codegen(context, builder, signature, args):
+        return ir.Constant(context.get_value_type(vector), [float(k) for k in range(vector.lanes)])
+
+    return vector(like), codegen
+
+
+@intrinsic
+def total(typingctx, v):
+    """The sum of a vector's lanes, as a tree of adds (the upper half of the lanes onto the lower
+    half, and again): a fixed order, so the same bits every time."""
+    if not isinstance(v, Vector):
+        return None
+
+    def codegen(context, builder, signature, args):
+        x, n = args[0], v.lanes
+        while n > 1:
+            n //= 2
+            low = builder.shuffle_vector(x, x, ir.Constant(ir.VectorType(ir.IntType(32), n), list(range(n))))
+            high = builder.shuffle_vector(x, x, ir.Constant(ir.VectorType(ir.IntType(32), n), list(range(n, 2 * n))))
+            x = builder.fadd(low, high)
+        return builder.extract_element(x, ir.Constant(ir.IntType(32), 0))
+
+    return v.dtype(v), codegen

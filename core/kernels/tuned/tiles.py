@@ -9,11 +9,12 @@ this file recompiles the kernels built from it.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from numba import njit, types
+from numba.extending import overload
 
 from core.kernels.tuned import simd
 from core.kernels.tuned.borrow import borrowed
-from core.kernels.tuned.fastexp import fast_exp
+from core.kernels.tuned.fastexp import exp_vector, fast_exp
 from core.kernels.tuned.floatbits import max_of
 
 # Reassociation lets LLVM vectorise the dot products; no flag here touches inf/NaN semantics,
@@ -371,34 +372,72 @@ def _scores_group(Q, Kt, mask, ranges, scale, b, h, i, n, k0, n_keys, Qs, S):
     return lo, hi
 
 
-@njit(inline="always", **_jit)
-def _softmax_in_place(x):
-    """``x = softmax(x)``; a row with nothing allowed (all -inf) gives zeros.
+def _exp_live(s, lo, hi, m):
+    """``s[j] = exp(s[j] - m)`` for the live keys ``lo <= j < hi`` of a row of scores; returns their sum.
 
-    Accumulators stay in the row's dtype (a float64 ``total`` would turn every float32 exp into a
-    float64 one), and ``fast_exp`` is the vectorisable polynomial for float32, exact 0 at -inf.
+    ``m`` is the row's maximum (or a running one, at least as large), so no argument is above 0;
+    masked keys (-inf) give exactly 0. float32 runs :func:`_exp_live_vectors`, float64
+    :func:`_exp_live_keys` (``math.exp``: float64 results are held to 1e-12).
     """
-    if x.shape[0] == 0:
-        return
-    m = max_of(x, x[0])
-    if m == -np.inf:
-        _fill(x, 0, x.shape[0], 0.0)
-        return
-    total = x.dtype.type(0)
-    for j in range(x.shape[0]):
-        x[j] = fast_exp(x[j] - m)
-        total += x[j]
-    inv = x.dtype.type(1) / total
-    for j in range(x.shape[0]):
-        x[j] *= inv
+    raise NotImplementedError("only inside Numba kernels")
+
+
+@overload(_exp_live, inline="always")
+def _exp_live_overload(s, lo, hi, m):
+    if s.dtype == types.float32:
+        return lambda s, lo, hi, m: _exp_live_vectors(s, lo, hi, m)
+    return lambda s, lo, hi, m: _exp_live_keys(s, lo, hi, m)
+
+
+@njit(inline="always", **_jit)
+def _exp_live_vectors(s, lo, hi, m):
+    """:func:`_exp_live` in whole vectors, from ``lo`` rounded down to a vector boundary; the lanes
+    outside ``[lo, hi)`` get 0 (nothing reads them). ``s`` is a whole row of scratch, a whole
+    number of vectors long, so the last vector stays inside it.
+
+    Written as a loop over keys (:func:`_exp_live_keys`), LLVM vectorised it 8 lanes wide even on
+    AVX-512, and the keys left over after the last whole vector ran one at a time, which a causal
+    row's length nearly always leaves. 8 heads of causal T = 128 (d_k = 32) on one thread ran in
+    169-178 us with these vectors against 183-193 us with the loop.
+    """
+    L = simd.lanes_of(s)
+    lane, shift, first, end = simd.lane_numbers(s), simd.splat(m, s), simd.splat(lo, s), simd.splat(hi, s)
+    sums = simd.zeros(s)
+    for j in range(lo - lo % L, hi, L):
+        x = simd.load(s, j)
+        key = lane + simd.splat(j, s)
+        live = (key >= first) & (key < end)
+        e = simd.where(live, exp_vector(x - shift, s), simd.zeros(s))
+        simd.store(s, j, e)
+        sums = sums + e
+    return simd.total(sums)
+
+
+@njit(inline="always", **_jit)
+def _exp_live_keys(s, lo, hi, m):
+    """:func:`_exp_live` one key at a time."""
+    live, total = s[lo:hi], s.dtype.type(0)   # zero-based (see _add_mask); the sum in the row's dtype
+    for j in range(hi - lo):
+        live[j] = fast_exp(live[j] - m)
+        total += live[j]
+    return total
 
 
 @njit(inline="always", **_jit)
 def _softmax_live(scores, lo, hi, weights):
     """The softmax of ``scores`` over the live keys ``[lo, hi)``: in place there (the weighted sum
-    reads it from there), and copied into ``weights``, exactly 0 outside."""
-    _softmax_in_place(scores[lo:hi])
-    _copy(scores[lo:hi], weights[lo:hi], hi - lo)
+    reads it from there), and copied into ``weights``, exactly 0 outside; a row with nothing
+    allowed (all -inf) gives zeros. ``scores`` is a whole row of scratch (see :func:`_exp_live_vectors`)."""
+    m = max_of(scores[lo:hi], scores.dtype.type(-np.inf))
+    if m == -np.inf:                           # zeros, in both: the weighted sum reads the scores
+        _fill(scores, lo, hi, 0.0)
+        _fill(weights, 0, weights.shape[0], 0.0)
+        return
+    inv = scores.dtype.type(1) / _exp_live(scores, lo, hi, m)
+    live, out = scores[lo:hi], weights[lo:hi]
+    for j in range(hi - lo):
+        live[j] *= inv
+        out[j] = live[j]
     _fill(weights, 0, lo, 0.0)
     _fill(weights, hi, weights.shape[0], 0.0)
 
@@ -465,9 +504,4 @@ def _online_rescale(s, lo, hi, r, m, l, acc):
             for d in range(acc.shape[1]):
                 acc[r, d] *= correction
         m[r] = m_new
-    tile_sum = l.dtype.type(0)
-    for j in range(hi - lo):
-        p = fast_exp(live[j] - m_new)         # exactly 0 for masked keys
-        live[j] = p
-        tile_sum += p
-    l[r] += tile_sum
+    l[r] += _exp_live(s, lo, hi, m_new)      # exactly 0 for masked keys

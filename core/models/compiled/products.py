@@ -7,9 +7,7 @@ which ran the products 2-3x slower.
 """
 from __future__ import annotations
 
-from llvmlite import ir
 from numba import njit
-from numba.extending import intrinsic
 
 from core.kernels.tuned import simd
 from core.models.compiled import JIT
@@ -101,25 +99,6 @@ def _project_plain(A, X, Y0, Y, add):
                 Y[m, n] += a * X[k, n]
 
 
-@intrinsic
-def _lane_sum(typingctx, v):
-    """The sum of a vector's lanes, as a tree of adds (half the lanes onto the other half, and
-    again): a fixed order, so the same bits every time."""
-    if not isinstance(v, simd.Vector):
-        return None
-
-    def codegen(context, builder, signature, args):
-        x, n = args[0], v.lanes
-        while n > 1:
-            n //= 2
-            low = builder.shuffle_vector(x, x, ir.Constant(ir.VectorType(ir.IntType(32), n), list(range(n))))
-            high = builder.shuffle_vector(x, x, ir.Constant(ir.VectorType(ir.IntType(32), n), list(range(n, 2 * n))))
-            x = builder.fadd(low, high)
-        return builder.extract_element(x, ir.Constant(ir.IntType(32), 0))
-
-    return v.dtype(v), codegen
-
-
 @njit(inline="always", **JIT)
 def _gram_tile(x, g, N, NV, k, m, out):
     """``out[k:k+4, m:m+3] = sum_n X[k+r, n] G[m+s, n]`` over the whole rows: twelve vectors of
@@ -138,7 +117,7 @@ def _gram_tile(x, g, N, NV, k, m, out):
     sums = ((a00, a01, a02), (a10, a11, a12), (a20, a21, a22), (a30, a31, a32))
     for r in range(4):
         for s in range(3):
-            total = _lane_sum(sums[r][s])
+            total = simd.total(sums[r][s])
             for n in range(NV, N):
                 total += x[(k + r) * N + n] * g[(m + s) * N + n]
             out[k + r, m + s] = total
