@@ -202,7 +202,8 @@ def pow2(typingctx, n):
     ``n`` plus the exponent's bias, written into the exponent bits."""
     if not isinstance(n, Vector):
         return None
-    bits, mantissa_bits, bias = n.dtype.bitwidth, {32: 23, 64: 52}[n.dtype.bitwidth], {32: 127, 64: 1023}[n.dtype.bitwidth]
+    bits = n.dtype.bitwidth
+    mantissa_bits, bias = {32: (23, 127), 64: (52, 1023)}[bits]
 
     def codegen(context, builder, signature, args):
         int_type = ir.VectorType(ir.IntType(bits), n.lanes)
