@@ -149,8 +149,8 @@ def _copy(x, y, n):
 
 
 @njit(inline="always", **_jit)
-def _live_keys(m, j0, n):
-    """``[lo, hi)``: the keys of a tile (``j0 .. j0+n``) outside which the mask row ``m`` is all -inf.
+def _live_keys(m, n):
+    """``[lo, hi)``: the keys ``0 <= j < n`` outside which the mask row ``m`` is all -inf.
 
     A causal or padding mask leaves a contiguous run of live keys: scores, exps and the weighted
     sum only visit that run, which halves the work of causal attention.
@@ -159,9 +159,9 @@ def _live_keys(m, j0, n):
         return (0, n) if m[0] != -np.inf else (0, 0)
     # A whole pass with integer min/max (which LLVM vectorises) instead of scanning in from both
     # ends: a causal row's scan from the end stopped only after half the row, one key at a time.
-    row, lo, hi = m[j0:j0 + n], n, 0
+    lo, hi = n, 0
     for j in range(n):
-        live = row[j] != -np.inf
+        live = m[j] != -np.inf
         lo = min(lo, j if live else n)
         hi = max(hi, j + 1 if live else 0)
     return (lo, hi) if lo < hi else (0, 0)
@@ -186,7 +186,7 @@ def _live_ranges(mask, Tk):
         for h in range(Hm):
             for i in range(Tqm):
                 row = mask[b, h, i]
-                lo, hi = _live_keys(row, 0, Tk)
+                lo, hi = _live_keys(row, Tk)
                 ranges[b, h, i, 0], ranges[b, h, i, 1] = lo, hi
                 ranges[b, h, i, 2] = row.shape[0] > 1 and _all_zero(row[lo:hi])
     return ranges
