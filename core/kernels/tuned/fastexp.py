@@ -59,7 +59,9 @@ def exp_f32(x):
 @njit(inline="always")
 def exp_vector(x, like):
     """:func:`exp_f32` lane by lane, on a vector ``x`` of float32 (``like``: a float32 array, the
-    vectors' type): the same steps, with 2**n written into the exponent bits by :func:`simd.pow2`."""
+    vectors' type). Cephes' expf: ``x = n ln2 + r`` with ``n = round(x log2(e))``, ln 2 in two parts
+    (``LN2_HIGH + LN2_LOW``) so that ``r`` is exact; ``exp(r) = 1 + r + r^2 P(r)``, the polynomial's
+    coefficients in ``P``; and ``2**n`` written into the exponent bits by :func:`simd.pow2`."""
     lowest = simd.splat(LOWEST, like)
     live = x >= lowest
     v = simd.where(live, x, lowest)        # keeps 2**n normal; the lane is dropped below
