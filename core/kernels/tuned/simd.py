@@ -169,7 +169,7 @@ def _overload_operator(python_operator, implementation, symbol):
 def _arithmetic(typingctx, a, b, symbol):
     if not (isinstance(a, Vector) and a == b and isinstance(symbol, types.StringLiteral)):
         return None
-    instruction = {"+": "fadd", "-": "fsub", "*": "fmul"}[symbol.literal_value]
+    instruction = {"-": "fsub", "*": "fmul"}[symbol.literal_value]
 
     def codegen(context, builder, signature, args):
         return getattr(builder, instruction)(args[0], args[1])
@@ -177,8 +177,15 @@ def _arithmetic(typingctx, a, b, symbol):
     return a(a, b, symbol), codegen
 
 
-for _symbol, _operator in (("+", operator.add), ("-", operator.sub), ("*", operator.mul)):
+for _symbol, _operator in (("-", operator.sub), ("*", operator.mul)):
     _overload_operator(_operator, _arithmetic, _symbol)
+
+
+@overload(operator.add)
+def _add_operator(a, b):
+    if isinstance(a, Vector) and a == b:
+        return lambda a, b: add(a, b)
+    return None
 
 
 @intrinsic
