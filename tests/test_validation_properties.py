@@ -202,3 +202,43 @@ def test_attention_values_pass_or_the_first_broken_rule_is_named(dtype, T, d, wh
     else:
         with pytest.raises(ValueError, match=expected):
             attention_inputs(arrays["Q"], arrays["K"], arrays["V"], arrays["mask"])
+
+
+@settings(max_examples=150, deadline=None)
+@given(dtype=st.sampled_from([np.float32, np.float64]), T=st.integers(1, 9), d=st.integers(1, 5),
+       parts=st.integers(1, 7), where=st.sampled_from(["Q", "K", "V", "mask", None]),
+       bad=st.sampled_from([np.nan, np.inf, -np.inf, "huge"]), data=st.data())
+def test_parallel_value_check_agrees_with_the_serial_one(dtype, T, d, parts, where, bad, data):
+    """Large inputs are checked by the threads together, each array cut into pieces: a bad entry
+    anywhere (the first or last of a piece included) is found as the one-thread pass finds it."""
+    from core.validate import _LARGEST, _arrays_ok, _arrays_ok_parallel
+
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**16)))
+    H = data.draw(st.integers(1, 3))
+    arrays = {"Q": rng.standard_normal((1, H, T, d)), "K": rng.standard_normal((1, H, T, d)),
+              "V": rng.standard_normal((1, H, T, d)), "mask": np.triu(np.full((1, 1, T, T), -np.inf), 1)}
+    arrays = {name: x.astype(dtype) for name, x in arrays.items()}
+    if where is not None:
+        x = arrays[where]
+        x.flat[data.draw(st.integers(0, x.size - 1))] = float(np.finfo(dtype).max) / 2 if bad == "huge" else bad
+    args = (arrays["Q"], arrays["K"], arrays["V"], arrays["mask"], 1 / math.sqrt(d), _LARGEST[np.dtype(dtype)])
+    serial = _arrays_ok(*args)
+    assert _arrays_ok_parallel(*args, parts) == serial
+    if where in ("Q", "K", "V") and bad != "huge" or where == "mask" and bad != -np.inf and bad != "huge":
+        assert not serial
+
+
+def test_large_inputs_are_refused_as_small_ones_are():
+    """Past the size where the threads share the check, the last entry of each input still counts."""
+    from core.validate import PARALLEL_CHECK_MIN, attention_inputs
+
+    T, d = 256, 256
+    assert 4 * T * d >= PARALLEL_CHECK_MIN
+    rng = np.random.default_rng(0)
+    for where, bad, message in (("Q", np.nan, "Q contains NaN"), ("K", np.inf, "K contains an infinite"),
+                                ("V", -np.inf, "V contains an infinite"), ("mask", np.nan, "not NaN")):
+        arrays = {"Q": rng.standard_normal((T, d)), "K": rng.standard_normal((T, d)),
+                  "V": rng.standard_normal((T, d)), "mask": np.zeros((T, T))}
+        arrays[where][-1, -1] = bad
+        with pytest.raises(ValueError, match=message):
+            attention_inputs(arrays["Q"], arrays["K"], arrays["V"], arrays["mask"])
