@@ -191,7 +191,9 @@ st.markdown(
     "n + 127 into the float's exponent bits. Relative error about 1e-7, the precision of float32; below −87 it "
     f"returns exactly 0, so a masked score (−∞) still gets weight 0. The kernel computes {lanes} of them at once, "
     "a whole vector of a row's scores, and the vectors at either end of a row's live keys mask their lanes "
-    "outside it instead of finishing one key at a time.")
+    "outside it instead of finishing one key at a time. Each exp is a chain of some twenty instructions that "
+    "wait on one another, so the four rows of a group go through one loop together: four chains the core can "
+    "overlap, where one row at a time left it waiting.")
 st.latex(r"e^x = 2^n\,e^r,\quad n = \operatorname{round}(x/\ln 2),\quad r = x - n\ln 2\in[-\tfrac{\ln 2}{2}, "
          r"\tfrac{\ln 2}{2}],\quad e^r \approx 1 + r + r^2 P_5(r)")
 show("fast exp")

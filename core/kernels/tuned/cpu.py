@@ -23,12 +23,13 @@ from core.kernels.tuned import simd, target
 from core.kernels.tuned.borrow import borrowed
 from core.kernels.warm_inputs import tiny_inputs
 # The building blocks (register tiles, laid-out keys and values, softmax pieces) live in tiles.py;
-# _product_block, _product_wide_block, _scores_tile and _exp_live_vectors are imported for the
-# "Make it fast" page.
-from core.kernels.tuned.tiles import (_aligned_empty, _aligned_zeros, _copy, _exp_live_vectors, _fill, _jit,  # noqa: F401
-                                      _key_panels, _live_ranges, _online_rescale, _pad_values, _padded_values,
-                                      _panel_keys, _product_block, _product_wide_block, _round_up, _scores_group,
-                                      _scores_tile, _softmax_live, _transpose_keys, _unit, _weighted_sum_tile, _wide)
+# _product_block, _product_wide_block, _scores_tile, _raise_max and _exp_rows_vectors are imported
+# for the "Make it fast" page.
+from core.kernels.tuned.tiles import (_aligned_empty, _aligned_zeros, _copy, _exp_rows_vectors, _fill, _jit,  # noqa: F401
+                                      _key_panels, _live_ranges, _online_rescale_group, _pad_values, _padded_values,
+                                      _panel_keys, _product_block, _product_wide_block, _raise_max, _round_up,
+                                      _scores_group, _scores_tile, _softmax_group, _transpose_keys, _unit,
+                                      _weighted_sum_tile, _wide)
 
 # Below this many multiply-adds a call runs serially (tunable, and patched by tests).
 PARALLEL_MIN_WORK = 1 << 16
@@ -92,8 +93,7 @@ def _weights_unit(Q, Kt, Vp, mask, ranges, scale, b, h, i0, i1, A, out, Qs, S4, 
     for i in range(i0, i1, 4):
         n = min(4, i1 - i)
         lo, hi = _scores_group(Q, Kt[b, h], mask, ranges, scale, b, h, i, n, 0, Tk, Qs, S4)
-        for r in range(n):
-            _softmax_live(S4[r], lo, hi, A[b, h, i + r])
+        _softmax_group(S4, lo, hi, n, A[b, h], i)
         for r in range(4):
             _fill(O4[r], 0, O4.shape[1], 0.0)
         # The weights for A V from the scratch rows, which stay in L1, not from A: at 8 heads of
@@ -165,8 +165,7 @@ def _fused_unit(Q, Kt, Vp, mask, ranges, scale, b, h, i0, i1, out, key_tile, Qs,
         for i in range(i0, i1, 4):
             n, r = min(4, i1 - i), i - i0
             lo, hi = _scores_group(Q, Kt[b, h], mask, ranges, scale, b, h, i, n, j0, n_keys, Qs, S4)
-            for k in range(n):
-                _online_rescale(S4[k], lo, hi, r + k, m, l, acc)
+            _online_rescale_group(S4, lo, hi, r, n, m, l, acc)
             _weighted_sum_tile(S4[0], S4[1], S4[2], S4[3], Vp[b, h], j0, lo, hi,
                                acc[r], acc[r + 1], acc[r + 2], acc[r + 3], _wide(Kt, Q))
     for i in range(i0, i1):
