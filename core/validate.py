@@ -190,9 +190,10 @@ def check_arrays(Q, K, V, mask, scale: float, *, given=None, computed_from: str 
     a quarter of the dtype's largest number, which bounds :math:`|q \cdot k| \cdot scale` and also
     ``Q * scale`` (the tuned kernels scale the queries before the dot products): beyond it,
     ``inf - inf`` would give NaN weights. All four arrays are C-contiguous, 4-D, of one float
-    dtype. From ``PARALLEL_CHECK_MIN`` numbers on, the threads share the pass. ``given`` holds Q, K and V as the caller gave them (for the messages); ``computed_from``
-    names what Q, K and V were computed from (multi-head attention's projections), for the message
-    when they overflowed on the way.
+    dtype; from ``PARALLEL_CHECK_MIN`` numbers on, the threads share the pass. ``given`` holds Q, K
+    and V as the caller gave them (for the messages); ``computed_from`` names what Q, K and V were
+    computed from (multi-head attention's projections), for the message when they overflowed on
+    the way.
     """
     if Q.size + K.size + V.size + mask.size >= PARALLEL_CHECK_MIN and numba.get_num_threads() > 1:
         ok = _arrays_ok_parallel(Q, K, V, mask, abs(scale), _LARGEST[Q.dtype], numba.get_num_threads())
@@ -212,8 +213,8 @@ def _arrays_ok(Q, K, V, mask, scale, limit):
 
 
 # From this many numbers (Q, K, V and the mask together) the threads share the scan of the values:
-# 8 heads of T = 512 (4 MiB with a causal mask) took 120 us on one thread, 64 us on two; below
-# about a million bytes the parallel region's start (6 us here) costs more than it saves.
+# 8 heads of T = 512 (4 MiB with a causal mask) took 120 us on one thread, 58-64 us on two; below
+# about a million bytes, starting the parallel region (some 5 us here) costs more than it saves.
 PARALLEL_CHECK_MIN = 1 << 18
 
 

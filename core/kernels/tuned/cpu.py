@@ -25,11 +25,11 @@ from core.kernels.warm_inputs import tiny_inputs
 # The building blocks (register tiles, laid-out keys and values, softmax pieces) live in tiles.py;
 # _product_block, _product_wide_block, _scores_tile, _raise_max and _exp_rows_vectors are imported
 # for the "Make it fast" page.
-from core.kernels.tuned.tiles import (_aligned_empty, _aligned_zeros, _copy, _exp_rows_vectors, _fill, _jit,  # noqa: F401
-                                      _key_panels, _live_ranges, _online_rescale_group, _pad_values, _padded_values,
-                                      _panel_keys, _product_block, _product_wide_block, _raise_max, _round_up,
-                                      _scores_group, _scores_tile, _softmax_group, _transpose_keys, _unit,
-                                      _weighted_sum_tile, _wide)
+from core.kernels.tuned.tiles import (_aligned_empty, _aligned_zeros, _copy, _exp_rows_vectors,  # noqa: F401
+                                      _fill, _jit, _key_panels, _live_ranges, _online_rescale_group,
+                                      _pad_values, _padded_values, _panel_keys, _product_block,
+                                      _product_wide_block, _raise_max, _round_up, _scores_group, _scores_tile,
+                                      _softmax_group, _transpose_keys, _unit, _weighted_sum_tile, _wide)
 
 # Below this many multiply-adds a call runs serially (tunable, and patched by tests).
 PARALLEL_MIN_WORK = 1 << 16

@@ -403,9 +403,10 @@ def _exp_rows_vectors(S, lo, hi, c0, c1, c2, c3):
       AVX-512, and the keys left over after the last whole vector ran one at a time, which a causal
       row's length nearly always leaves.
     - One exp is a chain of about twenty dependent instructions, and a row's sum waits for the end
-      of its chain. A row at a time, short rows left the core waiting on that chain (a profile put
-      15 % of the fused kernel's time at 64 keys on the sum alone). Four rows in one loop give it
-      four independent chains: 8 heads of causal T = 64 ran 16 % faster (one thread), T = 128 13 %.
+      of its chain. A row at a time, short rows left the core waiting on that chain: a profile put
+      15 % of the fused kernel's time on the sum alone, at 64 keys with one live key per query.
+      Four rows in one loop give it four independent chains: 8 heads of causal T = 64 ran 16 %
+      faster (one thread), T = 128 13 %.
     """
     s0, s1, s2, s3 = S[0], S[1], S[2], S[3]
     L = simd.lanes_of(s0)
