@@ -195,8 +195,8 @@ def check_arrays(Q, K, V, mask, scale: float, *, given=None, computed_from: str 
     computed from (multi-head attention's projections), for the message when they overflowed on
     the way.
     """
-    if Q.size + K.size + V.size + mask.size >= PARALLEL_CHECK_MIN and numba.get_num_threads() > 1:
-        ok = _arrays_ok_parallel(Q, K, V, mask, abs(scale), _LARGEST[Q.dtype], numba.get_num_threads())
+    if Q.size + K.size + V.size + mask.size >= PARALLEL_CHECK_MIN and (threads := numba.get_num_threads()) > 1:
+        ok = _arrays_ok_parallel(Q, K, V, mask, abs(scale), _LARGEST[Q.dtype], threads)
     else:
         ok = _arrays_ok(Q, K, V, mask, abs(scale), _LARGEST[Q.dtype])
     if not ok:

@@ -446,14 +446,9 @@ def _softmax_group(S, lo, hi, n, A, i):
     c1 = _live_max(S[1], lo, hi) if n > 1 else c0
     c2 = _live_max(S[2], lo, hi) if n > 2 else c1
     c3 = _live_max(S[3], lo, hi) if n > 3 else c2
-    t0, t1, t2, t3 = _exp_rows(S, lo, hi, c0, c1, c2, c3)
-    _normalise(S[0], lo, hi, t0, A[i])
-    if n > 1:
-        _normalise(S[1], lo, hi, t1, A[i + 1])
-    if n > 2:
-        _normalise(S[2], lo, hi, t2, A[i + 2])
-    if n > 3:
-        _normalise(S[3], lo, hi, t3, A[i + 3])
+    sums = _exp_rows(S, lo, hi, c0, c1, c2, c3)
+    for k in range(n):
+        _normalise(S[k], lo, hi, sums[k], A[i + k])
 
 
 @njit(inline="always", **_jit)
@@ -490,14 +485,9 @@ def _online_rescale_group(S, lo, hi, r, n, m, l, acc):
     c1 = _raise_max(S[1], lo, hi, r + 1, m, l, acc) if n > 1 else c0
     c2 = _raise_max(S[2], lo, hi, r + 2, m, l, acc) if n > 2 else c1
     c3 = _raise_max(S[3], lo, hi, r + 3, m, l, acc) if n > 3 else c2
-    t0, t1, t2, t3 = _exp_rows(S, lo, hi, c0, c1, c2, c3)
-    l[r] += t0
-    if n > 1:
-        l[r + 1] += t1
-    if n > 2:
-        l[r + 2] += t2
-    if n > 3:
-        l[r + 3] += t3
+    sums = _exp_rows(S, lo, hi, c0, c1, c2, c3)
+    for k in range(n):
+        l[r + k] += sums[k]
 
 
 @njit(inline="always", **_jit)
