@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from numba import njit
 
-from core.kernels.tuned import simd, target
+from core.kernels.tuned import simd, target, tiles
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -143,6 +143,8 @@ def test_register_tile_fits_the_target_register_file():
     assert simd.VECTOR_BYTES == target.VECTOR_BYTES
     # As wide as the register file allows: 4 x 4 with AVX-512's 32 registers, 4 x 2 with 16.
     assert target.TILE_VECTORS == (4 if target.REGISTERS == 32 else 2)
+    # ... and a build for 16 registers compiles no 4 x 4 tile at all (see tiles.WIDE_TILES).
+    assert tiles.WIDE_TILES == (target.REGISTERS == 32)
     assert f"register tile 4 queries x {target.TILE_VECTORS} vectors" in target.describe()
 
 

@@ -12,7 +12,7 @@ import numpy as np
 from numba import njit, types
 from numba.extending import overload
 
-from core.kernels.tuned import simd
+from core.kernels.tuned import simd, target
 from core.kernels.tuned.borrow import borrowed
 from core.kernels.tuned.fastexp import exp_vector, fast_exp
 from core.kernels.tuned.floatbits import max_of
@@ -21,6 +21,13 @@ from core.kernels.tuned.floatbits import max_of
 # which the -inf masks rely on (so no 'nnan', 'ninf' or plain fastmath=True).
 FASTMATH = {"reassoc", "contract", "nsz", "arcp"}
 _jit = dict(cache=True, fastmath=FASTMATH)
+
+# Whether the compile target has the registers for the 4 x 4 tile (see target.py): a constant of the
+# compiled code, so a build for 16 registers leaves that tile out. Compiled in there but never run,
+# its 21 live vectors had still cost the AVX2 build: in the copy of the work unit each kernel links
+# in (the one the disk cache keeps), LLVM kept one running sum of the 4 x 2 tile on the stack, stored
+# and reloaded at every step. 8 heads of T = 512 ran 35 % slower, of T = 64 70 % (AMD Zen 4).
+WIDE_TILES = target.TILE_VECTORS == 4
 
 # --- device-side helpers -----------------------------------------------------------------
 
@@ -55,8 +62,9 @@ def _aligned_zeros(shape, like):
 @njit(inline="always", **_jit)
 def _wide(Kt, like):
     """Whether the keys ``Kt`` are laid out in panels four vectors wide (see :func:`_key_panels`),
-    and so the tiles are 4 x 4."""
-    return Kt.shape[-1] == 4 * simd.lanes_of(like)
+    and so the tiles are 4 x 4; never in a build without the 4 x 4 tile, whose 4 x 2 tile then
+    reads such panels two vectors at a time."""
+    return WIDE_TILES and Kt.shape[-1] == 4 * simd.lanes_of(like)
 
 
 @njit(inline="always", **_jit)
@@ -519,7 +527,7 @@ def _weighted_sum_tile(p0, p1, p2, p3, Vp, k0, lo, hi, o0, o1, o2, o3, wide):
     L, width = simd.lanes_of(o0), o0.shape[0]
     w0, w1, w2, w3 = p0[lo:hi], p1[lo:hi], p2[lo:hi], p3[lo:hi]   # zero-based (see _add_mask)
     c = 0
-    while wide and c + 3 * L < width:          # four vectors of value features (AVX-512)
+    while WIDE_TILES and wide and c + 3 * L < width:   # four vectors of value features (AVX-512)
         x, y, z, v = _product_wide_block(w0, w1, w2, w3, Vp, k0 + lo, hi - lo, c, o0)
         _add_vectors(o0, c, x), _add_vectors(o1, c, y), _add_vectors(o2, c, z), _add_vectors(o3, c, v)
         c += 4 * L
