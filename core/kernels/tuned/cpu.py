@@ -294,7 +294,8 @@ def _query_block(B: int, H: int, Tq: int, work: int) -> int:
 
 def _panel(dtype) -> int:
     """Keys per panel of the laid-out keys: the register tile's width, ``TILE_VECTORS`` vectors
-    (read at each call, so that tests can run either tile on any machine)."""
+    (read at each call, so that tests can run either tile in a build for AVX-512, and panels of
+    either width in any build)."""
     return target.TILE_VECTORS * simd.lanes(np.dtype(dtype))
 
 

@@ -65,7 +65,8 @@ HOST_VECTOR_BYTES = vector_bytes(None, None, *_compile_target()[2:])
 # features), as wide as the register file allows: 4 x 4 on AVX-512 (16 running sums + 4 loaded
 # vectors + 1 broadcast = 21 of its 32 registers), 4 x 2 elsewhere (8 + 2 + 1 = 11 of 16, the
 # shape of OpenBLAS's Haswell sgemm kernel). tiles.py writes both blocks out by hand and picks
-# one by TILE_VECTORS; key panels (see _transpose_keys) are TILE_VECTORS vectors wide.
+# one by the key panels' width (TILE_VECTORS vectors, see _transpose_keys); a build for 16
+# registers compiles the 4 x 2 block alone (tiles.WIDE_TILES).
 TILE_ROWS = 4
 TILE_VECTORS = 4 if REGISTERS >= 32 else 2
 assert TILE_ROWS * TILE_VECTORS + TILE_VECTORS + 1 <= REGISTERS
