@@ -154,9 +154,8 @@ def test_tuned_register_tiles_of_either_width(monkeypatch, tile_vectors, dtype, 
     """The 4 x 4 register tile (AVX-512's) and the 4 x 2 one (AVX2's): the key layout picks the
     tile, so both run in a build for AVX-512 whatever the machine. A build for 16 registers has no
     4 x 4 tile (tiles.WIDE_TILES): there keys in panels four vectors wide must go through the 4 x 2
-    one, two vectors at a time. The shapes give whole panels
-    of either width, two-vector and one-vector remainders of keys and of value features, and a
-    value row narrower than a wide tile."""
+    one, two vectors at a time. The shapes give whole panels of either width, two-vector and
+    one-vector remainders of keys and of value features, and a value row narrower than a wide tile."""
     monkeypatch.setattr(target, "TILE_VECTORS", tile_vectors)
     monkeypatch.setattr(cpu, "PARALLEL_MIN_WORK", 0 if parallel else 1 << 62)
     monkeypatch.setattr(cpu, "KEY_TILE", 64)                  # several key tiles at 70 and 130 keys
