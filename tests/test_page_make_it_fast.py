@@ -3,11 +3,13 @@ GFLOP/s equal to the flop count over the time; every control changes the table a
 input gets a message; each trick is shown with the source of the functions it names."""
 import json
 import re
+import threading
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from core import warmup
 from core.kernels.tuned import target
 from core.lessons import speed
 
@@ -90,6 +92,26 @@ def test_a_fair_ceiling_gets_no_warning_and_no_remeasure(monkeypatch):
     at = open_page(PAGE, SMALL)
     assert calls.count(1024) == 2 and not at.warning
     assert (timings(at)["% of sgemm"].dropna() < 1).all()
+
+
+def test_no_kernel_is_timed_while_the_servers_warm_up_compiles(monkeypatch):
+    """A server's first visit comes while its warm-up compiles in another thread, which slowed a
+    45 µs tuned call to 7.6 ms. The page waits for the warm-up (showing its progress), then times."""
+    gate = threading.Event()
+    warm = warmup.WarmUp(steps=[(warmup.ENCODER, lambda: gate.wait(20))]).start()
+    monkeypatch.setattr(warmup, "_started", warm)
+    threading.Timer(1.0, gate.set).start()
+    timed_during_warm_up = []
+    real_best_seconds = speed.best_seconds
+
+    def best_seconds(fn, **kwargs):
+        timed_during_warm_up.append(not warm.finished)
+        return real_best_seconds(fn, **kwargs)
+
+    monkeypatch.setattr(speed, "best_seconds", best_seconds)
+    at = open_page(PAGE, SMALL)
+    assert warm.finished and timed_during_warm_up and not any(timed_during_warm_up)
+    check_table(at, (6, 16), 2, 8, "with weights")
 
 
 def _colour_scales(spec):

@@ -12,6 +12,7 @@ from core.kernels.tuned import cpu as tuned_cpu
 from core.kernels.tuned import simd, target
 from core.lessons import speed
 from ui import state
+from ui.warmup import wait_for_kernels
 
 
 PAGE = "make_it_fast"
@@ -63,6 +64,9 @@ if lengths is not None:
     again = st.button("Measure again", help="The machine's speed drifts; a second run shows by how much.")
     if again or st.session_state.get(RESULTS, {}).get("settings") != settings:
         _kernels_compiled(operation)
+        # not while the server's warm-up compiles in its thread: a tuned parallel call releases the GIL
+        # and must win it back from that thread (a 45 µs call measured at 7.6 ms beside a compile)
+        wait_for_kernels(why="The timing waits for it: a compile beside the kernels slows them many times over.")
         bar = st.progress(0.0, text="Measuring this machine's matrix-product speed…")
         before = speed.sgemm_gflops()
         rows = speed.measure(lengths, n_heads, d_k, operation,
@@ -87,7 +91,8 @@ if lengths is not None:
         "% of sgemm": st.column_config.NumberColumn(format="%.1f")})
     st.caption(f"Measured at {run['when']}: each time is the best of up to five rounds (a round repeats "
                f"short calls); GFLOP/s counts the two matrix products, H·(2T²d_k + 2T²d_v) flops. A time far "
-               f"off its neighbours usually means other programs had the cores then: measure again.")
+               f"off its neighbours usually means other programs, or other visitors to this server, had the "
+               f"cores then: measure again.")
 
     if run["under_load"]:
         st.warning(f"The sgemm ceiling read {sgemm:.1f} GFLOP/s, below a kernel measured here, even when measured "
