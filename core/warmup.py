@@ -121,8 +121,10 @@ class WarmUp:
         with self._lock:
             return self._done, len(self._steps), self._current
 
-    def has_done(self, label: str) -> bool:
-        """Whether step ``label`` (and every step before it) has run."""
+    def has_done(self, label: str | None = None) -> bool:
+        """Whether step ``label`` (and every step before it) has run; every step when None."""
+        if label is None:
+            return self.finished
         labels = [name for name, _ in self._steps]
         with self._lock:
             return label not in labels or self._done > labels.index(label)

@@ -33,10 +33,10 @@ def test_progress_and_has_done_follow_the_steps_and_a_failing_step_does_not_stop
 
     warm = warmup.WarmUp(steps=[("a", blocked), ("b", broken), ("c", lambda: ran.append("c"))]).start()
     time.sleep(0.1)
-    assert warm.progress() == (0, 3, "a") and not warm.has_done("a") and not warm.finished
+    assert warm.progress() == (0, 3, "a") and not warm.has_done("a") and not warm.has_done() and not warm.finished
     gate.set()
     assert warm.wait(10)
-    assert ran == ["a", "c"] and warm.has_done("c") and warm.progress() == (3, 3, "")
+    assert ran == ["a", "c"] and warm.has_done("c") and warm.has_done() and warm.progress() == (3, 3, "")
     assert warm.errors == ["b: RuntimeError: no compiler today"]
 
 

@@ -9,10 +9,7 @@ def wait_for_kernels(step: str | None = None, why: str = "Later visits start at 
     name; every step when None) show its progress, and ``why`` the page waits, and wait; return at
     once when none runs (a warm server, or a page opened without ``app.py``)."""
     warm = warmup.running()
-    if warm is None:
-        return
-    done_with_step = (lambda: warm.finished) if step is None else (lambda: warm.has_done(step))
-    if done_with_step():
+    if warm is None or warm.has_done(step):
         return
     bar = st.empty()
     while True:
@@ -20,6 +17,6 @@ def wait_for_kernels(step: str | None = None, why: str = "Later visits start at 
         bar.progress(done / max(total, 1),
                      text=f"This server has just started: compiling {current or 'the last kernels'} in the "
                           f"background ({done} of {total} steps done). {why}")
-        if done_with_step() or warm.wait(0.5):
+        if warm.has_done(step) or warm.wait(0.5):
             break
     bar.empty()
