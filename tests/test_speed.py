@@ -2,6 +2,8 @@
 computes attention (checked against the NumPy reference)."""
 import builtins
 import math
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -101,6 +103,30 @@ def test_best_seconds_runs_a_slow_call_once():
     clock = ScriptedClock([2.0])
     assert speed.best_seconds(clock.work, budget_s=0.5, clock=clock) == 2.0
     assert clock.calls == 1
+
+
+def test_measurements_take_turns_and_a_failed_one_frees_the_slot():
+    order, holding = [], threading.Event()
+
+    def first():
+        with speed.measuring_alone():
+            holding.set()
+            time.sleep(0.3)
+            order.append("first ends")
+
+    thread = threading.Thread(target=first)
+    thread.start()
+    assert holding.wait(5)
+    waits = []
+    with speed.measuring_alone(lambda: waits.append(1), poll_s=0.05):
+        order.append("second starts")
+    thread.join()
+    assert order == ["first ends", "second starts"] and len(waits) >= 3
+    with pytest.raises(RuntimeError):
+        with speed.measuring_alone():
+            raise RuntimeError("a kernel failed")
+    with speed.measuring_alone(lambda: pytest.fail("the slot was left held"), poll_s=0.05):
+        pass
 
 
 def test_best_seconds_on_a_real_function_is_positive_and_plausible():

@@ -67,15 +67,20 @@ if lengths is not None:
         # not while the server's warm-up compiles in its thread: a tuned parallel call releases the GIL
         # and must win it back from that thread (a 45 µs call measured at 7.6 ms beside a compile)
         wait_for_kernels(why="The timing waits for it: a compile beside the kernels slows them many times over.")
-        bar = st.progress(0.0, text="Measuring this machine's matrix-product speed…")
-        before = speed.sgemm_gflops()
-        rows = speed.measure(lengths, n_heads, d_k, operation,
-                             progress=lambda fraction, text: bar.progress(fraction, text=f"Timing {text}…"))
-        bar.progress(1.0, text="Measuring this machine's matrix-product speed again…")
-        # the ceiling is what the machine can do: the faster of two tries, in case one was slowed, and
-        # measured again while a kernel reads faster than it (the ceiling was then taken under load)
-        fastest = max((r.gflops for r in rows if r.gflops == r.gflops), default=0.0)
-        sgemm, under_load = speed.checked_ceiling(max(before, speed.sgemm_gflops()), fastest, speed.sgemm_gflops)
+        bar = st.empty()
+        with speed.measuring_alone(lambda: bar.info("Another visitor to this server is timing the kernels: "
+                                                    "yours start when theirs end, so that neither run slows "
+                                                    "the other.", icon="⏳")):
+            bar.progress(0.0, text="Measuring this machine's matrix-product speed…")
+            before = speed.sgemm_gflops()
+            rows = speed.measure(lengths, n_heads, d_k, operation,
+                                 progress=lambda fraction, text: bar.progress(fraction, text=f"Timing {text}…"))
+            bar.progress(1.0, text="Measuring this machine's matrix-product speed again…")
+            # the ceiling is what the machine can do: the faster of two tries, in case one was slowed,
+            # and measured again while a kernel reads faster than it (the ceiling was then taken under load)
+            fastest = max((r.gflops for r in rows if r.gflops == r.gflops), default=0.0)
+            sgemm, under_load = speed.checked_ceiling(max(before, speed.sgemm_gflops()), fastest,
+                                                      speed.sgemm_gflops)
         st.session_state[RESULTS] = {"settings": settings, "rows": rows, "sgemm": sgemm, "under_load": under_load,
                                      "blas": speed.blas_info(), "when": time.strftime("%H:%M:%S")}
         bar.empty()
