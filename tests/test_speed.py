@@ -175,7 +175,22 @@ def test_measure_times_every_kernel_at_every_length():
         assert r.operation == speed.OPERATIONS[1] and r.note == ""
         assert r.flops == 2 * (2 * r.T * r.T * 8 * 2)
         assert 0 < r.seconds < 1 and r.gflops == pytest.approx(r.flops / r.seconds / 1e9)
-    assert seen == sorted(seen) and seen[0] == 0 and seen[-1] == 1.0 and len(seen) == len(rows) + 1
+    assert seen == sorted(seen) and seen[0] == 0 and seen[-1] == 1.0 and len(seen) == 2 * len(rows) + 1
+
+
+def test_measure_keeps_each_cells_faster_pass(monkeypatch):
+    """A busy moment during one pass (a browser loading the page beside the server slowed one cell
+    of a first measurement 170-fold) does not reach the table: the other pass times it again."""
+    calls = []
+
+    def best_seconds(fn, budget_s):
+        calls.append(budget_s)
+        return 1.0 if len(calls) == 5 else 1e-5        # the 5th cell of pass one: T = 16, tuned
+
+    monkeypatch.setattr(speed, "best_seconds", best_seconds)
+    rows = speed.measure([6, 16], 2, 8, speed.OPERATIONS[0], budget_s=0.01)
+    assert [r.seconds for r in rows] == [1e-5] * 6
+    assert calls == [0.005] * 12                       # two passes, half the budget each
 
 
 def test_measure_skips_a_call_predicted_over_the_cap():

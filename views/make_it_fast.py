@@ -94,10 +94,10 @@ if lengths is not None:
         "time (µs)": st.column_config.NumberColumn(format="%.1f"),
         "GFLOP/s": st.column_config.NumberColumn(format="%.2f"),
         "% of sgemm": st.column_config.NumberColumn(format="%.1f")})
-    st.caption(f"Measured at {run['when']}: each time is the best of up to five rounds (a round repeats "
-               f"short calls); GFLOP/s counts the two matrix products, H·(2T²d_k + 2T²d_v) flops. A time far "
-               f"off its neighbours usually means other programs, or other visitors to this server, had the "
-               f"cores then: measure again.")
+    st.caption(f"Measured at {run['when']}: each time is the faster of two passes over the table, each the "
+               f"best of up to five rounds (a round repeats short calls); GFLOP/s counts the two matrix "
+               f"products, H·(2T²d_k + 2T²d_v) flops. A time far off its neighbours usually means other "
+               f"programs, or other visitors to this server, had the cores then: measure again.")
 
     if run["under_load"]:
         st.warning(f"The sgemm ceiling read {sgemm:.1f} GFLOP/s, below a kernel measured here, even when measured "

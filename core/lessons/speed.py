@@ -283,44 +283,51 @@ class Timing:
 
 
 def measure(lengths: Sequence[int], n_heads: int, d_k: int, operation: str, *,
-            budget_s: float = 0.15, call_cap_s: float = CALL_CAP_S,
+            budget_s: float = 0.15, call_cap_s: float = CALL_CAP_S, passes: int = 2,
             progress: Callable[[float, str], None] | None = None) -> list[Timing]:
     """Time every kernel at every sequence length (self-attention, ``Tq = Tk = T``, ``d_v = d_k``).
 
-    Returns one :class:`Timing` per (T, kernel), T ascending, kernels in ``KERNELS`` order. A
-    kernel whose call is predicted to exceed ``call_cap_s`` is not run: its row has NaN seconds and
-    a note. Above ``T = PREDICT_FROM_T`` the prediction is the flop count divided by the kernel's
-    best speed so far at ``T >= PREDICT_FROM_T`` (timed once at ``PREDICT_FROM_T`` when there is
-    none yet): the work grows as T^2, and below ``PREDICT_FROM_T`` no call is long.
-    ``progress(fraction, text)`` is called before each cell.
+    Returns one :class:`Timing` per (T, kernel), T ascending, kernels in ``KERNELS`` order. Every
+    cell is timed in each of ``passes`` passes over all of them (``budget_s / passes`` each) and
+    keeps its fastest: a moment when something else had the cores (a browser loading the page, say)
+    then spoils one pass, not the figure. A kernel whose call is predicted to exceed ``call_cap_s``
+    is not run: its row has NaN seconds and a note. Above ``T = PREDICT_FROM_T`` the prediction is
+    the flop count divided by the kernel's best speed so far at ``T >= PREDICT_FROM_T`` (timed once
+    at ``PREDICT_FROM_T`` when there is none yet): the work grows as T^2, and below
+    ``PREDICT_FROM_T`` no call is long. ``progress(fraction, text)`` is called before each cell.
     """
     lengths = sorted(lengths)
     check_sizes(lengths, n_heads, d_k)
     if operation not in OPERATIONS:
         raise ValueError(f"Unknown operation {operation!r}; choose one of {', '.join(OPERATIONS)}.")
     speed = {}                           # kernel -> its best flops per second at T >= PREDICT_FROM_T
-    rows, cells = [], len(lengths) * len(KERNELS)
-    for T in lengths:
-        Q, K, V = attention_inputs(n_heads, T, d_k)
-        flops = attention_flops(n_heads, T, T, d_k)
-        for kernel in KERNELS:
-            if progress:
-                progress(len(rows) / cells, f"{kernel}, T = {T}")
-            if T > PREDICT_FROM_T:
-                if kernel not in speed:
-                    speed[kernel] = _probe_speed(kernel, operation, n_heads, d_k, PREDICT_FROM_T)
-                predicted = flops / speed[kernel]
-                if predicted > call_cap_s:
-                    rows.append(Timing(T, kernel, operation, flops, math.nan,
-                                       f"skipped: about {predicted:.1f} s per call (over {call_cap_s:g} s)"))
+    seconds, notes = {}, {}              # (T, kernel) -> fastest time so far; -> why it was skipped
+    cells = [(T, kernel) for T in lengths for kernel in KERNELS]
+    for done_passes in range(passes):
+        for T in lengths:
+            Q, K, V = attention_inputs(n_heads, T, d_k)
+            flops = attention_flops(n_heads, T, T, d_k)
+            for kernel in KERNELS:
+                if progress:
+                    done = done_passes * len(cells) + cells.index((T, kernel))
+                    progress(done / (passes * len(cells)), f"{kernel}, T = {T} (pass {done_passes + 1} of {passes})")
+                if (T, kernel) in notes:
                     continue
-            seconds = best_seconds(kernel_call(kernel, operation, Q, K, V), budget_s=budget_s)
-            rows.append(Timing(T, kernel, operation, flops, seconds))
-            if T >= PREDICT_FROM_T:    # the fastest seen: a busy moment should not skip a kernel
-                speed[kernel] = max(speed.get(kernel, 0.0), flops / seconds)
+                if (T, kernel) not in seconds and T > PREDICT_FROM_T:
+                    if kernel not in speed:
+                        speed[kernel] = _probe_speed(kernel, operation, n_heads, d_k, PREDICT_FROM_T)
+                    predicted = flops / speed[kernel]
+                    if predicted > call_cap_s:
+                        notes[T, kernel] = f"skipped: about {predicted:.1f} s per call (over {call_cap_s:g} s)"
+                        continue
+                took = best_seconds(kernel_call(kernel, operation, Q, K, V), budget_s=budget_s / passes)
+                seconds[T, kernel] = min(seconds.get((T, kernel), math.inf), took)
+                if T >= PREDICT_FROM_T:    # the fastest seen: a busy moment should not skip a kernel
+                    speed[kernel] = max(speed.get(kernel, 0.0), flops / took)
     if progress:
         progress(1.0, "done")
-    return rows
+    return [Timing(T, kernel, operation, attention_flops(n_heads, T, T, d_k), seconds.get((T, kernel), math.nan),
+                   notes.get((T, kernel), "")) for T, kernel in cells]
 
 
 def _probe_speed(kernel: str, operation: str, n_heads: int, d_k: int, T: int) -> float:
