@@ -95,6 +95,17 @@ def test_a_fair_ceiling_gets_no_warning_and_no_remeasure(monkeypatch):
     assert (timings(at)["% of sgemm"].dropna() < 1).all()
 
 
+def on_each_timing(monkeypatch, note):
+    """Call ``note()`` each time the page starts timing something, which is then timed as usual."""
+    real_best_seconds = speed.best_seconds
+
+    def best_seconds(fn, **kwargs):
+        note()
+        return real_best_seconds(fn, **kwargs)
+
+    monkeypatch.setattr(speed, "best_seconds", best_seconds)
+
+
 def test_no_kernel_is_timed_while_the_servers_warm_up_compiles(monkeypatch):
     """A server's first visit comes while its warm-up compiles in another thread, which slowed a
     45 µs tuned call to 7.6 ms. The page waits for the warm-up (showing its progress), then times."""
@@ -103,13 +114,7 @@ def test_no_kernel_is_timed_while_the_servers_warm_up_compiles(monkeypatch):
     monkeypatch.setattr(warmup, "_started", warm)
     threading.Timer(1.0, gate.set).start()
     timed_during_warm_up = []
-    real_best_seconds = speed.best_seconds
-
-    def best_seconds(fn, **kwargs):
-        timed_during_warm_up.append(not warm.finished)
-        return real_best_seconds(fn, **kwargs)
-
-    monkeypatch.setattr(speed, "best_seconds", best_seconds)
+    on_each_timing(monkeypatch, lambda: timed_during_warm_up.append(not warm.finished))
     at = open_page(PAGE, SMALL)
     assert warm.finished and timed_during_warm_up and not any(timed_during_warm_up)
     check_table(at, (6, 16), 2, 8, "with weights")
@@ -127,13 +132,7 @@ def test_a_measurement_waits_while_another_session_measures(monkeypatch):
             ended.append(time.monotonic())
 
     started = []
-    real_best_seconds = speed.best_seconds
-
-    def best_seconds(fn, **kwargs):
-        started.append(time.monotonic())
-        return real_best_seconds(fn, **kwargs)
-
-    monkeypatch.setattr(speed, "best_seconds", best_seconds)
+    on_each_timing(monkeypatch, lambda: started.append(time.monotonic()))
     other = threading.Thread(target=other_session)
     other.start()
     assert holding.wait(5)

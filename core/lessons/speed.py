@@ -303,14 +303,15 @@ def measure(lengths: Sequence[int], n_heads: int, d_k: int, operation: str, *,
     speed = {}                           # kernel -> its best flops per second at T >= PREDICT_FROM_T
     seconds, notes = {}, {}              # (T, kernel) -> fastest time so far; -> why it was skipped
     cells = [(T, kernel) for T in lengths for kernel in KERNELS]
+    steps = 0
     for done_passes in range(passes):
         for T in lengths:
             Q, K, V = attention_inputs(n_heads, T, d_k)
             flops = attention_flops(n_heads, T, T, d_k)
             for kernel in KERNELS:
                 if progress:
-                    done = done_passes * len(cells) + cells.index((T, kernel))
-                    progress(done / (passes * len(cells)), f"{kernel}, T = {T} (pass {done_passes + 1} of {passes})")
+                    progress(steps / (passes * len(cells)), f"{kernel}, T = {T} (pass {done_passes + 1} of {passes})")
+                steps += 1
                 if (T, kernel) in notes:
                     continue
                 if (T, kernel) not in seconds and T > PREDICT_FROM_T:
