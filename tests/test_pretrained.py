@@ -83,11 +83,9 @@ def tokenizer_file(tmp_path_factory):
     return str(path)
 
 
-def test_tokenizer_gives_transformers_ids(hf_folder, tokenizer_file, tmp_path):
+def test_tokenizer_gives_transformers_ids(tokenizer_file, tmp_path):
     transformers = require("transformers")
-    folder, _ = hf_folder
-    for name in ("config.json", "model.safetensors"):
-        shutil.copy(os.path.join(folder, name), tmp_path / name)
+    random_gpt2({**TINY, "vocab_size": 300}, seed=3).save_pretrained(tmp_path, safe_serialization=True)
     shutil.copy(tokenizer_file, tmp_path / "tokenizer.json")
     m = pretrained.load(str(tmp_path))
     fast = transformers.GPT2TokenizerFast(tokenizer_file=tokenizer_file)
@@ -129,8 +127,17 @@ def test_pickled_weights_are_refused_unopened(hf_folder, tmp_path):
 def test_a_config_of_another_family(hf_folder, tmp_path):
     folder = copy_of(hf_folder[0], tmp_path)
     with open(os.path.join(folder, "config.json"), "w") as f:
-        json.dump({"model_type": "bert", "hidden_size": 16}, f)
-    with pytest.raises(ValueError, match="bert model; only the GPT-2 family"):
+        json.dump({"model_type": "t5", "d_model": 16}, f)
+    with pytest.raises(ValueError, match="t5 model: only the GPT-2 family .* and the BERT family"):
+        pretrained.load(folder)
+
+
+def test_a_bert_config_beside_gpt2_weights(hf_folder, tmp_path):
+    folder = copy_of(hf_folder[0], tmp_path)
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump({"model_type": "bert", "hidden_size": 16, "num_attention_heads": 4, "num_hidden_layers": 2,
+                   "intermediate_size": 64, "vocab_size": 50, "max_position_embeddings": 32}, f)
+    with pytest.raises(ValueError, match="not a complete BERT checkpoint"):
         pretrained.load(folder)
 
 

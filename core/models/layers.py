@@ -402,3 +402,22 @@ def gelu_tanh_backward(dy: np.ndarray, x: np.ndarray) -> np.ndarray:
     dx = np.empty(x.size, dtype=x.dtype)
     _gelu_tanh_backward_flat(np.ascontiguousarray(dy).reshape(-1), np.ascontiguousarray(x).reshape(-1), dx)
     return dx.reshape(x.shape)
+
+
+# ----------------------------------------------------------------------------------------------
+# GELU, exact (BERT's activation)
+# ----------------------------------------------------------------------------------------------
+@njit(cache=True, nogil=True)
+def _gelu_erf_flat(x, y):
+    """``y = 0.5 x (1 + erf(x / sqrt 2))``, one element at a time (NumPy has no erf)."""
+    r = 1.0 / math.sqrt(2.0)
+    for n in range(x.size):
+        y[n] = 0.5 * x[n] * (1.0 + math.erf(x[n] * r))
+
+
+def gelu_erf(x: np.ndarray) -> np.ndarray:
+    r""":math:`\mathrm{GELU}(x) = x\,\Phi(x) = \tfrac12 x\,(1 + \mathrm{erf}(x/\sqrt2))`, the exact form BERT uses
+    (the tanh form is an approximation of it)."""
+    y = np.empty(x.size, dtype=x.dtype)
+    _gelu_erf_flat(np.ascontiguousarray(x).reshape(-1), y)
+    return y.reshape(x.shape)

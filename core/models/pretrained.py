@@ -1,4 +1,4 @@
-"""Real models: GPT-2-family checkpoints in the Hugging Face format, run on our own transformer.
+"""Real models: GPT-2- and BERT-family checkpoints in the Hugging Face format, run on our own transformer.
 
 A checkpoint is a folder with ``config.json``, ``model.safetensors`` and (optionally)
 ``tokenizer.json``; a Hub name (``gpt2``, ``distilgpt2``) is the same three files downloaded by
@@ -17,7 +17,7 @@ GPT-2's tensors map to the project's vocabulary (:mod:`core.models.transformer`)
 
 GPT-2's ``Conv1D`` stores its weight as ``(d_in, d_out)`` and computes ``x @ W + b``, as we do, so
 no weight is transposed. Keys may carry a ``transformer.`` prefix (``GPT2LMHeadModel``) or not
-(``GPT2Model``); both load.
+(``GPT2Model``); both load. BERT's mapping is in :mod:`core.models.bert_format`.
 """
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ import os
 
 import numpy as np
 
+from core.models import bert_format, packaged
 from core.models import transformer as tr
 
 CONFIG_FILE, WEIGHTS_FILE, TOKENIZER_FILE = "config.json", "model.safetensors", "tokenizer.json"
@@ -39,12 +40,23 @@ HUB_FILES = (CONFIG_FILE, WEIGHTS_FILE, TOKENIZER_FILE)
 # ----------------------------------------------------------------------------------------------
 # the configuration: GPT-2's config.json <-> our TransformerConfig
 # ----------------------------------------------------------------------------------------------
+FAMILIES = ("gpt2", "bert")
+
+
+def check_family(hf: dict) -> str:
+    """The checkpoint's ``model_type``, when it is one we run; a ValueError naming the ones we do."""
+    family = hf.get("model_type")
+    if family not in FAMILIES:
+        raise ValueError(f"This is a {family or 'unnamed'} model: only the GPT-2 family (model_type 'gpt2': "
+                         f"gpt2, distilgpt2, ...) and the BERT family (model_type 'bert': bert-base-uncased, "
+                         f"all-MiniLM-L6-v2, ...) can be loaded here.")
+    return family
+
+
 def config_from_gpt2(hf: dict) -> tr.TransformerConfig:
     """Our config for a GPT-2 ``config.json``; a ValueError for another family or a variant we don't run."""
-    family = hf.get("model_type")
-    if family != "gpt2":
-        raise ValueError(f"This is a {family or 'unnamed'} model; only the GPT-2 family (model_type "
-                         f"'gpt2': gpt2, distilgpt2, gpt2-medium, ...) can be loaded here.")
+    if check_family(hf) != "gpt2":
+        raise ValueError(f"This is a {hf['model_type']} model, not a GPT-2 one.")
     act = hf.get("activation_function", "gelu_new")
     if act not in ACTIVATIONS:
         raise ValueError(f"Activation {act!r} is not supported; GPT-2 uses 'gelu_new' (GELU, tanh form).")
@@ -135,16 +147,28 @@ def gpt2_tensors(params: dict, cfg: tr.TransformerConfig) -> dict[str, np.ndarra
 # ----------------------------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True, eq=False)
 class Model:
-    """A checkpoint ready to run: our config, our parameters (read-only) and its tokenizer."""
+    """A checkpoint ready to run: our config, our parameters (read-only) and its tokenizer.
+
+    ``family`` is ``"gpt2"`` (a causal language model: ``forward`` returns logits) or ``"bert"`` (an
+    encoder: ``forward`` returns the last hidden states). ``checkpoint_params`` counts the numbers
+    in the checkpoint's float tensors, as read from the file.
+    """
 
     config: tr.TransformerConfig
     params: dict
     tokenizer: object | None = None          # a ``tokenizers.Tokenizer``, or None without tokenizer.json
     source: str = ""
+    family: str = "gpt2"
+    checkpoint_params: int = 0
+
+    @property
+    def is_encoder(self) -> bool:
+        return self.family == "bert"
 
     def encode(self, text: str) -> np.ndarray:
         """The token ids ``(T,)`` of ``text``, as the checkpoint's tokenizer cuts it (every id, even
-        past the context: cutting is the caller's choice)."""
+        past the context: cutting is the caller's choice). A BERT tokenizer puts ``[CLS]`` in front
+        and ``[SEP]`` at the end."""
         self._need_tokenizer()
         if not isinstance(text, str) or not text:
             raise ValueError("The text is empty: type something to run the model on.")
@@ -155,24 +179,32 @@ class Model:
         return self.tokenizer.decode([int(i) for i in np.asarray(ids).reshape(-1)])
 
     def tokens(self, ids) -> list[str]:
-        """Each id as the text it stands for (a space shown as itself), for labels on the page."""
+        """Each id as the text it stands for, for labels on the page: GPT-2's with its spaces (as
+        itself), BERT's word pieces as the vocabulary spells them (``[CLS]``, ``##ing``)."""
         self._need_tokenizer()
+        if self.is_encoder:
+            return [self.tokenizer.id_to_token(int(i)) for i in np.asarray(ids).reshape(-1)]
         return [self.tokenizer.decode([int(i)]) for i in np.asarray(ids).reshape(-1)]
 
+    def token_id(self, token: str) -> int | None:
+        """The id of a special token (``[CLS]``, ``<|endoftext|>``), or None when there is none."""
+        return None if self.tokenizer is None else self.tokenizer.token_to_id(token)
+
     def forward(self, ids, **kwargs):
-        """:func:`core.models.transformer.forward` on this model: ``(logits (B, T, V), cache)``."""
+        """:func:`core.models.transformer.forward` on this model: ``(logits (B, T, V), cache)`` for
+        GPT-2, ``(last_hidden_state (B, T, d), cache)`` for BERT (``key_mask`` for padding)."""
         return tr.forward(self.params, self.config, ids, **kwargs)
 
     def _need_tokenizer(self):
         if self.tokenizer is None:
             raise ValueError(f"{self.source or 'This model'} has no tokenizer.json, so it cannot turn text "
-                             f"into tokens; put GPT-2's tokenizer.json beside config.json.")
+                             f"into tokens; put the checkpoint's tokenizer.json beside config.json.")
 
 
 def _read_folder(folder: str, dtype) -> Model:
     files = set(os.listdir(folder))
     if CONFIG_FILE not in files:
-        raise ValueError(f"{folder} has no config.json: a GPT-2 checkpoint folder holds config.json, "
+        raise ValueError(f"{folder} has no config.json: a checkpoint folder holds config.json, "
                          f"model.safetensors and tokenizer.json.")
     if WEIGHTS_FILE not in files:
         pickled = sorted(f for f in files if f.endswith((".bin", ".pt", ".pth", ".ckpt")))
@@ -189,20 +221,37 @@ def _read_folder(folder: str, dtype) -> Model:
         raise ValueError(f"{folder}/config.json cannot be read as JSON: {err}") from None
     if not isinstance(hf, dict):
         raise ValueError(f"{folder}/config.json does not hold a JSON object.")
-    cfg = config_from_gpt2(hf)
-    params = params_from_gpt2(_read_safetensors(os.path.join(folder, WEIGHTS_FILE)), cfg, dtype)
-    tokenizer = None
-    if TOKENIZER_FILE in files:
-        from tokenizers import Tokenizer
+    family = check_family(hf)
+    tensors = _read_safetensors(os.path.join(folder, WEIGHTS_FILE))
+    counted = sum(v.size for v in tensors.values() if v.dtype.kind == "f")
+    if family == "bert":
+        cfg, params = bert_format.params_from_bert(tensors, bert_format.config_from_bert(hf), dtype)
+    else:
+        cfg = config_from_gpt2(hf)
+        params = params_from_gpt2(tensors, cfg, dtype)
+    del tensors
+    tokenizer = _read_tokenizer(folder, cfg) if TOKENIZER_FILE in files else None
+    return Model(cfg, params, tokenizer, folder, family, counted)
 
-        try:
-            tokenizer = Tokenizer.from_file(os.path.join(folder, TOKENIZER_FILE))
-        except Exception as err:                         # the library raises a bare Exception
-            raise ValueError(f"{folder}/tokenizer.json cannot be read: {err}") from None
-    return Model(cfg, params, tokenizer, folder)
+
+def _read_tokenizer(folder: str, cfg: tr.TransformerConfig):
+    """``tokenizer.json`` without the padding and truncation it may carry (the page cuts texts
+    itself), checked against the model's vocabulary."""
+    from tokenizers import Tokenizer
+
+    try:
+        tokenizer = Tokenizer.from_file(os.path.join(folder, TOKENIZER_FILE))
+    except Exception as err:                         # the library raises a bare Exception
+        raise ValueError(f"{folder}/tokenizer.json cannot be read: {err}") from None
+    tokenizer.no_padding()
+    tokenizer.no_truncation()
+    if tokenizer.get_vocab_size() > cfg.vocab_size:
+        raise ValueError(f"{folder}/tokenizer.json has {tokenizer.get_vocab_size():,} tokens but the model's "
+                         f"embedding has {cfg.vocab_size:,} rows: the tokenizer belongs to another model.")
+    return tokenizer
 
 
-SAFETENSORS_DTYPES = {"F16": np.float16, "F32": np.float32, "F64": np.float64}
+SAFETENSORS_DTYPES = {"F16": np.float16, "F32": np.float32, "F64": np.float64, "I64": np.int64, "I32": np.int32}
 
 
 def _read_safetensors(path: str) -> dict[str, np.ndarray]:
@@ -225,7 +274,7 @@ def _read_safetensors(path: str) -> dict[str, np.ndarray]:
             tensors = {}
             for name, info in sorted(header.items(), key=lambda kv: kv[1]["data_offsets"][0]):
                 if info["dtype"] not in SAFETENSORS_DTYPES:
-                    raise ValueError(f"tensor {name} is {info['dtype']}; only F16, F32 and F64 are read")
+                    raise ValueError(f"tensor {name} is {info['dtype']}; only F16, F32, F64, I32 and I64 are read")
                 lo, hi = info["data_offsets"]
                 value = np.empty(info["shape"], dtype=np.dtype(SAFETENSORS_DTYPES[info["dtype"]]).newbyteorder("<"))
                 if hi - lo != value.nbytes or start + hi > size:
@@ -263,12 +312,14 @@ def _download(name: str, progress=None) -> str:
 
 
 def load(source: str, dtype=np.float32, *, progress=None) -> Model:
-    """A GPT-2-family checkpoint from a folder or a Hub name, ready to run.
+    """A GPT-2- or BERT-family checkpoint from a folder or a Hub name, ready to run.
 
     Parameters
     ----------
     source : a folder holding ``config.json``, ``model.safetensors`` and optionally
         ``tokenizer.json`` (read with no network call), or a Hub name (``"gpt2"``).
+        ``"sentence-transformers/all-MiniLM-L6-v2"`` is read from its installed package
+        (:mod:`core.models.packaged`), with no network call, and never downloaded.
     dtype : float32 or float64, the precision the model runs in.
     progress : optional ``progress(fraction, message)``, called while a Hub checkpoint downloads.
     """
@@ -278,6 +329,8 @@ def load(source: str, dtype=np.float32, *, progress=None) -> Model:
     if not isinstance(source, str) or not source.strip():
         raise ValueError("Give a folder path or a Hugging Face Hub name such as 'gpt2'.")
     source = os.path.expanduser(source.strip())
+    if source == packaged.MINILM:
+        return dataclasses.replace(_read_folder(packaged.minilm_folder(), dtype), source=source)
     if os.path.isdir(source):
         return _read_folder(source, dtype)
     if os.path.exists(source):

@@ -1,15 +1,18 @@
 """One readable transformer whose architecture is settings, not copied code paths.
 
 The same loop runs the original Transformer's decoder-only stack (post-norm, ReLU, sinusoidal
-positions: the seeds) and the GPT-2 family (pre-norm, GELU, learned positions, tied unembedding,
-a final LayerNorm)::
+positions: the seeds), the GPT-2 family (pre-norm, GELU, learned positions, tied unembedding,
+a final LayerNorm) and the BERT family (post-norm, exact GELU, token types, a LayerNorm on the
+embeddings, no causal mask, no head: it returns the last hidden states)::
 
-    h = embed[tokens] + positions                                  # (B, T, d)
+    h = embed[tokens] + positions (+ token_type[types])            # (B, T, d)
+    h = LN_embed(h)                                                # when embed_ln
     per block i, post-norm:   h = LN1(h + MHA(h));     h = LN2(h + FFN(h))
     per block i, pre-norm:    h = h + MHA(LN1(h));     h = h + FFN(LN2(h))
     h = LN_final(h)                                                # when final_ln
     head "lm":       logits = h @ unembed + unembed_b  (embed^T when tied)   # (B, T, V)
     head "classify": logits = mean_t(h) @ classifier.W + classifier.b        # (B, C)
+    head "none":     the hidden states h themselves                           # (B, T, d)
 
 ``d_ff=0`` drops the feed-forward sublayer and its LayerNorm (attention-only). The seeds' encoder
 classifier, the decoder-only and attention-only models and GPT-2 are all settings of this one model.
@@ -37,10 +40,10 @@ from core.models.params import whole as _whole
 from core.validate import check_heads
 
 NORMS = ("post", "pre")
-ACTIVATIONS = ("relu", "gelu_tanh")
+ACTIVATIONS = ("relu", "gelu_tanh", "gelu_erf")
 POSITIONAL = ("sinusoidal", "learned", "none")
 ABLATIONS = ("zero", "mean")
-HEADS = ("lm", "classify")
+HEADS = ("lm", "classify", "none")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,7 +55,11 @@ class TransformerConfig:
     or its ``n_inner``), 0 for attention-only. ``bias=False`` drops every linear layer's bias.
     ``head="classify"`` averages the last hidden states over positions and maps them to
     ``n_classes`` logits (the seeds' encoder); ``unembed_b`` adds an output bias to the language
-    model's logits (the decoder's ``b_out``).
+    model's logits (the decoder's ``b_out``). ``head="none"`` is an encoder without a head (BERT):
+    the forward pass returns the last hidden states. ``activation="gelu_erf"`` is the exact GELU
+    (BERT's), ``"gelu_tanh"`` its tanh approximation (GPT-2's). ``n_token_types`` adds BERT's
+    segment embeddings, ``embed_ln`` its LayerNorm on the embeddings, ``pooler`` its dense layer
+    on the first token, ``tanh([CLS] W + b)``.
     """
 
     vocab_size: int
@@ -72,11 +79,14 @@ class TransformerConfig:
     head: str = "lm"
     n_classes: int | None = None
     unembed_b: bool = False
+    n_token_types: int = 0
+    embed_ln: bool = False
+    pooler: bool = False
 
     def __post_init__(self):
-        for name in ("vocab_size", "n_ctx", "d_model", "n_heads", "d_ff", "n_layers"):
+        for name in ("vocab_size", "n_ctx", "d_model", "n_heads", "d_ff", "n_layers", "n_token_types"):
             value = getattr(self, name)
-            if not _whole(value) or value < (0 if name == "d_ff" else 1):    # d_ff = 0: attention-only
+            if not _whole(value) or value < (0 if name in ("d_ff", "n_token_types") else 1):  # 0: none
                 raise ValueError(f"{name} must be a positive whole number, got {value!r}.")
         check_heads(self.d_model, self.n_heads)
         for name, choices in (("norm", NORMS), ("activation", ACTIVATIONS), ("positional", POSITIONAL),
@@ -85,11 +95,12 @@ class TransformerConfig:
                 raise ValueError(f"{name} must be one of {', '.join(choices)}, got {getattr(self, name)!r}.")
         if self.head == "classify" and (not _whole(self.n_classes) or self.n_classes < 2):
             raise ValueError(f"A classifier needs n_classes, at least 2, got {self.n_classes!r}.")
-        if self.head == "classify" and (self.tied_unembed or self.unembed_b):
-            raise ValueError("A classifier has no unembedding: leave tied_unembed and unembed_b False.")
-        if self.head == "lm" and self.n_classes is not None:
-            raise ValueError("n_classes belongs to a classifier (head='classify'); a language model has none.")
-        for name in ("tied_unembed", "final_ln", "bias", "causal", "unembed_b"):
+        if self.head != "lm" and (self.tied_unembed or self.unembed_b):
+            raise ValueError(f"Only a language model has an unembedding (head={self.head!r}): leave "
+                             f"tied_unembed and unembed_b False.")
+        if self.head != "classify" and self.n_classes is not None:
+            raise ValueError("n_classes belongs to a classifier (head='classify'); this model has none.")
+        for name in ("tied_unembed", "final_ln", "bias", "causal", "unembed_b", "embed_ln", "pooler"):
             if not isinstance(getattr(self, name), (bool, np.bool_)):
                 raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}.")
         eps = self.ln_eps
@@ -126,10 +137,18 @@ def param_shapes(cfg: TransformerConfig, prefix: str = "") -> dict[str, tuple[in
     shapes = {f"{prefix}embed": (cfg.vocab_size, d)}
     if cfg.positional == "learned":
         shapes[f"{prefix}pos"] = (cfg.n_ctx, d)
+    if cfg.n_token_types:
+        shapes[f"{prefix}token_type"] = (cfg.n_token_types, d)
+    if cfg.embed_ln:
+        shapes.update({f"{prefix}embed_ln.g": (d,), f"{prefix}embed_ln.b": (d,)})
     for i in range(cfg.n_layers):
         shapes.update({f"{prefix}blocks.{i}.{name}": s for name, s in block_shapes(cfg).items()})
     if cfg.final_ln:
         shapes.update({f"{prefix}ln_final.g": (d,), f"{prefix}ln_final.b": (d,)})
+    if cfg.pooler:
+        shapes.update({f"{prefix}pooler.W": (d, d), f"{prefix}pooler.b": (d,)})
+    if cfg.head == "none":
+        return shapes
     if cfg.head == "classify":
         shapes.update({f"{prefix}classifier.W": (d, cfg.n_classes), f"{prefix}classifier.b": (cfg.n_classes,)})
         return shapes
@@ -152,7 +171,8 @@ def init_params(cfg: TransformerConfig, seed: int = 0, dtype=np.float32) -> dict
     shapes = param_shapes(cfg)
     # layers.init_by_name chooses by a name's last part: LayerNorm gains as "..._g", weights as "W_..."
     alias = {name: name[:-2] + "_g" if name.endswith(".g") else name for name in shapes}
-    alias.update({"unembed": "W_unembed", "classifier.W": "W_cls", "classifier.b": "b_cls", "unembed_b": "b_out"})
+    alias.update({"unembed": "W_unembed", "classifier.W": "W_cls", "classifier.b": "b_cls", "unembed_b": "b_out",
+                  "token_type": "token_type.embed", "pooler.W": "pooler.W_pool"})
     fresh = L.init_by_name({alias[n]: s for n, s in shapes.items()}, seed, dtype)
     params = {n: fresh[alias[n]] for n in shapes}
     if cfg.tied_unembed:
@@ -250,7 +270,8 @@ def edit_heads(Z: np.ndarray, edits: dict | None, layer: int) -> np.ndarray:
 
 
 def self_attention(x: np.ndarray, p: dict, cfg: TransformerConfig, cache: dict, name: str, *,
-                   kv: dict | None = None, start: int = 0, edits=None, layer: int = 0) -> np.ndarray:
+                   kv: dict | None = None, start: int = 0, edits=None, layer: int = 0,
+                   key_mask: np.ndarray | None = None) -> np.ndarray:
     r"""Multi-head self-attention of ``x (B, T, d)``; what it computes goes to ``{name}.*`` in the cache.
 
     .. math:: A_h = \mathrm{softmax}(Q_h K_h^\top / \sqrt{d_k} + M), \quad
@@ -258,6 +279,7 @@ def self_attention(x: np.ndarray, p: dict, cfg: TransformerConfig, cache: dict, 
 
     ``kv`` (a dict holding this layer's earlier keys and values, or empty) makes it a KV cache:
     the new keys and values are appended, and the new queries attend over all of them.
+    ``key_mask`` (B, 1, 1, Tk), additive (0 or -inf), hides padding keys from every query.
     """
     H = cfg.n_heads
     # 1. queries, keys and values, split into heads
@@ -275,6 +297,8 @@ def self_attention(x: np.ndarray, p: dict, cfg: TransformerConfig, cache: dict, 
     S *= S.dtype.type(1.0 / math.sqrt(cfg.d_k))
     if cfg.causal:
         S += causal_mask(Q.shape[2], start, x.dtype)
+    if key_mask is not None:
+        S += key_mask
     cache[f"{name}.scores"] = S
     A = softmax_rows(S)
     cache[f"{name}.weights"] = A
@@ -290,10 +314,11 @@ def self_attention(x: np.ndarray, p: dict, cfg: TransformerConfig, cache: dict, 
 
 
 def feed_forward(x: np.ndarray, p: dict, cfg: TransformerConfig, cache: dict, name: str) -> np.ndarray:
-    """``act(x W_1 + b_1) W_2 + b_2`` with ReLU or GELU (tanh form); the hidden layer before and after
-    the activation goes to ``{name}.pre`` and ``{name}.hidden``."""
+    """``act(x W_1 + b_1) W_2 + b_2`` with ReLU or GELU (exact, or its tanh form); the hidden layer
+    before and after the activation goes to ``{name}.pre`` and ``{name}.hidden``."""
     cache[f"{name}.pre"] = pre = dense(x, p["ffn.W_1"], p.get("ffn.b_1"))               # (B, T, d_ff)
-    hidden = L.gelu_tanh(pre) if cfg.activation == "gelu_tanh" else np.maximum(pre, 0.0)
+    act = {"gelu_tanh": L.gelu_tanh, "gelu_erf": L.gelu_erf}.get(cfg.activation, lambda v: np.maximum(v, 0.0))
+    hidden = act(pre)
     cache[f"{name}.hidden"] = hidden
     return dense(hidden, p["ffn.W_2"], p.get("ffn.b_2"))                                 # (B, T, d)
 
@@ -302,7 +327,7 @@ def feed_forward(x: np.ndarray, p: dict, cfg: TransformerConfig, cache: dict, na
 # one block, the whole stack
 # ----------------------------------------------------------------------------------------------
 def block(h: np.ndarray, p: dict, cfg: TransformerConfig, cache: dict, name: str, *,
-          kv: dict | None = None, start: int = 0, edits=None, layer: int = 0) -> np.ndarray:
+          kv: dict | None = None, start: int = 0, edits=None, layer: int = 0, key_mask=None) -> np.ndarray:
     """One block on ``h (B, T, d)``, its parameters ``p`` under short names (``attn.W_Q`` ...);
     what it computes goes to the cache under ``{name}.`` (``blocks.3.resid_mid`` ...)."""
     eps = cfg.ln_eps
@@ -310,7 +335,8 @@ def block(h: np.ndarray, p: dict, cfg: TransformerConfig, cache: dict, name: str
     if cfg.norm == "pre":
         # 1. h = h + MHA(LN1(h))
         a = layer_norm(h, p["ln1.g"], p["ln1.b"], eps, cache, f"{name}.ln1")
-        h = h + self_attention(a, p, cfg, cache, f"{name}.attn", kv=kv, start=start, edits=edits, layer=layer)
+        h = h + self_attention(a, p, cfg, cache, f"{name}.attn", kv=kv, start=start, edits=edits, layer=layer,
+                               key_mask=key_mask)
         cache[f"{name}.resid_mid"] = h
         # 2. h = h + FFN(LN2(h))   (none in an attention-only model)
         if cfg.d_ff:
@@ -319,7 +345,8 @@ def block(h: np.ndarray, p: dict, cfg: TransformerConfig, cache: dict, name: str
             h = h + f
     else:
         # 1. h = LN1(h + MHA(h))
-        a = self_attention(h, p, cfg, cache, f"{name}.attn", kv=kv, start=start, edits=edits, layer=layer)
+        a = self_attention(h, p, cfg, cache, f"{name}.attn", kv=kv, start=start, edits=edits, layer=layer,
+                           key_mask=key_mask)
         h = layer_norm(h + a, p["ln1.g"], p["ln1.b"], eps, cache, f"{name}.ln1")
         cache[f"{name}.resid_mid"] = h
         # 2. h = LN2(h + FFN(h))   (none in an attention-only model)
@@ -336,9 +363,11 @@ def block_params(params: dict, prefix: str) -> dict:
 
 
 def embed(params: dict, cfg: TransformerConfig, tokens: np.ndarray, start: int = 0, prefix: str = "",
-          cache: dict | None = None) -> np.ndarray:
+          cache: dict | None = None, token_types: np.ndarray | None = None) -> np.ndarray:
     """``embed[tokens] + positions[start:start+T]`` for ``tokens (B, T)``; the two terms go to
-    ``{prefix}token_embed`` (B, T, d) and ``{prefix}pos_embed`` (T, d) in ``cache`` when one is given."""
+    ``{prefix}token_embed`` (B, T, d) and ``{prefix}pos_embed`` (T, d) in ``cache`` when one is given.
+    A model with token types (BERT's segments A and B) adds ``token_type[token_types]`` (all type 0
+    when none are given), and one with ``embed_ln`` puts the sum through a LayerNorm."""
     x = params[f"{prefix}embed"][tokens]                                                 # (B, T, d)
     T = tokens.shape[1]
     if cfg.positional == "learned":
@@ -349,16 +378,29 @@ def embed(params: dict, cfg: TransformerConfig, tokens: np.ndarray, start: int =
         pos = np.zeros((T, cfg.d_model), dtype=x.dtype)
     if cache is not None:
         cache[f"{prefix}token_embed"], cache[f"{prefix}pos_embed"] = x, pos
-    return x + pos
+    h = x + pos
+    if cfg.n_token_types:
+        types = np.zeros_like(tokens) if token_types is None else token_types
+        h = h + params[f"{prefix}token_type"][types]                                     # (B, T, d)
+    if cfg.embed_ln:
+        h = layer_norm(h, params[f"{prefix}embed_ln.g"], params[f"{prefix}embed_ln.b"], cfg.ln_eps,
+                       {} if cache is None else cache, f"{prefix}embed_ln")
+    return h
 
 
 def unembed(params: dict, cfg: TransformerConfig, h: np.ndarray, cache: dict, prefix: str = "") -> np.ndarray:
     """The final LayerNorm (when the model has one), then the head: the unembedding, ``logits
-    (B, T, V)``, or the classifier on the mean over positions, ``logits (B, C)`` (``pooled`` (B, d)
-    goes to the cache)."""
+    (B, T, V)``, the classifier on the mean over positions, ``logits (B, C)`` (``pooled`` (B, d)
+    goes to the cache), or none: the hidden states ``(B, T, d)``. BERT's pooler, when the model has
+    one, leaves ``pooler.output = tanh(h[:, 0] W + b)`` (B, d) in the cache."""
     if cfg.final_ln:
         h = layer_norm(h, params[f"{prefix}ln_final.g"], params[f"{prefix}ln_final.b"], cfg.ln_eps,
                        cache, f"{prefix}ln_final")
+    if cfg.pooler:
+        cache[f"{prefix}pooler.output"] = np.tanh(dense(h[:, 0], params[f"{prefix}pooler.W"],
+                                                        params[f"{prefix}pooler.b"]))
+    if cfg.head == "none":
+        return h
     if cfg.head == "classify":
         cache[f"{prefix}pooled"] = pooled = h.mean(axis=1)                               # (B, d)
         return dense(pooled, params[f"{prefix}classifier.W"], params[f"{prefix}classifier.b"])
@@ -367,7 +409,7 @@ def unembed(params: dict, cfg: TransformerConfig, h: np.ndarray, cache: dict, pr
 
 
 def forward(params: dict, cfg: TransformerConfig, tokens, *, ablate: dict | None = None,
-            kv: list | None = None, start: int = 0):
+            kv: list | None = None, start: int = 0, token_types=None, key_mask=None):
     """The forward pass: ``(logits (B, T, V), cache)``.
 
     Parameters
@@ -378,10 +420,13 @@ def forward(params: dict, cfg: TransformerConfig, tokens, *, ablate: dict | None
         ``(T, d_k)`` or ``(B, T, d_k)``); see :func:`edit_heads`.
     kv : a KV cache, one dict per block (``[{} for _ in range(n_layers)]`` to start), filled in
         place; ``start`` is the position of the first of ``tokens`` (the cache's length).
+    token_types : ``(B, T)`` segment ids, for a model with ``n_token_types`` (default: all 0)
+    key_mask : ``(B, T)``, 1 for a real token and 0 for padding (``transformers``' ``attention_mask``):
+        no query attends to a padding key. Each sequence needs at least one real token.
 
     Returns
     -------
-    logits : (B, T, V), or (B, C) for a classifier
+    logits : (B, T, V), (B, C) for a classifier, or the last hidden states (B, T, d) for ``head="none"``
     cache : flat dict: ``tokens`` (B, T), ``token_embed`` (B, T, d), ``pos_embed`` (T, d), ``blocks.{i}.resid_pre``, ``blocks.{i}.ln1.input|mean|std|
         normalized``, ``blocks.{i}.attn.scores|weights|head_outputs|concat|output``,
         ``blocks.{i}.resid_mid``, ``blocks.{i}.ln2.*``, ``blocks.{i}.ffn.pre|hidden|output``,
@@ -389,11 +434,12 @@ def forward(params: dict, cfg: TransformerConfig, tokens, *, ablate: dict | None
         cache it is all that :func:`core.models.transformer_backward.backward` needs.
     """
     check_params(params, cfg)
-    return forward_checked(params, cfg, tokens, ablate=ablate, kv=kv, start=start)
+    return forward_checked(params, cfg, tokens, ablate=ablate, kv=kv, start=start, token_types=token_types,
+                           key_mask=key_mask)
 
 
 def forward_checked(params: dict, cfg: TransformerConfig, tokens, *, ablate: dict | None = None,
-                    kv: list | None = None, start: int = 0):
+                    kv: list | None = None, start: int = 0, token_types=None, key_mask=None):
     """:func:`forward` for parameters the caller has already passed through :func:`check_params`.
 
     For generation, which checks the parameters once and then runs one step per token: the check
@@ -403,16 +449,53 @@ def forward_checked(params: dict, cfg: TransformerConfig, tokens, *, ablate: dic
     _check_edits(ablate, cfg, tokens.shape)
     if kv is not None and len(kv) != cfg.n_layers:
         raise ValueError(f"kv must hold one dict per block ({cfg.n_layers}), got {len(kv)}.")
+    types = check_token_types(token_types, cfg, tokens.shape)
+    additive = key_mask_scores(key_mask, tokens.shape, params["embed"].dtype, kv is not None)   # (B, 1, 1, T)
     cache: dict[str, np.ndarray] = {"tokens": tokens}
     if ablate:
         cache["edited_heads"] = np.array(sorted(ablate), dtype=np.int64)                # (n, 2): layer, head
-    h = embed(params, cfg, tokens, start, cache=cache)                                   # (B, T, d)
+    h = embed(params, cfg, tokens, start, cache=cache, token_types=types)                # (B, T, d)
     for i in range(cfg.n_layers):
         h = block(h, block_params(params, f"blocks.{i}."), cfg, cache, f"blocks.{i}",
-                  kv=None if kv is None else kv[i], start=start, edits=ablate, layer=i)
+                  kv=None if kv is None else kv[i], start=start, edits=ablate, layer=i, key_mask=additive)
     logits = unembed(params, cfg, h, cache)
     cache["logits"] = logits
     return logits, cache
+
+
+def check_token_types(token_types, cfg: TransformerConfig, shape) -> np.ndarray | None:
+    """Segment ids as int64 ``(B, T)``, each below ``n_token_types``; None stays None (all type 0)."""
+    if token_types is None:
+        return None
+    if not cfg.n_token_types:
+        raise ValueError("This model has no token types (segments); leave token_types out.")
+    types = np.asarray(token_types)
+    if types.ndim == 1:
+        types = types[None, :]
+    if types.shape != tuple(shape):
+        raise ValueError(f"token_types must have the tokens' shape {tuple(shape)}, got {types.shape}.")
+    if not np.issubdtype(types.dtype, np.integer) or types.size and (types.min() < 0 or types.max() >= cfg.n_token_types):
+        raise ValueError(f"token_types must be whole numbers from 0 to {cfg.n_token_types - 1}.")
+    return types.astype(np.int64)
+
+
+def key_mask_scores(key_mask, shape, dtype, with_kv: bool = False) -> np.ndarray | None:
+    """``transformers``' ``attention_mask`` (1 = a token, 0 = padding), ``(B, T)``, as the additive mask
+    the scores take: ``(B, 1, 1, T)``, 0 where a key may be seen and ``-inf`` where not."""
+    if key_mask is None:
+        return None
+    if with_kv:
+        raise ValueError("A key mask and a KV cache cannot be combined: pad nothing when generating.")
+    keep = np.asarray(key_mask)
+    if keep.ndim == 1:
+        keep = keep[None, :]
+    if keep.shape != tuple(shape):
+        raise ValueError(f"key_mask must have the tokens' shape {tuple(shape)}, got {keep.shape}.")
+    if not np.isin(keep, (0, 1)).all():
+        raise ValueError("key_mask holds 1 for a token and 0 for padding, nothing else.")
+    if not keep.any(axis=1).all():
+        raise ValueError("Every sequence needs at least one token that is not padding.")
+    return np.where(keep.astype(bool), 0.0, -np.inf).astype(dtype)[:, None, None, :]
 
 
 def _check_edits(edits, cfg: TransformerConfig, shape) -> None:

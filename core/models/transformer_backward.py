@@ -190,6 +190,16 @@ def backward(params: dict, cfg: TransformerConfig, cache: dict, d_logits: np.nda
     return {name: grads[name] for name in tr.param_shapes(cfg)}
 
 
+def trainable(cfg: TransformerConfig) -> None:
+    """Refuse what the hand-written backward pass does not cover: BERT's settings run forward only."""
+    extras = [name for name, value in (("head='none'", cfg.head == "none"), ("activation='gelu_erf'",
+              cfg.activation == "gelu_erf"), ("token types", cfg.n_token_types), ("an embedding LayerNorm",
+              cfg.embed_ln), ("a pooler", cfg.pooler)) if value]
+    if extras:
+        raise ValueError(f"This model has {', '.join(extras)}: it runs forward here, but has no backward pass "
+                         f"to train with (train a language model or a classifier instead).")
+
+
 def check_targets(targets, cfg: TransformerConfig, tokens: np.ndarray) -> np.ndarray:
     """Targets as int64: one per position ``(B, T)`` for a language model, one per sequence ``(B,)``
     for a classifier; ids in range."""
@@ -231,6 +241,7 @@ def loss_and_grads(params: dict, cfg: TransformerConfig, tokens, targets):
 def forward_backward(params: dict, cfg: TransformerConfig, tokens, targets):
     """One readable training step's arithmetic: ``(loss, logits, grads)`` (:func:`loss_and_grads`,
     and the logits, from which a classifier's step counts its correct answers)."""
+    trainable(cfg)
     logits, cache = tr.forward(params, cfg, tokens)
     y = check_targets(targets, cfg, cache["tokens"])
     loss, d_logits = L.cross_entropy(logits, y)
