@@ -255,6 +255,22 @@ BERT_BASE = TransformerSpec(
     name="BERT-base", published_total=110_000_000,
     source="Devlin et al. 2019, BERT, Section 3")
 
+def spec_of(cfg, name: str = "loaded checkpoint") -> TransformerSpec:
+    """The spec of a decoder-only or encoder-only model's :class:`core.models.transformer.TransformerConfig`,
+    so that :func:`model_param_count` counts a loaded checkpoint by the formulas above."""
+    if cfg.head == "classify" or cfg.d_ff == 0:
+        raise ValueError("Only a checkpoint's stack (a language model or a bare encoder, each with a "
+                         "feed-forward sublayer) has a spec here.")
+    encoder = not cfg.causal
+    return TransformerSpec(
+        architecture="encoder-only" if encoder else "decoder-only", d_model=cfg.d_model, n_heads=cfg.n_heads,
+        d_ff=cfg.d_ff, n_encoder_layers=cfg.n_layers if encoder else 0, n_decoder_layers=0 if encoder else cfg.n_layers,
+        vocab_size=cfg.vocab_size, positional="learned" if cfg.positional == "learned" else "sinusoidal",
+        max_positions=cfg.n_ctx, bias=cfg.bias, lm_head=cfg.head == "lm", tied_output=cfg.tied_unembed,
+        output_bias=cfg.unembed_b, n_segments=cfg.n_token_types, embedding_layernorm=cfg.embed_ln,
+        final_layernorm=cfg.final_ln, pooler=cfg.pooler, name=name)
+
+
 MODEL_PRESETS: dict[str, TransformerSpec] = {
     "transformer_base": TRANSFORMER_BASE,
     "transformer_big": TRANSFORMER_BIG,

@@ -1,5 +1,5 @@
-"""Taking a real model apart: head detection, the logit lens, attention rollout, ablation, patching
-and generation, each a pure function of a model's parameters and the forward cache."""
+"""Taking a real model apart: head detection, the logit lens, attention rollout, ablation, patching,
+sentence similarity and generation, each a pure function of a model's parameters and the forward cache."""
 from __future__ import annotations
 
 import numpy as np
@@ -8,14 +8,22 @@ from core.models import sampling
 from core.models import transformer as tr
 
 HEAD_KINDS = ("previous-token", "duplicate-token", "induction", "first-token")
+SENTENCE_KINDS = ("previous-token", "next-token", "[CLS] sink", "[SEP] sink", "broad")
+# A head is named as a kind when its score reaches this; the page states the thresholds.
+THRESHOLDS = {"previous-token": 0.5, "next-token": 0.5, "[CLS] sink": 0.5, "[SEP] sink": 0.5, "broad": 0.85,
+              "duplicate-token": 0.5, "induction": 0.3, "first-token": 0.5}
 
 
-def fit_context(ids: np.ndarray, n_ctx: int) -> tuple[np.ndarray, int]:
-    """The first ``n_ctx`` ids and how many were cut off (0 when the text fits)."""
+def fit_context(ids: np.ndarray, n_ctx: int, keep_last: bool = False) -> tuple[np.ndarray, int]:
+    """The first ``n_ctx`` ids and how many were cut off (0 when the text fits); with ``keep_last``
+    the last id (BERT's ``[SEP]``) stays at the end of a cut text."""
     ids = np.asarray(ids, dtype=np.int64).reshape(-1)
     if ids.size == 0:
         raise ValueError("The text is empty: type something to run the model on.")
-    return ids[:n_ctx], max(0, ids.size - n_ctx)
+    cut = max(0, ids.size - n_ctx)
+    if cut and keep_last:
+        return np.append(ids[:n_ctx - 1], ids[-1]), cut
+    return ids[:n_ctx], cut
 
 
 def stack_weights(cache: dict, n_layers: int, batch: int = 0) -> np.ndarray:
@@ -73,6 +81,74 @@ def detect_heads(params: dict, cfg: tr.TransformerConfig, *, n: int = 20, batch:
     _, cache = tr.forward(params, cfg, seq)
     W = np.stack([cache[f"blocks.{i}.attn.weights"] for i in range(cfg.n_layers)])   # (L, B, H, T, T)
     return head_scores(W, n, offset=int(first is not None))
+
+
+def sentence_head_scores(weights: np.ndarray) -> dict[str, np.ndarray]:
+    """Each head's score as each kind an encoder has, from one sentence's weights ``(L, H, T, T)``
+    (BERT's ``[CLS]`` first and ``[SEP]`` last):
+
+    - previous-token: mean over queries ``i >= 1`` of ``A[i, i-1]``;
+    - next-token:     mean over queries ``i < T-1`` of ``A[i, i+1]`` (only a bidirectional model can);
+    - [CLS] sink:     mean over every query of ``A[i, 0]``;
+    - [SEP] sink:     mean over every query of ``A[i, T-1]``;
+    - broad:          mean over queries of the row's entropy over ``log2 T`` (1 = uniform).
+
+    Returns ``{kind: (L, H)}``, each score between 0 and 1.
+    """
+    A = np.asarray(weights, dtype=np.float64)
+    T = A.shape[-1]
+    if T < 3:
+        raise ValueError("The head detector needs at least one word between [CLS] and [SEP].")
+    i = np.arange(T)
+    plogp = np.where(A > 0, A * np.log2(np.where(A > 0, A, 1.0)), 0.0)                 # 0 log 0 = 0
+    return {"previous-token": A[..., i[1:], i[1:] - 1].mean(-1),
+            "next-token": A[..., i[:-1], i[:-1] + 1].mean(-1),
+            "[CLS] sink": A[..., :, 0].mean(-1),
+            "[SEP] sink": A[..., :, -1].mean(-1),
+            "broad": (-plogp.sum(-1) / np.log2(T)).mean(-1)}
+
+
+def named_heads(scores: dict[str, np.ndarray], thresholds: dict = THRESHOLDS) -> list[dict]:
+    """Every head whose score reaches its kind's threshold: rows ``{kind, layer, head, score}``
+    (layer and head counted from 0), by kind, the highest score first."""
+    rows = []
+    for kind, s in scores.items():
+        for l, h in zip(*np.nonzero(s >= thresholds[kind])):
+            rows.append({"kind": kind, "layer": int(l), "head": int(h), "score": float(s[l, h])})
+    return sorted(rows, key=lambda r: (list(scores).index(r["kind"]), -r["score"]))
+
+
+# ----------------------------------------------------------------------------------------------
+# sentence similarity: mean pooling on an encoder
+# ----------------------------------------------------------------------------------------------
+def pad_batch(sequences: list, pad_id: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Id sequences of any lengths as one batch ``(B, T)``, padded at the end with ``pad_id``, and
+    the key mask ``(B, T)``: 1 for a token, 0 for padding."""
+    T = max(len(s) for s in sequences)
+    ids = np.full((len(sequences), T), pad_id, dtype=np.int64)
+    mask = np.zeros((len(sequences), T), dtype=np.int64)
+    for b, s in enumerate(sequences):
+        ids[b, :len(s)], mask[b, :len(s)] = s, 1
+    return ids, mask
+
+
+def mean_pool(hidden: np.ndarray, key_mask: np.ndarray) -> np.ndarray:
+    r"""Each sequence's mean over its real tokens, L2-normalised: the sentence embedding ``(B, d)``.
+
+    .. math:: e = \frac{\sum_t m_t h_t}{\sum_t m_t}, \qquad \hat e = e / \lVert e \rVert
+    """
+    m = np.asarray(key_mask, dtype=np.float64)[..., None]                            # (B, T, 1)
+    e = (np.asarray(hidden, dtype=np.float64) * m).sum(axis=1) / m.sum(axis=1)       # (B, d)
+    return e / np.linalg.norm(e, axis=1, keepdims=True)
+
+
+def similarity(params: dict, cfg: tr.TransformerConfig, ids: np.ndarray, key_mask: np.ndarray,
+               ablate: dict | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The sentence embeddings ``(B, d)`` of a padded batch and their cosine matrix ``(B, B)``
+    (embeddings are unit vectors, so the cosine is their dot product), with heads edited by ``ablate``."""
+    hidden, _ = tr.forward(params, cfg, ids, key_mask=key_mask, ablate=ablate)
+    e = mean_pool(hidden, key_mask)
+    return e, e @ e.T
 
 
 # ----------------------------------------------------------------------------------------------
