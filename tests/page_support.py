@@ -1,6 +1,9 @@
 """Opening a page through Streamlit's AppTest, as a visitor would from a link, and reading its numbers."""
+import json
+
 import numpy as np
 import pandas as pd
+from streamlit import dataframe_util
 from streamlit.testing.v1 import AppTest
 
 
@@ -23,3 +26,20 @@ def table_named(at: AppTest, corner: str) -> pd.DataFrame:
 def matrix_named(at: AppTest, corner: str) -> np.ndarray:
     """The numbers of :func:`table_named` as a float array (blank cells are NaN)."""
     return table_named(at, corner).to_numpy(dtype=float)
+
+
+def heatmaps(at: AppTest) -> dict:
+    """Every heatmap's cells by the chart's title: ``{title: (T, T) array}``. Streamlit moves a spec's
+    inline ``data.values`` into the element's Arrow data, read back here."""
+    found = {}
+    for chart in at.get("vega_lite_chart"):
+        spec = json.loads(chart.proto.spec)
+        if not chart.proto.data.data or not isinstance(spec.get("title"), str):
+            continue
+        cells = dataframe_util.convert_arrow_bytes_to_pandas_df(chart.proto.data.data)
+        if not {"row", "col"} <= set(cells.columns):
+            continue
+        value = next(column for column in cells.columns if column not in ("row", "col"))
+        n_rows = cells["row"].nunique()
+        found[spec["title"]] = cells[value].to_numpy(float).reshape(n_rows, -1)
+    return found

@@ -2,18 +2,16 @@
 names (a LayerNorm's input, the sampler's distribution at the chosen temperature, the heads of the
 layers a chart's title names) from the model, not from the code that drew it. Each test was checked
 against a planted bug (see the docstrings)."""
-import json
 
 import numpy as np
 import pytest
-from streamlit import dataframe_util
 
 import test_page_decoder as decoder_page
 import test_page_induction as induction_page
 import test_page_inside_model as inside_page
 from core.kernels import reference
 from core.models import induction as I
-from page_support import table_named
+from page_support import heatmaps, table_named
 
 
 def test_inside_model_layernorm_tables_describe_the_residual_sum():
@@ -49,7 +47,7 @@ def test_inside_model_heatmaps_follow_the_block_formulas():
     assert not at.exception and not at.error
     m, example = inside_page.model(), 0
     p = {name.split(".")[-1]: value for name, value in m.params.items() if name.startswith("layers.1.")}
-    eps, maps = m.cfg.ln_eps, _heatmaps(at)
+    eps, maps = m.cfg.ln_eps, heatmaps(at)
     tokens = m.data.X_test[example]
     np.testing.assert_allclose(maps["token embeddings E[x_t]"], m.params["embed"][tokens], atol=1e-6)
     np.testing.assert_allclose(maps["E[x_t] + PE_t"], m.params["embed"][tokens] + reference.sinusoidal(
@@ -89,23 +87,6 @@ def test_decoder_page_samples_at_the_temperature_chosen():
         assert np.abs(d["p sampled from"].to_numpy() - d1["p sampled from"].to_numpy()).max() > 1e-3
 
 
-def _heatmaps(at) -> dict:
-    """Every heatmap's cells by the chart's title: ``{title: (T, T) array}``. Streamlit moves a spec's
-    inline ``data.values`` into the element's Arrow data, read back here."""
-    found = {}
-    for chart in at.get("vega_lite_chart"):
-        spec = json.loads(chart.proto.spec)
-        if not chart.proto.data.data or not isinstance(spec.get("title"), str):
-            continue
-        cells = dataframe_util.convert_arrow_bytes_to_pandas_df(chart.proto.data.data)
-        if not {"row", "col"} <= set(cells.columns):
-            continue
-        value = next(column for column in cells.columns if column not in ("row", "col"))
-        n_rows = cells["row"].nunique()
-        found[spec["title"]] = cells[value].to_numpy(float).reshape(n_rows, -1)
-    return found
-
-
 @pytest.fixture(scope="module")
 def induction_numbers():
     setup = I.InductionSetup(steps=induction_page.STEPS)             # the page test's model
@@ -121,7 +102,7 @@ def test_induction_page_draws_each_layers_best_head(induction_numbers):
     prev_head, ind_head = int(np.argmax(m.previous[0])), int(np.argmax(m.induction[1]))
     at = induction_page._open(example=4)
     assert not at.exception and not at.error
-    maps = _heatmaps(at)
+    maps = heatmaps(at)
     # the titles name the role only when the score reaches its threshold: find each chart by its head
     left, = [cells for title, cells in maps.items() if title.startswith(f"Layer 1, head {prev_head + 1}: ")]
     right, = [cells for title, cells in maps.items() if title.startswith(f"Layer 2, head {ind_head + 1}: ")]

@@ -1,4 +1,5 @@
-"""The "A real model" page on the shipped model: the numbers it shows, and each control moving them."""
+"""The "A real model" page on the shipped decoder: the numbers it shows, and each control moving them.
+(tests/test_page_real_model_encoder.py: the page on the real encoder, its default.)"""
 from pathlib import Path
 
 import numpy as np
@@ -9,6 +10,7 @@ from core.models import transformer as tr
 from tests.page_support import open_page, table_named
 
 PAGE = str(Path(__file__).resolve().parents[1] / "views" / "real_model.py")
+DECODER = {"which": "tiny_gpt", "text": "the query and the key give a score. the query and the key"}
 
 
 def detector(at):
@@ -30,7 +32,7 @@ def generated(at):
 
 @pytest.fixture(scope="module")
 def page():
-    at = open_page(PAGE)
+    at = open_page(PAGE, DECODER)
     assert not at.exception and not at.error
     return at
 
@@ -39,6 +41,7 @@ def test_shows_the_shipped_model(page):
     cfg = pretrained.load(pretrained.os.path.join(pretrained.os.path.dirname(tr.__file__), "tiny_gpt")).config
     scores = detector(page)
     assert scores.shape == (cfg.n_layers * cfg.n_heads, 4) and np.all((scores >= 0) & (scores <= 1))
+    assert page.radio(key="real_model.which").value == "tiny_gpt"                # the link's choice
     table = lens(page)
     assert list(table.index) == ["embeddings"] + [f"after block {l + 1}" for l in range(cfg.n_layers)]
     assert effect(page) > 0
@@ -46,7 +49,7 @@ def test_shows_the_shipped_model(page):
 
 
 def test_text_moves_the_logit_lens_and_a_long_text_is_cut():
-    at = open_page(PAGE)
+    at = open_page(PAGE, DECODER)
     before = lens(at)
     at.text_area(key="real_model.text").set_value("each token asks a question with its query.").run()
     assert not lens(at).equals(before)
@@ -55,7 +58,7 @@ def test_text_moves_the_logit_lens_and_a_long_text_is_cut():
 
 
 def test_head_and_ablation_controls_move_the_effect():
-    at = open_page(PAGE)
+    at = open_page(PAGE, DECODER)
     first = effect(at)
     at.number_input(key="real_model.head").set_value(2).run()
     second = effect(at)
@@ -71,7 +74,7 @@ def test_head_and_ablation_controls_move_the_effect():
 
 
 def test_generation_controls_move_the_text():
-    at = open_page(PAGE)
+    at = open_page(PAGE, DECODER)
     at.slider(key="real_model.temperature").set_value(1.5).run()
     hot = generated(at)
     at.number_input(key="real_model.seed").set_value(7).run()
@@ -83,11 +86,12 @@ def test_generation_controls_move_the_text():
 
 
 def test_another_model_moves_the_detector_and_bad_inputs_change_nothing(tmp_path):
-    at = open_page(PAGE)
+    at = open_page(PAGE, DECODER)
     shipped, shipped_lens = detector(at), lens(at)
     # a random model of the same shape, saved in GPT-2's format next to the shipped tokenizer
     m = pretrained.load(pretrained.os.path.join(pretrained.os.path.dirname(tr.__file__), "tiny_gpt"))
     pretrained.save(tr.init_params(m.config, seed=5), m.config, str(tmp_path), tokenizer=m.tokenizer)
+    at.radio(key="real_model.which").set_value("other").run()
     at.text_input(key="real_model.model").set_value(str(tmp_path)).run()
     other = detector(at)
     assert other.shape == shipped.shape and not np.allclose(other, shipped)
@@ -95,7 +99,7 @@ def test_another_model_moves_the_detector_and_bad_inputs_change_nothing(tmp_path
     for bad in (str(tmp_path / "missing"), "not a/real/folder"):
         at.text_input(key="real_model.model").set_value(bad).run()
         assert at.error and np.array_equal(detector(at), other)      # still the last good model
-    at.text_input(key="real_model.model").set_value("").run()
+    at.radio(key="real_model.which").set_value("tiny_gpt").run()
     np.testing.assert_array_equal(detector(at), shipped)
     at.text_area(key="real_model.text").set_value("").run()
     assert any("empty" in e.value for e in at.error)

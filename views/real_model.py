@@ -1,99 +1,92 @@
-"""A real model: a GPT-2-family checkpoint run by our own transformer and taken apart head by head."""
+"""A real model: a BERT-family encoder (all-MiniLM-L6-v2) or a GPT-2-family decoder, run by our own
+transformer and taken apart head by head."""
 import inspect
-import os
 
-import numpy as np
 import pandas as pd
 import streamlit as st
 
-from core import pretrained
+from core.lessons import param_counts
 from core.lessons import real_model as rm
-from core.models import sampling
 from core.models import layers as L
+from core.models import packaged
 from core.models import transformer as tr
 from ui import charts, state
+from ui import real_model_parts as parts
 
 PAGE = "real_model"
-SHIPPED = os.path.join(os.path.dirname(tr.__file__), "tiny_gpt")
+MODELS = {"minilm": "all-MiniLM-L6-v2: a real encoder (BERT family)",
+          "tiny_gpt": "The small GPT shipped with the dashboard (a decoder)",
+          "other": "Another checkpoint: a folder or a Hub name"}
 HOW = {"zero": "zero (remove the head)", "mean": "mean over positions", "patch": "patch from the second prompt"}
-SPEC = {"model": state.text_field(""), "text": state.text_field("the query and the key give a score. the query and the key"),
+SPEC = {"which": state.choice_field("minilm", list(MODELS)), "model": state.text_field(""),
+        "text": state.text_field("The cat sat on the mat. The cat sat on the mat."),
+        "sentences": state.text_field("The weather is lovely today.\nIt's so sunny outside!\nHe drove to the stadium."),
         "layer": state.int_field(1, 1, 96), "head": state.int_field(1, 1, 64),
         "how": state.choice_field("zero", list(HOW)), "other": state.text_field("the value and the key give a weight."),
         "temperature": state.float_field(0.8, 0.0, 2.0), "top_k": state.int_field(40, 0, 1000),
         "top_p": state.float_field(0.95, 0.05, 1.0), "n_new": state.int_field(20, 1, 60), "seed": state.int_field(0, 0, 999)}
 GRID_TOKENS = 16                       # the grid of every head shows at most this many tokens
 k = lambda name: state.key(PAGE, name)  # noqa: E731
-show = lambda token: token.replace(" ", "·").replace("\n", "⏎")  # noqa: E731  (spaces and new lines, visible)
 ss = st.session_state
-
-
-@st.cache_resource(show_spinner=False, max_entries=2)
-def model_for(source: str, _progress=None) -> pretrained.Model:
-    """One read-only copy per server process, shared by every session."""
-    return pretrained.load(source or SHIPPED, np.float32, progress=_progress)
-
-
-@st.cache_resource(show_spinner=False, max_entries=4)
-def run(_m: pretrained.Model, source: str, ids: tuple):
-    """The forward pass of one text and its cache (shared, read only)."""
-    logits, cache = _m.forward(np.array(ids))
-    for array in (logits, *cache.values()):
-        array.setflags(write=False)                     # shared by every session that asks for this text
-    return logits, cache
-
-
-@st.cache_resource(show_spinner=False, max_entries=2)
-def detector(_m: pretrained.Model, source: str):
-    """Every head's scores on repeated random tokens, once per model."""
-    first = _m.tokenizer.token_to_id("<|endoftext|>") if _m.tokenizer is not None else None
-    return rm.detect_heads(_m.params, _m.config, n=min(20, _m.config.n_ctx // 2 - 1), first=first)
-
 
 st.title("A real model")
 state.restore(PAGE, SPEC)
-st.markdown("A GPT-2-family checkpoint, read from its own files and run by **our** transformer (the same "
-            "blocks as every other page, set to GPT-2's architecture: LayerNorm before each sublayer, GELU, "
-            "learned positions, the unembedding tied to the embedding). Every map below is the model's own.")
-st.latex(r"h \leftarrow h + \mathrm{MHA}(\mathrm{LN}_1(h)), \qquad h \leftarrow h + \mathrm{FFN}(\mathrm{LN}_2(h)), "
-         r"\qquad \text{logits} = \mathrm{LN}_f(h)\, W_E^\top")
+st.markdown("A published checkpoint, read from its own files and run by **our** transformer: the same blocks as "
+            "every other page, set to the checkpoint's architecture. Every map below is the model's own.")
 
 # 1. the model and the text ----------------------------------------------------------------------
-st.text_input("Model: a folder (config.json, model.safetensors, tokenizer.json) or a Hub name such as gpt2; "
-              "empty for the small model shipped with the dashboard", key=k("model"))
-source = ss[k("model")].strip()
-bar = st.progress(0.0) if source and not os.path.isdir(os.path.expanduser(source)) else None
+st.radio("Model", list(MODELS), format_func=MODELS.get, key=k("which"), horizontal=True)
+if ss[k("which")] == "other":
+    st.text_input("A folder (config.json, model.safetensors, tokenizer.json) or a Hub name such as gpt2 or "
+                  "bert-base-uncased", key=k("model"))
+source = {"minilm": packaged.MINILM, "tiny_gpt": "", "other": ss[k("model")].strip()}[ss[k("which")]]
+bar = st.progress(0.0) if ss[k("which")] == "other" and source else None
 try:
-    m = model_for(source, (lambda f, msg: bar.progress(f, text=msg)) if bar else None)
+    m = parts.model_for(source, (lambda f, msg: bar.progress(f, text=msg)) if bar else None)
     ss[k("good_model")] = source
 except ValueError as err:
-    source = ss.get(k("good_model"), "")
-    st.error(f"{err}\n\nStill showing {source or 'the shipped model'}.")
-    m = model_for(source)
+    fallback = ss.get(k("good_model"), "")
+    fallback = "" if fallback == source else fallback
+    (st.info if ss[k("which")] == "minilm" else st.error)(
+        f"{err}\n\nShowing {'the shipped small GPT' if not fallback else fallback} instead.")
+    source, m = fallback, parts.model_for(fallback)
 finally:
     if bar is not None:
         bar.empty()
 cfg = m.config
-st.caption(f"{source or 'shipped tiny model (trained here on the dashboard text: python -m core.models.make_tiny_gpt)'}: "
-           f"{cfg.n_layers} layers × {cfg.n_heads} heads, d = {cfg.d_model}, vocabulary {cfg.vocab_size:,}, "
-           f"context {cfg.n_ctx}, {tr.param_count(cfg):,} parameters, run in float32.")
+if m.is_encoder:
+    st.latex(r"h \leftarrow \mathrm{LN}_1(h + \mathrm{MHA}(h)), \qquad h \leftarrow \mathrm{LN}_2(h + \mathrm{FFN}(h)), "
+             r"\qquad \mathrm{FFN}(x) = \mathrm{GELU}(x W_1 + b_1) W_2 + b_2")
+else:
+    st.latex(r"h \leftarrow h + \mathrm{MHA}(\mathrm{LN}_1(h)), \qquad h \leftarrow h + \mathrm{FFN}(\mathrm{LN}_2(h)), "
+             r"\qquad \text{logits} = \mathrm{LN}_f(h)\, W_E^\top")
+about = {packaged.MINILM: f"all-MiniLM-L6-v2 (sentence-transformers, {packaged.LICENSE}), from the installed package "
+                          f"{packaged.DISTRIBUTION}, its weights checked against their published sha256",
+         "": "the small GPT shipped with the dashboard (re-create it: python -m core.models.make_tiny_gpt)"}
+st.caption(f"{about.get(source, source)}: {'an encoder' if m.is_encoder else 'a decoder'}, {cfg.n_layers} layers × "
+           f"{cfg.n_heads} heads, d = {cfg.d_model}, vocabulary {cfg.vocab_size:,}, context {cfg.n_ctx}, run in float32.")
 
 st.text_area("Your text", key=k("text"), max_chars=state.MAX_TEXT)
 try:
-    ids, cut = rm.fit_context(m.encode(ss[k("text")]), cfg.n_ctx)
+    ids, cut = rm.fit_context(m.encode(ss[k("text")]), cfg.n_ctx, keep_last=m.is_encoder)
     ss[k("good_text")] = ss[k("text")]
 except ValueError as err:
     text = ss.get(k("good_text"), SPEC["text"].default)
     st.error(f"{err} Still showing: “{text}”.")
-    ids, cut = rm.fit_context(m.encode(text), cfg.n_ctx)
+    ids, cut = rm.fit_context(m.encode(text), cfg.n_ctx, keep_last=m.is_encoder)
 if cut:
-    st.warning(f"The text is {cut} tokens longer than the model's context: only its first {cfg.n_ctx} are used.")
+    st.warning(f"The text is {cut} tokens longer than the model's context: only {cfg.n_ctx} of its tokens are used.")
 words = m.tokens(ids)
-labels = charts.position_labels([show(w) for w in words])
-st.markdown("**Tokens**, as the tokenizer cut them (· is a space, ⏎ a new line): " +
-            " ".join(f"`{show(w)}`" for w in words))
-logits, cache = run(m, source, tuple(int(i) for i in ids))
+labels = charts.position_labels([parts.show(w) for w in words])
+st.markdown("**Tokens**, as the tokenizer cut them (· is a space, ⏎ a new line"
+            + (", [CLS] and [SEP] the encoder's own" if m.is_encoder else "") + "): "
+            + " ".join(f"`{parts.show(w)}`" for w in words))
+out, cache = parts.run(m, source, tuple(int(i) for i in ids))
 W = rm.stack_weights(cache, cfg.n_layers)                                         # (L, H, T, T)
 T = len(ids)
+ran = [tr.forward, tr.forward_checked, tr.embed, tr.block, tr.self_attention, tr.softmax_rows, tr.feed_forward,
+       tr.dense, tr.layer_norm, L.layer_norm, L._layer_norm_rows]
+ran += [L.gelu_erf, L._gelu_erf_flat] if cfg.activation == "gelu_erf" else [L.gelu_tanh]
 
 # 2. every head, then one in detail ------------------------------------------------------------------
 st.header("Every head")
@@ -110,41 +103,41 @@ ss[k("head")] = min(ss[k("head")], cfg.n_heads)
 layer = c1.number_input("Layer", 1, cfg.n_layers, key=k("layer")) - 1
 head = c2.number_input("Head", 1, cfg.n_heads, key=k("head")) - 1
 st.vega_lite_chart(charts.heatmap(W[layer, head], labels, labels, annotate=False, size=420,
-                                  title=f"Layer {layer + 1}, head {head + 1}: attention weights"))
+                                  title=f"{parts.head_name(layer, head)}: attention weights"))
 
 # 3. the head detector -----------------------------------------------------------------------------
 st.header("Head detector")
-scores = detector(m, source)
-st.markdown("Each head's mean attention on **repeated random tokens** (n random ids, then the same n again, "
-            "as on the induction page): to the previous token, to the earlier copy of the current token "
-            "(duplicate), to the token after that copy (induction), and to the first token (a \"sink\").")
-st.latex(r"\text{induction}_h = \operatorname{mean}_{t \in \text{2nd copy}} A^h_{t,\,t-n+1} \qquad "
-         r"\text{previous}_h = \operatorname{mean}_{t} A^h_{t,\,t-1}")
+if m.is_encoder:
+    scores = rm.sentence_head_scores(W)
+    st.markdown("Each head's attention on **your text**: to the previous token, to the next one (only a model that "
+                "reads both ways can), to [CLS] and to [SEP] (\"sinks\" where a head parks when it has nothing to "
+                "do), and how broad its rows are (entropy over log₂ T: 1 is uniform).")
+    st.latex(r"\text{previous}_h = \operatorname{mean}_{t \ge 1} A^h_{t,\,t-1} \qquad "
+             r"\text{next}_h = \operatorname{mean}_{t < T-1} A^h_{t,\,t+1} \qquad "
+             r"\text{broad}_h = \operatorname{mean}_t \frac{H(A^h_t)}{\log_2 T}")
+    ran += [rm.sentence_head_scores, rm.named_heads]
+else:
+    scores = parts.decoder_detector(m, source)
+    st.markdown("Each head's mean attention on **repeated random tokens** (n random ids, then the same n again, "
+                "as on the induction page): to the previous token, to the earlier copy of the current token "
+                "(duplicate), to the token after that copy (induction), and to the first token (a \"sink\").")
+    st.latex(r"\text{induction}_h = \operatorname{mean}_{t \in \text{2nd copy}} A^h_{t,\,t-n+1} \qquad "
+             r"\text{previous}_h = \operatorname{mean}_{t} A^h_{t,\,t-1}")
+    ran += [rm.repeated_random_tokens, rm.detect_heads, rm.head_scores, rm.named_heads]
+st.markdown("**Named heads**, each above its kind's threshold (layer and head from 1, then layer.head from 0):\n\n"
+            + parts.named_heads_markdown(scores))
 heads = [f"H{h + 1}" for h in range(cfg.n_heads)]
 layers = [f"L{l + 1}" for l in range(cfg.n_layers)]
 cols = st.columns(2)
-for i, kind in enumerate(rm.HEAD_KINDS):
-    cols[i % 2].vega_lite_chart(charts.heatmap(scores[kind], layers, heads, title=f"{kind} score", value_name="score",
+for i, (kind, s) in enumerate(scores.items()):
+    cols[i % 2].vega_lite_chart(charts.heatmap(s, layers, heads, title=f"{kind} score", value_name="score",
                                                row_title="layer", col_title="head", size=300))
-table = pd.DataFrame({"head": [f"L{l + 1}H{h + 1}" for l in range(cfg.n_layers) for h in range(cfg.n_heads)]}
-                     | {kind: scores[kind].ravel() for kind in rm.HEAD_KINDS})
-st.dataframe(table.round(3), hide_index=True, height=220)
-st.caption("In GPT-2 small, published work (Olsson et al. 2022; TransformerLens's head detector) finds induction "
-           "heads at 5.1, 5.5, 6.9, 7.2 and 7.10 (layer.head, counted from 0: L6H2, L6H6, L7H10, L8H3, L8H11 "
-           "here) and previous-token heads in layer 4. The multi-head page's hand-set presets \"Previous "
-           "token\" and \"First token\" are the patterns the previous-token and first-token scores look for.")
+st.dataframe(parts.score_table(scores, cfg), hide_index=True, height=220)
+if source == "gpt2":
+    st.caption("In GPT-2 small, published work (Olsson et al. 2022; TransformerLens's head detector) finds induction "
+               "heads at 5.1, 5.5, 6.9, 7.2 and 7.10 (layer.head from 0) and previous-token heads in layer 4.")
 
-# 4. the logit lens and attention rollout ---------------------------------------------------------
-st.header("Logit lens")
-st.latex(r"\text{guess}_\ell(t) = \arg\max \operatorname{softmax}\big(\mathrm{LN}_f(h_\ell(t))\, W_E^\top\big)")
-top, prob = rm.logit_lens(m.params, cfg, cache)
-lens = pd.DataFrame([[f"{show(m.decode([t]))} ({p:.0%})" for t, p in zip(top[r], prob[r])]
-                     for r in range(cfg.n_layers + 1)],
-                    columns=labels, index=["embeddings"] + [f"after block {l + 1}" for l in range(cfg.n_layers)])
-st.dataframe(lens.rename_axis("logit lens").reset_index(), hide_index=True)
-st.caption("Each row reads the residual stream after that block as if the rest of the model were skipped; "
-           "the last row is the model's own next-token prediction at each position.")
-
+# 4. attention rollout ------------------------------------------------------------------------------
 st.header("Attention rollout")
 st.latex(r"\bar A_\ell = \mathrm{rownorm}\big(\tfrac12 \operatorname{mean}_h A_{\ell,h} + \tfrac12 I\big), \qquad "
          r"R_\ell = \bar A_\ell \cdots \bar A_1")
@@ -155,44 +148,63 @@ r2.vega_lite_chart(charts.heatmap(R[-1], labels, labels, annotate=False, title="
                                   value_name="share"))
 st.caption("Abnar & Zuidema (2020): the identity stands for the residual connection; the rollout multiplies the "
            "layers' maps to estimate how much each input token reaches each position.")
+ran += [rm.rollout]
 
-# 5. ablation and patching --------------------------------------------------------------------------
-st.header(f"Remove or patch head L{layer + 1}H{head + 1}")
-a1, a2 = st.columns([1, 2])
-how = a1.radio("Change its output", list(HOW), format_func=HOW.get, key=k("how"))
-a2.text_input("Second prompt (patching: this head's output on it replaces the output on your text, the two aligned at their last tokens)", key=k("other"))
-other_cache = None
-if how == "patch":
+# 5. what the model is for: sentence similarity (encoder) or next tokens (decoder), and a head removed --
+if m.is_encoder:
+    st.header("Sentence similarity")
+    st.markdown("A sentence's embedding is the **mean of its last hidden states** over its tokens (padding left "
+                "out by the key mask), made unit length: the pooling all-MiniLM-L6-v2 was trained with. Similar "
+                "sentences point the same way.")
+    st.text_area(f"Sentences, one per line (2 to {parts.MAX_SENTENCES})", key=k("sentences"), max_chars=state.MAX_TEXT)
     try:
-        other_ids, _ = rm.fit_context(m.encode(ss[k("other")]), cfg.n_ctx)
-        _, other_cache = run(m, source, tuple(int(i) for i in other_ids))
+        sentences = parts.read_sentences(ss[k("sentences")])
+        ss[k("good_sentences")] = ss[k("sentences")]
     except ValueError as err:
-        st.error(f"Second prompt: {err}")
-if how != "patch" or other_cache is not None:
-    rows = rm.edit_effect(m.params, cfg, ids, logits, rm.head_edit(cache, layer, head, how, other_cache))
-    effect = pd.DataFrame([{"next token": show(m.decode([r["id"]])), "before": r["before"],
-                            "after": r["after"], "change": r["change"]} for r in rows])
-    st.metric("largest change in a next-token probability", f"{effect['change'].abs().max():.4f}")
-    st.dataframe(effect.style.format({"before": "{:.4f}", "after": "{:.4f}", "change": "{:+.4f}"}), hide_index=True)
+        sentences = parts.read_sentences(ss.get(k("good_sentences"), SPEC["sentences"].default))
+        st.error(f"{err} Still showing the last sentences that worked.")
+    before = parts.similarity_section(m, source, sentences)
+    if source == packaged.MINILM and sentences == SPEC["sentences"].default.splitlines():
+        st.caption("The model's published figures for these three sentences: 0.6660, 0.1046 and 0.1411.")
+    st.header(f"Remove head {parts.head_name(layer, head)}")
+    ss[k("how")] = "zero" if ss[k("how")] == "patch" else ss[k("how")]
+    how = st.radio("Replace its output by", ["zero", "mean"], format_func=HOW.get, key=k("how"), horizontal=True)
+    parts.similarity_edit_section(m, source, sentences, before, layer, head, how)
+    ran += [tr.key_mask_scores, tr.edit_heads, rm.pad_batch, rm.similarity, rm.mean_pool]
+else:
+    parts.logit_lens_section(m, cache, labels)
+    st.header(f"Remove or patch head {parts.head_name(layer, head)}")
+    a1, a2 = st.columns([1, 2])
+    how = a1.radio("Change its output", list(HOW), format_func=HOW.get, key=k("how"))
+    a2.text_input("Second prompt (patching: this head's output on it replaces the output on your text, the two "
+                  "aligned at their last tokens)", key=k("other"))
+    other_cache = None
+    if how == "patch":
+        try:
+            other_ids, _ = rm.fit_context(m.encode(ss[k("other")]), cfg.n_ctx)
+            _, other_cache = parts.run(m, source, tuple(int(i) for i in other_ids))
+        except ValueError as err:
+            st.error(f"Second prompt: {err}")
+    if how != "patch" or other_cache is not None:
+        parts.next_token_effect_section(m, ids, out, rm.head_edit(cache, layer, head, how, other_cache))
+    parts.generation_section(m, ids, k)
+    ran += [rm.logit_lens, tr.edit_heads, rm.head_edit, rm.edit_effect, rm.generate]
 
-# 6. generation ----------------------------------------------------------------------------------------
-st.header("Generation")
-g = st.columns(5)
-g[0].slider("temperature", 0.0, 2.0, key=k("temperature"), help="0 = greedy")
-g[1].number_input("top-k (0 = off)", 0, 1000, key=k("top_k"))
-g[2].slider("top-p", 0.05, 1.0, key=k("top_p"))
-g[3].number_input("new tokens", 1, 60, key=k("n_new"))
-g[4].number_input("seed", 0, 999, key=k("seed"))
-settings = sampling.SamplerSettings(ss[k("temperature")], ss[k("top_k")] or None, ss[k("top_p")])
-new = rm.generate(m.params, cfg, ids, max_new_tokens=ss[k("n_new")], settings=settings, seed=ss[k("seed")])
-st.markdown(f"Continued: {m.decode(ids)}**{m.decode(new)}**" if len(new) else "The context is full: no room for new tokens.")
-st.caption("The prompt runs once and fills the KV cache; each new token then runs alone, its query attending "
-           "over the cached keys and values.")
+# 6. its parameters, counted two ways ------------------------------------------------------------------
+st.header("Its parameters, counted two ways")
+formula = param_counts.model_param_count(param_counts.spec_of(cfg))
+p1, p2 = st.columns(2)
+p1.metric("in the checkpoint's tensors", f"{m.checkpoint_params:,}")
+p2.metric("by the Parameters page's formula", f"{formula.total:,}")
+st.dataframe(pd.DataFrame(formula.rows(), columns=["part", "parameters", "share"]).style.format(
+    {"parameters": "{:,}", "share": "{:.1%}"}), hide_index=True)
+st.caption("Each attention block is 4·d² + 4d whatever the head count; the formula knows only the config, the "
+           "first count only the file." + ("" if formula.total == m.checkpoint_params else
+                                           " They differ: the file holds tensors this config does not describe."))
+ran += [param_counts.spec_of, param_counts.model_param_count]
 
 with st.expander("Source: the transformer and the analyses that ran"):
-    for fn in (tr.forward, tr.forward_checked, tr.block, tr.self_attention, tr.softmax_rows, tr.feed_forward, tr.dense,
-               tr.layer_norm, L.layer_norm, L._layer_norm_rows, L.gelu_tanh, tr.edit_heads, rm.head_scores, rm.logit_lens,
-               rm.rollout, rm.generate):
+    for fn in ran:
         st.code(inspect.getsource(getattr(fn, "py_func", fn)), language="python")
 
 state.publish(PAGE, SPEC)

@@ -35,6 +35,8 @@ CONFIG_FILE, WEIGHTS_FILE, TOKENIZER_FILE = "config.json", "model.safetensors", 
 ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu_fast": "gelu_tanh",
                "relu": "relu"}
 HUB_FILES = (CONFIG_FILE, WEIGHTS_FILE, TOKENIZER_FILE)
+BUFFERS = (".attn.bias", ".attn.masked_bias")     # GPT-2's causal-mask buffers, saved by old checkpoints
+HEADS_NOT_READ = ("cls.", "lm_head.")             # BERT's pre-training heads; GPT-2's copy of its tied wte
 
 
 # ----------------------------------------------------------------------------------------------
@@ -151,7 +153,8 @@ class Model:
 
     ``family`` is ``"gpt2"`` (a causal language model: ``forward`` returns logits) or ``"bert"`` (an
     encoder: ``forward`` returns the last hidden states). ``checkpoint_params`` counts the numbers
-    in the checkpoint's float tensors, as read from the file.
+    in the checkpoint's float tensors, as read from the file (not GPT-2's mask buffers, nor heads
+    that are not run: BERT's pre-training heads, a saved copy of a tied unembedding).
     """
 
     config: tr.TransformerConfig
@@ -223,7 +226,8 @@ def _read_folder(folder: str, dtype) -> Model:
         raise ValueError(f"{folder}/config.json does not hold a JSON object.")
     family = check_family(hf)
     tensors = _read_safetensors(os.path.join(folder, WEIGHTS_FILE))
-    counted = sum(v.size for v in tensors.values() if v.dtype.kind == "f")
+    counted = sum(v.size for k, v in tensors.items() if v.dtype.kind == "f" and not k.endswith(BUFFERS)
+                  and not k.startswith(HEADS_NOT_READ))
     if family == "bert":
         cfg, params = bert_format.params_from_bert(tensors, bert_format.config_from_bert(hf), dtype)
     else:
