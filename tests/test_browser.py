@@ -258,6 +258,32 @@ def test_training_loss_curve_grows(server, browser):
         ctx.close()
 
 
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_real_model_names_the_encoders_heads_and_a_removed_head_moves_the_similarity(scheme, server, browser):
+    """The page's default, all-MiniLM-L6-v2: the detector names head 0.2 (previous token) and head 1.8
+    (next token), the cosine matrix is drawn, and removing another head moves the largest change."""
+    info = next(p for p in PAGES if p.name == "real_model")
+    ctx, page, js_errors = _open(browser, server, info, color_scheme=scheme, timeout_ms=COLD_MS)
+    try:
+        text = page.inner_text(MAIN)
+        assert re.search(r"previous-token \(≥ 0.5\): L1H3 \(0.2\) 1.00", text), text[:2000]
+        assert re.search(r"next-token \(≥ 0.5\): L2H9 \(1.8\) 0\.\d\d", text)
+        assert "Cosine similarity" in text and "0.666" in text       # the published 0.6660, in its cell
+        change = lambda: page.locator('[data-testid="stMetric"]', has_text="largest change in a similarity")  # noqa: E731
+        before = change().locator('[data-testid="stMetricValue"]').inner_text()
+        assert operate_first_number_input(page)                      # the layer: 1 -> 2
+        wait_idle(page, timeout_ms=WARM_MS)
+        after = change().locator('[data-testid="stMetricValue"]').inner_text()
+        assert float(after) > 0 and after != before, (before, after)
+        assert charts_drawn(page)[0] >= 10 and error_texts(page) == [] and js_errors == []
+        _full_page_screenshot(page, SCREENSHOTS / f"real_model_minilm_{scheme}.png")
+    except BaseException:
+        failure_screenshot(page, f"real_model_minilm_{scheme}")
+        raise
+    finally:
+        ctx.close()
+
+
 # --- a link opened first on a fresh server ---------------------------------------------------------
 
 
