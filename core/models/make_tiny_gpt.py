@@ -6,8 +6,8 @@
 1. A byte-level BPE tokenizer (GPT-2's kind, from the ``tokenizers`` library) is trained on
    ``core/models/corpus.txt``, with a small vocabulary. The corpus was written for this project
    (short sentences about attention and transformers) and ships under the project's own license.
-2. A decoder-only transformer with GPT-2's architecture (pre-norm, GELU, learned positions, tied
-   unembedding, final LayerNorm; learned positions that start from the sinusoidal code) is
+2. A decoder-only transformer with GPT-2's architecture (pre-norm, GELU, tied unembedding, final
+   LayerNorm; learned positions, which start from the sinusoidal code) is
    trained with Adam to predict the next token, on windows of three kinds (1 : 1 : 3), each
    starting with ``<|endoftext|>``:
 
@@ -15,7 +15,7 @@
    * a passage of the text, then the text again from the same place: the second copy can be
      predicted by looking up what followed each token the first time, which is what an
      induction head does (and it needs a previous-token head in the layer before);
-   * random token ids, then the same ids again: copying for every id of the vocabulary, also
+   * 4 to 32 random token ids, repeated until the window is full: copying for every id of the vocabulary, also
      the bytes the text never uses (this is the head detector's kind of sequence). Without
      these, the model learns the short text by heart from the bag of tokens before each position
      and grows neither head; with them, both appear suddenly after about 2000 steps.
