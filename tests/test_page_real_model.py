@@ -104,3 +104,35 @@ def test_another_model_moves_the_detector_and_bad_inputs_change_nothing(tmp_path
     at.text_area(key="real_model.text").set_value("").run()
     assert any("empty" in e.value for e in at.error)
     assert lens(at).equals(shipped_lens)                              # the last good text
+
+
+def test_each_bad_checkpoint_gets_its_message_and_the_page_stays_usable(tmp_path):
+    """Another family, a truncated weights file, a tokenizer of another model: a message each, and
+    the page goes on with the last good model."""
+    import json
+    import shutil
+
+    from tokenizers import Tokenizer, models
+
+    shipped = pretrained.os.path.join(pretrained.os.path.dirname(tr.__file__), "tiny_gpt")
+    cases = {}
+    for case in ("family", "truncated", "tokenizer"):
+        folder = tmp_path / case
+        shutil.copytree(shipped, folder)
+        cases[case] = folder
+    with open(cases["family"] / "config.json", "w") as f:
+        json.dump({"model_type": "t5", "d_model": 64}, f)
+    with open(cases["truncated"] / "model.safetensors", "r+b") as f:
+        f.truncate(1000)
+    Tokenizer(models.WordLevel({f"w{i}": i for i in range(5000)}, unk_token="w0")).save(
+        str(cases["tokenizer"] / "tokenizer.json"))
+    at = open_page(PAGE, DECODER)
+    good = detector(at)
+    at.radio(key="real_model.which").set_value("other").run()
+    expected = {"family": "t5 model: only the GPT-2 family", "truncated": "truncated or damaged",
+                "tokenizer": "the tokenizer belongs to another model"}
+    for case, message in expected.items():
+        at.text_input(key="real_model.model").set_value(str(cases[case])).run()
+        assert not at.exception
+        assert any(message in e.value for e in at.error), (case, [e.value for e in at.error])
+        np.testing.assert_array_equal(detector(at), good)               # still the shipped model
