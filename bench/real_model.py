@@ -23,6 +23,8 @@ the best kept; each of our figures is also given as GFLOP/s over it. FLOPs are c
 needs them (:func:`forward_flops`): 2 per multiply-add of the projections, the feed-forward layers,
 the unembedding and the attention products over the causal pairs only.
 
+``BENCH_OURS_BEFORE=/path/to/an/earlier/checkout`` adds that code as one more contender, "ours (before)".
+
 A model is one :class:`ModelRows`: its scripts, lengths, FLOP count and targets. A second one (a
 6-layer, 384-wide BERT encoder against ``transformers.BertModel``) is another entry in ``MODELS``.
 """
@@ -137,11 +139,19 @@ MODELS = [GPT2_SMALL]
 _SGEMM = "import json; from bench.attention import sgemm_gflops; print(json.dumps({'gflops': sgemm_gflops()}))"
 
 
-def _timed(setup: str, T: int, made: int, threads: int = 0) -> Callable[[], float]:
-    """Times ``setup``'s ``run()`` in a process of its own; refuses a run that made fewer
-    positions or tokens than ``made`` (a generation that stopped early)."""
+# A folder holding an earlier checkout of this project: its code runs as one more contender, "ours
+# (before)", in the same alternating rounds, so that a change is measured against what it replaced.
+BEFORE = os.environ.get("BENCH_OURS_BEFORE")
+
+
+def _timed(setup: str, T: int, made: int, threads: int = 0, tree: str | None = None) -> Callable[[], float]:
+    """Times ``setup``'s ``run()`` in a process of its own (with the code of ``tree``, default
+    this one); refuses a run that made fewer positions or tokens than ``made`` (a generation that
+    stopped early)."""
+    env = None if tree is None else dict(os.environ, PYTHONPATH=tree)
+
     def run() -> float:
-        result = last_json_line(["-c", _TIMER.format(setup=setup), str(T), str(REPEATS), str(threads)])
+        result = last_json_line(["-c", _TIMER.format(setup=setup), str(T), str(REPEATS), str(threads)], env=env)
         if result["made"] != made:
             raise RuntimeError(f"A contender made {result['made']} positions or tokens, not {made}.")
         return result["ms"]
@@ -153,6 +163,8 @@ def measure(setups: dict[str, str], T: int, made: int, needs, ceilings: list[flo
     in every round too (appended to ``ceilings``)."""
     contenders = with_threads(_timed(setups["ours"], T, made), lambda n: _timed(setups["torch"], T, made, n)(),
                               "transformers", TORCH_THREADS, needs=needs)
+    if BEFORE:
+        contenders["ours (before)"] = _timed(setups["ours"], T, made, tree=BEFORE)
     contenders["sgemm ceiling"] = lambda: 1000.0 / last_json_line(["-c", _SGEMM])["gflops"]   # ms per GFLOP
     times = alternating_rounds(contenders, rounds)
     ceilings.extend(1000.0 / ms for ms in times.pop("sgemm ceiling"))
@@ -182,7 +194,7 @@ def print_model(model: ModelRows, rounds: int = ROUNDS) -> list[str]:
         for name, value in ms.items():
             rate = gflop / (value / 1000)
             print(f"| {T} | {name} | {value:.1f} | {value / ms['ours']:.2f} | {rate:.0f} | {100 * rate / ceiling:.0f} % |")
-        torch_best = min((v for n, v in ms.items() if n != "ours"), default=None)
+        torch_best = min((v for n, v in ms.items() if n.startswith("transformers")), default=None)
         ratio = None if torch_best is None else torch_best / ms["ours"]
         if ratio is not None:
             print(f"| {T} | **transformers (best threads) / ours** | | **{ratio:.2f}x** | | |")
@@ -205,7 +217,7 @@ def print_model(model: ModelRows, rounds: int = ROUNDS) -> list[str]:
             rate = gflop / (value / 1000)
             print(f"| {name} | {value / 1000:.3f} | {NEW_TOKENS / (value / 1000):.1f} | {value / generate['ours']:.2f} | "
                   f"{rate:.0f} | {100 * rate / ceiling:.1f} % |")
-        torch_best = min((v for n, v in generate.items() if n != "ours"), default=None)
+        torch_best = min((v for n, v in generate.items() if n.startswith("transformers")), default=None)
         ratio = None if torch_best is None else torch_best / generate["ours"]
         if ratio is not None:
             print(f"| **transformers (best threads) / ours** | | | **{ratio:.2f}x** | | |")
