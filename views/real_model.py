@@ -11,6 +11,7 @@ from core.lessons import real_model as rm
 from core.models import sampling
 from core.models import layers as L
 from core.models import transformer as tr
+from core.models import tuned_forward as TF
 from ui import charts, state
 
 PAGE = "real_model"
@@ -190,8 +191,11 @@ st.caption("The prompt runs once and fills the KV cache; each new token then run
            "over the cached keys and values.")
 
 with st.expander("Source: the transformer and the analyses that ran"):
-    for fn in (tr.forward, tr.forward_checked, tr.block, tr.self_attention, tr.softmax_rows, tr.feed_forward, tr.dense,
-               tr.layer_norm, L.layer_norm, L._layer_norm_rows, L.gelu_tanh, tr.edit_heads, rm.head_scores, rm.logit_lens,
+    # a model of GPT-2's size runs the tuned twins of the softmax, GELU and KV cache (tr.BLAS_FROM)
+    tuned = (TF.softmax_rows, TF._softmax_rows, TF.gelu_tanh, TF._gelu_tanh_flat, TF.append_kv) \
+        if cfg.d_model ** 2 >= tr.BLAS_FROM else (tr.softmax_rows, L.gelu_tanh)
+    for fn in (tr.forward, tr.forward_checked, tr.block, tr.self_attention, tr.feed_forward, tr.dense,
+               tr.layer_norm, L.layer_norm, L._layer_norm_rows, *tuned, tr.edit_heads, rm.head_scores, rm.logit_lens,
                rm.rollout, rm.generate):
         st.code(inspect.getsource(getattr(fn, "py_func", fn)), language="python")
 
