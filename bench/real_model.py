@@ -1,76 +1,230 @@
-"""Real-model benchmark: a GPT-2-small-size forward pass against `transformers` on PyTorch, and the
-"A real model" page's first draw and redraw.
+"""Real-model benchmark: forward passes and generation of a GPT-2-small-size model against
+`transformers` on PyTorch, set against this machine's sgemm ceiling; and the "A real model" page's
+first draw and redraw.
 
 ``python -m bench real_model`` prints:
 
 1. milliseconds per forward pass of a random-weight model of GPT-2 small's size (12 layers, 12
-   heads, d 768, vocabulary 50,257; float32; one sequence) at T = 64 and T = 256, side by side in
-   alternating rounds, each contender in a process of its own:
-
-   - ours: :func:`core.models.transformer.forward` with GPT-2's settings (the full cache kept);
-   - `transformers`' ``GPT2LMHeadModel`` (``torch.no_grad``, its default attention: SDPA) at 1, 2
-     and all threads; the ratio uses PyTorch's best thread count (ours: OpenBLAS and Numba at their defaults);
-
-2. the page's first full draw after the model is loaded (AppTest, the shipped model) and the median
+   heads, d 768, vocabulary 50,257; float32; one sequence; the full logits and, for ours, the full
+   cache) at T = 64 and T = 256;
+2. generation with the KV cache, greedy, 32 new tokens after a 32-token prompt, in tokens per
+   second (the whole call, the prompt's pass included): ours, :func:`core.lessons.real_model.generate`,
+   against ``GPT2LMHeadModel.generate(do_sample=False, use_cache=True)`` with no end-of-text token,
+   so that both make all 32;
+3. the page's first full draw after the model is loaded (AppTest, the shipped model) and the median
    redraw after moving the head selector. Targets: under 5 s and under 300 ms.
+
+Every row is timed side by side in alternating rounds, each contender in a process of its own
+(two OpenMP runtimes in one process spin against each other): ours at its defaults (OpenBLAS and
+Numba as they come), `transformers` (``torch.no_grad``, its default attention, SDPA) at 1, 2 and all
+threads, its best thread count compared. The sgemm ceiling (:func:`bench.attention.sgemm_gflops`,
+a 2048 x 2048 float32 product through NumPy's BLAS) is measured in its own process in every round,
+the best kept; each of our figures is also given as GFLOP/s over it. FLOPs are counted as the model
+needs them (:func:`forward_flops`): 2 per multiply-add of the projections, the feed-forward layers,
+the unembedding and the attention products over the causal pairs only.
+
+``BENCH_OURS_BEFORE=/path/to/an/earlier/checkout`` adds that code as one more contender, "ours (before)".
+
+A model is one :class:`ModelRows`: its scripts, lengths, FLOP count and targets. A second one (a
+6-layer, 384-wide BERT encoder against ``transformers.BertModel``) is another entry in ``MODELS``.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import statistics
 import textwrap
 import time
 from pathlib import Path
+from typing import Callable
 
 from bench import alternating_rounds, last_json_line, with_threads
 
-LENGTHS = (64, 256)
 ROUNDS = 3
 TORCH_THREADS = tuple(sorted({1, 2, os.cpu_count() or 1}))   # its best of these is the one compared
 REPEATS = 5
+PROMPT, NEW_TOKENS = 32, 32
 
-_OURS = textwrap.dedent("""
-    import json, sys, time
-    import numpy as np
-    from core.models import transformer as tr
-    T, repeats = int(sys.argv[1]), int(sys.argv[2])
-    cfg = tr.TransformerConfig(vocab_size=50257, n_ctx=1024, d_model=768, n_heads=12, d_ff=3072, n_layers=12,
-                               norm="pre", activation="gelu_tanh", positional="learned", tied_unembed=True,
-                               final_ln=True)
-    params = tr.init_params(cfg, seed=0, dtype=np.float32)
-    ids = np.random.default_rng(0).integers(0, cfg.vocab_size, size=T)
-    tr.forward(params, cfg, ids)
-    best = min((lambda t0: (tr.forward(params, cfg, ids), time.perf_counter() - t0)[1])(time.perf_counter())
-               for _ in range(repeats))
-    print(json.dumps({"ms": 1000 * best}))
-""")
+# Runs ``setup`` (which defines ``run()`` from ``T`` and ``threads``), once to warm up, then
+# ``repeats`` times; prints the best in milliseconds and what the last call returned, as JSON.
+_TIMER = """
+import json, sys, time
+import numpy as np
+T, repeats, threads = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+{setup}
+out = run()
+best = float("inf")
+for _ in range(repeats):
+    t0 = time.perf_counter()
+    out = run()
+    best = min(best, time.perf_counter() - t0)
+print(json.dumps({{"ms": 1000 * best, "made": made(out)}}))
+"""
 
-_TORCH = textwrap.dedent("""
-    import json, sys, time
-    import torch
-    from transformers import GPT2Config, GPT2LMHeadModel
-    T, repeats, threads = (int(a) for a in sys.argv[1:4])
-    torch.set_num_threads(threads)
-    torch.manual_seed(0)
-    model = GPT2LMHeadModel._from_config(GPT2Config(), attn_implementation="sdpa").eval()
-    ids = torch.randint(0, 50257, (1, T))
-    with torch.no_grad():
-        model(ids)
-        best = float("inf")
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            model(ids)
-            best = min(best, time.perf_counter() - t0)
-    print(json.dumps({"ms": 1000 * best}))
-""")
+_GPT2_OURS = """
+from core.models import transformer as tr, sampling
+from core.lessons import real_model as rm
+cfg = tr.TransformerConfig(vocab_size=50257, n_ctx=1024, d_model=768, n_heads=12, d_ff=3072, n_layers=12,
+                           norm="pre", activation="gelu_tanh", positional="learned", tied_unembed=True, final_ln=True)
+params = tr.init_params(cfg, seed=0, dtype=np.float32)
+ids = np.random.default_rng(0).integers(0, cfg.vocab_size, size=T)
+"""
+_GPT2_TORCH = """
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel
+torch.set_num_threads(threads)
+torch.manual_seed(0)
+model = GPT2LMHeadModel._from_config(GPT2Config(), attn_implementation="sdpa").eval()
+model.generation_config.eos_token_id = None          # no end-of-text: every call makes all its tokens
+ids = torch.from_numpy(np.random.default_rng(0).integers(0, 50257, size=(1, T)))
+"""
+_FORWARD = {"ours": _GPT2_OURS + "run = lambda: tr.forward(params, cfg, ids)\nmade = lambda out: T",
+            "torch": _GPT2_TORCH + textwrap.dedent("""
+                def run():
+                    with torch.no_grad():
+                        return model(ids)
+                made = lambda out: T""")}
+_GENERATE = {"ours": _GPT2_OURS + textwrap.dedent(f"""
+                greedy = sampling.SamplerSettings(temperature=0)
+                run = lambda: rm.generate(params, cfg, ids, max_new_tokens={NEW_TOKENS}, settings=greedy)
+                made = len"""),
+             "torch": _GPT2_TORCH + textwrap.dedent(f"""
+                def run():
+                    with torch.no_grad():
+                        return model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, use_cache=True,
+                                              max_new_tokens={NEW_TOKENS}, min_new_tokens={NEW_TOKENS},
+                                              eos_token_id=None, pad_token_id=0)
+                made = lambda out: int(out.shape[1] - T)""")}
 
 
-def forward_ms(T: int, rounds: int = ROUNDS) -> dict[str, float]:
-    """Best milliseconds of each contender over alternating rounds."""
-    contenders = with_threads(lambda: last_json_line(["-c", _OURS, str(T), str(REPEATS)])["ms"],
-                              lambda n: last_json_line(["-c", _TORCH, str(T), str(REPEATS), str(n)])["ms"],
-                              "transformers", TORCH_THREADS, needs=("torch", "transformers"))
-    return {name: min(t) for name, t in alternating_rounds(contenders, rounds).items()}
+@dataclasses.dataclass(frozen=True)
+class ModelRows:
+    """One model's rows: ``forward[contender]`` (and ``generate``, or None) are setups for
+    ``_TIMER`` ("ours" and "torch"); ``flops(T, start)`` counts one forward pass of ``T`` new
+    positions after ``start`` cached ones; ``targets[T]`` and ``generate_target`` are the least
+    ratio (`transformers`' best time over ours) asked for."""
+
+    title: str
+    lengths: tuple[int, ...]
+    forward: dict[str, str]
+    flops: Callable[[int, int], float]
+    targets: dict[int, float]
+    needs: tuple[str, ...] = ("torch", "transformers")
+    generate: dict[str, str] | None = None
+    generate_target: float | None = None
+
+
+def forward_flops(T: int, start: int = 0, *, d: int = 768, d_ff: int = 3072, n_layers: int = 12, vocab: int = 50257,
+                  causal: bool = True, unembed: bool = True) -> float:
+    """FLOPs (2 per multiply-add) of one sequence's forward pass over ``T`` new positions after
+    ``start`` cached ones: Q, K, V, O (4 d^2 per position), the feed-forward layers (2 d d_ff), the
+    attention products ``Q K^T`` and ``A V`` (d per pair of positions, both; causal: query ``i``
+    sees ``start + i + 1`` keys) and the unembedding (d V)."""
+    pairs = T * start + T * (T + 1) // 2 if causal else T * (start + T)
+    per_layer = T * (4 * d * d + 2 * d * d_ff) + 2 * d * pairs
+    return 2.0 * (n_layers * per_layer + (T * d * vocab if unembed else 0))
+
+
+def generate_flops(prompt: int = PROMPT, new: int = NEW_TOKENS, **sizes) -> float:
+    """FLOPs of a generation: the prompt's pass, then one position per new token after the first."""
+    return forward_flops(prompt, 0, **sizes) + sum(forward_flops(1, prompt + s - 1, **sizes) for s in range(1, new))
+
+
+GPT2_SMALL = ModelRows(
+    title="GPT-2-small-size forward pass (12 layers, d 768, vocabulary 50,257; float32, one sequence)",
+    lengths=(64, 256), forward=_FORWARD, flops=forward_flops, targets={64: 1.3, 256: 1.1},
+    generate=_GENERATE, generate_target=1.5)
+MODELS = [GPT2_SMALL]
+
+_SGEMM = "import json; from bench.attention import sgemm_gflops; print(json.dumps({'gflops': sgemm_gflops()}))"
+
+
+# A folder holding an earlier checkout of this project: its code runs as one more contender, "ours
+# (before)", in the same alternating rounds, so that a change is measured against what it replaced.
+BEFORE = os.environ.get("BENCH_OURS_BEFORE")
+
+
+def _timed(setup: str, T: int, made: int, threads: int = 0, tree: str | None = None) -> Callable[[], float]:
+    """Times ``setup``'s ``run()`` in a process of its own (with the code of ``tree``, default
+    this one); refuses a run that made fewer positions or tokens than ``made`` (a generation that
+    stopped early)."""
+    env = None if tree is None else dict(os.environ, PYTHONPATH=tree)
+
+    def run() -> float:
+        result = last_json_line(["-c", _TIMER.format(setup=setup), str(T), str(REPEATS), str(threads)], env=env)
+        if result["made"] != made:
+            raise RuntimeError(f"A contender made {result['made']} positions or tokens, not {made}.")
+        return result["ms"]
+    return run
+
+
+def measure(setups: dict[str, str], T: int, made: int, needs, ceilings: list[float], rounds: int = ROUNDS) -> dict[str, float]:
+    """Best milliseconds of each contender over alternating rounds; the sgemm ceiling is measured
+    in every round too (appended to ``ceilings``)."""
+    contenders = with_threads(_timed(setups["ours"], T, made), lambda n: _timed(setups["torch"], T, made, n)(),
+                              "transformers", TORCH_THREADS, needs=needs)
+    if BEFORE:
+        contenders["ours (before)"] = _timed(setups["ours"], T, made, tree=BEFORE)
+    contenders["sgemm ceiling"] = lambda: 1000.0 / last_json_line(["-c", _SGEMM])["gflops"]   # ms per GFLOP
+    times = alternating_rounds(contenders, rounds)
+    ceilings.extend(1000.0 / ms for ms in times.pop("sgemm ceiling"))
+    return {name: min(t) for name, t in times.items()}
+
+
+def _verdict(ratio: float | None, target: float | None) -> str:
+    if ratio is None or target is None:
+        return ""
+    return f"≥ {target:g}x: **{'met' if ratio >= target else 'not met'}**"
+
+
+def print_model(model: ModelRows, rounds: int = ROUNDS) -> list[str]:
+    """The model's forward (and generation) tables; returns the lines saying which targets were met."""
+    ceilings: list[float] = []
+    forward = {T: measure(model.forward, T, T, model.needs, ceilings, rounds) for T in model.lengths}
+    generate = measure(model.generate, PROMPT, NEW_TOKENS, model.needs, ceilings, rounds) if model.generate else None
+    ceiling = max(ceilings)
+    print(f"## A real model: {model.title}\n")
+    print(f"sgemm ceiling (2048 x 2048 float32, NumPy's BLAS, best of {len(ceilings)} processes across the rounds): "
+          f"**{ceiling:.1f} GFLOP/s** (every reading: {', '.join(f'{c:.0f}' for c in ceilings)})\n")
+    print("| T | contender | ms (best of rounds) | transformers / ours | GFLOP/s | share of sgemm ceiling |")
+    print("|---|---|---:|---:|---:|---:|")
+    verdicts = []
+    for T, ms in forward.items():
+        gflop = model.flops(T, 0) / 1e9
+        for name, value in ms.items():
+            rate = gflop / (value / 1000)
+            print(f"| {T} | {name} | {value:.1f} | {value / ms['ours']:.2f} | {rate:.0f} | {100 * rate / ceiling:.0f} % |")
+        torch_best = min((v for n, v in ms.items() if n.startswith("transformers")), default=None)
+        ratio = None if torch_best is None else torch_best / ms["ours"]
+        if ratio is not None:
+            print(f"| {T} | **transformers (best threads) / ours** | | **{ratio:.2f}x** | | |")
+        floor_ms = 1000 * gflop / ceiling
+        print(f"| {T} | *the FLOPs at the sgemm ceiling* | *{floor_ms:.1f}* | "
+              f"*{'' if torch_best is None else f'{torch_best / floor_ms:.2f}x'}* | {ceiling:.0f} | 100 % |")
+        target = model.targets.get(T)
+        line = f"- forward, T = {T}: " + ("no transformers" if ratio is None else f"{ratio:.2f}x {_verdict(ratio, target)}")
+        if ratio is not None and target:
+            need = torch_best / target
+            line += (f"; {target:g}x needs {need:.1f} ms, the FLOPs alone take {floor_ms:.1f} ms at the sgemm ceiling"
+                     + (" (**beyond the ceiling**)" if need < floor_ms else ""))
+        verdicts.append(line)
+    if generate is not None:
+        gflop = generate_flops() / 1e9
+        print(f"\n### Generation with the KV cache: greedy, {NEW_TOKENS} new tokens after a {PROMPT}-token prompt\n")
+        print("| contender | s per call (best of rounds) | tokens / s | ours / transformers (tokens/s) | GFLOP/s | share of sgemm ceiling |")
+        print("|---|---:|---:|---:|---:|---:|")
+        for name, value in generate.items():
+            rate = gflop / (value / 1000)
+            print(f"| {name} | {value / 1000:.3f} | {NEW_TOKENS / (value / 1000):.1f} | {value / generate['ours']:.2f} | "
+                  f"{rate:.0f} | {100 * rate / ceiling:.1f} % |")
+        torch_best = min((v for n, v in generate.items() if n.startswith("transformers")), default=None)
+        ratio = None if torch_best is None else torch_best / generate["ours"]
+        if ratio is not None:
+            print(f"| **transformers (best threads) / ours** | | | **{ratio:.2f}x** | | |")
+        verdicts.append(f"- generation: {'no transformers' if ratio is None else f'{ratio:.2f}x'} "
+                        f"{_verdict(ratio, model.generate_target)}")
+    print("\nTargets:\n" + "\n".join(verdicts))
+    return verdicts
 
 
 def page_ms(repeats: int = REPEATS) -> tuple[float, float]:
@@ -93,16 +247,9 @@ def page_ms(repeats: int = REPEATS) -> tuple[float, float]:
 
 
 def main() -> None:
-    print("## A real model: GPT-2-small-size forward pass (float32, one sequence)\n")
-    print("| T | contender | ms (best of rounds) | ratio to ours |")
-    print("|---|---|---|---|")
-    for T in LENGTHS:
-        ms = forward_ms(T)
-        for name, value in ms.items():
-            print(f"| {T} | {name} | {value:.1f} | {value / ms['ours']:.2f} |")
-        torch_best = min((v for n, v in ms.items() if n != "ours"), default=None)
-        if torch_best is not None:
-            print(f"| {T} | **transformers (best threads) / ours** | | **{torch_best / ms['ours']:.2f}x** |")
+    for model in MODELS:
+        print_model(model)
+        print()
     first, redraw = page_ms()
     print(f"\nPage (shipped model): first full draw {first:.0f} ms (target < 5000), "
           f"redraw after a head change {redraw:.0f} ms (target < 300)")

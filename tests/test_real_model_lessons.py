@@ -123,6 +123,15 @@ def test_generation_with_kv_cache_matches_full_recompute():
     assert len(rm.generate(p, GPT_CFG, prompt, max_new_tokens=99, settings=greedy)) == GPT_CFG.n_ctx - 3
 
 
+def test_generation_runs_no_forward_pass_after_its_last_token(monkeypatch):
+    p = tr.init_params(GPT_CFG, seed=3, dtype=np.float64)
+    steps = []
+    real = tr.forward_checked
+    monkeypatch.setattr(tr, "forward_checked", lambda *a, **k: steps.append(1) or real(*a, **k))
+    new = rm.generate(p, GPT_CFG, np.array([1, 2, 3]), max_new_tokens=4, settings=sampling.SamplerSettings(0))
+    assert len(new) == 4 and len(steps) == 1 + 3      # the prompt (through forward), then one pass per token after the first
+
+
 def test_fit_context():
     ids, cut = rm.fit_context(np.arange(10), 4)
     assert ids.tolist() == [0, 1, 2, 3] and cut == 6

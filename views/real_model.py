@@ -2,6 +2,7 @@
 transformer and taken apart head by head."""
 import inspect
 
+import numpy as np
 import pandas as pd
 import streamlit as st
 
@@ -10,6 +11,7 @@ from core.lessons import real_model as rm
 from core.models import layers as L
 from core.models import packaged
 from core.models import transformer as tr
+from core.models import tuned_forward as TF
 from ui import charts, state
 from ui import real_model_parts as parts
 
@@ -84,9 +86,14 @@ st.markdown("**Tokens**, as the tokenizer cut them (· is a space, ⏎ a new lin
 out, cache = parts.run(m, source, tuple(int(i) for i in ids))
 W = rm.stack_weights(cache, cfg.n_layers)                                         # (L, H, T, T)
 T = len(ids)
-ran = [tr.forward, tr.forward_checked, tr.embed, tr.block, tr.self_attention, tr.softmax_rows, tr.feed_forward,
+ran = [tr.forward, tr.forward_checked, tr.embed, tr.block, tr.self_attention, tr.feed_forward,
        tr.dense, tr.layer_norm, L.layer_norm, L._layer_norm_rows]
-ran += [L.gelu_erf, L._gelu_erf_flat] if cfg.activation == "gelu_erf" else [L.gelu_tanh]
+if cfg.activation == "gelu_erf":
+    ran += [L.gelu_erf, L._gelu_erf_flat if m.params["embed"].dtype == np.float64 else L._gelu_erf_rational]
+if cfg.d_model ** 2 >= tr.BLAS_FROM:   # GPT-2's sizes run the tuned twins of the softmax, GELU and KV cache
+    ran += [TF.softmax_rows, TF._softmax_rows, TF.gelu_tanh, TF._gelu_tanh_flat, TF.append_kv]
+else:
+    ran += [tr.softmax_rows] + ([L.gelu_tanh] if cfg.activation == "gelu_tanh" else [])
 
 # 2. every head, then one in detail ------------------------------------------------------------------
 st.header("Every head")

@@ -245,10 +245,11 @@ def generate(params: dict, cfg: tr.TransformerConfig, ids: np.ndarray, *, max_ne
     kv = [{} for _ in range(cfg.n_layers)]
     logits, _ = tr.forward(params, cfg, ids, kv=kv)     # checks the parameters, once
     out, pos = [], len(ids)
-    for _ in range(max(0, min(max_new_tokens, cfg.n_ctx - len(ids)))):
+    n = max(0, min(max_new_tokens, cfg.n_ctx - len(ids)))
+    for _ in range(n):
         token, _, _ = sampling.sample(logits[0, -1], settings, rng)
         out.append(token)
-        if token == stop or pos >= cfg.n_ctx:
+        if token == stop or pos >= cfg.n_ctx or len(out) == n:    # the last token needs no forward pass
             break
         logits, _ = tr.forward_checked(params, cfg, [token], kv=kv, start=pos)
         pos += 1

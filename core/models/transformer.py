@@ -36,6 +36,7 @@ import numpy as np
 
 from core.models import layers as L
 from core.models import params as P
+from core.models import tuned_forward as TF
 from core.models.params import whole as _whole
 from core.validate import check_heads
 
@@ -217,7 +218,9 @@ def product(a: np.ndarray, b: np.ndarray, big: bool) -> np.ndarray:
 def dense(x: np.ndarray, W: np.ndarray, b) -> np.ndarray:
     """``x @ W + b`` over the last axis, as one 2-D product; ``b`` may be None (a model without biases)."""
     y = product(x.reshape(-1, x.shape[-1]), W, W.size >= BLAS_FROM).reshape(*x.shape[:-1], W.shape[1])
-    return y if b is None else y + b
+    if b is not None:
+        y += b                      # in place: a fresh array and a pass fewer (the same numbers)
+    return y
 
 
 def layer_norm(x: np.ndarray, g: np.ndarray, b: np.ndarray, eps: float, cache: dict, name: str) -> np.ndarray:
@@ -282,17 +285,19 @@ def self_attention(x: np.ndarray, p: dict, cfg: TransformerConfig, cache: dict, 
     ``key_mask`` (B, 1, 1, Tk), additive (0 or -inf), hides padding keys from every query.
     """
     H = cfg.n_heads
+    big = cfg.d_model ** 2 >= BLAS_FROM                     # GPT-2's sizes: the tuned twins (tuned_forward)
     # 1. queries, keys and values, split into heads
     Q = L.split_heads(dense(x, p["attn.W_Q"], p.get("attn.b_Q")), H)                    # (B, H, T, d_k)
     K = L.split_heads(dense(x, p["attn.W_K"], p.get("attn.b_K")), H)
     V = L.split_heads(dense(x, p["attn.W_V"], p.get("attn.b_V")), H)
-    if kv is not None:
+    if kv is not None and big:
+        K, V = TF.append_kv(kv, K, V)                                                    # the same, without a copy per token
+    elif kv is not None:
         if "K" in kv:
             K = np.concatenate([kv["K"], K], axis=2)                                     # (B, H, start+T, d_k)
             V = np.concatenate([kv["V"], V], axis=2)
         kv["K"], kv["V"] = K, V
     # 2. scaled, masked scores and their row softmax, each head's weighted average of the values
-    big = cfg.d_model ** 2 >= BLAS_FROM
     S = product(Q, K.swapaxes(-1, -2), big)                                              # (B, H, T, Tk)
     S *= S.dtype.type(1.0 / math.sqrt(cfg.d_k))
     if cfg.causal:
@@ -300,7 +305,7 @@ def self_attention(x: np.ndarray, p: dict, cfg: TransformerConfig, cache: dict, 
     if key_mask is not None:
         S += key_mask
     cache[f"{name}.scores"] = S
-    A = softmax_rows(S)
+    A = TF.softmax_rows(S) if big else softmax_rows(S)
     cache[f"{name}.weights"] = A
     Z = product(A, V, big)                                                               # (B, H, T, d_k)
     # 3. head edits (ablation, patching), then the heads side by side and the output projection
@@ -317,7 +322,8 @@ def feed_forward(x: np.ndarray, p: dict, cfg: TransformerConfig, cache: dict, na
     """``act(x W_1 + b_1) W_2 + b_2`` with ReLU or GELU (exact, or its tanh form); the hidden layer
     before and after the activation goes to ``{name}.pre`` and ``{name}.hidden``."""
     cache[f"{name}.pre"] = pre = dense(x, p["ffn.W_1"], p.get("ffn.b_1"))               # (B, T, d_ff)
-    act = {"gelu_tanh": L.gelu_tanh, "gelu_erf": L.gelu_erf}.get(cfg.activation, lambda v: np.maximum(v, 0.0))
+    gelu_tanh = TF.gelu_tanh if p["ffn.W_1"].size >= BLAS_FROM else L.gelu_tanh   # GPT-2's sizes: the tuned twin
+    act = {"gelu_tanh": gelu_tanh, "gelu_erf": L.gelu_erf}.get(cfg.activation, lambda v: np.maximum(v, 0.0))
     hidden = act(pre)
     cache[f"{name}.hidden"] = hidden
     return dense(hidden, p["ffn.W_2"], p.get("ffn.b_2"))                                 # (B, T, d)

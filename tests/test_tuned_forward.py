@@ -1,0 +1,92 @@
+"""The tuned twins of the transformer's elementwise steps (core.models.tuned_forward) against the
+readable steps they replace at GPT-2's sizes, in float32 and float64; and a model above BLAS_FROM,
+which runs them, against itself with and without the KV cache."""
+import numpy as np
+import pytest
+
+from core.models import layers as L
+from core.models import transformer as tr
+from core.models import tuned_forward as TF
+
+DTYPES = [np.float64, np.float32]
+TOL = {np.float64: dict(rtol=1e-12, atol=1e-14), np.float32: dict(rtol=2e-6, atol=1e-7)}
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["float64", "float32"])
+@pytest.mark.parametrize("shape", [(1, 1, 1, 1), (1, 3, 5, 7), (2, 12, 9, 9), (1, 4, 3, 70), (1, 2, 1, 33)])
+def test_softmax_twin_matches_the_readable_rows(shape, dtype):
+    rng = np.random.default_rng(sum(shape))
+    S = (6 * rng.standard_normal(shape)).astype(dtype)
+    Tq, Tk = shape[-2:]
+    S += tr.causal_mask(Tq, Tk - Tq, dtype)                  # -inf above the diagonal, never a whole row
+    A = TF.softmax_rows(S)
+    assert A.dtype == dtype and A.shape == S.shape
+    np.testing.assert_allclose(A, tr.softmax_rows(S), **TOL[dtype])
+    assert np.all(A[np.isneginf(S)] == 0)                    # masked entries exactly 0
+    np.testing.assert_allclose(A.sum(-1), 1, rtol=0, atol=10 * np.finfo(dtype).eps * Tk)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["float64", "float32"])
+def test_softmax_twin_gives_zeros_for_a_row_with_nothing_allowed(dtype):
+    S = np.array([[-np.inf, -np.inf, -np.inf], [0.0, -np.inf, 1.0]], dtype=dtype)
+    A = TF.softmax_rows(S)
+    assert np.all(A[0] == 0) and A[1, 1] == 0 and not np.isnan(A).any()
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["float64", "float32"])
+@pytest.mark.parametrize("shape", [(1,), (7,), (3, 5, 64), (2, 9, 3072)])
+def test_gelu_twin_matches_the_readable_tanh_form(shape, dtype):
+    rng = np.random.default_rng(len(shape))
+    x = (4 * rng.standard_normal(shape)).astype(dtype)
+    x.flat[0] = -30.0                                         # far out on both sides, and 0
+    if x.size > 2:
+        x.flat[1], x.flat[2] = 30.0, 0.0
+    y = TF.gelu_tanh(x)
+    assert y.dtype == dtype and y.shape == x.shape
+    ref = L.gelu_tanh(x)
+    # float32: the readable 1 + tanh(u) rounds to 0 for x below about -4.5; the twin keeps those tiny values
+    np.testing.assert_allclose(y, ref, rtol=TOL[dtype]["rtol"] * 4, atol=TOL[dtype]["atol"] * 4)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["float64", "float32"])
+def test_append_kv_gives_the_concatenation_and_forks_do_not_overwrite_each_other(dtype):
+    rng = np.random.default_rng(0)
+    new = lambda T: rng.standard_normal((1, 2, T, 3)).astype(dtype)     # noqa: E731
+    kv, K_all, V_all = {}, np.zeros((1, 2, 0, 3), dtype), np.zeros((1, 2, 0, 3), dtype)
+    for T in (5, 1, 1, 60, 1, 100):                                      # grows past its room twice
+        K, V = new(T), new(T)
+        K_all, V_all = np.concatenate([K_all, K], axis=2), np.concatenate([V_all, V], axis=2)
+        got_K, got_V = TF.append_kv(kv, K, V)
+        np.testing.assert_array_equal(got_K, K_all)
+        np.testing.assert_array_equal(got_V, V_all)
+        assert kv["K"] is got_K and kv["V"] is got_V
+    a, b = dict(kv), dict(kv)                                            # two continuations of one prefix
+    Ka, Kb = new(1), new(1)
+    TF.append_kv(a, Ka, new(1))
+    TF.append_kv(b, Kb, new(1))
+    np.testing.assert_array_equal(a["K"][:, :, -1:], Ka)
+    np.testing.assert_array_equal(b["K"][:, :, -1:], Kb)
+    np.testing.assert_array_equal(kv["K"], K_all)                        # the prefix itself untouched
+
+
+BIG = tr.TransformerConfig(vocab_size=50, n_ctx=160, d_model=512, n_heads=8, d_ff=512, n_layers=1, norm="pre",
+                           activation="gelu_tanh", positional="learned", tied_unembed=True, final_ln=True)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["float64", "float32"])
+def test_a_model_of_blas_size_runs_the_twins_and_its_kv_cache_gives_the_full_forward(dtype, monkeypatch):
+    assert BIG.d_model ** 2 >= tr.BLAS_FROM
+    params = tr.init_params(BIG, seed=3, dtype=dtype)
+    ids = np.random.default_rng(1).integers(0, BIG.vocab_size, size=(1, 75))
+    full, cache = tr.forward(params, BIG, ids)
+    kv = [{} for _ in range(BIG.n_layers)]
+    first, _ = tr.forward(params, BIG, ids[:, :60], kv=kv)
+    steps = [tr.forward(params, BIG, ids[:, t:t + 1], kv=kv, start=t)[0] for t in range(60, 75)]   # past 64: grows
+    tol = dict(rtol=1e-10, atol=1e-10) if dtype == np.float64 else dict(rtol=2e-4, atol=2e-4)
+    np.testing.assert_allclose(np.concatenate([first] + steps, axis=1), full, **tol)
+    # the same forward with the readable steps in place of the twins
+    monkeypatch.setattr(TF, "softmax_rows", tr.softmax_rows)
+    monkeypatch.setattr(TF, "gelu_tanh", L.gelu_tanh)
+    readable, rcache = tr.forward(params, BIG, ids)
+    np.testing.assert_allclose(full, readable, **tol)
+    np.testing.assert_allclose(cache["blocks.0.attn.weights"], rcache["blocks.0.attn.weights"], **tol)
