@@ -28,11 +28,12 @@ _TORCH_PROBE = textwrap.dedent("""
 """)
 
 
-def last_json_line(args: list[str], env: dict | None = None) -> dict:
+def last_json_line(args: list[str], env: dict | None = None, cwd: str | None = None) -> dict:
     """Run ``python *args`` in a process of its own (environment ``env``, default this one with the
-    working folder on the path); the last line it prints, read as JSON."""
+    working folder on the path; in the folder ``cwd``, which ``python -c`` puts first on the path);
+    the last line it prints, read as JSON."""
     env = dict(os.environ, PYTHONPATH=os.getcwd()) if env is None else env
-    result = subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env, timeout=900)
+    result = subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env, timeout=900, cwd=cwd)
     if result.returncode != 0:
         raise RuntimeError(f"{' '.join(args[:3])} failed: {result.stderr.strip()[-500:]}")
     return json.loads(result.stdout.strip().splitlines()[-1])
