@@ -471,17 +471,22 @@ def forward_checked(params: dict, cfg: TransformerConfig, tokens, *, ablate: dic
     return logits, cache
 
 
+def per_token(values, shape, name: str) -> np.ndarray:
+    """One value per token, ``(B, T)`` as the tokens are (a 1-D ``(T,)`` is one sequence)."""
+    values = np.asarray(values)
+    values = values[None, :] if values.ndim == 1 else values
+    if values.shape != tuple(shape):
+        raise ValueError(f"{name} must have the tokens' shape {tuple(shape)}, got {values.shape}.")
+    return values
+
+
 def check_token_types(token_types, cfg: TransformerConfig, shape) -> np.ndarray | None:
     """Segment ids as int64 ``(B, T)``, each below ``n_token_types``; None stays None (all type 0)."""
     if token_types is None:
         return None
     if not cfg.n_token_types:
         raise ValueError("This model has no token types (segments); leave token_types out.")
-    types = np.asarray(token_types)
-    if types.ndim == 1:
-        types = types[None, :]
-    if types.shape != tuple(shape):
-        raise ValueError(f"token_types must have the tokens' shape {tuple(shape)}, got {types.shape}.")
+    types = per_token(token_types, shape, "token_types")
     if not np.issubdtype(types.dtype, np.integer) or types.size and (types.min() < 0 or types.max() >= cfg.n_token_types):
         raise ValueError(f"token_types must be whole numbers from 0 to {cfg.n_token_types - 1}.")
     return types.astype(np.int64)
@@ -494,11 +499,7 @@ def key_mask_scores(key_mask, shape, dtype, with_kv: bool = False) -> np.ndarray
         return None
     if with_kv:
         raise ValueError("A key mask and a KV cache cannot be combined: pad nothing when generating.")
-    keep = np.asarray(key_mask)
-    if keep.ndim == 1:
-        keep = keep[None, :]
-    if keep.shape != tuple(shape):
-        raise ValueError(f"key_mask must have the tokens' shape {tuple(shape)}, got {keep.shape}.")
+    keep = per_token(key_mask, shape, "key_mask")
     if not np.isin(keep, (0, 1)).all():
         raise ValueError("key_mask holds 1 for a token and 0 for padding, nothing else.")
     if not keep.any(axis=1).all():
