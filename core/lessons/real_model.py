@@ -8,7 +8,6 @@ from core.models import sampling
 from core.models import transformer as tr
 
 HEAD_KINDS = ("previous-token", "duplicate-token", "induction", "first-token")
-SENTENCE_KINDS = ("previous-token", "next-token", "[CLS] sink", "[SEP] sink", "broad")
 # A head is named as a kind when its score reaches this; the page states the thresholds.
 THRESHOLDS = {"previous-token": 0.5, "next-token": 0.5, "[CLS] sink": 0.5, "[SEP] sink": 0.5, "broad": 0.85,
               "duplicate-token": 0.5, "induction": 0.3, "first-token": 0.5}
