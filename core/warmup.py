@@ -1,23 +1,39 @@
-"""Compile the heavy kernels once per server process, in a background thread, before a student asks.
+"""Compile the kernels once per server process, in the background, while pages run without them.
 
-On an empty Numba cache the practice pages' first visit used to wait for the training steps and
-forward passes to compile (over a minute on two cores). The server's first session starts
-:func:`start_once`; a thread then runs each heavy path once on tiny inputs, exactly as the pages
-call them, so Numba compiles (or loads from its disk cache) the same machine code. The lesson
-kernels come first: a lesson page needs them within seconds, and Numba compiles one function at a
-time, so a lesson page opened while a training step compiles would otherwise wait for it.
+On an empty Numba cache the compiled training steps take over a minute to compile on two cores.
+No page waits for that: the server's first session starts :func:`start_once`, and
 
-    warm = start_once()                     # idempotent: one thread per process
-    warm.progress()                         # (steps done, steps in all, what compiles now)
-    warm.wait(timeout=1.0)
+- the lesson kernels compile first, in this process (every lesson page needs them within seconds);
+- every heavier step compiles in a **child process** (``python -m core.warmup STEP``) that writes
+  Numba's disk cache, and then loads from that cache here in a fraction of a second. A compile in
+  this process would hold the interpreter's lock for much of its minute and slow every page; a
+  child holds none of this process's locks;
+- until a step has loaded, pages run its readable twin: a model page trains and runs on the
+  readable step and says so (:func:`ready`), and the readable sublayers run their NumPy formula
+  instead of a compiled loop not yet loaded (:func:`can_run`).
 
-Nothing here imports Streamlit (``ui.warmup`` draws the progress on the pages).
+A page asks for what it needs with :meth:`WarmUp.want`: that step compiles next. "Make it fast"
+asks for its tuned kernels, which are compiled only then, and times them with the compiling
+child stopped (:meth:`WarmUp.paused`).
+
+    warm = start_once()                      # idempotent: one warm-up per process
+    ready(ENCODER)                           # True once loaded (or when no warm-up runs here)
+    warm.want(SPEED); warm.progress()        # (steps done, steps in all, what compiles now)
+
+``python -m core.warmup --profile`` compiles every step on an empty cache in this process and prints
+what the time goes to, function by function. Nothing here imports Streamlit.
 """
 from __future__ import annotations
 
+import atexit
+import contextlib
 import os
+import signal
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -34,100 +50,202 @@ def _lesson_kernels() -> None:
     dispatch.warm_up(backend.resolve(None), "float64", LESSON_OPERATIONS)
 
 
-def _encoder() -> None:
-    """Train a tiny default model two steps, walk it through and ablate a head, as "Train an
-    encoder" and "Inside a trained model" do."""
-    from core.lessons import inside
-    from core.models import encoder
+def _readable_loops() -> None:
+    """The compiled loops inside the readable sublayers (attention rows, LayerNorm, products, GELU),
+    forward and backward, in both precisions, as the model pages run them: an encoder classifier,
+    an encoder-decoder, a decoder-only model, the exact GELU, and GPT-2's tuned elementwise steps."""
+    from core.models import decoder, tuned_forward, vocabulary
+    from core.models import layers as L
+    from core.models import transformer_backward as TB
+    from core.models.decoder_config import tiny_config
+    from core.models.transformer import TransformerConfig, init_params
 
-    model = inside.train_default("sum", 0, n_train=64, n_val=16, n_test=16, steps=2)
-    X, y = model.data.X_test[:4], model.data.y_test[:4]
-    inside.forward(model.params, model.cfg, X[:1])
-    encoder.forward(model.params, X, model.cfg)
-    inside.head_ablation(model.params, model.cfg, X, y)
+    classifier = TransformerConfig(vocab_size=5, n_ctx=4, d_model=8, n_heads=2, d_ff=8, n_layers=1, causal=False,
+                                   head="classify", n_classes=3)
+    for dtype in (np.float32, np.float64):
+        TB.forward_backward(init_params(classifier, 0, dtype), classifier, np.zeros((2, 4), np.int64),
+                            np.zeros(2, np.int64))
+        for cross in (True, False):
+            cfg = tiny_config(cross)
+            tgt = np.zeros((2, cfg.tgt_len), np.int64)
+            src = np.zeros((2, cfg.src_len), np.int64) if cross else None
+            vocabulary.decoder_loss_and_grads(decoder.init_params(cfg, 0, dtype), cfg, tgt, tgt, src)
+        x = np.zeros((2, 3), dtype)
+        L.gelu_erf(x), L.gelu_tanh_backward(x, x), tuned_forward.gelu_tanh(x)
+        tuned_forward.softmax_rows(np.zeros((1, 1, 2, 2), dtype))
+
+
+def _encoder() -> None:
+    """The encoder's compiled training step and forward pass (float32, as the pages train)."""
+    from core.models import encoder
+    from core.models.runs import RunSpec
+
+    encoder.warm_up(RunSpec().config())
 
 
 def _decoder() -> None:
-    """The decoder's training step, forward pass and generation (with and without the cache), in
-    both precisions, for an encoder-decoder and a decoder-only model, as "Decoder and generation"
-    and "Induction heads" run them."""
-    from core.models import decoder, decoder_step
-    from core.models.decoder_config import tiny_config
+    """The decoders' compiled gradient (encoder-decoder, decoder-only, attention-only: one compiled
+    function, float32)."""
+    from core.models import decoder_step
 
     decoder_step.warm_up()
-    for cross in (True, False):
-        cfg = tiny_config(cross)
-        src = np.zeros(cfg.src_len, np.int64) if cross else None
-        prompt = None if cross else np.zeros(1, np.int64)
-        for dtype in (np.float32, np.float64):
-            params = decoder.init_params(cfg, 0, dtype)
-            decoder.forward(params, cfg, np.zeros((1, cfg.tgt_len), np.int64), None if src is None else src[None])
-            for use_cache in (True, False):
-                decoder.generate(params, cfg, src, prompt=prompt, max_new_tokens=2, use_cache=use_cache)
 
 
-def _induction() -> None:
-    from core.models import induction
+def _speed() -> None:
+    """The lesson and tuned kernels "Make it fast" times, float32."""
+    from core.lessons import speed
 
-    setup = induction.InductionSetup(steps=2, batch_size=2, n_held_out=2)
-    run = induction.train_induction(setup)
-    induction.measure(run.params, run.cfg, induction.held_out(setup))
+    speed.warm_up()
 
 
-LESSONS, ENCODER = "the lesson kernels", "the encoder's training step and forward pass"
-DECODER, INDUCTION = "the decoder's training step, forward pass and generation", "the induction model"
-STEPS = ((LESSONS, _lesson_kernels), (ENCODER, _encoder), (DECODER, _decoder), (INDUCTION, _induction))
+LESSONS, READABLE = "the lesson kernels", "the readable models' compiled loops"
+ENCODER, DECODER = "the encoder's compiled training step", "the decoders' compiled training step"
+SPEED = "the kernels Make it fast times"
+# (label, function, in a child process); on demand only: compiled when a page asks (want)
+STEPS = ((LESSONS, _lesson_kernels, False), (READABLE, _readable_loops, True), (ENCODER, _encoder, True),
+         (DECODER, _decoder, True))
+ON_DEMAND = ((SPEED, _speed, True),)
+CHILD_NICE = 10          # a student's page comes first
+CHILD_TIMEOUT_S = 900
+
+
+def _compile_in_child(index: int, on_start) -> str:
+    """Run step ``index`` (of STEPS + ON_DEMAND) in a fresh interpreter that writes Numba's disk
+    cache; "" when it succeeded, else why not (the step then compiles here)."""
+    root = str(Path(__file__).resolve().parents[1])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, (root, os.environ.get("PYTHONPATH")))))
+    try:
+        child = subprocess.Popen([sys.executable, "-m", "core.warmup", str(index)], cwd=root, env=env,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                 preexec_fn=lambda: os.nice(CHILD_NICE))
+    except OSError as err:
+        return str(err)
+    on_start(child)
+    try:
+        _, err = child.communicate(timeout=CHILD_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        return "timed out"
+    finally:
+        on_start(None)
+    return "" if child.returncode == 0 else (err or f"exit status {child.returncode}")[-500:]
 
 
 class WarmUp:
-    """Runs :data:`STEPS` once in a daemon thread; thread-safe to read."""
+    """Runs ``steps`` in a daemon thread, each once, in order, except that :meth:`want` moves a step
+    to the front; thread-safe to read. Steps are ``(label, fn)`` or ``(label, fn, in_child)``."""
 
-    def __init__(self, steps=STEPS):
-        self._steps = tuple(steps)
-        self._lock = threading.Lock()
-        self._done = 0
+    def __init__(self, steps=STEPS, on_demand=()):
+        self._all = [tuple(s) + (False,) * (3 - len(s)) for s in (*steps, *on_demand)]
+        self._index = {label: i for i, (label, _, _) in enumerate(self._all)}
+        self._pending = [label for label, _, _ in self._all[:len(steps)]]
+        self._asked = set(self._pending)           # every step, and an on-demand one once wanted
+        self._lock = threading.Condition()
+        self._done: set[str] = set()
         self._current = ""
+        self._child = None
+        self._pause_count = 0
         self._errors: list[str] = []
         self._finished = threading.Event()
+        self._quiet = threading.Lock()             # held while a step loads here, and while timing
         self.seconds: dict[str, float] = {}
+        if not self._pending:
+            self._finished.set()
 
     def start(self) -> "WarmUp":
         threading.Thread(target=self._run, name="kernel-warm-up", daemon=True).start()
         return self
 
+    def want(self, label: str) -> None:
+        """Compile ``label`` next (an on-demand step: now queued); nothing when done or running."""
+        with self._lock:
+            if label in self._done or label == self._current or label not in self._index:
+                return
+            if label in self._pending:
+                self._pending.remove(label)
+            self._pending.insert(0, label)
+            self._asked.add(label)
+            if self._finished.is_set():          # the thread had ended: start it again
+                self._finished.clear()
+                self.start()
+
+    def _next(self) -> str | None:
+        with self._lock:
+            if not self._pending:
+                self._current = ""
+                self._finished.set()
+                return None
+            self._current = self._pending.pop(0)
+            return self._current
+
+    def _set_child(self, child) -> None:
+        with self._lock:
+            self._child = child
+            if child is not None and self._pause_count:
+                child.send_signal(signal.SIGSTOP)
+
+    def stop_child(self) -> None:
+        """Kill the compiling child (the server is exiting: it must not outlive it)."""
+        with self._lock:
+            if self._child is not None:
+                self._child.kill()
+
     def _run(self) -> None:
         try:   # a lower priority for this thread alone (Linux): a student's page comes first
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), CHILD_NICE)
         except (AttributeError, OSError):
             pass
-        for label, fn in self._steps:
-            with self._lock:
-                self._current = label
+        while (label := self._next()) is not None:
+            _, fn, in_child = self._all[self._index[label]]
             start = time.perf_counter()
             try:
-                fn()
+                why = _compile_in_child(self._index[label], self._set_child) if in_child else ""
+                if why.strip():
+                    with self._lock:
+                        self._errors.append(f"{label}: the compiling process failed "
+                                            f"({why.strip().splitlines()[-1]}); compiled here instead")
+                with self._quiet:                # loads from the disk cache (or compiles, if the child failed)
+                    fn()
             except Exception as err:   # a page compiles it then, as before; nothing breaks here
                 with self._lock:
                     self._errors.append(f"{label}: {type(err).__name__}: {err}")
             self.seconds[label] = time.perf_counter() - start
             with self._lock:
-                self._done += 1
+                self._done.add(label)
+                self._lock.notify_all()
+
+    @contextlib.contextmanager
+    def paused(self):
+        """Nothing compiles during the ``with`` block: the compiling child is stopped (SIGSTOP) and
+        continued after, and no step loads here meanwhile (a timing measures the kernels alone)."""
         with self._lock:
-            self._current = ""
-        self._finished.set()
+            self._pause_count += 1
+            if self._child is not None:
+                self._child.send_signal(signal.SIGSTOP)
+        try:
+            with self._quiet:
+                yield
+        finally:
+            with self._lock:
+                self._pause_count -= 1
+                if self._child is not None and not self._pause_count:
+                    self._child.send_signal(signal.SIGCONT)
 
     def progress(self) -> tuple[int, int, str]:
-        """``(steps done, steps in all, the step running now or "")``."""
+        """``(steps done, steps in all, the step running now or "")``; on-demand steps count once asked."""
         with self._lock:
-            return self._done, len(self._steps), self._current
+            return len(self._done), len(self._asked), self._current
 
     def has_done(self, label: str | None = None) -> bool:
-        """Whether step ``label`` (and every step before it) has run; every step when None."""
+        """Whether step ``label`` has run (loaded here); every step asked for when None."""
         if label is None:
             return self.finished
-        labels = [name for name, _ in self._steps]
         with self._lock:
-            return label not in labels or self._done > labels.index(label)
+            return label in self._done or label not in self._index
+
+    def wait_for(self, label: str, timeout: float | None = None) -> bool:
+        with self._lock:
+            return self._lock.wait_for(lambda: label in self._done or label not in self._index, timeout)
 
     @property
     def finished(self) -> bool:
@@ -148,15 +266,15 @@ _start_lock = threading.Lock()
 
 def start_once() -> WarmUp:
     """The process's warm-up, started on the first call (``ATTN_WARMUP=0`` turns it off: then a
-    finished, empty one is returned and each page compiles what it needs, as before)."""
+    finished, empty one is returned and each page compiles what it needs on first use)."""
     global _started
     with _start_lock:
         if _started is None:
             if os.environ.get("ATTN_WARMUP", "1") == "0":
                 _started = WarmUp(steps=())
-                _started._finished.set()
             else:
-                _started = WarmUp().start()
+                _started = WarmUp(STEPS, ON_DEMAND).start()
+                atexit.register(_started.stop_child)
         return _started
 
 
@@ -164,3 +282,76 @@ def running() -> WarmUp | None:
     """The process's warm-up while it runs, else None (never starts one)."""
     warm = _started
     return warm if warm is not None and not warm.finished else None
+
+
+def ready(label: str) -> bool:
+    """Whether a page may run step ``label``'s compiled code now without waiting for a compile: it
+    has loaded, or no warm-up runs in this process (a script, a test: it compiles on first use)."""
+    warm = running()
+    return warm is None or warm.has_done(label)
+
+
+def track(label: str) -> str:
+    """The training step a page runs now: ``"compiled"`` once step ``label`` has loaded (or with no
+    warm-up here), else ``"readable"``, and ``label`` is compiled next."""
+    if ready(label):
+        return "compiled"
+    start_once().want(label)
+    return "readable"
+
+
+def can_run(kernel, *args) -> bool:
+    """Whether calling the Numba function ``kernel`` on ``args`` starts no compile on this thread:
+    its machine code for these argument types is loaded, or no warm-up runs in this process."""
+    if running() is None:
+        return True
+    from numba import typeof
+
+    return tuple(typeof(a) for a in args) in kernel.overloads
+
+
+# ----------------------------------------------------------------------------------------------
+# the child process, and the profile
+# ----------------------------------------------------------------------------------------------
+def profile() -> list[tuple[float, str, str]]:
+    """Run every step here and return ``(seconds, function, signature)`` per compile, longest first.
+    A compile's seconds include those of the functions it compiled inside it."""
+    from numba.core import event
+
+    rows, started = [], {}
+
+    class Listener(event.Listener):
+        def on_start(self, ev):
+            started[id(ev)] = time.perf_counter()
+
+        def on_end(self, ev):
+            fn = ev.data["dispatcher"].py_func
+            rows.append((time.perf_counter() - started.pop(id(ev), time.perf_counter()),
+                         f"{fn.__module__}.{fn.__qualname__}", str(ev.data["args"])))
+
+    listener = Listener()
+    event.register("numba:compile", listener)
+    try:
+        for label, fn, _ in (*STEPS, *ON_DEMAND):
+            start, before = time.perf_counter(), len(rows)
+            fn()
+            print(f"{label}: {time.perf_counter() - start:.1f} s, {len(rows) - before} compiles", flush=True)
+    finally:
+        event.unregister("numba:compile", listener)
+    return sorted(rows, reverse=True)
+
+
+def main(argv: list[str]) -> int:
+    if argv and argv[0] == "--profile":
+        rows = profile()
+        print("\n| seconds (with what it compiled inside) | function | argument types |\n|---|---|---|")
+        for seconds, name, args in rows[:int(argv[1]) if len(argv) > 1 else 40]:
+            print(f"| {seconds:.2f} | `{name}` | {args[:120]} |")
+        return 0
+    _, fn, _ = (*STEPS, *ON_DEMAND)[int(argv[0])]
+    fn()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,9 +1,14 @@
-"""The background warm-up: each heavy path runs once without error, progress is reported, a page
-waits for the step it needs (with a progress bar), and the process starts one warm-up at most."""
+"""The background warm-up: steps compile in a child process and load here, a page asks for a step
+and it comes next, a page never waits for a compile (it runs the readable track meanwhile and says
+so), a timing runs with the compiling child stopped, and the process starts one warm-up at most."""
+import signal
+import subprocess
 import threading
 import time
 from pathlib import Path
 
+import numpy as np
+from numba import njit
 from streamlit.testing.v1 import AppTest
 
 from core import warmup
@@ -11,17 +16,18 @@ from core import warmup
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_every_step_runs_the_pages_paths_without_error():
-    """The real steps (compiled already or from the disk cache): an error here would leave a
-    page to compile on its own, silently."""
-    warm = warmup.WarmUp()
+def test_every_step_compiles_in_a_child_and_loads_here_without_error():
+    """The real steps, each in its child process (compiled already, or from the disk cache): an
+    error here would leave a page on the readable track for good."""
+    warm = warmup.WarmUp(warmup.STEPS, warmup.ON_DEMAND)
+    warm.want(warmup.SPEED)
     warm._run()
     assert warm.errors == [] and warm.finished
-    assert warm.progress() == (len(warmup.STEPS), len(warmup.STEPS), "")
-    assert set(warm.seconds) == {label for label, _ in warmup.STEPS}
+    labels = {label for label, _, _ in (*warmup.STEPS, *warmup.ON_DEMAND)}
+    assert warm.progress() == (len(labels), len(labels), "") and set(warm.seconds) == labels
 
 
-def test_progress_and_has_done_follow_the_steps_and_a_failing_step_does_not_stop_the_rest():
+def test_a_wanted_step_comes_next_and_a_failing_step_does_not_stop_the_rest():
     gate, ran = threading.Event(), []
 
     def blocked():
@@ -31,13 +37,19 @@ def test_progress_and_has_done_follow_the_steps_and_a_failing_step_does_not_stop
     def broken():
         raise RuntimeError("no compiler today")
 
-    warm = warmup.WarmUp(steps=[("a", blocked), ("b", broken), ("c", lambda: ran.append("c"))]).start()
+    steps = [("a", blocked), ("b", broken), ("c", lambda: ran.append("c"))]
+    warm = warmup.WarmUp(steps, on_demand=[("d", lambda: ran.append("d"))]).start()
     time.sleep(0.1)
-    assert warm.progress() == (0, 3, "a") and not warm.has_done("a") and not warm.has_done() and not warm.finished
+    assert warm.progress() == (0, 3, "a") and not warm.has_done("a") and not warm.finished
+    warm.want("d")                                           # asked for by a page: next, and counted
+    warm.want("c")                                           # ... and this one before it
+    assert warm.progress() == (0, 4, "a")
     gate.set()
     assert warm.wait(10)
-    assert ran == ["a", "c"] and warm.has_done("c") and warm.has_done() and warm.progress() == (3, 3, "")
+    assert ran == ["a", "c", "d"] and warm.has_done("d") and warm.progress() == (4, 4, "")
     assert warm.errors == ["b: RuntimeError: no compiler today"]
+    warm.want("d")                                           # done: nothing runs again
+    assert warm.finished and ran == ["a", "c", "d"]
 
 
 def test_one_warm_up_per_process_and_it_can_be_turned_off(monkeypatch):
@@ -45,19 +57,79 @@ def test_one_warm_up_per_process_and_it_can_be_turned_off(monkeypatch):
     monkeypatch.setenv("ATTN_WARMUP", "0")
     off = warmup.start_once()
     assert off.finished and warmup.start_once() is off and warmup.running() is None
+    assert warmup.ready(warmup.ENCODER) and warmup.track(warmup.ENCODER) == "compiled"
 
 
-def test_a_page_waits_for_its_step_then_draws(monkeypatch):
-    """The induction page opened while the warm-up compiles: it waits (behind a progress bar) for
-    the induction step, and draws once that step has run."""
+@njit(cache=False)
+def _never_called_before(x):
+    return x + 1
+
+
+def test_can_run_is_false_for_a_kernel_not_loaded_while_the_warm_up_runs(monkeypatch):
     gate = threading.Event()
-    warm = warmup.WarmUp(steps=[(warmup.INDUCTION, lambda: gate.wait(20))]).start()
+    warm = warmup.WarmUp(steps=[(warmup.ENCODER, lambda: gate.wait(20))]).start()
     monkeypatch.setattr(warmup, "_started", warm)
-    threading.Timer(1.5, gate.set).start()
-    started = time.perf_counter()
-    at = AppTest.from_file(str(ROOT / "views" / "induction.py"), default_timeout=120)
-    at.session_state["induction.steps"] = 20
+    try:
+        assert not warmup.can_run(_never_called_before, 1.0)
+        assert not warmup.ready(warmup.ENCODER) and warmup.track(warmup.ENCODER) == "readable"
+        _never_called_before(1.0)                            # compiled now: float64 loaded, int64 not
+        assert warmup.can_run(_never_called_before, 2.0) and not warmup.can_run(_never_called_before, 2)
+    finally:
+        gate.set()
+    assert warm.wait(10) and warmup.can_run(_never_called_before, 2) and warmup.track(warmup.ENCODER) == "compiled"
+
+
+def _state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().split(")")[1].split()[0]
+
+
+def test_paused_stops_the_compiling_child_and_continues_it():
+    warm = warmup.WarmUp(steps=())
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        warm._set_child(child)
+        with warm.paused():
+            time.sleep(0.2)
+            assert _state(child.pid) == "T"                  # stopped while a page times
+        time.sleep(0.2)
+        assert _state(child.pid) in "RS"
+        with warm.paused():                                  # a child started during a pause starts stopped
+            other = subprocess.Popen(["sleep", "30"])
+            warm._set_child(other)
+            time.sleep(0.2)
+            assert _state(other.pid) == "T"
+        other.send_signal(signal.SIGKILL)
+    finally:
+        child.kill()
+
+
+def test_inside_a_trained_model_draws_on_the_readable_track_while_the_compiled_step_is_missing(monkeypatch):
+    """Opened while the server still compiles the encoder's step: the page does not wait for it; it
+    trains the default model on the readable step and says so where it names the model."""
+    gate = threading.Event()
+    warm = warmup.WarmUp(steps=[(warmup.ENCODER, lambda: gate.wait(60))]).start()
+    monkeypatch.setattr(warmup, "_started", warm)
+    from core.models import encoder
+
+    def no_compiled_step(*args, **kwargs):
+        raise AssertionError("the compiled step ran before it was ready")
+
+    monkeypatch.setattr(encoder, "train_step", no_compiled_step)
+    monkeypatch.setattr(encoder, "predict_flat", no_compiled_step)
+    try:
+        at = AppTest.from_file(str(ROOT / "views" / "inside_model.py"), default_timeout=120)
+        at.session_state["inside_model.data_sizes"] = (160, 40, 40)
+        at.session_state["inside_model.steps"] = 6
+        at.session_state["inside_model.seed"] = 917                   # a model no other test has cached
+        at.run()
+        assert not at.exception and not warm.has_done(warmup.ENCODER)
+        caption = next(c.value for c in at.caption if c.value.startswith("Using the default model"))
+        assert "trained on the readable training step" in caption
+    finally:
+        gate.set()
+    assert warm.wait(10)
+    monkeypatch.undo()
+    at.session_state["inside_model.seed"] = 918                       # once compiled: the compiled step
     at.run()
-    assert not at.exception
-    assert time.perf_counter() - started >= 1.4 and warm.finished
-    assert at.metric                                   # the page drew its numbers after waiting
+    caption = next(c.value for c in at.caption if c.value.startswith("Using the default model"))
+    assert "trained on the compiled training step" in caption

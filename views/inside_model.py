@@ -11,7 +11,6 @@ from core.lessons import inside
 from core.models import encoder, tasks, transformer
 from core import warmup
 from ui import charts, state, widgets
-from ui.warmup import wait_for_kernels
 
 
 PAGE = "inside_model"
@@ -47,11 +46,12 @@ st.markdown(
 
 
 # 0. the model ----------------------------------------------------------------------------------
-@st.cache_resource(show_spinner="Training the default model (a few seconds, once per task and seed; a new server first "
-                   "compiles the training step: up to a minute)…",
-                   max_entries=8)
+@st.cache_resource(show_spinner="Training the default model (a few seconds, once per task and seed)…", max_entries=8)
 def default_model(task: str, seed: int, sizes: tuple, steps) -> inside.Model:
-    return inside.train_default(task, seed, n_train=sizes[0], n_val=sizes[1], n_test=sizes[2], steps=steps)
+    """Trained once per server on the compiled step, or on the readable one while a freshly started
+    server still compiles it; the model's origin says which (every session then shares it)."""
+    return inside.train_default(task, seed, n_train=sizes[0], n_val=sizes[1], n_test=sizes[2], steps=steps,
+                                track=warmup.track(warmup.ENCODER))
 
 
 @st.cache_resource(max_entries=8)
@@ -123,7 +123,6 @@ if trained is None and ss[k("source")] == "trained":
 use_trained = trained is not None and ss[k("source")] == "trained"
 c[1].selectbox("Task of the default model", tuple(tasks.TASKS), key=k("task"), disabled=use_trained)
 c[2].number_input("Seed of the default model (0 to 999)", 0, 999, key=k("seed"), disabled=use_trained)
-wait_for_kernels(warmup.ENCODER)
 try:
     model = trained if use_trained else default_model(ss[k("task")], int(ss[k("seed")]),
                                                       tuple(ss.get(SIZES_KEY, (4000, 1000, 1000))),

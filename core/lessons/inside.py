@@ -46,19 +46,22 @@ class Model:
 
 
 def train_default(task: str = "sum", seed: int = 0, *, n_train: int = 4000, n_val: int = 1000,
-                  n_test: int = 1000, steps: int | None = None) -> Model:
+                  n_test: int = 1000, steps: int | None = None, track: str = training.DEFAULT_TRACK) -> Model:
     """The training page's default run (``RunSpec``: 2 layers, 4 heads, d_model 32, sinusoidal
-    positions, Adam at 3e-3 decaying to a tenth, batches of 64, 300 steps), deterministic by seed."""
+    positions, Adam at 3e-3 decaying to a tenth, batches of 64, 300 steps), deterministic by seed
+    and ``track`` (the readable or the compiled training step: the same to rounding), which its
+    ``origin`` names."""
     spec = RunSpec(task=task, seed=int(seed), n_train=n_train, n_val=n_val, n_test=n_test,
                    **({} if steps is None else {"steps": int(steps)})).check()
     cfg = spec.config()
     data = make_dataset(task, spec.n_train, spec.n_val, spec.n_test, seed=spec.seed)
     state = training.new_state(cfg, data, seed=spec.seed, lr=spec.lr, batch_size=spec.batch_size,
                                decay_steps=spec.steps)
-    for _ in training.train(state, data, max_steps=spec.steps, eval_every=spec.steps):
+    for _ in training.train(state, data, max_steps=spec.steps, eval_every=spec.steps, track=track):
         pass
     params = {name: value.copy() for name, value in state.params.items()}
-    return Model(params, cfg, data, f"default model: {spec.steps} steps on '{task}', seed {spec.seed}")
+    return Model(params, cfg, data, f"default model: {spec.steps} steps on '{task}', seed {spec.seed}, "
+                                    f"trained on the {track} training step")
 
 
 def forward(params: dict, cfg: EncoderConfig, tokens, ablate: dict | None = None):

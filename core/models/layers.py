@@ -2,7 +2,10 @@
 
 Written like the formulas: NumPy for the shapes, and small compiled loops (Numba) where a step
 would otherwise be a dozen NumPy calls on tiny arrays (the attention rows, LayerNorm) or a matrix
-product (our own, for the same bits on a busy server). Every forward returns ``(output, cache)``;
+product (our own, for the same bits on a busy server). Each compiled loop has its NumPy formula
+beside it, which runs while a freshly started server still compiles the loop in the background
+(:func:`core.warmup.can_run`): a page never waits for the compiler, and the two agree to
+rounding (tests hold them to 1e-12 in float64). Every forward returns ``(output, cache)``;
 the matching backward takes the gradient of the output and that cache, and returns the gradients
 of the inputs and of the parameters. Shapes: activations ``(B, T, d)``, attention weights
 ``(B, H, Tq, Tk)``; weights are ``(d_in, d_out)`` applied as ``X @ W``.
@@ -19,10 +22,17 @@ import numpy as np
 from numba import njit
 
 from core import positional
+from core.warmup import can_run
 from core.attention import merge_heads, split_heads    # heads are pure reshapes: one definition
 from core.models.params import init_by_name             # one definition, with the layout and the checks
 
 ATTENTION_PARAMS = ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O")
+
+
+def compiled_or(kernel, twin, *args) -> None:
+    """``kernel(*args)``, or its NumPy ``twin(*args)`` (the same formula, the same outputs written)
+    while a freshly started server still compiles ``kernel`` in the background."""
+    (kernel if can_run(kernel, *args) else twin)(*args)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -56,6 +66,8 @@ def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     A = np.ascontiguousarray(a).reshape(-1, a.shape[-2], a.shape[-1])     # (N, r, k)
     B = np.ascontiguousarray(b).reshape(-1, b.shape[-2], b.shape[-1])     # (N, k, c)
     C = np.empty((A.shape[0], A.shape[1], B.shape[2]), dtype=np.result_type(a, b))
+    if not can_run(_matmul_batches, A, B, C):
+        return np.matmul(a, b)                    # the loop still compiles: NumPy's product meanwhile
     _matmul_batches(A, B, C)
     return C.reshape(lead + C.shape[1:])
 
@@ -68,12 +80,13 @@ def _matmul_tiled(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
     r, c = a.shape[0], b.shape[1]
     if c >= r or c >= 24:
-        y = np.empty((r, c), dtype=a.dtype)
-        project(a.T, np.ascontiguousarray(b), y, y, False)
-        return y
-    yt = np.empty((c, r), dtype=a.dtype)
-    project(b, np.ascontiguousarray(a.T), yt, yt, False)
-    return yt.T
+        A, X, y = a.T, np.ascontiguousarray(b), np.empty((r, c), dtype=a.dtype)
+    else:
+        A, X, y = b, np.ascontiguousarray(a.T), np.empty((c, r), dtype=a.dtype)
+    if not can_run(project, A, X, y, y, False):
+        return a @ b                              # the product still compiles: NumPy's meanwhile
+    project(A, X, y, y, False)
+    return y if y.shape == (r, c) else y.T
 
 
 @functools.lru_cache(maxsize=64)
@@ -175,6 +188,27 @@ def _attention_rows_backward(Q, K, V, A, dZ, scale, dQ, dK, dV):
                         dK[b, h, j, c] += dS * Q[b, h, i, c]
 
 
+def _attention_rows_numpy(Q, K, V, mask, scale, S, A, Z):
+    """:func:`_attention_rows` over whole arrays: ``S = Q K^T / scale + mask``, ``A = softmax(S)``
+    row by row (a row with nothing allowed all zeros), ``Z = A V``."""
+    S[...] = Q @ K.swapaxes(-1, -2) / scale + mask
+    top = S.max(axis=-1, keepdims=True)
+    E = np.exp(S - np.where(top > -np.inf, top, 0.0))               # exp(-inf) = 0: masked keys
+    total = E.sum(axis=-1, keepdims=True)
+    np.divide(E, total, out=A, where=total > 0)
+    A[np.broadcast_to(total == 0, A.shape)] = 0.0
+    Z[...] = A @ V
+
+
+def _attention_rows_backward_numpy(Q, K, V, A, dZ, scale, dQ, dK, dV):
+    """:func:`_attention_rows_backward` over whole arrays."""
+    dA = dZ @ V.swapaxes(-1, -2)                                    # (B, H, Tq, Tk)
+    dV[...] = A.swapaxes(-1, -2) @ dZ
+    dS = A * (dA - (A * dA).sum(axis=-1, keepdims=True)) / scale
+    dQ[...] = dS @ K
+    dK[...] = dS.swapaxes(-1, -2) @ Q
+
+
 # ----------------------------------------------------------------------------------------------
 # multi-head attention (self or cross)
 # ----------------------------------------------------------------------------------------------
@@ -213,7 +247,8 @@ def attend(x_q: np.ndarray, K: np.ndarray, V: np.ndarray, p: dict, n_heads: int,
     A = np.empty_like(scores)
     Z = np.empty((B, H, Tq, d_k), dtype=Q.dtype)
     no_mask = np.zeros((Tq, Tk), dtype=Q.dtype) if mask is None else mask
-    _attention_rows(Q, np.ascontiguousarray(K), np.ascontiguousarray(V), no_mask, math.sqrt(d_k), scores, A, Z)
+    compiled_or(_attention_rows, _attention_rows_numpy, Q, np.ascontiguousarray(K), np.ascontiguousarray(V),
+                no_mask, math.sqrt(d_k), scores, A, Z)
     concat = merge_heads(Z)                                         # (B, Tq, H*d_k)
     # 5. output projection
     out = linear(concat, p["W_O"], p["b_O"])                        # (B, Tq, d)
@@ -250,7 +285,7 @@ def attention_backward(d_out: np.ndarray, cache: dict, p: dict):
     dZ = np.ascontiguousarray(split_heads(d_concat, n_heads))       # (B, H, Tq, d_k)
     K, V = np.ascontiguousarray(K), np.ascontiguousarray(V)
     dQ, dK, dV = np.empty_like(dZ), np.empty_like(K), np.empty_like(V)
-    _attention_rows_backward(Q, K, V, A, dZ, math.sqrt(d_k), dQ, dK, dV)
+    compiled_or(_attention_rows_backward, _attention_rows_backward_numpy, Q, K, V, A, dZ, math.sqrt(d_k), dQ, dK, dV)
     # 1. projections
     dx_q, g["W_Q"], g["b_Q"] = linear_backward(merge_heads(dQ), cache["x_q"], p["W_Q"])
     dx_k, g["W_K"], g["b_K"] = linear_backward(merge_heads(dK), cache["x_kv"], p["W_K"])
@@ -303,11 +338,29 @@ def _layer_norm_rows_backward(dy, xhat, rstd, g, dx, dg, db):
             dx[n, c] = rstd[n] * (dy[n, c] * g[c] - m1 - xhat[n, c] * m2)
 
 
+def _layer_norm_rows_numpy(x, g, b, eps, y, xhat, rstd):
+    """:func:`_layer_norm_rows` over whole arrays."""
+    mu = x.mean(axis=1, keepdims=True)
+    rstd[:] = 1.0 / np.sqrt(((x - mu) ** 2).mean(axis=1) + eps)
+    xhat[...] = (x - mu) * rstd[:, None]
+    y[...] = xhat * g + b
+
+
+def _layer_norm_rows_backward_numpy(dy, xhat, rstd, g, dx, dg, db):
+    """:func:`_layer_norm_rows_backward` over whole arrays."""
+    dxhat = dy * g
+    m1 = dxhat.mean(axis=1, keepdims=True)
+    m2 = (dxhat * xhat).mean(axis=1, keepdims=True)
+    dg[:] = (dy * xhat).sum(axis=0)
+    db[:] = dy.sum(axis=0)
+    dx[...] = rstd[:, None] * (dxhat - m1 - xhat * m2)
+
+
 def layer_norm(x: np.ndarray, g: np.ndarray, b: np.ndarray, eps: float):
     r"""``y = g * (x - mu) / sqrt(var + eps) + b`` over the last axis; returns ``(y, cache)``."""
     rows = np.ascontiguousarray(x).reshape(-1, x.shape[-1])           # (N, d)
     y, xhat, rstd = np.empty_like(rows), np.empty_like(rows), np.empty(len(rows), dtype=rows.dtype)
-    _layer_norm_rows(rows, g, b, eps, y, xhat, rstd)
+    compiled_or(_layer_norm_rows, _layer_norm_rows_numpy, rows, g, b, eps, y, xhat, rstd)
     return y.reshape(x.shape), {"xhat": xhat, "rstd": rstd, "g": g}
 
 
@@ -317,7 +370,7 @@ def layer_norm_backward(dy: np.ndarray, cache: dict):
     xhat, rstd, g = cache["xhat"], cache["rstd"], cache["g"]
     rows = np.ascontiguousarray(dy).reshape(xhat.shape)              # (N, d)
     dx, dg, db = np.empty_like(rows), np.empty_like(g), np.empty_like(g)
-    _layer_norm_rows_backward(rows, xhat, rstd, g, dx, dg, db)
+    compiled_or(_layer_norm_rows_backward, _layer_norm_rows_backward_numpy, rows, xhat, rstd, g, dx, dg, db)
     return dx.reshape(dy.shape), dg, db
 
 
@@ -397,10 +450,17 @@ def _gelu_tanh_backward_flat(dy, x, dx):
         dx[n] = dy[n] * (0.5 * (1.0 + t) + 0.5 * v * (1.0 - t * t) * c * (1.0 + 3.0 * 0.044715 * v * v))
 
 
+def _gelu_tanh_backward_numpy(dy, x, dx):
+    """:func:`_gelu_tanh_backward_flat` over whole arrays."""
+    t = np.tanh(GELU_TANH_C * (x + 0.044715 * x ** 3))
+    dx[:] = dy * (0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * GELU_TANH_C * (1.0 + 3.0 * 0.044715 * x * x))
+
+
 def gelu_tanh_backward(dy: np.ndarray, x: np.ndarray) -> np.ndarray:
     """The gradient through :func:`gelu_tanh` at its input ``x``."""
     dx = np.empty(x.size, dtype=x.dtype)
-    _gelu_tanh_backward_flat(np.ascontiguousarray(dy).reshape(-1), np.ascontiguousarray(x).reshape(-1), dx)
+    compiled_or(_gelu_tanh_backward_flat, _gelu_tanh_backward_numpy, np.ascontiguousarray(dy).reshape(-1),
+                np.ascontiguousarray(x).reshape(-1), dx)
     return dx.reshape(x.shape)
 
 
@@ -443,11 +503,19 @@ def _gelu_erf_rational(x, y):
         y[n] = half * x[n] * (one + p / q)
 
 
+_erf = np.frompyfunc(math.erf, 1, 1)          # NumPy has no erf: Python's, element by element
+
+
+def _gelu_erf_numpy(x, y):
+    """:func:`_gelu_erf_flat` through Python's ``math.erf`` (slow, and needs no compiler)."""
+    y[:] = 0.5 * x * (1.0 + _erf(x * (1.0 / math.sqrt(2.0))).astype(x.dtype))
+
+
 def gelu_erf(x: np.ndarray) -> np.ndarray:
     r""":math:`\mathrm{GELU}(x) = x\,\Phi(x) = \tfrac12 x\,(1 + \mathrm{erf}(x/\sqrt2))`, the exact form BERT uses
     (the tanh form is an approximation of it). Float64 calls the exact erf; float32 a rational fit
     of it, good to 7e-8 (below float32's own rounding), that runs on SIMD lanes; a NaN stays NaN."""
     y = np.empty(x.size, dtype=x.dtype)
     kernel = _gelu_erf_flat if x.dtype == np.float64 else _gelu_erf_rational
-    kernel(np.ascontiguousarray(x).reshape(-1), y)
+    compiled_or(kernel, _gelu_erf_numpy, np.ascontiguousarray(x).reshape(-1), y)
     return y.reshape(x.shape)

@@ -25,7 +25,7 @@ from typing import Iterator
 
 import numpy as np
 
-from core.models import encoder, loop
+from core.models import encoder, loop, transformer, vocabulary
 from core.models.steps import DEFAULT_TRACK, TRACKS, encoder_update
 from core.models.encoder import Adam, EncoderConfig
 from core.models.tasks import TASKS, Dataset, make_dataset
@@ -71,11 +71,17 @@ def new_state(cfg: EncoderConfig, data: Dataset | None = None, *, seed: int = 0,
                       np.random.default_rng([seed, 1]), int(batch_size), float(lr), decay_steps)
 
 
-def accuracy(state: TrainState, X: np.ndarray, y: np.ndarray) -> float:
-    """Fraction of sequences whose arg-max class is the label."""
+def accuracy(state: TrainState, X: np.ndarray, y: np.ndarray, track: str = DEFAULT_TRACK) -> float:
+    """Fraction of sequences whose arg-max class is the label, by ``track``'s forward pass: the
+    compiled one, or the readable transformer (256 sequences at a time)."""
     if len(y) == 0:
         return float("nan")
-    return float(np.mean(encoder.predict_flat(state.flat, np.ascontiguousarray(X, dtype=np.int64), state.cfg) == y))
+    X = np.ascontiguousarray(X, dtype=np.int64)
+    if track == "compiled":
+        return float(np.mean(encoder.predict_flat(state.flat, X, state.cfg) == y))
+    params, cfg = vocabulary.from_encoder(state.params, state.cfg)
+    logits = np.concatenate([transformer.forward(params, cfg, X[i:i + 256])[0] for i in range(0, len(X), 256)])
+    return float(np.mean(logits.argmax(axis=-1) == y))
 
 
 def train(state: TrainState, data: Dataset, *, max_steps: int = 300, max_seconds: float | None = None,
@@ -117,7 +123,7 @@ def train(state: TrainState, data: Dataset, *, max_steps: int = 300, max_seconds
         last = state.step >= max_steps or out_of_time
         evaluated = state.step % eval_every == 0 or last
         if evaluated:
-            state.val_acc = accuracy(state, data.X_val, data.y_val)
+            state.val_acc = accuracy(state, data.X_val, data.y_val, track)
         reached = target_val_acc is not None and state.val_acc is not None and state.val_acc >= target_val_acc
         yield {"step": state.step, "loss": loss, "train_acc": correct / bs, "val_acc": state.val_acc,
                "evaluated": evaluated, "elapsed": state.train_seconds, "cpu_seconds": state.cpu_seconds,

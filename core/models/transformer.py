@@ -287,12 +287,13 @@ def self_attention(x: np.ndarray, p: dict, cfg: TransformerConfig, cache: dict, 
     ``key_mask`` (B, 1, 1, Tk), additive (0 or -inf), hides padding keys from every query.
     """
     H = cfg.n_heads
-    big = cfg.d_model ** 2 >= BLAS_FROM                     # GPT-2's sizes: the tuned twins (tuned_forward)
+    big = cfg.d_model ** 2 >= BLAS_FROM                     # GPT-2's sizes: BLAS, and the tuned twins
+    tuned = big and TF.ready(x.dtype)                       # (tuned_forward) once they are compiled
     # 1. queries, keys and values, split into heads
     Q = L.split_heads(dense(x, p["attn.W_Q"], p.get("attn.b_Q")), H)                    # (B, H, T, d_k)
     K = L.split_heads(dense(x, p["attn.W_K"], p.get("attn.b_K")), H)
     V = L.split_heads(dense(x, p["attn.W_V"], p.get("attn.b_V")), H)
-    if kv is not None and big:
+    if kv is not None and tuned:
         K, V = TF.append_kv(kv, K, V)                                                    # the same, without a copy per token
     elif kv is not None:
         if "K" in kv:
@@ -307,7 +308,7 @@ def self_attention(x: np.ndarray, p: dict, cfg: TransformerConfig, cache: dict, 
     if key_mask is not None:
         S += key_mask
     cache[f"{name}.scores"] = S
-    A = TF.softmax_rows(S) if big else softmax_rows(S)
+    A = TF.softmax_rows(S) if tuned else softmax_rows(S)
     cache[f"{name}.weights"] = A
     Z = product(A, V, big)                                                               # (B, H, T, d_k)
     # 3. head edits (ablation, patching), then the heads side by side and the output projection
@@ -324,7 +325,8 @@ def feed_forward(x: np.ndarray, p: dict, cfg: TransformerConfig, cache: dict, na
     """``act(x W_1 + b_1) W_2 + b_2`` with ReLU or GELU (exact, or its tanh form); the hidden layer
     before and after the activation goes to ``{name}.pre`` and ``{name}.hidden``."""
     cache[f"{name}.pre"] = pre = dense(x, p["ffn.W_1"], p.get("ffn.b_1"))               # (B, T, d_ff)
-    gelu_tanh = TF.gelu_tanh if p["ffn.W_1"].size >= BLAS_FROM else L.gelu_tanh   # GPT-2's sizes: the tuned twin
+    tuned = p["ffn.W_1"].size >= BLAS_FROM and TF.ready(pre.dtype)          # GPT-2's sizes: the tuned twin
+    gelu_tanh = TF.gelu_tanh if tuned else L.gelu_tanh
     act = {"gelu_tanh": gelu_tanh, "gelu_erf": L.gelu_erf}.get(cfg.activation, lambda v: np.maximum(v, 0.0))
     hidden = act(pre)
     cache[f"{name}.hidden"] = hidden

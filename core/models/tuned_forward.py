@@ -25,12 +25,20 @@ import numpy as np
 from numba import njit
 
 from core.kernels.tuned.fastexp import fast_exp
+from core.warmup import can_run
 
 JIT = dict(cache=True, nogil=True, error_model="numpy")
 GELU_TANH_C = math.sqrt(2.0 / math.pi)
 # exp's argument is held at or below this (the tuned float32 exp is defined up to 88): GELU's
 # sigmoid is then 1 / (1 + e^88), which times any activation is far below a float32 rounding of it.
 EXP_MAX = 80.0
+
+
+def ready(dtype) -> bool:
+    """Whether the compiled kernels below are loaded for ``dtype`` (:func:`core.warmup.can_run`):
+    until they are, a freshly started server runs the readable steps."""
+    one, t = np.zeros(1, dtype), np.dtype(dtype).type
+    return can_run(_softmax_rows, one[None], one[None], t(0)) and can_run(_gelu_tanh_flat, one, one, *(t(0),) * 4)
 
 
 # ----------------------------------------------------------------------------------------------
