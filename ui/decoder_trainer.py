@@ -24,7 +24,7 @@ from typing import Callable
 
 import numpy as np
 
-from core import limits
+from core import limits, warmup
 from core.models import decoder, decoder_runs, decoder_step
 from core.models.decoder_runs import LM_TASK, Setup
 from core.models.steps import DEFAULT_TRACK, check_track
@@ -94,6 +94,9 @@ class DecoderTrainer(BackgroundRun):
         called as :func:`core.models.decoder_runs.fit` (the default) is. Raises ``ValueError`` (or
         ``ui.background_run.TrainerBusy``); nothing changes then."""
         check_track(track)
+        # while a freshly started server still compiles the compiled step: this run is readable, and says so
+        compiled_missing = track == "compiled" and warmup.track(warmup.DECODER) == "readable"
+        track = "readable" if compiled_missing else track
         steps = setup.defaults.steps if steps is None else steps
         if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or not 1 <= steps <= self.max_steps:
             raise ValueError(f"Steps must be a whole number between 1 and {self.max_steps}, got {steps!r}.")
@@ -106,7 +109,7 @@ class DecoderTrainer(BackgroundRun):
             self._setup, self._target, self._track = setup, int(steps), track
             self._metrics, self._evals = [], [first]
         self._renew(fresh)
-        self._launch(lambda generation: self._train(generation, setup, int(steps), fit, track))
+        self._launch(lambda generation: self._train(generation, setup, int(steps), fit, track, compiled_missing))
 
     def stop(self, timeout: float = 30.0) -> None:
         """Stop after the current step; the model trained so far is kept and shown."""
@@ -142,7 +145,8 @@ class DecoderTrainer(BackgroundRun):
         return _untrained(setup), -1, False
 
     # -- the worker ----------------------------------------------------------------------------------
-    def _train(self, generation: int, setup: Setup, steps: int, fit: Callable, track: str) -> None:
+    def _train(self, generation: int, setup: Setup, steps: int, fit: Callable, track: str,
+               compiled_missing: bool = False) -> None:
         reason = ""
         eval_seconds = 0.0                    # measuring the validation metric is not training
 
@@ -171,10 +175,10 @@ class DecoderTrainer(BackgroundRun):
                     self._evals.append({"step": step, "value": value})
                     self._bump()
 
-        self._set_status(generation, None,
-                         "Loading the compiled training step (a new server compiles it first: up to a minute)…")
-        decoder_step.warm_up()
-        self._set_status(generation, None, "")
+        if track == "compiled":
+            decoder_step.warm_up()            # loaded already (the warm-up), or compiled here (no warm-up)
+        self._set_status(generation, None, "This server has just started and still compiles the compiled step: "
+                                           "this run trains on the readable step." if compiled_missing else "")
         start = time.perf_counter()           # the time cap counts training, not compiling
         params, _ = fit(setup, steps=steps, seed=0, callback=after_step, every=EVAL_EVERY, on_params=measure,
                         track=track)

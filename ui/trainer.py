@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import io
 import time
 from typing import Callable
 
 import numpy as np
 
-from core import limits
+from core import limits, warmup
 from core.models import encoder, training
 from core.models.encoder import EncoderConfig
 from core.models.runs import RunSpec
@@ -136,7 +137,8 @@ class Trainer(BackgroundRun):
         if not specs:
             raise ValueError("Nothing to train: give at least one run.")
         self._refuse_while_running("A run is already training: pause or reset it first.")
-        train = training.train if train is None else train
+        if train is None:   # the compiled step, or the readable one while a new server still compiles it
+            train = functools.partial(training.train, track=warmup.track(warmup.ENCODER))
         runs, datasets = [], {}
         for spec in specs:
             spec = spec.check()
@@ -254,8 +256,9 @@ class Trainer(BackgroundRun):
         """The worker: train every run to its step count, the time cap or a pause."""
         with self._lock:
             runs = list(self._runs)
-        for run in runs:   # compiling (a new server's first run) is not training: outside the clock
-            encoder.warm_up(run.cfg, run.state.grad_flat.dtype)
+        if warmup.ready(warmup.ENCODER):  # loading (or compiling, with no warm-up) is not training: outside the clock
+            for run in runs:
+                encoder.warm_up(run.cfg, run.state.grad_flat.dtype)
         while True:
             left = [run for run in runs if not run.finished]
             if not left:

@@ -13,8 +13,6 @@ from core.models import generation as decoding          # the page has a functio
 from core.models.decoder_runs import DEFAULTS, build
 from ui import charts, state
 from ui.widgets import act, chosen_dtype, function_sources, live_view, run_progress
-from ui.warmup import wait_for_kernels
-from core import warmup
 from ui.decoder_trainer import EVAL_EVERY, TASKS, DecoderTrainer
 
 
@@ -143,7 +141,6 @@ def draw_live() -> None:
 
 
 live_view(draw_live, "the training view", lambda: trainer.running, poll)
-wait_for_kernels(warmup.DECODER)
 trained_params, model_version, trained = trainer.model(setup)
 dtype = np.dtype(chosen_dtype())
 

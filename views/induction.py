@@ -8,7 +8,6 @@ import streamlit as st
 from core.models import induction
 from core import warmup
 from ui import charts, state
-from ui.warmup import wait_for_kernels
 
 
 PAGE = "induction"
@@ -26,7 +25,8 @@ ss = st.session_state
 def trained(seed: int, steps: int):
     """The model for a seed, trained once per server, and its measures on the held-out sequences."""
     setup = induction.InductionSetup(steps=steps)
-    run = induction.train_induction(setup, seed=seed)
+    # the compiled step, or the readable one while a freshly started server still compiles it (named below)
+    run = induction.train_induction(setup, seed=seed, track=warmup.track(warmup.DECODER))
     data = induction.held_out(setup, seed)
     return run, data, induction.measure(run.params, run.cfg, data)
 
@@ -51,9 +51,8 @@ with st.form(k("train")):
                     help="With a few hundred steps the repeated half is not learned yet: no induction head.")
     st.form_submit_button("Train")
 seed, steps = int(ss[k("seed")]), int(ss[k("steps")])
-wait_for_kernels(warmup.INDUCTION)
-with st.spinner(f"Training a two-layer attention-only model, {steps} steps (a few seconds at most, once per seed; "
-                "a new server first compiles the training step: up to a minute)…"):
+with st.spinner(f"Training a two-layer attention-only model, {steps} steps (a few seconds, once per seed; "
+                "about ten on a freshly started server, which trains on the readable step while it compiles)…"):
     run, (tgt_in, tgt_out), m = trained(seed, steps)
 prev, ind = induction.head_verdicts(m)
 prev_head, ind_head = prev.head, ind.head
@@ -61,7 +60,9 @@ c = st.columns(4)
 c[0].metric("loss, first half", f"{m.loss_first_half:.3f}", help="Mean cross-entropy (nats) at query positions 1..n.")
 c[1].metric("loss, repeated half", f"{m.loss_second_half:.3f}")
 c[2].metric("accuracy, repeated half", f"{m.acc_second_half:.1%}")
-c[3].metric("training", f"{run.train_seconds:.1f} s", help=f"{steps} Adam steps of {SETUP.batch_size} fresh sequences.")
+c[3].metric(f"training ({run.track} step)", f"{run.train_seconds:.1f} s",
+            help=f"{steps} Adam steps of {SETUP.batch_size} fresh sequences, on the {run.track} training step"
+                 + (" (this server was still compiling the compiled one)." if run.track == "readable" else "."))
 st.caption(f"d_model = {SETUP.d_model}, {H} heads per layer, sinusoidal positions, post-norm LayerNorm; "
            f"measured on {SETUP.n_held_out} held-out sequences never seen in training. "
            f"A uniform guess costs ln {SETUP.vocab_size} = {np.log(SETUP.vocab_size):.3f}.")

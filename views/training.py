@@ -4,7 +4,7 @@ import functools
 import pandas as pd
 import streamlit as st
 
-from core import limits
+from core import limits, warmup
 from core.models import steps, tasks, training
 from core.models.encoder import POSITIONAL_CHOICES
 from ui import charts, state
@@ -118,7 +118,12 @@ if b1.button("Start training", type="primary", disabled=spec_problem is not None
     if busy_elsewhere:
         st.warning("The ablation runs are training: stop them first (one job per session).")
     else:
-        act(functools.partial(trainer.start, train=functools.partial(training.train, track=track)), spec)
+        # the compiled step is the readable one until a freshly started server has compiled it
+        run_track = warmup.track(warmup.ENCODER) if track == "compiled" else track
+        if run_track != track:
+            st.info("This server has just started and still compiles the compiled step in the background: this "
+                    "run trains on the readable step (the ms-per-step metric names the step that ran).")
+        act(functools.partial(trainer.start, train=functools.partial(training.train, track=run_track)), spec)
 if b2.button("Pause", disabled=not trainer.running):
     act(trainer.pause)
 if b3.button("Resume", disabled=trainer.status not in ("paused", "loaded") or busy_elsewhere):

@@ -24,7 +24,7 @@ import time
 import numpy as np
 
 from core.models import decoder as D
-from core.models import decoder_step, loop, optim
+from core.models import decoder_step, loop, optim, steps as tracks
 from core.models import layers as L
 
 
@@ -165,26 +165,29 @@ class InductionRun:
     losses: list
     train_seconds: float
     seed: int
+    track: str = tracks.DEFAULT_TRACK      # the training step that ran: readable or compiled
 
 
-def train_induction(setup: InductionSetup = InductionSetup(), *, seed: int = 0, callback=None) -> InductionRun:
+def train_induction(setup: InductionSetup = InductionSetup(), *, seed: int = 0, callback=None,
+                    track: str = tracks.DEFAULT_TRACK) -> InductionRun:
     """Train a fresh model with Adam on new random sequences each step (seeded: same seed, same
-    model). The rate rises linearly over ``warmup`` steps, then stays. ``callback(step, loss)``
-    runs after each step."""
+    model, to rounding whichever ``track``'s training step runs). The rate rises linearly over
+    ``warmup`` steps, then stays. ``callback(step, loss)`` runs after each step."""
     cfg = setup.config
     flat, params = D.pack(D.init_params(cfg, seed=seed, dtype=np.float32))
-    gradient = decoder_step.Gradient(cfg, flat)     # D.loss_and_grads, compiled
+    gradient = tracks.decoder_gradient(track, cfg, flat)       # D.loss_and_grads, readable or compiled
     update = loop.gradient_update(gradient, flat, np.empty_like(flat),
                                   optim.Adam(flat.size, flat.dtype, setup.lr, betas=D.ADAM_BETAS))
     rng = np.random.default_rng([seed, 1])
-    decoder_step.warm_up()                          # compiling (the first time) is not training
+    if track == "compiled":
+        decoder_step.warm_up()                      # compiling (the first time) is not training
     losses, t0 = [], time.perf_counter()
     for s in loop.steps(update, lambda step: (*make_data(setup.batch_size, setup, rng=rng), None),
                         stop=setup.steps, rate=lambda step: setup.lr * min(1.0, (step + 1) / setup.warmup)):
         losses.append(s.loss)
         if callback is not None:
             callback(s.step, s.loss)
-    return InductionRun(setup, cfg, params, losses, time.perf_counter() - t0, seed)
+    return InductionRun(setup, cfg, params, losses, time.perf_counter() - t0, seed, track)
 
 
 def best_heads(m: Measures) -> tuple[int, int]:
