@@ -11,6 +11,7 @@ def wait_for_kernels(step: str | None = None, why: str = "Later visits start at 
     warm = warmup.running()
     if warm is None or warm.has_done(step):
         return
+    warm.want(step)
     bar = st.empty()
     while True:
         done, total, current = warm.progress()

@@ -11,6 +11,7 @@ from core.kernels import cpu as lesson_cpu
 from core.kernels.tuned import cpu as tuned_cpu
 from core.kernels.tuned import simd, target
 from core.lessons import speed
+from core import warmup
 from ui import state
 from ui.warmup import wait_for_kernels
 
@@ -63,14 +64,15 @@ if lengths is not None:
     settings = (lengths, n_heads, d_k, operation)
     again = st.button("Measure again", help="The machine's speed drifts; a second run shows by how much.")
     if again or st.session_state.get(RESULTS, {}).get("settings") != settings:
-        _kernels_compiled(operation)
-        # not while the server's warm-up compiles in its thread: a tuned parallel call releases the GIL
-        # and must win it back from that thread (a 45 µs call measured at 7.6 ms beside a compile)
-        wait_for_kernels(why="The timing waits for it: a compile beside the kernels slows them many times over.")
+        warmup.start_once().want(warmup.SPEED)      # this page's kernels compile next, in the background
+        wait_for_kernels(warmup.SPEED, why="The timing starts once they are loaded.")
+        _kernels_compiled(operation)                  # loaded by now (compiled here when no warm-up runs)
         bar = st.empty()
-        with speed.measuring_alone(lambda: bar.info("Another visitor to this server is timing the kernels: "
-                                                    "yours start when theirs end, so that neither run slows "
-                                                    "the other.", icon="⏳")):
+        # nothing compiles while the kernels are timed (a 45 µs call measured 7.6 ms beside a compile):
+        # the warm-up's compiling process is stopped meanwhile, and continued after
+        with warmup.start_once().paused(), speed.measuring_alone(lambda: bar.info(
+                "Another visitor to this server is timing the kernels: yours start when theirs end, so that "
+                "neither run slows the other.", icon="⏳")):
             bar.progress(0.0, text="Measuring this machine's matrix-product speed…")
             before = speed.sgemm_gflops()
             rows = speed.measure(lengths, n_heads, d_k, operation,
