@@ -1,0 +1,75 @@
+"""The readable sublayers' NumPy formulas, which run while a freshly started server still compiles
+their loops (core.models.layers.compiled_or), against the compiled loops: forward, backward and
+every gradient, in float32 and float64, with and without a causal mask, and a row with nothing
+allowed (all zeros, never NaN)."""
+import numpy as np
+import pytest
+
+from core.models import layers as L
+from core.models import transformer as tr
+from core.models import transformer_backward as TB
+
+TOL = {np.float64: 1e-12, np.float32: 2e-5}
+CONFIGS = {
+    "encoder classifier": dict(vocab_size=7, n_ctx=6, d_model=12, n_heads=3, d_ff=10, n_layers=2, causal=False,
+                               head="classify", n_classes=3),
+    "GPT-style decoder": dict(vocab_size=9, n_ctx=6, d_model=8, n_heads=2, d_ff=16, n_layers=2, norm="pre",
+                              activation="gelu_tanh", final_ln=True),
+}
+
+
+def _both(fn, monkeypatch):
+    """``fn()`` with the compiled loops, then with every loop's NumPy formula."""
+    compiled = fn()
+    with monkeypatch.context() as m:
+        m.setattr(L, "can_run", lambda *args: False)
+        twin = fn()
+    return compiled, twin
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_the_numpy_formulas_give_the_compiled_loss_logits_and_gradients(name, dtype, monkeypatch):
+    cfg = tr.TransformerConfig(**CONFIGS[name])
+    params = tr.init_params(cfg, 3, dtype)
+    rng = np.random.default_rng(0)
+    for value in params.values():
+        value[...] = rng.normal(0, 0.3, value.shape)
+    tokens = rng.integers(0, cfg.vocab_size, (4, 6))
+    targets = rng.integers(0, cfg.n_classes, 4) if cfg.head == "classify" else rng.integers(0, cfg.vocab_size, (4, 6))
+    (loss_c, logits_c, grads_c), (loss_n, logits_n, grads_n) = _both(
+        lambda: TB.forward_backward(params, cfg, tokens, targets), monkeypatch)
+    tol = TOL[dtype]
+    np.testing.assert_allclose(loss_n, loss_c, rtol=tol)
+    np.testing.assert_allclose(logits_n, logits_c, rtol=tol, atol=tol)
+    assert grads_n.keys() == grads_c.keys()
+    for key in grads_c:
+        np.testing.assert_allclose(grads_n[key], grads_c[key], rtol=tol * 10, atol=tol * 10, err_msg=key)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_attention_rows_with_a_fully_masked_row_give_zeros_in_both(dtype, monkeypatch):
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(2, 4, 8)).astype(dtype)
+    p = {k: rng.normal(0, 0.3, (8, 8) if k.startswith("W") else (8,)).astype(dtype) for k in L.ATTENTION_PARAMS}
+    mask = np.triu(np.full((4, 4), -np.inf, dtype), k=1)
+    mask[2] = -np.inf                                                     # query 3 may see nothing
+    (out_c, cache_c), (out_n, cache_n) = _both(lambda: L.attention(x, x, p, 2, mask), monkeypatch)
+    assert not np.isnan(cache_n["weights"]).any()
+    assert (cache_n["weights"][:, :, 2] == 0).all() and (cache_n["weights"][:, :, 0, 1:] == 0).all()
+    np.testing.assert_allclose(cache_n["weights"].sum(-1)[:, :, [0, 1, 3]], 1.0, rtol=TOL[dtype])
+    np.testing.assert_allclose(out_n, out_c, rtol=TOL[dtype], atol=TOL[dtype])
+    d_out = rng.normal(size=out_c.shape).astype(dtype)
+    grads = _both(lambda: L.attention_backward(d_out, L.attention(x, x, p, 2, mask)[1], p), monkeypatch)
+    for c, n in zip(grads[0][:2], grads[1][:2]):
+        np.testing.assert_allclose(n, c, rtol=TOL[dtype] * 10, atol=TOL[dtype] * 10)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_gelu_and_its_gradient_and_the_products(dtype, monkeypatch):
+    rng = np.random.default_rng(2)
+    x = (rng.normal(size=(3, 50)) * 4).astype(dtype)
+    for fn in (L.gelu_erf, lambda v: L.gelu_tanh_backward(np.ones_like(v), v),
+               lambda v: L.matmul(v, v.T.copy()), lambda v: L.matmul(v[None].repeat(2, 0), v.T.copy())):
+        compiled, twin = _both(lambda: fn(x), monkeypatch)
+        np.testing.assert_allclose(twin, compiled, rtol=TOL[dtype] * 10, atol=TOL[dtype] * 10)
