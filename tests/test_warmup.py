@@ -7,7 +7,6 @@ import threading
 import time
 from pathlib import Path
 
-import numpy as np
 from numba import njit
 from streamlit.testing.v1 import AppTest
 
