@@ -210,23 +210,30 @@ def test_stop_ends_a_run_early_and_keeps_its_model(at):
     assert trainer.model(trainer._setup)[2]                          # trained weights kept
 
 
-def test_the_decoder_trainer_shares_the_servers_training_slots(monkeypatch):
+def test_the_decoder_trainer_waits_in_the_servers_training_queue(monkeypatch):
     import threading
 
     from core.models.decoder_runs import build
     from ui import background_run
     from ui.decoder_trainer import DecoderTrainer
 
-    monkeypatch.setattr(background_run, "_slots", threading.BoundedSemaphore(1))
-    background_run._slots.acquire()                  # an encoder run holds the only slot
+    queue = background_run.TrainingQueue(1)
+    monkeypatch.setattr(background_run, "QUEUE", queue)
+    release = threading.Event()
+    holder = threading.Thread(target=lambda: queue.wait_turn(threading.Event(), lambda *a: None) and release.wait(30))
+    holder.start()                                   # an encoder run holds the only slot
     trainer = DecoderTrainer()
-    with pytest.raises(background_run.TrainerBusy, match="already training"):
-        trainer.start(build("reverse"), 3)
-    assert trainer.view().status == "idle" and trainer.view().metrics == []
-    background_run._slots.release()
-    trainer.start(build("reverse"), 3)               # the slot is free again
+    trainer.start(build("reverse"), 3)
+    deadline = time.time() + 20
+    while "place 1 in the queue" not in trainer.view().message and time.time() < deadline:
+        time.sleep(0.05)
+    view = trainer.view()
+    assert view.status == "queued" and view.metrics == [] and trainer.running
+    release.set()
+    holder.join()
+    queue.release()
     assert trainer.join(120) and trainer.view().status == "done"
-    assert background_run._slots.acquire(blocking=False)   # and the worker gave it back
+    assert queue.counts() == (0, 0)                  # and the worker gave its slot back
 
 
 def test_the_decoder_trainer_trains_with_the_loop_it_is_given():

@@ -9,7 +9,7 @@ from core import encoder, limits
 from ui import background_run
 from ui import trainer as trainer_module
 from core.models.runs import RunSpec
-from ui.trainer import DONE, ERROR, IDLE, LOADED, PAUSED, RUNNING, Trainer, TrainerBusy
+from ui.trainer import DONE, ERROR, IDLE, LOADED, PAUSED, QUEUED, RUNNING, Trainer
 
 TINY = dict(task="sum", n_layers=1, d_model=16, n_heads=2, n_train=200, n_val=40, n_test=40, eval_every=5)
 
@@ -244,12 +244,41 @@ def test_weights_download_and_upload_round_trip(trainer):
     assert other.join(30) and other.status == DONE
 
 
-def test_a_busy_server_refuses_a_new_run(monkeypatch, trainer):
-    monkeypatch.setattr(background_run, "_slots", threading.BoundedSemaphore(1))
-    background_run._slots.acquire()
-    with pytest.raises(TrainerBusy, match="already training"):
-        trainer.start(tiny(steps=5))
-    assert trainer.status == IDLE and trainer.view().runs == []
+def test_a_full_server_queues_runs_first_come_first_served_and_shows_each_its_place(monkeypatch):
+    """One slot: the first run trains; two more wait, each told its place; they train in the order
+    they came, each at its own pace once started; a run paused while it waits leaves the queue."""
+    monkeypatch.setattr(background_run, "QUEUE", background_run.TrainingQueue(1))
+    gate, began = threading.Event(), []
+
+    def train_as(name, hold=False):
+        def train(state, data, **kw):
+            if not began or began[-1] != name:
+                began.append(name)
+            if hold:
+                gate.wait(30)
+            yield from trainer_module.training.train(state, data, **kw)
+        return train
+
+    first, second, third, fourth = (Trainer(snapshot_every=5) for _ in range(4))
+    first.start(tiny(steps=3), train=train_as("first", hold=True))
+    assert wait_for(lambda: first.status == RUNNING)
+    second.start(tiny(steps=3), train=train_as("second"))
+    assert wait_for(lambda: "place 1 in the queue" in second.view().message)
+    third.start(tiny(steps=3), train=train_as("third"))
+    fourth.start(tiny(steps=3), train=train_as("fourth"))
+    assert wait_for(lambda: "place 2 in the queue" in third.view().message)
+    assert wait_for(lambda: "place 3 in the queue" in fourth.view().message)
+    assert second.status == third.status == QUEUED and second.running and second.view().runs[0].step == 0
+    assert "1 runs are training" in third.view().message
+    fourth.pause()                                          # changed their mind: out of the queue
+    assert fourth.status == PAUSED and fourth.view().runs[0].step == 0
+    gate.set()
+    for t in (first, second, third):
+        assert t.join(60) and t.status == DONE
+    assert began == ["first", "second", "third"]
+    assert background_run.QUEUE.counts() == (0, 0)          # every slot given back
+    fourth.resume()                                         # and it can still train
+    assert fourth.join(60) and fourth.status == DONE
 
 
 def test_an_error_in_the_worker_is_reported_not_raised(trainer):

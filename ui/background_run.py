@@ -9,8 +9,10 @@ writes behind a lock.
 
 A subclass keeps its own record and describes the work; this class owns the rest:
 
-- the server's training slots: at most ``MAX_CONCURRENT_RUNS`` workers train at once in the whole
-  process, whatever their model, so a class sharing one or two cores stays responsive;
+- the server's training queue: at most ``MAX_CONCURRENT_RUNS`` workers train at once in the whole
+  process (one per core), whatever their model; the others wait their turn, first come first
+  served, with the status ``queued`` and their place in the message. Waiting is not training: a
+  run's time cap counts from its first step;
 - the worker's lifecycle: :meth:`_launch` starts ``work(generation)`` in a thread; an exception in
   it becomes the status ``error`` with its message (never a traceback), and the slot is given back
   however the work ends;
@@ -23,30 +25,61 @@ the caller's choice, not this class's. Nothing here imports Streamlit: tests dri
 """
 from __future__ import annotations
 
+import collections
+import os
 import threading
 from typing import Callable
 
-MAX_CONCURRENT_RUNS = 3       # worker threads training at once, over all sessions of the server
+# worker threads training at once, over all sessions of the server: one per core, so that a run
+# trains at about the speed it would alone (its own metrics say so: ms per step)
+MAX_CONCURRENT_RUNS = max(1, os.cpu_count() or 1)
 
-IDLE, RUNNING, PAUSED, STOPPED, DONE, LOADED, ERROR = (
-    "idle", "running", "paused", "stopped", "done", "loaded", "error")
-
-_slots = threading.BoundedSemaphore(MAX_CONCURRENT_RUNS)
-
-
-class TrainerBusy(ValueError):
-    """Every training slot of the server is taken; try again in a moment."""
+IDLE, QUEUED, RUNNING, PAUSED, STOPPED, DONE, LOADED, ERROR = (
+    "idle", "queued", "running", "paused", "stopped", "done", "loaded", "error")
 
 
-def take_slot() -> None:
-    """Claim one of the server's training slots (raise :class:`TrainerBusy` when none is free)."""
-    if not _slots.acquire(blocking=False):
-        raise TrainerBusy(f"{MAX_CONCURRENT_RUNS} runs are already training on this server; "
-                          "try again in a minute.")
+class TrainingQueue:
+    """The server's training slots, handed out first come, first served."""
+
+    def __init__(self, slots: int):
+        self.slots = slots
+        self._cond = threading.Condition()
+        self._training = 0
+        self._waiting: collections.deque = collections.deque()
+
+    def wait_turn(self, stop: threading.Event, on_place: Callable[[int, int], None], poll_s: float = 0.25) -> bool:
+        """Wait for a slot (True), or until ``stop`` is set (False: the run left the queue).
+        ``on_place(place, training)`` is called whenever the place (1 = next) changes."""
+        ticket, told = object(), None
+        with self._cond:
+            self._waiting.append(ticket)
+            try:
+                while not (self._waiting[0] is ticket and self._training < self.slots):
+                    if stop.is_set():
+                        return False
+                    place = self._waiting.index(ticket) + 1
+                    if place != told:
+                        on_place(place, self._training)
+                        told = place
+                    self._cond.wait(poll_s)
+                self._training += 1
+                return True
+            finally:
+                self._waiting.remove(ticket)
+                self._cond.notify_all()
+
+    def release(self) -> None:
+        with self._cond:
+            self._training -= 1
+            self._cond.notify_all()
+
+    def counts(self) -> tuple[int, int]:
+        """``(runs training, runs waiting)``."""
+        with self._cond:
+            return self._training, len(self._waiting)
 
 
-def release_slot() -> None:
-    _slots.release()
+QUEUE = TrainingQueue(MAX_CONCURRENT_RUNS)
 
 
 class BackgroundRun:
@@ -72,7 +105,8 @@ class BackgroundRun:
 
     @property
     def running(self) -> bool:
-        return self.status == RUNNING
+        """Training, or queued to train."""
+        return self.status in (RUNNING, QUEUED)
 
     def join(self, timeout: float | None = None) -> bool:
         """Wait for the worker to end; True when no worker is left."""
@@ -81,37 +115,42 @@ class BackgroundRun:
     # -- for subclasses ----------------------------------------------------------------------------
     def _refuse_while_running(self, message: str) -> None:
         with self._lock:
-            if self._status == RUNNING:
+            if self._status in (RUNNING, QUEUED):
                 raise ValueError(message)
 
     def _claim(self) -> None:
-        """Wait for an ended worker, then take a slot: call it before changing the record, so a busy
-        server (:class:`TrainerBusy`) leaves the old record alone."""
+        """Wait for an ended worker: call it before changing the record."""
         self._join()
-        take_slot()
+
+    # the status a run stopped while it waited for its turn ends in (the encoder's trainer: paused)
+    _left_queue_status = STOPPED
 
     def _launch(self, work: Callable[[int], None]) -> None:
-        """Run ``work(generation)`` in a new thread, with the status ``running``. The caller holds a
-        slot (:meth:`_claim`); the worker gives it back when it ends."""
+        """Run ``work(generation)`` in a new thread once the server's queue gives it a slot (status
+        ``queued`` until then, with its place; ``running`` after); the slot is given back when it ends."""
         with self._lock:
             self._stop.clear()
-            self._status, self._message = RUNNING, ""
+            self._status, self._message = QUEUED, ""
             self._bump()
             generation = self._generation
         self._thread = threading.Thread(target=self._work, args=(work, generation), name=self._name, daemon=True)
-        try:
-            self._thread.start()
-        except BaseException:
-            release_slot()
-            raise
+        self._thread.start()
 
     def _work(self, work: Callable[[int], None], generation: int) -> None:
+        def tell(place: int, training: int) -> None:
+            self._set_status(generation, QUEUED,
+                             f"waiting for a training slot: place {place} in the queue ({training} runs are training "
+                             f"on this server, {QUEUE.slots} at most at once: one per core)")
+        if not QUEUE.wait_turn(self._stop, tell):
+            self._set_status(generation, self._left_queue_status, "Stopped while it waited for a training slot.")
+            return
         try:
+            self._set_status(generation, RUNNING, "")
             work(generation)
         except Exception as err:   # the page shows the message; the thread must end cleanly
             self._set_status(generation, ERROR, f"Training stopped: {err}")
         finally:
-            release_slot()
+            QUEUE.release()
 
     def _halt(self, timeout: float) -> None:
         """Ask the worker to stop after its current step, and wait for it (at most ``timeout`` s)."""

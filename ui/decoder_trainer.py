@@ -28,7 +28,7 @@ from core import limits, warmup
 from core.models import decoder, decoder_runs, decoder_step
 from core.models.decoder_runs import LM_TASK, Setup
 from core.models.steps import DEFAULT_TRACK, check_track
-from ui.background_run import DONE, RUNNING, STOPPED, BackgroundRun
+from ui.background_run import DONE, QUEUED, RUNNING, STOPPED, BackgroundRun
 # Steps between two measurements of the validation metric during a run (about a tenth of a second
 # each for the reverse task, a quarter for the language model; a step takes about 2 ms)
 EVAL_EVERY = 100
@@ -57,7 +57,7 @@ class DecoderView:
 
     @property
     def running(self) -> bool:
-        return self.status == RUNNING
+        return self.status in (RUNNING, QUEUED)
 
     @property
     def last(self) -> dict | None:
@@ -90,9 +90,10 @@ class DecoderTrainer(BackgroundRun):
     def start(self, setup: Setup, steps: int | None = None, *, fit: Callable | None = None,
               track: str = DEFAULT_TRACK) -> None:
         """Train a fresh model of ``setup`` for ``steps`` (default: the task's; at most
-        ``max_steps``) with ``track``'s training step (readable or compiled). ``fit`` trains it,
-        called as :func:`core.models.decoder_runs.fit` (the default) is. Raises ``ValueError`` (or
-        ``ui.background_run.TrainerBusy``); nothing changes then."""
+        ``max_steps``) with ``track``'s training step (readable or compiled), once the server's
+        training queue gives it a slot. ``fit`` trains it, called as
+        :func:`core.models.decoder_runs.fit` (the default) is. Raises ``ValueError``; nothing
+        changes then."""
         check_track(track)
         # while a freshly started server still compiles the compiled step: this run is readable, and says so
         compiled_missing = track == "compiled" and warmup.track(warmup.DECODER) == "readable"

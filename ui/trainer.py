@@ -31,8 +31,8 @@ from core.models import encoder, training
 from core.models.encoder import EncoderConfig
 from core.models.runs import RunSpec
 from core.models.tasks import Dataset, make_dataset
-from ui.background_run import (DONE, ERROR, IDLE, LOADED, PAUSED, RUNNING,  # noqa: F401 (read from here too)
-                               BackgroundRun, TrainerBusy)
+from ui.background_run import (DONE, ERROR, IDLE, LOADED, PAUSED, QUEUED, RUNNING,  # noqa: F401 (read from here too)
+                               BackgroundRun)
 
 RATE_WINDOW = 25              # steps per second is measured over the last this-many steps
 
@@ -97,7 +97,7 @@ class TrainerView:
 
     @property
     def running(self) -> bool:
-        return self.status == RUNNING
+        return self.status in (RUNNING, QUEUED)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -113,6 +113,8 @@ class Trainer(BackgroundRun):
     snapshot_every : steps between two snapshots of the attention maps (also at step 1 and at
         the end of a run).
     """
+
+    _left_queue_status = PAUSED        # paused while it waited: it resumes from step 0
 
     def __init__(self, *, max_steps: int = limits.MAX_TRAIN_STEPS,
                  max_seconds: float = limits.MAX_TRAIN_SECONDS, snapshot_every: int = 25):
@@ -130,8 +132,8 @@ class Trainer(BackgroundRun):
         ``train`` is the training loop, called as ``train(state, data, max_steps=, max_seconds=,
         eval_every=)`` and yielding one metrics dict per step (default
         :func:`core.models.training.train`); a resumed run keeps the loop it started with.
-        Raises ``ValueError`` (in the user's terms) for a bad spec, or :class:`TrainerBusy`; in
-        both cases nothing changes.
+        Raises ``ValueError`` (in the user's terms) for a bad spec; nothing changes then. The
+        runs train once the server's training queue gives them a slot.
         """
         specs = [specs] if isinstance(specs, RunSpec) else list(specs)
         if not specs:
@@ -183,7 +185,7 @@ class Trainer(BackgroundRun):
             n = len(self._runs[0].data.y_val) if self._runs else 0
             self._example = int(np.clip(index, 0, max(n - 1, 0)))
             self._bump()
-            idle = self._status != RUNNING
+            idle = self._status not in (RUNNING, QUEUED)
         if idle:   # no worker touches the parameters: refresh now
             for run in self._runs:
                 self._snapshot(run)
@@ -236,7 +238,7 @@ class Trainer(BackgroundRun):
     def params(self, index: int = 0) -> tuple[dict, EncoderConfig]:
         """A copy of run ``index``'s parameters and its config (not while training)."""
         with self._lock:
-            if self._status == RUNNING:
+            if self._status in (RUNNING, QUEUED):
                 raise ValueError("The model is still training: pause it to take a copy.")
             if not self._runs:
                 raise ValueError("There is no model yet: start a run or upload one.")
