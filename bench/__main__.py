@@ -1,6 +1,6 @@
 """Run every benchmark and print its tables: ``python -m bench [section ...]``.
 
-Sections: attention, crossover, training, decoder, pages, coldstart. Each prints ratios measured side by side in one
+Sections: attention, crossover, training, decoder, pages, coldstart, real_model, load. Each prints ratios measured side by side in one
 run; copy the output into ``bench/RESULTS.md`` together with the machine it ran on.
 """
 import importlib
@@ -11,7 +11,7 @@ import sys
 import numba
 import numpy as np
 
-SECTIONS = ["attention", "crossover", "training", "decoder", "pages", "coldstart", "real_model"]
+SECTIONS = ["attention", "crossover", "training", "decoder", "pages", "coldstart", "real_model", "load"]
 
 
 def main(argv: list[str]) -> None:

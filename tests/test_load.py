@@ -3,11 +3,16 @@
 ``test_class_of_students``: one ``streamlit run app.py`` on 127.0.0.1 and one Chromium with
 ``SESSIONS`` browser contexts (each its own Streamlit session) driven concurrently with asyncio.
 Every student types a sentence of their own on the one-head page at the same moment and must see
-only their own tokens; then walks through other pages via the sidebar; some start a training run,
-one watches the training page without starting and must not see the others' runs. Asserted: the
-server stays up, no traceback or ``st.error`` box, no JavaScript error, each student sees only their
-own state. Printed (and written to ``artifacts/load_test.txt``): sessions, page visits, HTTP
-requests, peak RSS of the server, error count.
+only their own tokens; then walks through other pages via the sidebar (between them, every page);
+some open "A real model" on its default model (all-MiniLM-L6-v2) and must see its named heads; some
+start a training run at once (the server's training queue takes them in turn), one watches the
+training page without starting and must not see the others' runs. Asserted: the server stays up,
+no traceback or ``st.error`` box, no JavaScript error, each student sees only their own state, and
+the server's peak resident memory (with its children) stays under ``RSS_LIMIT_MB``. Printed (and
+written to ``artifacts/load_test.txt``): sessions, page visits, HTTP requests, peak RSS, the median
+and 95th-percentile time of each page's redraw under that load, error count.
+
+``LOAD_SESSIONS`` sets the class size (10 by default, what CI runs; ``python -m bench load`` runs 30).
 
 ``test_parallel_kernels_from_threads``: Streamlit runs each session in its own thread, so the
 ``parallel=True`` kernels are entered from several threads at once; results must still equal the
@@ -16,6 +21,9 @@ NumPy reference (a non-thread-safe threading layer would abort the process inste
 from __future__ import annotations
 
 import asyncio
+import collections
+import os
+import statistics
 import threading
 import time
 from dataclasses import dataclass, field
@@ -26,11 +34,13 @@ import pytest
 from browser_support import (ARTIFACTS, CHART, ERROR_SELECTORS, IDLE_JS, MAIN, StreamlitServer, chromium_or_skip,
                              discover_pages, launch_options, skip_or_fail)
 
-SESSIONS = 10
-TRAINERS = (1, 4, 7)          # students who start a training run
-OBSERVER = 9                  # watches the training page and starts nothing
+SESSIONS = int(os.environ.get("LOAD_SESSIONS", "10"))
+TRAINERS = tuple(range(1, SESSIONS, 3))[:5]           # students who start a training run (5 of 30, 3 of 10)
+OBSERVER = SESSIONS - 1                               # watches the training page and starts nothing
+REAL_MODEL = tuple(range(2, SESSIONS, 6))[:5]         # students who open "A real model" (5 of 30, 2 of 10)
 PAGES_PER_STUDENT = 2         # sidebar visits after the one-head page
-LOAD_BUDGET_S = 240           # the whole concurrent phase, hard cap
+LOAD_BUDGET_S = 240 + 12 * max(0, SESSIONS - 10)      # the whole concurrent phase, hard cap
+RSS_LIMIT_MB = 1024           # the server with its children, one shared copy of each model
 STEP_MS = 120_000             # one page run under load, on two cores
 VIEWPORT = {"width": 1280, "height": 900}
 
@@ -40,6 +50,7 @@ class Stats:
     visits: int = 0
     requests: int = 0
     errors: list = field(default_factory=list)
+    seconds: dict = field(default_factory=lambda: collections.defaultdict(list))   # page -> each redraw
 
 
 async def _wait_idle(page, timeout_ms: float = STEP_MS) -> None:
@@ -73,8 +84,10 @@ async def _check(page, who: str, where: str, stats: Stats) -> None:
 async def _go(page, info, who, stats) -> None:
     """Client-side navigation through the sidebar link: the session (and its state) is kept."""
     link = page.locator(f'a[data-testid="stSidebarNavLink"][href$="/{info.url_path}"]').first
+    start = time.perf_counter()
     await link.click()
     await _wait_idle(page)
+    stats.seconds[info.name].append(time.perf_counter() - start)
     await _check(page, who, info.name, stats)
 
 
@@ -123,7 +136,12 @@ async def _student(i, browser, server, pages, barrier, stats: Stats) -> None:
         # 2. a walk through other pages, different for each student
         walk = [p for p in pages if p.name not in ("one_head", "training")]
         for k in range(PAGES_PER_STUDENT):
-            await _go(page, walk[(i + k) % len(walk)], who, stats)
+            await _go(page, walk[(i * PAGES_PER_STUDENT + k) % len(walk)], who, stats)
+        if i in REAL_MODEL and "real_model" in by_name:       # the default real model, shared read-only
+            await _go(page, by_name["real_model"], who, stats)
+            text = await page.inner_text(MAIN)
+            if "all-MiniLM-L6-v2" not in text or "L2H9" not in text:
+                stats.errors.append(f"{who}: A real model does not show all-MiniLM-L6-v2's named heads")
 
         # 3. training: some start a run, one watches without starting
         if "training" in by_name and (i in TRAINERS or i == OBSERVER):
@@ -212,10 +230,14 @@ def test_class_of_students():
         alive = server.alive()
         peak_mb = server.sample_rss() / 1024
         log = server.log()
-    report = (f"load test: {SESSIONS} concurrent sessions ({len(TRAINERS)} training), "
-              f"{stats.visits} page visits, {stats.requests} HTTP requests in {elapsed:.1f} s; "
+    report = (f"load test: {SESSIONS} concurrent sessions ({len(TRAINERS)} training, {len(REAL_MODEL)} on A real "
+              f"model), {stats.visits} page visits, {stats.requests} HTTP requests in {elapsed:.1f} s; "
               f"server RSS idle {idle_rss_mb:.0f} MB, peak {peak_mb:.0f} MB (VmHWM, server + children); "
               f"errors: {len(stats.errors)}")
+    report += "\n| page | visits | redraw median (s) | redraw 95th percentile (s) |\n|---|---|---|---|"
+    for name, times in sorted(stats.seconds.items()):
+        p95 = statistics.quantiles(times, n=20, method="inclusive")[-1] if len(times) > 1 else times[0]
+        report += f"\n| {name} | {len(times)} | {statistics.median(times):.2f} | {p95:.2f} |"
     report += "".join(f"\n  {err}" for err in stats.errors)
     print("\n" + report)
     ARTIFACTS.mkdir(exist_ok=True)
@@ -223,6 +245,8 @@ def test_class_of_students():
     assert alive, f"the server died under load:\n{log}"
     assert stats.errors == []
     assert stats.visits >= SESSIONS * (2 + PAGES_PER_STUDENT)
+    assert set(stats.seconds) >= {p.name for p in pages} - {"one_head"}, "some page was never visited"
+    assert peak_mb < RSS_LIMIT_MB, f"the server's peak resident memory {peak_mb:.0f} MB"
 
 
 # --- Numba's parallel kernels entered from many threads at once ------------------------------------
