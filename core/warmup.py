@@ -132,8 +132,10 @@ def _compile_in_child(index: int, on_start) -> str:
 
 
 class WarmUp:
-    """Runs ``steps`` in a daemon thread, each once, in order, except that :meth:`want` moves a step
-    to the front; thread-safe to read. Steps are ``(label, fn)`` or ``(label, fn, in_child)``."""
+    """Runs ``steps``, each once, in order, except that :meth:`want` moves a step to the front;
+    thread-safe to read. Steps are ``(label, fn)`` or ``(label, fn, in_child)``. Two lanes, each a
+    daemon thread: one for the steps compiled here, one for those compiled in a child process, so
+    that the lesson kernels and the first child start at once."""
 
     def __init__(self, steps=STEPS, on_demand=()):
         self._all = [tuple(s) + (False,) * (3 - len(s)) for s in (*steps, *on_demand)]
@@ -142,7 +144,7 @@ class WarmUp:
         self._asked = set(self._pending)           # every step, and an on-demand one once wanted
         self._lock = threading.Condition()
         self._done: set[str] = set()
-        self._current = ""
+        self._current: dict[bool, str] = {}        # lane (in a child?) -> the step it runs now
         self._child = None
         self._pause_count = 0
         self._errors: list[str] = []
@@ -153,30 +155,41 @@ class WarmUp:
             self._finished.set()
 
     def start(self) -> "WarmUp":
-        threading.Thread(target=self._run, name="kernel-warm-up", daemon=True).start()
+        with self._lock:
+            for lane in {in_child for label, _, in_child in self._all if label in self._pending}:
+                self._start_lane(lane)
         return self
+
+    def _start_lane(self, lane: bool) -> None:
+        """Start lane ``lane``'s thread unless it runs (call with the lock held)."""
+        if lane not in self._current:
+            self._current[lane] = ""
+            self._finished.clear()
+            threading.Thread(target=self._run, args=(lane,), name="kernel-warm-up", daemon=True).start()
 
     def want(self, label: str) -> None:
         """Compile ``label`` next (an on-demand step: now queued); nothing when done or running."""
         with self._lock:
-            if label in self._done or label == self._current or label not in self._index:
+            if label in self._done or label in self._current.values() or label not in self._index:
                 return
             if label in self._pending:
                 self._pending.remove(label)
             self._pending.insert(0, label)
             self._asked.add(label)
-            if self._finished.is_set():          # the thread had ended: start it again
-                self._finished.clear()
-                self.start()
+            self._start_lane(self._all[self._index[label]][2])
 
-    def _next(self) -> str | None:
+    def _next(self, lane: bool) -> str | None:
+        """The next step of this lane (None: the lane ends; with the other done too, the warm-up)."""
         with self._lock:
-            if not self._pending:
-                self._current = ""
-                self._finished.set()
+            mine = [label for label in self._pending if self._all[self._index[label]][2] == lane]
+            if not mine:
+                del self._current[lane]
+                if not self._current:
+                    self._finished.set()
                 return None
-            self._current = self._pending.pop(0)
-            return self._current
+            self._pending.remove(mine[0])
+            self._current[lane] = mine[0]
+            return mine[0]
 
     def _set_child(self, child) -> None:
         with self._lock:
@@ -190,12 +203,12 @@ class WarmUp:
             if self._child is not None:
                 self._child.kill()
 
-    def _run(self) -> None:
+    def _run(self, lane: bool) -> None:
         try:   # a lower priority for this thread alone (Linux): a student's page comes first
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), CHILD_NICE)
         except (AttributeError, OSError):
             pass
-        while (label := self._next()) is not None:
+        while (label := self._next(lane)) is not None:
             _, fn, in_child = self._all[self._index[label]]
             start = time.perf_counter()
             try:
@@ -234,7 +247,7 @@ class WarmUp:
     def progress(self) -> tuple[int, int, str]:
         """``(steps done, steps in all, the step running now or "")``; on-demand steps count once asked."""
         with self._lock:
-            return len(self._done), len(self._asked), self._current
+            return len(self._done), len(self._asked), ", ".join(filter(None, self._current.values()))
 
     def has_done(self, label: str | None = None) -> bool:
         """Whether step ``label`` has run (loaded here); every step asked for when None."""
