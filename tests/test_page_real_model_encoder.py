@@ -90,3 +90,23 @@ def test_without_the_package_the_page_says_how_to_install_and_shows_the_decoder(
         assert any(m.label == "largest change in a next-token probability" for m in at.metric)
     finally:
         parts.model_for.clear()
+
+
+def test_on_a_freshly_started_server_the_numpy_formulas_run_and_the_source_shows_them(monkeypatch):
+    """While the loops still compile (can_run False), the forward pass runs their NumPy formulas:
+    the same named heads and similarities, and the source expander shows the formulas that ran."""
+    from core.models import layers
+    from ui import real_model_parts
+
+    monkeypatch.setattr(layers, "can_run", lambda *args: False)
+    real_model_parts.run.clear()                         # no forward pass cached by another test
+    try:
+        at = open_page(PAGE)
+    finally:
+        real_model_parts.run.clear()
+    assert not at.exception and not at.error
+    shown = " ".join(c.value for c in at.code)
+    assert "def _gelu_erf_numpy" in shown and "def _layer_norm_rows_numpy" in shown
+    assert "def _gelu_erf_rational" not in shown and "def _layer_norm_rows(" not in shown
+    assert "**next-token** (≥ 0.5): L2H9 (1.8)" in named(at)
+    np.testing.assert_allclose(chart(at, "Cosine similarity"), PUBLISHED, atol=1e-3)

@@ -11,6 +11,7 @@ import streamlit as st
 
 from core import pretrained
 from core.lessons import real_model as rm
+from core.models import layers as L
 from core.models import sampling
 from core.models import transformer as tr
 from ui import charts
@@ -28,11 +29,13 @@ def model_for(source: str, _progress=None) -> pretrained.Model:
 
 @st.cache_resource(show_spinner=False, max_entries=8)
 def run(_m: pretrained.Model, source: str, ids: tuple):
-    """The forward pass of one text and its cache (shared, read only)."""
-    out, cache = _m.forward(np.array(ids))
+    """The forward pass of one text, its cache (shared, read only), and the compiled loops or NumPy
+    formulas that computed it (a freshly started server runs the NumPy ones while it compiles)."""
+    with L.recording() as ran:
+        out, cache = _m.forward(np.array(ids))
     for array in (out, *cache.values()):
         array.setflags(write=False)                     # shared by every session that asks for this text
-    return out, cache
+    return out, cache, tuple(ran)
 
 
 @st.cache_resource(show_spinner=False, max_entries=3)

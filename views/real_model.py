@@ -2,7 +2,6 @@
 transformer and taken apart head by head."""
 import inspect
 
-import numpy as np
 import pandas as pd
 import streamlit as st
 
@@ -83,17 +82,15 @@ labels = charts.position_labels([parts.show(w) for w in words])
 st.markdown("**Tokens**, as the tokenizer cut them (· is a space, ⏎ a new line"
             + (", [CLS] and [SEP] the encoder's own" if m.is_encoder else "") + "): "
             + " ".join(f"`{parts.show(w)}`" for w in words))
-out, cache = parts.run(m, source, tuple(int(i) for i in ids))
+out, cache, loops = parts.run(m, source, tuple(int(i) for i in ids))
 W = rm.stack_weights(cache, cfg.n_layers)                                         # (L, H, T, T)
 T = len(ids)
+# the functions every forward pass runs, then the loops (or, on a freshly started server, their NumPy
+# formulas) and the softmax and GELU this one ran: GPT-2's sizes run the tuned twins (tuned_forward)
 ran = [tr.forward, tr.forward_checked, tr.embed, tr.block, tr.self_attention, tr.feed_forward,
-       tr.dense, tr.layer_norm, L.layer_norm, L._layer_norm_rows]
-if cfg.activation == "gelu_erf":
-    ran += [L.gelu_erf, L._gelu_erf_flat if m.params["embed"].dtype == np.float64 else L._gelu_erf_rational]
-if cfg.d_model ** 2 >= tr.BLAS_FROM:   # GPT-2's sizes run the tuned twins of the softmax, GELU and KV cache
-    ran += [TF.softmax_rows, TF._softmax_rows, TF.gelu_tanh, TF._gelu_tanh_flat, TF.append_kv]
-else:
-    ran += [tr.softmax_rows] + ([L.gelu_tanh] if cfg.activation == "gelu_tanh" else [])
+       tr.dense, tr.layer_norm, L.layer_norm] + ([L.gelu_erf] if cfg.activation == "gelu_erf" else []) + list(loops)
+if TF.softmax_rows in loops:
+    ran += [TF._softmax_rows, TF.append_kv] + ([TF._gelu_tanh_flat] if TF.gelu_tanh in loops else [])
 
 # 2. every head, then one in detail ------------------------------------------------------------------
 st.header("Every head")
@@ -189,7 +186,7 @@ else:
     if how == "patch":
         try:
             other_ids, _ = rm.fit_context(m.encode(ss[k("other")]), cfg.n_ctx)
-            _, other_cache = parts.run(m, source, tuple(int(i) for i in other_ids))
+            _, other_cache, _ = parts.run(m, source, tuple(int(i) for i in other_ids))
         except ValueError as err:
             st.error(f"Second prompt: {err}")
     if how != "patch" or other_cache is not None:

@@ -15,6 +15,8 @@ behind: ``scores``, ``weights``, ``head_outputs``, ``concat``, ``output``.
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import math
 
@@ -29,10 +31,34 @@ from core.models.params import init_by_name             # one definition, with t
 ATTENTION_PARAMS = ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O")
 
 
+_ran = contextvars.ContextVar("ran", default=None)
+
+
+@contextlib.contextmanager
+def recording():
+    """``with recording() as ran:`` each function :func:`note` is given (every loop or NumPy formula
+    :func:`compiled_or` runs, among them) is appended to ``ran`` once: what a page's source shows."""
+    ran = []
+    token = _ran.set(ran)
+    try:
+        yield ran
+    finally:
+        _ran.reset(token)
+
+
+def note(fn) -> None:
+    """Record ``fn`` as having run, inside :func:`recording`."""
+    ran = _ran.get()
+    if ran is not None and fn not in ran:
+        ran.append(fn)
+
+
 def compiled_or(kernel, twin, *args) -> None:
     """``kernel(*args)``, or its NumPy ``twin(*args)`` (the same formula, the same outputs written)
     while a freshly started server still compiles ``kernel`` in the background."""
-    (kernel if can_run(kernel, *args) else twin)(*args)
+    chosen = kernel if can_run(kernel, *args) else twin
+    note(chosen)
+    chosen(*args)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -308,7 +308,9 @@ def self_attention(x: np.ndarray, p: dict, cfg: TransformerConfig, cache: dict, 
     if key_mask is not None:
         S += key_mask
     cache[f"{name}.scores"] = S
-    A = TF.softmax_rows(S) if tuned else softmax_rows(S)
+    softmax = TF.softmax_rows if tuned else softmax_rows
+    L.note(softmax)
+    A = softmax(S)
     cache[f"{name}.weights"] = A
     Z = product(A, V, big)                                                               # (B, H, T, d_k)
     # 3. head edits (ablation, patching), then the heads side by side and the output projection
@@ -327,6 +329,8 @@ def feed_forward(x: np.ndarray, p: dict, cfg: TransformerConfig, cache: dict, na
     cache[f"{name}.pre"] = pre = dense(x, p["ffn.W_1"], p.get("ffn.b_1"))               # (B, T, d_ff)
     tuned = p["ffn.W_1"].size >= BLAS_FROM and TF.ready(pre.dtype)          # GPT-2's sizes: the tuned twin
     gelu_tanh = TF.gelu_tanh if tuned else L.gelu_tanh
+    if cfg.activation == "gelu_tanh":
+        L.note(gelu_tanh)
     act = {"gelu_tanh": gelu_tanh, "gelu_erf": L.gelu_erf}.get(cfg.activation, lambda v: np.maximum(v, 0.0))
     hidden = act(pre)
     cache[f"{name}.hidden"] = hidden
