@@ -18,7 +18,7 @@ child stopped (:meth:`WarmUp.paused`).
 
     warm = start_once()                      # idempotent: one warm-up per process
     ready(ENCODER)                           # True once loaded (or when no warm-up runs here)
-    warm.want(SPEED); warm.progress()        # (steps done, steps in all, what compiles now)
+    warm.want(SPEED_FOR["with weights"])     # next; warm.progress(): (done, in all, compiling now)
 
 ``python -m core.warmup --profile`` compiles every step on an empty cache in this process and prints
 what the time goes to, function by function. Nothing here imports Streamlit.
@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import os
 import signal
 import subprocess
@@ -91,51 +92,69 @@ def _decoder() -> None:
     decoder_step.warm_up()
 
 
-def _speed() -> None:
-    """The lesson and tuned kernels "Make it fast" times, float32."""
+def _speed(operation: str) -> None:
+    """The lesson and tuned kernels "Make it fast" times for ``operation``, float32."""
     from core.lessons import speed
 
-    speed.warm_up()
+    speed.warm_up([operation])
 
 
 LESSONS, READABLE = "the lesson kernels", "the readable models' compiled loops"
 ENCODER, DECODER = "the encoder's compiled training step", "the decoders' compiled training step"
-SPEED = "the kernels Make it fast times"
-# (label, function, in a child process); on demand only: compiled when a page asks (want)
+SPEED_FOR = {op: f"the kernels Make it fast times ({op})" for op in ("with weights", "without weights (fused)")}
+# (label, function, in the child process); on demand only: compiled when a page asks (want)
 STEPS = ((LESSONS, _lesson_kernels, False), (READABLE, _readable_loops, True), (ENCODER, _encoder, True),
          (DECODER, _decoder, True))
-ON_DEMAND = ((SPEED, _speed, True),)
+ON_DEMAND = tuple((label, functools.partial(_speed, op), True) for op, label in SPEED_FOR.items())
 CHILD_NICE = 10          # a student's page comes first
-CHILD_TIMEOUT_S = 900
 
 
-def _compile_in_child(index: int, on_start) -> str:
-    """Run step ``index`` (of STEPS + ON_DEMAND) in a fresh interpreter that writes Numba's disk
-    cache; "" when it succeeded, else why not (the step then compiles here)."""
-    root = str(Path(__file__).resolve().parents[1])
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, (root, os.environ.get("PYTHONPATH")))))
-    try:
-        child = subprocess.Popen([sys.executable, "-m", "core.warmup", str(index)], cwd=root, env=env,
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                                 preexec_fn=lambda: os.nice(CHILD_NICE))
-    except OSError as err:
-        return str(err)
-    on_start(child)
-    try:
-        _, err = child.communicate(timeout=CHILD_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        child.kill()
-        return "timed out"
-    finally:
-        on_start(None)
-    return "" if child.returncode == 0 else (err or f"exit status {child.returncode}")[-500:]
+class _Compiler:
+    """One child interpreter (``python -m core.warmup --serve``) that compiles steps on request and
+    writes Numba's disk cache: started once (its imports cost seconds), then fed one step at a time,
+    so a step asked for by a page (:meth:`WarmUp.want`) is the next one it compiles."""
+
+    def __init__(self):
+        root = str(Path(__file__).resolve().parents[1])
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, (root, os.environ.get("PYTHONPATH")))))
+        self.proc = subprocess.Popen([sys.executable, "-m", "core.warmup", "--serve"], cwd=root, env=env,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                     text=True, bufsize=1, preexec_fn=lambda: os.nice(CHILD_NICE))
+
+    def compile(self, index: int) -> str:
+        """Step ``index`` (of STEPS + ON_DEMAND) compiled there: "" when it succeeded, else why not."""
+        try:
+            self.proc.stdin.write(f"{index}\n")
+            self.proc.stdin.flush()
+            answer = self.proc.stdout.readline().strip()
+        except (OSError, ValueError) as err:
+            return f"{type(err).__name__}: {err}"
+        return "" if answer == f"ok {index}" else answer or "the compiling process ended"
+
+    def close(self) -> None:
+        try:
+            self.proc.stdin.close()
+        except OSError:
+            pass
+        self.proc.wait(10)
+
+
+def _serve() -> None:
+    """The child's side of :class:`_Compiler`: a step index per line in, ``ok INDEX`` (or the error) out."""
+    steps = (*STEPS, *ON_DEMAND)
+    for line in sys.stdin:
+        index = int(line)
+        try:
+            steps[index][1]()
+            print(f"ok {index}", flush=True)
+        except Exception as err:   # told to the server, which then compiles the step itself
+            print(f"error {index}: {type(err).__name__}: {err}".replace("\n", " "), flush=True)
 
 
 class WarmUp:
-    """Runs ``steps``, each once, in order, except that :meth:`want` moves a step to the front;
-    thread-safe to read. Steps are ``(label, fn)`` or ``(label, fn, in_child)``. Two lanes, each a
-    daemon thread: one for the steps compiled here, one for those compiled in a child process, so
-    that the lesson kernels and the first child start at once."""
+    """Runs ``steps`` in a daemon thread, each once, in order, except that :meth:`want` moves a step
+    to the front; thread-safe to read. Steps are ``(label, fn)`` or ``(label, fn, in_child)``: one
+    ``in_child`` is compiled in the child process first, then loaded here from the disk cache."""
 
     def __init__(self, steps=STEPS, on_demand=()):
         self._all = [tuple(s) + (False,) * (3 - len(s)) for s in (*steps, *on_demand)]
@@ -144,8 +163,8 @@ class WarmUp:
         self._asked = set(self._pending)           # every step, and an on-demand one once wanted
         self._lock = threading.Condition()
         self._done: set[str] = set()
-        self._current: dict[bool, str] = {}        # lane (in a child?) -> the step it runs now
-        self._child = None
+        self._current = ""
+        self._compiler: _Compiler | None = None
         self._pause_count = 0
         self._errors: list[str] = []
         self._finished = threading.Event()
@@ -155,68 +174,66 @@ class WarmUp:
             self._finished.set()
 
     def start(self) -> "WarmUp":
-        with self._lock:
-            for lane in {in_child for label, _, in_child in self._all if label in self._pending}:
-                self._start_lane(lane)
+        threading.Thread(target=self._run, name="kernel-warm-up", daemon=True).start()
         return self
-
-    def _start_lane(self, lane: bool) -> None:
-        """Start lane ``lane``'s thread unless it runs (call with the lock held)."""
-        if lane not in self._current:
-            self._current[lane] = ""
-            self._finished.clear()
-            threading.Thread(target=self._run, args=(lane,), name="kernel-warm-up", daemon=True).start()
 
     def want(self, label: str) -> None:
         """Compile ``label`` next (an on-demand step: now queued); nothing when done or running."""
         with self._lock:
-            if label in self._done or label in self._current.values() or label not in self._index:
+            if label in self._done or label == self._current or label not in self._index:
                 return
             if label in self._pending:
                 self._pending.remove(label)
             self._pending.insert(0, label)
             self._asked.add(label)
-            self._start_lane(self._all[self._index[label]][2])
+            if self._finished.is_set():          # the thread had ended: start it again
+                self._finished.clear()
+                self.start()
 
-    def _next(self, lane: bool) -> str | None:
-        """The next step of this lane (None: the lane ends; with the other done too, the warm-up)."""
+    def _next(self) -> str | None:
         with self._lock:
-            mine = [label for label in self._pending if self._all[self._index[label]][2] == lane]
-            if not mine:
-                del self._current[lane]
-                if not self._current:
-                    self._finished.set()
+            if not self._pending:
+                self._current = ""
+                self._finished.set()
                 return None
-            self._pending.remove(mine[0])
-            self._current[lane] = mine[0]
-            return mine[0]
+            self._current = self._pending.pop(0)
+            return self._current
 
-    def _set_child(self, child) -> None:
+    def _child_compiles(self, index: int) -> str:
+        """Step ``index`` compiled in the child process (started on first use): "" or why not."""
         with self._lock:
-            self._child = child
-            if child is not None and self._pause_count:
-                child.send_signal(signal.SIGSTOP)
+            if self._compiler is None or self._compiler.proc.poll() is not None:
+                try:
+                    self._compiler = _Compiler()
+                except OSError as err:
+                    return str(err)
+                if self._pause_count:
+                    self._compiler.proc.send_signal(signal.SIGSTOP)
+            compiler = self._compiler
+        return compiler.compile(index)
+
+    def _signal_child(self, sig) -> None:
+        if self._compiler is not None and self._compiler.proc.poll() is None:
+            self._compiler.proc.send_signal(sig)
 
     def stop_child(self) -> None:
         """Kill the compiling child (the server is exiting: it must not outlive it)."""
         with self._lock:
-            if self._child is not None:
-                self._child.kill()
+            self._signal_child(signal.SIGKILL)
 
-    def _run(self, lane: bool) -> None:
+    def _run(self) -> None:
         try:   # a lower priority for this thread alone (Linux): a student's page comes first
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), CHILD_NICE)
         except (AttributeError, OSError):
             pass
-        while (label := self._next(lane)) is not None:
+        while (label := self._next()) is not None:
             _, fn, in_child = self._all[self._index[label]]
             start = time.perf_counter()
             try:
-                why = _compile_in_child(self._index[label], self._set_child) if in_child else ""
-                if why.strip():
+                why = self._child_compiles(self._index[label]) if in_child else ""
+                if why:
                     with self._lock:
-                        self._errors.append(f"{label}: the compiling process failed "
-                                            f"({why.strip().splitlines()[-1]}); compiled here instead")
+                        self._errors.append(f"{label}: the compiling process failed ({why}); compiled here instead")
                 with self._quiet:                # loads from the disk cache (or compiles, if the child failed)
                     fn()
             except Exception as err:   # a page compiles it then, as before; nothing breaks here
@@ -226,6 +243,10 @@ class WarmUp:
             with self._lock:
                 self._done.add(label)
                 self._lock.notify_all()
+        with self._lock:                         # nothing left to compile: the child ends
+            compiler, self._compiler = self._compiler, None
+        if compiler is not None:
+            compiler.close()
 
     @contextlib.contextmanager
     def paused(self):
@@ -233,21 +254,20 @@ class WarmUp:
         continued after, and no step loads here meanwhile (a timing measures the kernels alone)."""
         with self._lock:
             self._pause_count += 1
-            if self._child is not None:
-                self._child.send_signal(signal.SIGSTOP)
+            self._signal_child(signal.SIGSTOP)
         try:
             with self._quiet:
                 yield
         finally:
             with self._lock:
                 self._pause_count -= 1
-                if self._child is not None and not self._pause_count:
-                    self._child.send_signal(signal.SIGCONT)
+                if not self._pause_count:
+                    self._signal_child(signal.SIGCONT)
 
     def progress(self) -> tuple[int, int, str]:
         """``(steps done, steps in all, the step running now or "")``; on-demand steps count once asked."""
         with self._lock:
-            return len(self._done), len(self._asked), ", ".join(filter(None, self._current.values()))
+            return len(self._done), len(self._asked), self._current
 
     def has_done(self, label: str | None = None) -> bool:
         """Whether step ``label`` has run (loaded here); every step asked for when None."""
@@ -361,8 +381,8 @@ def main(argv: list[str]) -> int:
         for seconds, name, args in rows[:int(argv[1]) if len(argv) > 1 else 40]:
             print(f"| {seconds:.2f} | `{name}` | {args[:120]} |")
         return 0
-    _, fn, _ = (*STEPS, *ON_DEMAND)[int(argv[0])]
-    fn()
+    if argv and argv[0] == "--serve":
+        _serve()
     return 0
 
 

@@ -19,7 +19,8 @@ def test_every_step_compiles_in_a_child_and_loads_here_without_error():
     """The real steps, each in its child process (compiled already, or from the disk cache): an
     error here would leave a page on the readable track for good."""
     warm = warmup.WarmUp(warmup.STEPS, warmup.ON_DEMAND)
-    warm.want(warmup.SPEED)
+    for label in warmup.SPEED_FOR.values():
+        warm.want(label)
     warm.start()
     assert warm.wait(900) and warm.errors == []
     labels = {label for label, _, _ in (*warmup.STEPS, *warmup.ON_DEMAND)}
@@ -82,24 +83,40 @@ def _state(pid: int) -> str:
     return Path(f"/proc/{pid}/stat").read_text().split(")")[1].split()[0]
 
 
-def test_paused_stops_the_compiling_child_and_continues_it():
+def test_paused_stops_the_compiling_child_and_continues_it(monkeypatch):
+    class Sleeper:                                           # a child that compiles nothing, slowly
+        def __init__(self):
+            self.proc = subprocess.Popen(["sleep", "30"])
+
+        def compile(self, index):
+            return ""
+
+    monkeypatch.setattr(warmup, "_Compiler", Sleeper)
     warm = warmup.WarmUp(steps=())
-    child = subprocess.Popen(["sleep", "30"])
+    warm._child_compiles(0)
+    child = warm._compiler.proc
     try:
-        warm._set_child(child)
         with warm.paused():
             time.sleep(0.2)
             assert _state(child.pid) == "T"                  # stopped while a page times
         time.sleep(0.2)
         assert _state(child.pid) in "RS"
         with warm.paused():                                  # a child started during a pause starts stopped
-            other = subprocess.Popen(["sleep", "30"])
-            warm._set_child(other)
+            child.kill()
+            child.wait()
+            warm._child_compiles(1)
+            other = warm._compiler.proc
             time.sleep(0.2)
-            assert _state(other.pid) == "T"
+            assert other is not child and _state(other.pid) == "T"
         other.send_signal(signal.SIGKILL)
     finally:
         child.kill()
+
+
+def test_the_kernels_make_it_fast_asks_for_are_its_operations():
+    from core.lessons import speed
+
+    assert set(warmup.SPEED_FOR) == set(speed.OPERATIONS)
 
 
 def test_inside_a_trained_model_draws_on_the_readable_track_while_the_compiled_step_is_missing(monkeypatch):
