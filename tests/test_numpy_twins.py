@@ -73,3 +73,13 @@ def test_gelu_and_its_gradient_and_the_products(dtype, monkeypatch):
                lambda v: L.matmul(v, v.T.copy()), lambda v: L.matmul(v[None].repeat(2, 0), v.T.copy())):
         compiled, twin = _both(lambda: fn(x), monkeypatch)
         np.testing.assert_allclose(twin, compiled, rtol=TOL[dtype] * 10, atol=TOL[dtype] * 10)
+
+
+@pytest.mark.parametrize("T, d", [(7, 6), (5, 5), (1, 1)])
+def test_the_sinusoid_table(T, d):
+    from core.kernels import cpu
+
+    compiled, twin = np.empty((T, d)), np.empty((T, d))
+    cpu.sinusoidal_kernel(10000.0, compiled)
+    L._sinusoid_numpy(10000.0, twin)
+    np.testing.assert_allclose(twin, compiled, rtol=1e-13, atol=1e-15)

@@ -23,7 +23,7 @@ import math
 import numpy as np
 from numba import njit
 
-from core import positional
+from core.kernels import cpu as lesson_cpu
 from core.warmup import can_run
 from core.attention import merge_heads, split_heads    # heads are pure reshapes: one definition
 from core.models.params import init_by_name             # one definition, with the layout and the checks
@@ -117,11 +117,22 @@ def _matmul_tiled(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 @functools.lru_cache(maxsize=64)
 def sinusoid_table(T: int, d: int, dtype_str: str) -> np.ndarray:
-    """``PE (T, d)`` from our CPU kernels, computed in float64 and rounded once to the parameters'
-    dtype; cached and read-only, as every forward pass of a given length adds the same table."""
-    table = positional.sinusoidal(T, d, backend="cpu", dtype=np.float64).astype(np.dtype(dtype_str))
+    """``PE (T, d)`` from the lesson's CPU kernel (:func:`core.positional.sinusoidal`), computed in
+    float64 and rounded once to the parameters' dtype; cached and read-only, as every forward pass
+    of a given length adds the same table."""
+    table = np.empty((T, d), dtype=np.float64)
+    compiled_or(lesson_cpu.sinusoidal_kernel, _sinusoid_numpy, 10000.0, table)
+    table = table.astype(np.dtype(dtype_str))
     table.setflags(write=False)
     return table
+
+
+def _sinusoid_numpy(base, PE):
+    """:func:`core.kernels.cpu.sinusoidal_kernel` over whole arrays."""
+    T, d = PE.shape
+    c = np.arange(d)
+    angle = np.arange(T)[:, None] / base ** ((c - c % 2) / d)      # both columns of a pair share one angle
+    PE[...] = np.where(c % 2 == 0, np.sin(angle), np.cos(angle))
 
 
 # ----------------------------------------------------------------------------------------------
