@@ -56,13 +56,21 @@ def _name(path: str) -> str:
 
 
 def warm_cache(timeout: float = 600) -> dict[str, float]:
-    """Compile and cache what the pages run: every page in float64 and float32, a few training
-    steps (the encoder's kernels) and the decoder's training step. Seconds per item."""
+    """Compile and cache what the pages run: every step of the server's warm-up (Make it fast's
+    kernels included), every page in float64 and float32, a few training steps (the encoder's
+    kernels) and the decoder's training step. Seconds per item."""
     from streamlit.testing.v1 import AppTest
 
+    from core import warmup
     from core.models import decoder_step, training
 
-    seconds = {}
+    warm = warmup.WarmUp(warmup.STEPS, warmup.ON_DEMAND)
+    for label, _, _ in warmup.ON_DEMAND:
+        warm.want(label)
+    warm.start().wait(timeout * 4)
+    if warm.errors:
+        raise RuntimeError("the warm-up failed: " + "; ".join(warm.errors))
+    seconds = {f"warm-up: {label}": s for label, s in warm.seconds.items()}
     for precision in ("float64", "float32"):
         for path in page_files():
             start = time.perf_counter()

@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
                            "tests/test_load.py::test_class_of_students"], cwd=ROOT, env=env,
                           capture_output=True, text=True)
     print(f"## A class of {args.sessions} on one server (load test, {os.cpu_count()} cores)\n")
-    print(report.read_text(encoding="utf-8") if report.exists() else proc.stdout[-4000:] + proc.stderr[-2000:])
+    print(report.read_text(encoding="utf-8") if report.exists() else proc.stdout[-12000:] + proc.stderr[-2000:])
     print("result:", "passed" if proc.returncode == 0 else f"failed (pytest exit status {proc.returncode})")
     return proc.returncode
 

@@ -132,11 +132,12 @@ class _Compiler:
         return "" if answer == f"ok {index}" else answer or "the compiling process ended"
 
     def close(self) -> None:
+        """End the child: its input closes, it exits (killed if it does not within 10 s)."""
         try:
             self.proc.stdin.close()
-        except OSError:
-            pass
-        self.proc.wait(10)
+            self.proc.wait(10)
+        except (OSError, subprocess.TimeoutExpired):
+            self.proc.kill()
 
 
 def _serve() -> None:
@@ -161,7 +162,7 @@ class WarmUp:
         self._index = {label: i for i, (label, _, _) in enumerate(self._all)}
         self._pending = [label for label, _, _ in self._all[:len(steps)]]
         self._asked = set(self._pending)           # every step, and an on-demand one once wanted
-        self._lock = threading.Condition()
+        self._lock = threading.Lock()
         self._done: set[str] = set()
         self._current = ""
         self._compiler: _Compiler | None = None
@@ -191,13 +192,17 @@ class WarmUp:
                 self.start()
 
     def _next(self) -> str | None:
+        """The next step; None when there is none (the warm-up has finished, and its child ends)."""
         with self._lock:
-            if not self._pending:
-                self._current = ""
-                self._finished.set()
-                return None
-            self._current = self._pending.pop(0)
-            return self._current
+            if self._pending:
+                self._current = self._pending.pop(0)
+                return self._current
+            self._current = ""
+            self._finished.set()
+            compiler, self._compiler = self._compiler, None
+        if compiler is not None:
+            compiler.close()
+        return None
 
     def _child_compiles(self, index: int) -> str:
         """Step ``index`` compiled in the child process (started on first use): "" or why not."""
@@ -242,11 +247,6 @@ class WarmUp:
             self.seconds[label] = time.perf_counter() - start
             with self._lock:
                 self._done.add(label)
-                self._lock.notify_all()
-        with self._lock:                         # nothing left to compile: the child ends
-            compiler, self._compiler = self._compiler, None
-        if compiler is not None:
-            compiler.close()
 
     @contextlib.contextmanager
     def paused(self):
@@ -275,10 +275,6 @@ class WarmUp:
             return self.finished
         with self._lock:
             return label in self._done or label not in self._index
-
-    def wait_for(self, label: str, timeout: float | None = None) -> bool:
-        with self._lock:
-            return self._lock.wait_for(lambda: label in self._done or label not in self._index, timeout)
 
     @property
     def finished(self) -> bool:

@@ -156,3 +156,33 @@ def test_a_lesson_page_compiles_only_the_lesson_kernels_it_runs(tmp_path):
                                "weighted_sum_kernel"]
     assert not ran["tuned_imported"]
     assert not ran["cuda_imported"]
+
+
+EMPTY_CACHE_PAGE = r"""
+import json, time
+from streamlit.testing.v1 import AppTest
+from core import warmup
+warm = warmup.start_once()               # as app.py does on a server's first visit
+at = AppTest.from_file("views/inside_model.py", default_timeout=300)
+at.session_state["inside_model.data_sizes"] = (160, 40, 40)
+at.session_state["inside_model.steps"] = 6
+start = time.perf_counter()
+at.run()
+print(json.dumps({"seconds": time.perf_counter() - start, "encoder_loaded": warm.has_done(warmup.ENCODER),
+                  "captions": [c.value for c in at.caption], "exceptions": [e.message for e in at.exception]}))
+"""
+
+
+def test_on_an_empty_cache_a_model_page_draws_on_the_readable_track(tmp_path):
+    """A fresh server, nothing compiled: "Inside a trained model" draws at once, its default model
+    trained on the readable step (which its caption names) while the compiled step still compiles."""
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    env.update(NUMBA_CACHE_DIR=str(tmp_path / "numba"), ATTN_WARMUP="1", PYTHONPATH=str(ROOT))
+    out = subprocess.run([sys.executable, "-c", EMPTY_CACHE_PAGE], cwd=ROOT, env=env, capture_output=True,
+                         text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["exceptions"] == [] and not result["encoder_loaded"]
+    caption = next(c for c in result["captions"] if c.startswith("Using the default model"))
+    assert "trained on the readable training step" in caption
+    print(f"drawn in {result['seconds']:.1f} s on an empty cache")
