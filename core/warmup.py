@@ -349,14 +349,17 @@ def profile() -> list[tuple[float, str, str]]:
 
     rows, started = [], {}
 
+    def key(ev):                 # a compile's start and end are two events with the same data
+        return id(ev.data["dispatcher"]), str(ev.data["args"])
+
     class Listener(event.Listener):
         def on_start(self, ev):
-            started[id(ev)] = time.perf_counter()
+            started[key(ev)] = time.perf_counter()
 
         def on_end(self, ev):
             fn = ev.data["dispatcher"].py_func
-            rows.append((time.perf_counter() - started.pop(id(ev), time.perf_counter()),
-                         f"{fn.__module__}.{fn.__qualname__}", str(ev.data["args"])))
+            rows.append((time.perf_counter() - started.pop(key(ev)), f"{fn.__module__}.{fn.__qualname__}",
+                         str(ev.data["args"])))
 
     listener = Listener()
     event.register("numba:compile", listener)

@@ -20,6 +20,13 @@ from core.models import params as P
 from core.models.decoder_config import init_params, param_shapes, tiny_config
 
 
+
+def _read_only(offsets: np.ndarray) -> np.ndarray:
+    """Offsets as the encoder's layout holds them (read-only): the sublayers both compiled steps
+    share then compile once for both (Numba types a read-only array apart from a writable one)."""
+    offsets.setflags(write=False)
+    return offsets
+
 class Gradient:
     """The compiled loss-and-gradient of one model (``cfg``) whose parameters live in ``flat``."""
 
@@ -34,15 +41,15 @@ class Gradient:
         self.layout = K.DecoderLayout(
             self._stack("enc.", cfg.src_vocab_size or 0, cfg.src_len or 0, cfg.cross_attention),
             self._stack("dec.", cfg.vocab_size, cfg.tgt_len, True),
-            np.array(cross_rows, np.int64).reshape(-1, len(K.CROSS_PARAMS)))
+            _read_only(np.array(cross_rows, np.int64).reshape(-1, len(K.CROSS_PARAMS))))
 
     def _stack(self, prefix: str, vocab: int, length: int, present: bool) -> Layout:
         cfg, at = self.cfg, self.offsets
         rows = [[at.get(f"{prefix}layers.{i}.{name}", 0) for name in LAYER_PARAMS]
                 for i in range(cfg.n_layers if present else 0)]
         top = np.array([at.get(f"{prefix}embed", 0), at.get(f"{prefix}pos", -1), at["W_out"], at["b_out"]], np.int64)
-        return Layout(vocab, length, cfg.d_model, cfg.n_heads, cfg.d_ff, cfg.vocab_size,
-                        cfg.positional == "learned", top, np.array(rows, np.int64).reshape(-1, len(LAYER_PARAMS)))
+        return Layout(vocab, length, cfg.d_model, cfg.n_heads, cfg.d_ff, cfg.vocab_size, cfg.positional == "learned",
+                      _read_only(top), _read_only(np.array(rows, np.int64).reshape(-1, len(LAYER_PARAMS))))
 
     def _positions(self, prefix: str, length: int, T: int) -> np.ndarray:
         """``(T, d)``: what the forward pass adds to the first T embeddings (``decoder._embed``)."""
