@@ -251,6 +251,5 @@ def main(argv: list[str] | None = None) -> dict:
     return {"cold": cold, "warm": warm, "model_first": model_first, "redraw_ms": redraws}
 
 
-
 if __name__ == "__main__":
     main(sys.argv[1:])

@@ -38,7 +38,7 @@ def test_a_wanted_step_comes_next_and_a_failing_step_does_not_stop_the_rest():
         raise RuntimeError("no compiler today")
 
     steps = [("a", blocked), ("b", broken), ("c", lambda: ran.append("c"))]
-    warm = warmup.WarmUp(steps, on_demand=[("d", lambda: ran.append("d"))]).start()
+    warm = warmup.WarmUp(steps, on_demand=[("d", lambda: ran.append("d")), ("e", lambda: ran.append("e"))]).start()
     time.sleep(0.1)
     assert warm.progress() == (0, 3, "a") and not warm.has_done("a") and not warm.finished
     warm.want("d")                                           # asked for by a page: next, and counted
@@ -50,6 +50,8 @@ def test_a_wanted_step_comes_next_and_a_failing_step_does_not_stop_the_rest():
     assert warm.errors == ["b: RuntimeError: no compiler today"]
     warm.want("d")                                           # done: nothing runs again
     assert warm.finished and ran == ["a", "c", "d"]
+    warm.want("e")                                           # asked for after the end: the warm-up runs again
+    assert warm.wait(10) and ran == ["a", "c", "d", "e"] and warm.progress() == (5, 5, "")
 
 
 def test_one_warm_up_per_process_and_it_can_be_turned_off(monkeypatch):

@@ -5,13 +5,13 @@ from core import warmup
 
 
 def wait_for_kernels(step: str | None = None, why: str = "Later visits start at once.") -> None:
-    """While the server's background warm-up has not yet compiled ``step`` (a ``core.warmup`` step
-    name; every step when None) show its progress, and ``why`` the page waits, and wait; return at
-    once when none runs (a warm server, or a page opened without ``app.py``)."""
-    warm = warmup.running()
-    if warm is None or warm.has_done(step):
+    """Ask the server's warm-up for ``step`` (a ``core.warmup`` step name, an on-demand one included;
+    every step asked for when None), and while it has not loaded show its progress, and ``why`` the
+    page waits, and wait; return at once when it has (or when no warm-up runs in this process)."""
+    warm = warmup.start_once()
+    warm.want(step)                      # next in the background (again, if the warm-up had finished)
+    if warm.has_done(step):
         return
-    warm.want(step)
     bar = st.empty()
     while True:
         done, total, current = warm.progress()

@@ -64,7 +64,7 @@ if lengths is not None:
     settings = (lengths, n_heads, d_k, operation)
     again = st.button("Measure again", help="The machine's speed drifts; a second run shows by how much.")
     if again or st.session_state.get(RESULTS, {}).get("settings") != settings:
-        warmup.start_once().want(warmup.SPEED_FOR[operation])      # this page's kernels compile next
+        # this page's kernels compile next, in the background; the page waits for them
         wait_for_kernels(warmup.SPEED_FOR[operation], why="The timing starts once they are loaded.")
         _kernels_compiled(operation)                  # loaded by now (compiled here when no warm-up runs)
         bar = st.empty()

@@ -20,12 +20,12 @@ from core.models import params as P
 from core.models.decoder_config import init_params, param_shapes, tiny_config
 
 
-
 def _read_only(offsets: np.ndarray) -> np.ndarray:
     """Offsets as the encoder's layout holds them (read-only): the sublayers both compiled steps
     share then compile once for both (Numba types a read-only array apart from a writable one)."""
     offsets.setflags(write=False)
     return offsets
+
 
 class Gradient:
     """The compiled loss-and-gradient of one model (``cfg``) whose parameters live in ``flat``."""
