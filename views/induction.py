@@ -52,7 +52,7 @@ with st.form(k("train")):
     st.form_submit_button("Train")
 seed, steps = int(ss[k("seed")]), int(ss[k("steps")])
 with st.spinner(f"Training a two-layer attention-only model, {steps} steps (a few seconds, once per seed; "
-                "about ten on a freshly started server, which trains on the readable step while it compiles)…"):
+                "ten to fifteen on a freshly started server, which trains on the readable step while it compiles)…"):
     run, (tgt_in, tgt_out), m = trained(seed, steps)
 prev, ind = induction.head_verdicts(m)
 prev_head, ind_head = prev.head, ind.head
