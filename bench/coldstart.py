@@ -109,9 +109,8 @@ def _child(started: float, first: str) -> None:
         at.switch_page(path).run()
         pages[_name(path)] = time.perf_counter() - start
         errors += [f"{path}: {e.message}" for e in at.exception]
-        said = [m.value for m in (*at.caption, *at.metric) if "readable" in str(getattr(m, "value", ""))
-                or "readable" in str(getattr(m, "label", ""))]
-        tracks[_name(path)] = "readable" if said else ""
+        said = " ".join(f"{getattr(m, 'value', '')} {getattr(m, 'label', '')}" for m in (*at.caption, *at.metric))
+        tracks[_name(path)] = " and ".join(word for word in ("shipped", "readable") if word in said)
         if path == first:
             first_opened = time.time() - started
     all_pages = time.time() - started
@@ -225,7 +224,7 @@ def main(argv: list[str] | None = None) -> dict:
     model = _name(FIRST_MODEL_PAGE)
     print(f"\n{model} opened first by its link (a fresh process, an empty cache): drawn {model_first['first_lesson_s']:.1f} s "
           f"after the start ({model_first['pages'][model]:.1f} s after it was opened), "
-          f"{'on the readable track (the page says so)' if model_first['tracks'][model] else 'on the compiled track'}.")
+          f"{'its model ' + model_first['tracks'][model] + ' (the page says so)' if model_first['tracks'][model] else 'on the compiled track'}.")
     for label, run in (("cold", cold), ("warm", warm), (f"{model} first", model_first)):
         for err in run["errors"]:
             print(f"\n{label} run error: {err}")

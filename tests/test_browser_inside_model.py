@@ -24,7 +24,7 @@ def _metric(page, label: str) -> str:
 
 @pytest.fixture(scope="module")
 def default_model():
-    return inside.train_default("sum", 0)     # the page's default model, rebuilt: deterministic by seed
+    return inside.default_model("sum", 0)     # the page's default model, as the page reads it
 
 
 def test_inside_model_page_in_browser(default_model):

@@ -48,9 +48,10 @@ st.markdown(
 # 0. the model ----------------------------------------------------------------------------------
 @st.cache_resource(show_spinner="Training the default model (a few seconds, once per task and seed)…", max_entries=8)
 def default_model(task: str, seed: int, sizes: tuple, steps) -> inside.Model:
-    """Trained once per server on the compiled step, or on the readable one while a freshly started
-    server still compiles it; the model's origin says which (every session then shares it)."""
-    return inside.train_default(task, seed, n_train=sizes[0], n_val=sizes[1], n_test=sizes[2], steps=steps,
+    """The shipped model for the default run; any other trained once per server on the compiled step,
+    or on the readable one while a freshly started server still compiles it; the model's origin says
+    which (every session then shares it)."""
+    return inside.default_model(task, seed, n_train=sizes[0], n_val=sizes[1], n_test=sizes[2], steps=steps,
                                 track=warmup.track(warmup.ENCODER))
 
 

@@ -23,7 +23,7 @@ import dataclasses
 import numpy as np
 
 from core.lessons.analysis import row_entropy_bits
-from core.models import training, transformer, vocabulary
+from core.models import shipped, training, transformer, vocabulary
 from core.models.encoder import EncoderConfig
 from core.models.runs import RunSpec
 from core.models.tasks import Dataset, make_dataset
@@ -45,14 +45,18 @@ class Model:
     origin: str
 
 
+def _spec(task, seed, n_train, n_val, n_test, steps) -> RunSpec:
+    return RunSpec(task=task, seed=int(seed), n_train=n_train, n_val=n_val, n_test=n_test,
+                   **({} if steps is None else {"steps": int(steps)})).check()
+
+
 def train_default(task: str = "sum", seed: int = 0, *, n_train: int = 4000, n_val: int = 1000,
                   n_test: int = 1000, steps: int | None = None, track: str = training.DEFAULT_TRACK) -> Model:
     """The training page's default run (``RunSpec``: 2 layers, 4 heads, d_model 32, sinusoidal
     positions, Adam at 3e-3 decaying to a tenth, batches of 64, 300 steps), deterministic by seed
     and ``track`` (the readable or the compiled training step: the same to rounding), which its
     ``origin`` names."""
-    spec = RunSpec(task=task, seed=int(seed), n_train=n_train, n_val=n_val, n_test=n_test,
-                   **({} if steps is None else {"steps": int(steps)})).check()
+    spec = _spec(task, seed, n_train, n_val, n_test, steps)
     cfg = spec.config()
     data = make_dataset(task, spec.n_train, spec.n_val, spec.n_test, seed=spec.seed)
     state = training.new_state(cfg, data, seed=spec.seed, lr=spec.lr, batch_size=spec.batch_size,
@@ -62,6 +66,20 @@ def train_default(task: str = "sum", seed: int = 0, *, n_train: int = 4000, n_va
     params = {name: value.copy() for name, value in state.params.items()}
     return Model(params, cfg, data, f"default model: {spec.steps} steps on '{task}', seed {spec.seed}, "
                                     f"trained on the {track} training step")
+
+
+def default_model(task: str = "sum", seed: int = 0, *, n_train: int = 4000, n_val: int = 1000,
+                  n_test: int = 1000, steps: int | None = None, track: str = training.DEFAULT_TRACK) -> Model:
+    """:func:`train_default`'s model, read from the file shipped with the app when that run is the
+    shipped one (:mod:`core.models.shipped`: the default task, seed 0), trained here otherwise."""
+    spec = _spec(task, seed, n_train, n_val, n_test, steps)
+    found = shipped.find(shipped.ENCODER_FILE, dataclasses.asdict(spec))
+    if found is None:
+        return train_default(task, seed, n_train=n_train, n_val=n_val, n_test=n_test, steps=steps, track=track)
+    params, run = found
+    return Model(params, spec.config(), make_dataset(task, spec.n_train, spec.n_val, spec.n_test, seed=spec.seed),
+                 f"default model: {spec.steps} steps on '{task}', seed {spec.seed}, trained on the "
+                 f"{run['track']} training step and shipped with the app")
 
 
 def forward(params: dict, cfg: EncoderConfig, tokens, ablate: dict | None = None):

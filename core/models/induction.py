@@ -24,7 +24,7 @@ import time
 import numpy as np
 
 from core.models import decoder as D
-from core.models import decoder_step, loop, optim, steps as tracks
+from core.models import decoder_step, loop, optim, shipped, steps as tracks
 from core.models import layers as L
 
 
@@ -166,6 +166,7 @@ class InductionRun:
     train_seconds: float
     seed: int
     track: str = tracks.DEFAULT_TRACK      # the training step that ran: readable or compiled
+    shipped: bool = False                  # read from the file shipped with the app (trained ahead)
 
 
 def train_induction(setup: InductionSetup = InductionSetup(), *, seed: int = 0, callback=None,
@@ -188,6 +189,18 @@ def train_induction(setup: InductionSetup = InductionSetup(), *, seed: int = 0, 
         if callback is not None:
             callback(s.step, s.loss)
     return InductionRun(setup, cfg, params, losses, time.perf_counter() - t0, seed, track)
+
+
+def default_run(setup: InductionSetup = InductionSetup(), *, seed: int = 0,
+                track: str = tracks.DEFAULT_TRACK) -> InductionRun:
+    """:func:`train_induction`'s run, read from the file shipped with the app when it is the shipped
+    one (:mod:`core.models.shipped`: the default setup, seed 0), trained here otherwise."""
+    found = shipped.find(shipped.INDUCTION_FILE, {**dataclasses.asdict(setup), "seed": int(seed)})
+    if found is None:
+        return train_induction(setup, seed=seed, track=track)
+    params, run = found
+    return InductionRun(setup, setup.config, params, run["losses"], run["train_seconds"], int(seed),
+                        run["track"], shipped=True)
 
 
 def best_heads(m: Measures) -> tuple[int, int]:
