@@ -1,6 +1,6 @@
 """A class of 30 on one server: ``python -m bench load [--sessions N]`` (or ``python -m bench load``).
 
-Runs the load test (``tests/test_load.py::test_class_of_students``) with ``N`` concurrent browser
+Runs the load test (``tests/browser/test_load.py::test_class_of_students``) with ``N`` concurrent browser
 sessions (30 by default; CI runs 10): between them every page; 5 train at once through the server's
 training queue, 5 open "A real model" on all-MiniLM-L6-v2. Prints its report: errors, peak resident
 memory of the server and its children, and the median and 95th-percentile redraw time per page under
@@ -25,7 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     report = ROOT / "artifacts" / "load_test.txt"
     report.unlink(missing_ok=True)
     proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-s",
-                           "tests/test_load.py::test_class_of_students"], cwd=ROOT, env=env,
+                           "tests/browser/test_load.py::test_class_of_students"], cwd=ROOT, env=env,
                           capture_output=True, text=True)
     print(f"## A class of {args.sessions} on one server (load test, {os.cpu_count()} cores)\n")
     print(report.read_text(encoding="utf-8") if report.exists() else proc.stdout[-12000:] + proc.stderr[-2000:])

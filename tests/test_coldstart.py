@@ -19,6 +19,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 CHILD = r"""
@@ -141,6 +143,7 @@ print(json.dumps({
 """
 
 
+@pytest.mark.compile
 def test_a_lesson_page_compiles_only_the_lesson_kernels_it_runs(tmp_path):
     """On an empty cache, the one-head page compiles its lesson kernels (scores, mask, softmax,
     weighted sum, and attention_steps, which runs those four in one call) and nothing else: no
@@ -173,6 +176,7 @@ print(json.dumps({"seconds": time.perf_counter() - start, "encoder_loaded": warm
 """
 
 
+@pytest.mark.compile
 def test_on_an_empty_cache_a_model_page_draws_on_the_readable_track(tmp_path):
     """A fresh server, nothing compiled: "Inside a trained model" draws at once, its default model
     trained on the readable step (which its caption names) while the compiled step still compiles."""

@@ -21,6 +21,7 @@ def test_the_stamped_locators_are_installed_first():
     assert type(cpu._fused_kernel[0]._cache._impl.locator).__name__.startswith("CoreSources")
 
 
+@pytest.mark.compile
 @pytest.mark.parametrize("cache_dir", [None, "cache"], ids=["beside the source", "NUMBA_CACHE_DIR"])
 def test_editing_a_helper_alone_recompiles_the_kernel_built_from_it(tmp_path, cache_dir):
     """A package laid out as ours (``core/`` with its ``__init__``), a kernel in core/models/ that

@@ -7,6 +7,7 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
 from numba import njit
 from streamlit.testing.v1 import AppTest
 
@@ -15,6 +16,7 @@ from core import warmup
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.compile
 def test_every_step_compiles_in_a_child_and_loads_here_without_error():
     """The real steps, each in its child process (compiled already, or from the disk cache): an
     error here would leave a page on the readable track for good."""

@@ -7,7 +7,7 @@ on the compiled step, and saved here as a small ``.npz``: the parameters, and th
 (its settings, the track, the training time, the losses) as JSON.
 
 A file is used only when a page asks for exactly the run it records; any other setting trains live.
-``python -m core.models.shipped`` trains both again and rewrites the files; ``tests/test_shipped.py``
+``python -m core.models.shipped`` trains both again and rewrites the files; ``tests/training/test_shipped.py``
 trains them again and checks they still match.
 """
 from __future__ import annotations

@@ -1,0 +1,56 @@
+"""The Overview page: every page of the router is introduced, and the "why attention" numbers
+follow the sequence length."""
+import re
+from pathlib import Path
+
+from page_support import open_page, table_named
+
+ROOT = Path(__file__).resolve().parents[2]
+PAGE = str(ROOT / "views" / "home.py")
+
+
+def text(at) -> str:
+    return " ".join(m.value for m in at.markdown) + " " + " ".join(c.value for c in at.caption)
+
+
+def test_the_overview_introduces_every_page_of_the_router():
+    at = open_page(PAGE)
+    assert not at.exception
+    titles = re.findall(r'st\.Page\([^)]*title="([^"]+)"', (ROOT / "app.py").read_text())
+    assert len(titles) == 14
+    missing = [t for t in titles if t != "Overview" and f"| {t} |" not in text(at)]
+    assert missing == []
+
+
+def test_sequential_steps_and_path_length_follow_the_number_of_tokens():
+    at = open_page(PAGE)
+    table = table_named(at, "per layer")
+    assert table.loc["steps that must run one after another", "recurrent network"] == 512
+    assert table.loc["most steps between two tokens", "recurrent network"] == 511
+    assert (table["self-attention"] == 1).all()
+    assert "512² = 262,144 scores" in text(at)
+    at.slider(key="home.n").set_value(10).run()
+    table = table_named(at, "per layer")
+    assert table.loc["most steps between two tokens", "recurrent network"] == 9
+    assert (table["self-attention"] == 1).all()
+    assert "10² = 100 scores" in text(at)
+    # the expander shows the function that computed the table
+    (code,) = at.code
+    assert code.value.startswith("def interaction_paths(n_tokens: int) -> PathLengths:")
+
+
+def test_the_course_modules_cautions_are_on_the_page():
+    body = text(open_page(PAGE))
+    for caution in ("Bias amplification", "Memorisation", "Environmental cost", "Misused cross-attention",
+                    "diagnostics, not explanations", "Position is not reasoning"):
+        assert caution in body
+
+
+def test_what_the_overview_says_about_links_is_true():
+    """The Overview says which pages keep their settings in the address; a page keeps them when it
+    writes them there (``state.publish``). The README says the same (every lesson page but one)."""
+    at = open_page(PAGE)
+    assert "Every lesson page except Check yourself keeps its settings in the address" in " ".join(text(at).split())
+    publishing = {p.stem for p in (ROOT / "views").glob("*.py") if "publish(" in p.read_text()}
+    lessons = {p.stem for p in (ROOT / "views").glob("*.py")} - {"home"}
+    assert lessons - publishing == {"check_yourself"}

@@ -1,0 +1,168 @@
+"""The "Inside a trained model" page through AppTest: the numbers it shows are the forward cache's
+and the ablation's, and each control moves what it should. A tiny default model (tiny data, few
+steps) through the page's test hooks; the same model is rebuilt here, deterministic by seed."""
+import functools
+import inspect
+
+import numpy as np
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from core.lessons import inside
+from core.models import transformer
+from core.models.runs import RunSpec
+from ui.trainer import Trainer
+
+SIZES, STEPS = (200, 40, 60), 20
+
+
+@functools.lru_cache(maxsize=4)
+def model(task="sum", seed=0) -> inside.Model:
+    return inside.train_default(task, seed, n_train=SIZES[0], n_val=SIZES[1], n_test=SIZES[2], steps=STEPS)
+
+
+@functools.lru_cache(maxsize=4)
+def report(task="sum", seed=0) -> inside.HeadReport:
+    m = model(task, seed)
+    return inside.head_ablation(m.params, m.cfg, m.data.X_test, m.data.y_test)
+
+
+def page(link=None) -> AppTest:
+    at = AppTest.from_file("../../views/inside_model.py", default_timeout=120)
+    at.session_state["inside_model.data_sizes"] = SIZES
+    at.session_state["inside_model.steps"] = STEPS
+    for name, value in (link or {}).items():
+        at.query_params[name] = value
+    return at.run()
+
+
+def frames(at, first_column):
+    return [d.value for d in at.dataframe if d.value.columns[0] == first_column]
+
+
+def metric(at, start):
+    found = [m for m in at.metric if m.label.startswith(start)]
+    assert len(found) == 1, start
+    return found[0]
+
+
+def cache_of(m, example):
+    return inside.forward(m.params, m.cfg, m.data.X_test[example:example + 1])[1]
+
+
+def check_walkthrough(at, m, example, layer):
+    """The LayerNorm tables, ReLU fraction and logits on the page equal the forward cache's."""
+    cache = cache_of(m, example)
+    steps = {s.name: s for s in inside.walkthrough(cache, m.params, m.cfg, layer, 0)}
+    ln1, ln2 = frames(at, "token")
+    for shown, name in ((ln1, "LayerNorm 1"), (ln2, "LayerNorm 2")):
+        for column, values in inside.layernorm_table(steps[name]).items():
+            np.testing.assert_array_equal(shown[column].to_numpy(), values, err_msg=column)
+    np.testing.assert_array_equal(shown["mean before"].to_numpy(), cache[f"blocks.{layer}.ln2.mean"][0])
+    (logits,) = frames(at, "class")
+    np.testing.assert_array_equal(logits["logit"].to_numpy(), cache["logits"][0])
+    off = np.mean(cache[f"blocks.{layer}.ffn.hidden"][0] == 0)
+    assert metric(at, "ReLUs off").value == f"{off:.1%}"
+    assert metric(at, "Predicted class").value == str(int(np.argmax(cache["logits"][0])))
+
+
+def test_walkthrough_shows_the_cache_and_follows_example_and_layer():
+    at = page()
+    assert not at.exception and not at.error
+    m = model()
+    check_walkthrough(at, m, 0, 0)
+    before = frames(at, "token")[0]
+    at.number_input(key="inside_model.example").set_value(7).run()
+    check_walkthrough(at, m, 7, 0)
+    assert not before.equals(frames(at, "token")[0])
+    at.slider(key="inside_model.layer").set_value(2).run()
+    check_walkthrough(at, m, 7, 1)
+    assert at.query_params["example"] == "7" and at.query_params["layer"] == "2"
+    markdown = " ".join(md.value for md in at.markdown)
+    assert "`(T, d_model) = (16, 32)`" in markdown and "`(T, d_ff) = (16, 64)`" in markdown
+    assert "`(H, T, T) = (4, 16, 16)`" in markdown and "`(classes) = (2)`" in markdown
+    assert len(at.latex) >= 3
+    shown = {c.value.strip() for c in at.code}          # the source expander: the functions that ran
+    for fn in (inside.forward, transformer.forward, transformer.block, transformer.self_attention,
+               transformer.layer_norm, inside.walkthrough, inside.ablated_logits):
+        assert inspect.getsource(fn).strip() in shown, fn.__qualname__
+
+
+def test_ablation_table_and_controls():
+    at = page()
+    m, r = model(), report()
+    assert metric(at, "Test accuracy, every head in place").value == f"{r.baseline:.3f}"
+    for mode in ("zero", "mean"):
+        if mode == "mean":
+            at.radio(key="inside_model.mode").set_value("mean").run()
+        (table,) = frames(at, "head")
+        assert list(table["head"]) == [f"L{i}H{h}" for i in (1, 2) for h in (1, 2, 3, 4)]
+        np.testing.assert_array_equal(table["test accuracy without it"].to_numpy(), r.accuracy[mode].ravel())
+        np.testing.assert_array_equal(table["change"].to_numpy(), r.change(mode).ravel())
+        np.testing.assert_array_equal(table["focus of its mean map"].to_numpy(), r.focus.ravel())
+    # the head shown beside the table
+    at.selectbox(key="inside_model.show").set_value("L2H3").run()
+    assert metric(at, "Removing L2H3").value == f"{r.change('mean')[1, 2]:+.3f}"
+    # several heads at once
+    none = metric(at, "Test accuracy with 0 head(s) removed (mean)")
+    assert none.value == f"{r.baseline:.3f}" and not none.delta          # nothing removed: no change shown
+    at.multiselect(key="inside_model.remove_heads").set_value(["L1H1", "L2H4"]).run()
+    want = inside.ablated_accuracy(m.params, m.cfg, m.data.X_test, m.data.y_test, [(0, 0), (1, 3)], "mean",
+                                   r.head_means)
+    two = metric(at, "Test accuracy with 2 head(s) removed (mean)")
+    assert two.value == f"{want:.3f}" and two.delta == f"{want - r.baseline:+.3f}"
+    assert at.query_params["remove"] == "L1H1,L2H4"
+    assert not at.exception and not at.error
+
+
+def test_pooling_table_and_the_task_and_seed_controls():
+    at = page()
+    m = model()
+    _, cache = inside.forward(m.params, m.cfg, m.data.X_test)
+    mean_acc, single = inside.pooling_accuracy(cache, m.params, m.cfg, m.data.y_test)
+    (pool,) = frames(at, "pooling")
+    np.testing.assert_array_equal(pool["test accuracy"].to_numpy(), [mean_acc, single[0], single.max(), single.min()])
+    at.number_input(key="inside_model.seed").set_value(1).run()
+    assert metric(at, "Test accuracy, every head in place").value == f"{report('sum', 1).baseline:.3f}"
+    check_walkthrough(at, model("sum", 1), 0, 0)
+    at.selectbox(key="inside_model.task").set_value("increasing").run()
+    check_walkthrough(at, model("increasing", 1), 0, 0)
+    assert "`(T, d_model) = (8, 32)`" in " ".join(md.value for md in at.markdown)
+
+
+def test_a_link_restores_the_settings():
+    at = page({"example": "5", "layer": "2", "mode": "mean", "remove": "L1H2,bogus"})
+    assert not at.exception and not at.error
+    check_walkthrough(at, model(), 5, 1)
+    assert at.multiselect(key="inside_model.remove_heads").value == ["L1H2"]
+    assert metric(at, "Test accuracy with 1 head(s) removed (mean)")
+
+
+def test_offers_the_training_pages_finished_run():
+    trained = model("increasing", 2)            # stands in for a run finished on the training page
+    trainer = Trainer()
+    trainer.load(trained.params, trained.cfg, RunSpec(task="increasing", seed=2, n_train=SIZES[0], n_val=SIZES[1],
+                                                      n_test=SIZES[2]))
+    at = AppTest.from_file("../../views/inside_model.py", default_timeout=120)
+    at.session_state["inside_model.data_sizes"] = SIZES
+    at.session_state["inside_model.steps"] = STEPS
+    at.session_state["training.trainer"] = trainer
+    at.run()
+    assert not at.exception
+    at.radio(key="inside_model.source").set_value("trained").run()
+    assert any("your run" in c.value for c in at.caption)
+    check_walkthrough(at, trained, 0, 0)
+    assert at.selectbox(key="inside_model.task").disabled
+
+
+def test_asking_for_a_trained_run_without_one_says_so():
+    at = page({"source": "trained"})
+    assert not at.exception
+    assert any("no finished run" in i.value for i in at.info)
+    check_walkthrough(at, model(), 0, 0)
+
+
+@pytest.mark.parametrize("link", [{"example": "99999"}, {"layer": "4"}, {"seed": "-3"}, {"show": "L9H9"}])
+def test_out_of_range_links_fall_back(link):
+    at = page(link)
+    assert not at.exception and not at.error

@@ -1,0 +1,112 @@
+"""The "A real model" page on its default, the real encoder all-MiniLM-L6-v2: the heads it names, the
+sentence similarity it draws, and each control moving them."""
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from core.models import packaged
+from tests.page_support import heatmaps, open_page, table_named
+from tests.model.test_minilm import PUBLISHED, minilm  # noqa: F401  (the fixture: skip or fail without the package)
+from ui import real_model_parts as parts
+
+PAGE = str(Path(__file__).resolve().parents[2] / "views" / "real_model.py")
+
+
+def named(at) -> str:
+    (text,) = [md.value for md in at.markdown if md.value.startswith("**Named heads**")]
+    return text
+
+
+def chart(at, title: str) -> np.ndarray:
+    """The matrix the heatmap titled ``title`` draws."""
+    return heatmaps(at)[title]
+
+
+def metric(at, label: str) -> float:
+    (value,) = [m.value for m in at.metric if m.label == label]
+    return float(value.replace(",", ""))
+
+
+@pytest.fixture(scope="module")
+def page(minilm):  # noqa: F811
+    at = open_page(PAGE)
+    assert not at.exception and not at.error
+    return at
+
+
+def test_opens_on_the_real_encoder_and_names_its_known_heads(page):
+    assert page.radio(key="real_model.which").value == "minilm"
+    text = named(page)
+    assert "**previous-token** (≥ 0.5): L1H3 (0.2) 1.00" in text
+    assert "**next-token** (≥ 0.5): L2H9 (1.8)" in text
+    scores = table_named(page, "head")
+    assert list(scores.columns) == ["previous-token", "next-token", "[CLS] sink", "[SEP] sink", "broad"]
+    assert scores.loc["L2H9 (1.8)", "next-token"] >= 0.5 > scores.loc["L2H9 (1.8)", "previous-token"]
+    assert any("`[CLS]`" in md.value and "`[SEP]`" in md.value for md in page.markdown)
+
+
+def test_draws_the_published_similarities_and_counts_its_parameters(page):
+    np.testing.assert_allclose(chart(page, "Cosine similarity"), PUBLISHED, atol=1e-3)
+    assert metric(page, "in the checkpoint's tensors") == metric(page, "by the Parameters page's formula") == 22_713_216
+
+
+def test_removing_a_head_moves_the_similarity_and_each_control_moves_it():
+    at = open_page(PAGE)
+    first = metric(at, "largest change in a similarity")
+    assert first > 0
+    np.testing.assert_allclose(chart(at, "Without L1H1 (0.0)") - chart(at, "Cosine similarity"),
+                               chart(at, "After − before"), atol=1e-4)
+    at.number_input(key="real_model.head").set_value(3).run()
+    second = metric(at, "largest change in a similarity")
+    at.radio(key="real_model.how").set_value("mean").run()
+    third = metric(at, "largest change in a similarity")
+    assert len({first, second, third}) == 3 and not at.error
+
+
+def test_the_text_moves_the_detector_and_the_sentences_move_the_matrix():
+    at = open_page(PAGE)
+    before = table_named(at, "head")
+    at.text_area(key="real_model.text").set_value("Attention lets every word look at every other word.").run()
+    assert not table_named(at, "head").equals(before)
+    cosines = chart(at, "Cosine similarity")
+    at.text_area(key="real_model.sentences").set_value("A dog runs in the park.\nA puppy plays outside.").run()
+    moved = chart(at, "Cosine similarity")
+    assert moved.shape == (2, 2) and moved[0, 1] > 0.3
+    at.text_area(key="real_model.sentences").set_value("only one sentence").run()
+    assert any("Give 2 to 8 sentences" in e.value for e in at.error)
+    np.testing.assert_array_equal(chart(at, "Cosine similarity"), moved)      # the last good sentences
+    assert cosines.shape == (3, 3)
+
+
+def test_without_the_package_the_page_says_how_to_install_and_shows_the_decoder(monkeypatch):
+    monkeypatch.setattr(packaged, "DISTRIBUTION", "no-such-package-here")
+    parts.model_for.clear()
+    try:
+        at = open_page(PAGE)
+        assert not at.exception and not at.error
+        assert any(packaged.INSTALL in i.value for i in at.info)
+        assert table_named(at, "head").shape[1] == 4                  # the decoder's detector
+        assert any(m.label == "largest change in a next-token probability" for m in at.metric)
+    finally:
+        parts.model_for.clear()
+
+
+def test_on_a_freshly_started_server_the_numpy_formulas_run_and_the_source_shows_them(monkeypatch):
+    """While the loops still compile (can_run False), the forward pass runs their NumPy formulas:
+    the same named heads and similarities, and the source expander shows the formulas that ran."""
+    from core.models import layers
+    from ui import real_model_parts
+
+    monkeypatch.setattr(layers, "can_run", lambda *args: False)
+    real_model_parts.run.clear()                         # no forward pass cached by another test
+    try:
+        at = open_page(PAGE)
+    finally:
+        real_model_parts.run.clear()
+    assert not at.exception and not at.error
+    shown = " ".join(c.value for c in at.code)
+    assert "def _gelu_erf_numpy" in shown and "def _layer_norm_rows_numpy" in shown
+    assert "def _gelu_erf_rational" not in shown and "def _layer_norm_rows(" not in shown
+    assert "**next-token** (≥ 0.5): L2H9 (1.8)" in named(at)
+    np.testing.assert_allclose(chart(at, "Cosine similarity"), PUBLISHED, atol=1e-3)
