@@ -29,11 +29,12 @@ import numpy as np
 import core                      # chooses the cache folder before Numba is imported
 from core import attention, positional, validate
 from core.kernels import cpu
+from kernel_tables import cpu_kernels
 X = np.random.default_rng(0).normal(size=(6, 4))
 attention.attention(X, X, X, backend="cpu")            # lesson kernels: scores, mask, softmax, weighted sum
 attention.attention(X, X, X, return_weights=False, backend="cpu")     # the fused lesson kernel
 positional.sinusoidal(8, 6, backend="cpu")
-compiled = {k for ks in cpu.KERNELS.values() for k in ks} | {validate._arrays_ok}
+compiled = cpu_kernels(cpu) | {validate._arrays_ok}
 used = [k for k in compiled if k.signatures]
 print(json.dumps({
     "cache_dir": os.environ.get("NUMBA_CACHE_DIR"),
@@ -58,7 +59,7 @@ def _read_only_copy(dest: Path) -> Path:
 
 def _run_child(app: Path, xdg: Path) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in ("NUMBA_CACHE_DIR", "NUMBA_ENABLE_CUDASIM")}
-    env.update(PYTHONPATH=str(app), XDG_CACHE_HOME=str(xdg), PYTHONDONTWRITEBYTECODE="1")
+    env.update(PYTHONPATH=os.pathsep.join([str(app), str(ROOT / "tests")]), XDG_CACHE_HOME=str(xdg), PYTHONDONTWRITEBYTECODE="1")
     proc = subprocess.run([sys.executable, "-c", CHILD], cwd=app, env=env, capture_output=True,
                           text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-4000:]
@@ -135,8 +136,9 @@ from streamlit.testing.v1 import AppTest
 page = AppTest.from_file(sys.argv[1], default_timeout=300).run()
 assert not page.exception, [e.message for e in page.exception]
 from core.kernels import cpu
+from kernel_tables import cpu_kernels
 print(json.dumps({
-    "compiled": sorted({k.__name__ for ks in cpu.KERNELS.values() for k in ks if k.signatures}),
+    "compiled": sorted({k.__name__ for k in cpu_kernels(cpu) if k.signatures}),
     "tuned_imported": "core.kernels.tuned.cpu" in sys.modules,
     "cuda_imported": "numba.cuda" in sys.modules,
 }))
@@ -150,7 +152,8 @@ def test_a_lesson_page_compiles_only_the_lesson_kernels_it_runs(tmp_path):
     other lesson kernel, and the tuned kernels are not even imported (nor is Numba's CUDA
     support, on a machine without a GPU)."""
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
-    env.update(NUMBA_CACHE_DIR=str(tmp_path / "cache"), PYTHONPATH=str(ROOT), ATTN_BACKEND="cpu")
+    env.update(NUMBA_CACHE_DIR=str(tmp_path / "cache"), PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "tests")]),
+               ATTN_BACKEND="cpu")
     proc = subprocess.run([sys.executable, "-c", LESSON_PAGE, str(ROOT / "views" / "one_head.py")], cwd=ROOT,
                           env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]

@@ -32,7 +32,6 @@ import math
 import numpy as np
 from numba import njit
 
-from core.kernels.warm_inputs import tiny_inputs
 
 # --- kernels -------------------------------------------------------------------------------
 # Sums start from 0.0, a float64 in Numba: float32 data is summed in float64, stored as float32.
@@ -224,18 +223,6 @@ def attention_steps(Q, K, V, M, scale):
     return out, A
 
 
-# The kernels each driver runs, in order (the pages show their source).
-KERNELS = {
-    "scaled_scores": (scores_kernel, add_mask_kernel),
-    "attention_with_weights": (attention_steps, scores_kernel, add_mask_kernel, softmax_kernel, weighted_sum_kernel),
-    "weighted_sum": (weighted_sum_kernel,),
-    "fused_attention": (fused_attention_kernel,),
-    "project_heads": (project_heads_kernel,),
-    "merge_heads_project": (merge_heads_project_kernel,),
-    "sinusoidal": (sinusoidal_kernel,),
-}
-
-
 # --- host drivers ------------------------------------------------------------------------------
 
 
@@ -289,14 +276,3 @@ def sinusoidal(T, d_model, base, dtype):
     PE = np.empty((T, d_model), dtype=dtype)
     sinusoidal_kernel(float(base), PE)               # angles in float64, rounded once at the store
     return PE
-
-
-def warm_up(dtype) -> None:
-    """Compile (or load from the on-disk cache) every lesson kernel for one dtype."""
-    dtype = np.dtype(dtype)
-    X4, X3, W, b, mask = tiny_inputs(dtype)
-    attention_with_weights(X4, X4, X4, mask, 1.0)      # scores, mask, softmax, weighted sum
-    fused_attention(X4, X4, X4, mask, 1.0)
-    project_heads(X3, W, b, 1)
-    merge_heads_project(X4, W, b)
-    sinusoidal(2, 2, 10000.0, dtype)

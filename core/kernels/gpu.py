@@ -31,7 +31,6 @@ import numba
 import numpy as np
 from numba import cuda
 
-from core.kernels.warm_inputs import tiny_inputs
 
 # Tunables, in one place and read at launch time, so tests can patch them small.
 THREADS = 128              # threads per block
@@ -259,19 +258,6 @@ def sinusoidal_kernel(base, PE):
         PE[p, c] = math.sin(angle) if c % 2 == 0 else math.cos(angle)
 
 
-# The functions each driver runs, kernels first, then the helpers they call (the pages show these).
-KERNELS = {
-    "scaled_scores": (scores_kernel, add_mask_kernel, position, dot, mask_entry),
-    "attention_with_weights": (scores_kernel, add_mask_kernel, softmax_kernel, weighted_sum_kernel,
-                               position, dot, mask_entry, softmax_row),
-    "weighted_sum": (weighted_sum_kernel, position, dot),
-    "fused_attention": (fused_attention_kernel, load_rows, dot, mask_entry, online_step),
-    "project_heads": (project_heads_kernel, position),
-    "merge_heads_project": (merge_heads_project_kernel,),
-    "sinusoidal": (sinusoidal_kernel,),
-}
-
-
 # --- host drivers ------------------------------------------------------------------------------
 
 
@@ -357,14 +343,3 @@ def sinusoidal(T, d_model, base, dtype):
     PE = cuda.device_array((T, d_model), dtype=np.dtype(dtype))
     sinusoidal_kernel[_grid(T * d_model)](float(base), PE)
     return PE.copy_to_host()
-
-
-def warm_up(dtype) -> None:
-    """Compile every lesson kernel for one dtype by running each driver once on tiny inputs."""
-    dtype = np.dtype(dtype)
-    X4, X3, W, b, mask = tiny_inputs(dtype)
-    attention_with_weights(X4, X4, X4, mask, 1.0)       # scores, mask, softmax, weighted sum
-    fused_attention(X4, X4, X4, mask, 1.0)
-    project_heads(X3, W, b, 1)
-    merge_heads_project(X4, W, b)
-    sinusoidal(2, 2, 10000.0, dtype)

@@ -40,7 +40,7 @@ from core.models.params import pack
 __all__ = ["POSITIONAL_CHOICES", "SETTINGS_PREFIX", "Adam", "EncoderConfig", "check_labels",
            "check_params", "check_tokens", "flatten", "forward", "infer_config",
            "init_params", "layout", "load", "load_with_settings", "loss_and_grads", "pack", "param_count",
-           "param_shapes", "positional_table", "predict", "predict_flat", "save", "train_step", "warm_up"]
+           "param_shapes", "positional_table", "predict_flat", "save", "train_step", "warm_up"]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -81,14 +81,10 @@ def forward(params: dict, tokens, cfg: EncoderConfig, *, backend=None):
     return logits, cache
 
 
-def predict(params: dict, tokens, cfg: EncoderConfig) -> np.ndarray:
-    """Predicted class ids (arg-max of the logits)."""
-    check_params(params, cfg)
-    return predict_flat(flatten(params, cfg), check_tokens(tokens, cfg), cfg)
-
 
 def predict_flat(flat: np.ndarray, tok: np.ndarray, cfg: EncoderConfig) -> np.ndarray:
-    """:func:`predict` without checks, on a flat buffer (:func:`flatten`) and int64 tokens (B, T)."""
+    """Predicted class ids (arg-max of the logits), without checks, on a flat buffer (:func:`flatten`)
+    and int64 tokens (B, T)."""
     logits = np.empty((tok.shape[0], cfg.n_classes), flat.dtype)
     _run(K.FORWARD, flat, tok, None, cfg, out=(logits, *_no_maps(flat.dtype)))
     return np.argmax(logits, axis=1)

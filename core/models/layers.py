@@ -411,22 +411,6 @@ def layer_norm_backward(dy: np.ndarray, cache: dict):
     return dx.reshape(dy.shape), dg, db
 
 
-def feed_forward(x: np.ndarray, p: dict):
-    """``relu(x W_1 + b_1) W_2 + b_2``; returns ``(y, cache)``."""
-    pre = linear(x, p["W_1"], p["b_1"])                             # (B, T, d_ff)
-    hidden = np.maximum(pre, 0.0)
-    return linear(hidden, p["W_2"], p["b_2"]), {"x": x, "pre": pre, "hidden": hidden}
-
-
-def feed_forward_backward(dy: np.ndarray, cache: dict, p: dict):
-    """``(dx, grads)`` of :func:`feed_forward`, grads holding ``W_1, b_1, W_2, b_2``."""
-    g = {}
-    d_hidden, g["W_2"], g["b_2"] = linear_backward(dy, cache["hidden"], p["W_2"])
-    d_pre = d_hidden * (cache["pre"] > 0)                           # relu passes where it was positive
-    dx, g["W_1"], g["b_1"] = linear_backward(d_pre, cache["x"], p["W_1"])
-    return dx, g
-
-
 # ----------------------------------------------------------------------------------------------
 # the loss
 # ----------------------------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 - the backend and the problem size choose the kernels (a track can be forced), and the record says
   which ran; a call from code gets the tuned kernels past the measured crossover, a lesson page
   the lesson kernels at every size;
-- the record of a lesson driver is exactly its module's table of kernels (``KERNELS``);
+- the record of a lesson driver is exactly the kernels its table says it runs (``tests/kernel_tables.py``);
 - at any size a lesson page allows, every function recorded is a lesson one: one screen long,
   no SIMD types, borrowed views or bit tricks;
 - two threads (two Streamlit sessions) recording at once each see only their own calls;
@@ -28,6 +28,7 @@ from core.kernels.tuned import cpu as tuned_cpu
 from core.limits import MAX_D_K, MAX_D_MODEL, MAX_HEADS, MAX_PE_POSITIONS, MAX_TOKENS
 from ui.widgets import BACKEND_KEY
 
+from kernel_tables import DRIVERS, table_of
 from page_support import matrix_named
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -167,9 +168,9 @@ def test_backend_changes_the_recorded_functions():
 
 @pytest.mark.parametrize("module", [lesson_cpu, lesson_gpu], ids=["cpu", "gpu"])
 def test_a_lesson_driver_records_exactly_the_kernels_of_its_table(module):
-    """What the record reads from a driver's code is its module's own list of the kernels (and
-    device helpers) each driver runs, for every driver."""
-    for operation, table in module.KERNELS.items():
+    """What the record reads from a driver's code is the list of the kernels (and device helpers)
+    each driver runs, for every driver."""
+    for operation, table in table_of(module).items():
         host, kernels = dispatch.functions_of(getattr(module, operation))
         assert host[0] is getattr(module, operation)
         want = [getattr(k, "py_func", None) or k.__wrapped__ for k in table]
@@ -189,7 +190,7 @@ def test_every_function_a_lesson_page_runs_fits_on_a_screen_without_tricks(backe
         at.scores(X, X, backend=backend_name)
         at.attention(X, X, X, return_weights=False, backend=backend_name)
         positional.sinusoidal(6, 4, backend=backend_name)
-    assert {c.operation for c in ran} == set(lesson_cpu.KERNELS)       # every operation ran
+    assert {c.operation for c in ran} == set(DRIVERS)                  # every operation ran
     assert {c.track for c in ran} == {"lesson"}
     for fn in ran.functions():
         source = inspect.getsource(fn)

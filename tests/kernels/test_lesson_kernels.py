@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import ast
 import inspect
-import json
 import os
 import subprocess
 import sys
@@ -21,6 +20,8 @@ import pytest
 from core.kernels import reference as ref
 from core.kernels import cpu as lesson_cpu
 from core.kernels import gpu as lesson_gpu
+
+from kernel_tables import DRIVERS
 
 TOL = {np.float32: 1e-5, np.float64: 1e-12}
 ROOT = Path(__file__).resolve().parents[2]
@@ -208,17 +209,18 @@ def test_cpu_kernels_build_once_per_dtype():
 import numpy as np
 from core.kernels import cpu as lesson_cpu
 from tests.kernels.test_lesson_kernels import CASES, make_case
+from kernel_tables import cpu_kernels
 for shape_name, mask_name in CASES:
     for dtype in (np.float32, np.float64):
         Q, K, V, mask, scale = make_case(shape_name, mask_name, dtype)
         lesson_cpu.attention_with_weights(Q, K, V, mask, scale)
         lesson_cpu.fused_attention(Q, K, V, mask, scale)
-for kernel in {k for ks in lesson_cpu.KERNELS.values() for k in ks}:
+for kernel in cpu_kernels(lesson_cpu):
     print(kernel.__name__, len(kernel.signatures))
 """
     root = Path(__file__).resolve().parents[2]
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=root,
-                         env=dict(os.environ, PYTHONPATH=str(root)), timeout=600)
+                         env=dict(os.environ, PYTHONPATH=os.pathsep.join([str(root), str(root / "tests")])), timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     builds = dict(line.split() for line in out.stdout.split("\n") if line)
     assert builds and all(int(n) <= 2 for n in builds.values()), builds
@@ -256,10 +258,6 @@ def test_sinusoidal(kernels, T, d_model, base, dtype):
 
 # --- the lesson's own rules --------------------------------------------------------------------
 
-DRIVERS = ["scaled_scores", "attention_with_weights", "weighted_sum", "fused_attention",
-           "project_heads", "merge_heads_project", "sinusoidal"]
-
-
 def _functions(module):
     """``(name, lines)`` of every function in a module, decorators and docstring included."""
     tree = ast.parse(inspect.getsource(module))
@@ -277,8 +275,7 @@ def test_cpu_and_gpu_share_kernel_names_and_drivers():
     cpu_kernels = {name for name in vars(lesson_cpu) if name.endswith("_kernel")}
     gpu_kernels = {name for name in vars(lesson_gpu) if name.endswith("_kernel")}
     assert cpu_kernels == gpu_kernels and len(cpu_kernels) == 8
-    assert list(lesson_cpu.KERNELS) == list(lesson_gpu.KERNELS) == DRIVERS
-    for name in DRIVERS + ["warm_up"]:
+    for name in DRIVERS:
         assert inspect.signature(getattr(lesson_cpu, name)) == inspect.signature(getattr(lesson_gpu, name))
 
 
@@ -297,19 +294,3 @@ def test_lesson_kernels_use_no_tricks(module):
     assert not imported & tricks
     options = {kw.arg for node in ast.walk(tree) if isinstance(node, ast.Call) for kw in node.keywords}
     assert not options & {"fastmath", "parallel"}
-
-
-@pytest.mark.compile
-def test_cpu_warm_up_compiles_every_kernel_in_a_fresh_process(tmp_path):
-    """``warm_up`` leaves nothing to compile later: every CPU function in KERNELS has a float64 build."""
-    child = ("import json, numpy as np\n"
-             "from core.kernels import cpu\n"
-             "cpu.warm_up(np.float64)\n"
-             "used = {f for fs in cpu.KERNELS.values() for f in fs}\n"
-             "print(json.dumps(sorted(f.__name__ for f in used\n"
-             "                        if not any('float64' in str(s) for s in f.signatures))))\n")
-    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path))
-    proc = subprocess.run([sys.executable, "-c", child], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert json.loads(proc.stdout.splitlines()[-1]) == []

@@ -21,7 +21,6 @@ from numba import njit, prange
 
 from core.kernels.tuned import simd, target
 from core.kernels.tuned.borrow import borrowed
-from core.kernels.warm_inputs import tiny_inputs
 # The building blocks (register tiles, laid-out keys and values, softmax pieces) live in tiles.py;
 # _product_block, _product_wide_block, _scores_tile, _raise_max and _exp_rows_vectors are imported
 # for the "Make it fast" page.
@@ -263,15 +262,6 @@ _merge_project_kernel = _build(_merge_project_rows)
 _sinusoid_kernel = _build(_sinusoid_rows)
 
 
-# Which kernel body each driver launches (its Python source is shown on the pages).
-KERNELS = {
-    "scaled_scores": _scores_kernel[0], "weighted_sum": _weighted_sum_kernel[0],
-    "attention_with_weights": _attention_kernel[0], "fused_attention": _fused_kernel[0],
-    "project_heads": _project_kernel[0], "merge_heads_project": _merge_project_kernel[0],
-    "sinusoidal": _sinusoid_kernel[0],
-}
-
-
 def _pick(kernel_pair, work: int):
     return kernel_pair[1] if work >= PARALLEL_MIN_WORK else kernel_pair[0]
 
@@ -358,24 +348,3 @@ def sinusoidal(T, d_model, base, dtype):
     PE = np.empty((T, d_model), dtype=dtype)
     _pick(_sinusoid_kernel, T * d_model * 16)(PE.dtype.type(base), PE)
     return PE
-
-
-def warm_up(dtype, builds=(0,)) -> None:
-    """Compile (or load from the on-disk cache) every tuned kernel for one dtype.
-
-    Serial builds only by default (inputs below ``PARALLEL_MIN_WORK``: what "Make it fast" times
-    at small T); ``builds=(0, 1)`` compiles the parallel builds too, which cost seconds each.
-    The lesson pages never get here: the dispatch gives them the lesson kernels.
-    """
-    dtype = np.dtype(dtype)
-    X4, X3, W, b, mask = tiny_inputs(dtype)
-    scale = dtype.type(1.0)
-    for build in builds:
-        panel = _panel(dtype)
-        _scores_kernel[build](X4, X4, mask, scale, X4.copy(), panel, QUERY_BLOCK)
-        _weighted_sum_kernel[build](X4, X4, X4.copy(), QUERY_BLOCK, target.TILE_VECTORS == 4)
-        _attention_kernel[build](X4, X4, X4, mask, scale, X4.copy(), X4.copy(), panel, QUERY_BLOCK)
-        _fused_kernel[build](X4, X4, X4, mask, scale, X4.copy(), panel, QUERY_BLOCK, KEY_TILE)
-        _project_kernel[build](X3, W, b, X4.copy())
-        _merge_project_kernel[build](X4, W, b, X3.copy())
-        _sinusoid_kernel[build](scale, W.copy())
