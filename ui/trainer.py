@@ -349,7 +349,8 @@ class Trainer(BackgroundRun):
             i = min(self._example, len(run.data.y_val) - 1)
         tokens = run.data.X_val[i:i + 1]
         _, cache = encoder.forward(run.state.params, tokens, run.cfg)
-        attn = np.array(cache["attn"][:, 0], dtype=np.float64)       # (L, H, T, T)
+        attn = np.array([cache[f"blocks.{i}.attn.weights"][0] for i in range(run.cfg.n_layers)],
+                        dtype=np.float64)                             # (L, H, T, T)
         with self._lock:
             run.attention, run.attention_step = attn, run.state.step
             self._bump()
