@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from core.models import induction
+from core.models import head_scores, induction
 from core import warmup
 from ui import charts, state
 
@@ -143,7 +143,7 @@ e1, e2, e3 = st.columns([1, 1, 2])
 e1.metric(f"L{layer}H{head} induction", f"{m.induction[layer - 1, head - 1]:.4f}")
 e2.metric(f"L{layer}H{head} previous token", f"{m.previous[layer - 1, head - 1]:.4f}")
 e3.metric(f"L{layer}H{head} induction, this sequence",
-          f"{float(induction.induction_score(one[None], tokens[None])):.4f}")
+          f"{float(head_scores.induction(one[None], tokens[None])):.4f}")
 st.vega_lite_chart(charts.heatmap(one, labels, labels, annotate=False, title=f"Layer {layer}, head {head}"))
 
 # 4. the loss along the sequence ------------------------------------------------------------------
@@ -168,8 +168,8 @@ st.markdown(
        ", not learned yet."))
 
 with st.expander("Source: the code that computed these numbers"):
-    for fn in (induction.make_data, induction.induction_targets, induction.induction_score,
-               induction.previous_token_score, induction.measure, induction.train_induction):
+    for fn in (induction.make_data, head_scores.induction_targets, head_scores.induction,
+               head_scores.previous_token, induction.measure, induction.train_induction):
         st.code(inspect.getsource(fn), language="python")
 
 state.publish(PAGE, SPEC)

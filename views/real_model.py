@@ -8,6 +8,7 @@ import streamlit as st
 from core.lessons import param_counts
 from core.lessons import real_model as rm
 from core.models import layers as L
+from core.models import head_scores as hs
 from core.models import packaged
 from core.models import transformer as tr
 from core.models import tuned_forward as TF
@@ -119,7 +120,7 @@ if m.is_encoder:
     st.latex(r"\text{previous}_h = \operatorname{mean}_{t \ge 1} A^h_{t,\,t-1} \qquad "
              r"\text{next}_h = \operatorname{mean}_{t < T-1} A^h_{t,\,t+1} \qquad "
              r"\text{broad}_h = \operatorname{mean}_t \frac{H(A^h_t)}{\log_2 T}")
-    ran += [rm.sentence_head_scores, rm.named_heads]
+    ran += [rm.sentence_head_scores, hs.previous_token, hs.next_token, hs.on_key, hs.broad, rm.named_heads]
 else:
     scores = parts.decoder_detector(m, source)
     st.markdown("Each head's mean attention on **repeated random tokens** (n random ids, then the same n again, "
@@ -127,7 +128,8 @@ else:
                 "(duplicate), to the token after that copy (induction), and to the first token (a \"sink\").")
     st.latex(r"\text{induction}_h = \operatorname{mean}_{t \in \text{2nd copy}} A^h_{t,\,t-n+1} \qquad "
              r"\text{previous}_h = \operatorname{mean}_{t} A^h_{t,\,t-1}")
-    ran += [rm.repeated_random_tokens, rm.detect_heads, rm.head_scores, rm.named_heads]
+    ran += [rm.repeated_random_tokens, rm.detect_heads, rm.head_scores, hs.previous_token, hs.offset_back, hs.on_key,
+            rm.named_heads]
 st.markdown("**Named heads**, each above its kind's threshold (layer and head from 1, then layer.head from 0):\n\n"
             + parts.named_heads_markdown(scores))
 heads = [f"H{h + 1}" for h in range(cfg.n_heads)]

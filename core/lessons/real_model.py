@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from core.models import head_scores as hs
 from core.models import sampling
 from core.models import transformer as tr
 
@@ -62,14 +63,12 @@ def head_scores(weights: np.ndarray, n: int, offset: int = 0) -> dict[str, np.nd
     Returns ``{kind: (L, H)}``, each score between 0 and 1.
     """
     A = np.asarray(weights)
-    T = A.shape[-1]
-    i_all = np.arange(1, T)
     second = np.arange(offset + n, offset + 2 * n)                   # the queries of the second copy
-    take = lambda q, k: A[..., q, k].mean(axis=(1, -1))              # noqa: E731  (L, H)
-    return {"previous-token": take(i_all, i_all - 1),
-            "duplicate-token": take(second, second - n),
-            "induction": take(second, second - n + 1),
-            "first-token": A[..., :, 0].mean(axis=(1, -1))}
+    over_batch = lambda s: s.mean(axis=1)                            # noqa: E731  (L, B, H) -> (L, H)
+    return {"previous-token": over_batch(hs.previous_token(A)),
+            "duplicate-token": over_batch(hs.offset_back(A, second, n)),
+            "induction": over_batch(hs.offset_back(A, second, n - 1)),
+            "first-token": over_batch(hs.on_key(A, 0))}
 
 
 def detect_heads(params: dict, cfg: tr.TransformerConfig, *, n: int = 20, batch: int = 4, seed: int = 0,
@@ -95,16 +94,10 @@ def sentence_head_scores(weights: np.ndarray) -> dict[str, np.ndarray]:
     Returns ``{kind: (L, H)}``, each score between 0 and 1.
     """
     A = np.asarray(weights, dtype=np.float64)
-    T = A.shape[-1]
-    if T < 3:
+    if A.shape[-1] < 3:
         raise ValueError("The head detector needs at least one word between [CLS] and [SEP].")
-    i = np.arange(T)
-    plogp = np.where(A > 0, A * np.log2(np.where(A > 0, A, 1.0)), 0.0)                 # 0 log 0 = 0
-    return {"previous-token": A[..., i[1:], i[1:] - 1].mean(-1),
-            "next-token": A[..., i[:-1], i[:-1] + 1].mean(-1),
-            "[CLS] sink": A[..., :, 0].mean(-1),
-            "[SEP] sink": A[..., :, -1].mean(-1),
-            "broad": (-plogp.sum(-1) / np.log2(T)).mean(-1)}
+    return {"previous-token": hs.previous_token(A), "next-token": hs.next_token(A),
+            "[CLS] sink": hs.on_key(A, 0), "[SEP] sink": hs.on_key(A, -1), "broad": hs.broad(A)}
 
 
 def named_heads(scores: dict[str, np.ndarray], thresholds: dict = THRESHOLDS) -> list[dict]:

@@ -24,7 +24,7 @@ import time
 import numpy as np
 
 from core.models import decoder as D
-from core.models import decoder_step, loop, optim, shipped, steps as tracks
+from core.models import decoder_step, head_scores, loop, optim, shipped, steps as tracks
 from core.models import layers as L
 
 
@@ -79,47 +79,6 @@ def held_out(setup: InductionSetup = InductionSetup(), seed: int = 0):
 # ----------------------------------------------------------------------------------------------
 # the measures
 # ----------------------------------------------------------------------------------------------
-def induction_targets(tokens) -> np.ndarray:
-    """``(..., T, T)`` bool: key ``j`` is a target of query ``t`` when ``tokens[j - 1] == tokens[t]``
-    and ``j - 1 < t`` (``j``: the position right after an earlier copy of the current token)."""
-    tokens = np.asarray(tokens)
-    T = tokens.shape[-1]
-    same = tokens[..., :, None] == tokens[..., None, :]                  # (..., T, T): tokens[t] == tokens[i]
-    earlier = np.tril(np.ones((T, T), dtype=bool), k=-1)                 # i < t
-    copies = same & earlier
-    targets = np.zeros_like(copies)
-    targets[..., :, 1:] = copies[..., :, :-1]                            # shift the copy i to i + 1
-    return targets
-
-
-def induction_score(weights, tokens) -> np.ndarray:
-    r"""Average weight on the induction targets, per map.
-
-    .. math:: s = \frac{1}{|\mathcal{Q}|} \sum_{t \in \mathcal{Q}} \sum_{j:\, x_{j-1} = x_t,\ j-1 < t} A_{t j}
-
-    where :math:`\mathcal{Q}` are the query positions whose token occurred earlier.
-    ``weights (..., B, T, T)`` with ``tokens (B, T)`` -> ``(...)``, averaged over the batch too.
-    """
-    A = np.asarray(weights, dtype=np.float64)
-    targets = induction_targets(tokens)                                  # (B, T, T)
-    has = targets.any(axis=-1)                                           # (B, T): queries that count
-    if not has.any():
-        raise ValueError("No token repeats an earlier one: the induction score is undefined.")
-    on_target = (A * targets).sum(axis=-1)                               # (..., B, T)
-    return on_target[..., has].mean(axis=-1)
-
-
-def previous_token_score(weights) -> np.ndarray:
-    r"""Average weight on the previous position, :math:`\frac{1}{T-1}\sum_{t \ge 1} A_{t, t-1}`,
-    over the batch too: ``(..., B, T, T)`` -> ``(...)``."""
-    A = np.asarray(weights, dtype=np.float64)
-    T = A.shape[-1]
-    if T < 2:
-        raise ValueError("A single position has no previous token.")
-    t = np.arange(1, T)
-    return A[..., t, t - 1].mean(axis=(-2, -1))
-
-
 def position_losses(params: dict, cfg: D.DecoderConfig, tgt_in, tgt_out):
     """Cross-entropy of each next token, ``(B, T)`` in nats, and the forward pass's cache."""
     logits, cache = D.forward(params, cfg, tgt_in)
@@ -148,7 +107,8 @@ def measure(params: dict, cfg: D.DecoderConfig, data) -> Measures:
     attn = D.attention_weights(cache, cfg)                               # (L, B, H, T, T)
     hits = logits.argmax(axis=-1) == tgt_out
     by_head = attn.transpose(0, 2, 1, 3, 4)                             # (L, H, B, T, T)
-    return Measures(induction=induction_score(by_head, tgt_in), previous=previous_token_score(by_head),
+    return Measures(induction=head_scores.induction(by_head, tgt_in),
+                    previous=head_scores.previous_token(by_head).mean(axis=-1),
                     loss_by_position=losses.mean(axis=0), loss_first_half=float(losses[:, :n].mean()),
                     loss_second_half=float(losses[:, n:].mean()), acc_second_half=float(hits[:, n:].mean()),
                     attn=attn)

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from core.models import head_scores as hs
 from core.models import induction as I
 
 PAGE = str(Path(__file__).resolve().parents[2] / "views" / "induction.py")
@@ -52,7 +53,7 @@ def test_the_numbers_shown_are_core_s(at, core_numbers):
     np.testing.assert_allclose(table["previous token"], m.previous.ravel(), atol=5e-5)
     # default selection: layer 2, head 1 of held-out sequence 0
     assert _metric(at, "L2H1 induction") == pytest.approx(m.induction[1, 0], abs=5e-5)
-    one = I.induction_score(m.attn[1, 0, 0][None], tgt_in[0][None])
+    one = hs.induction(m.attn[1, 0, 0][None], tgt_in[0][None])
     assert _metric(at, "L2H1 induction, this sequence") == pytest.approx(float(one), abs=5e-5)
     text = " ".join(x.value for x in at.markdown)
     assert f"First half **{m.loss_first_half:.3f}**" in text
@@ -69,7 +70,7 @@ def test_layer_head_and_example_move_what_is_shown(at, core_numbers):
     at.slider(key="induction.example").set_value(7)
     at.run()
     after = _metric(at, "L1H3 induction, this sequence")
-    expected = I.induction_score(m.attn[0, 7, 2][None], tgt_in[7][None])
+    expected = hs.induction(m.attn[0, 7, 2][None], tgt_in[7][None])
     assert after == pytest.approx(float(expected), abs=5e-5) and after != before
     assert at.query_params["example"] == "7" and at.query_params["layer"] == "1"
 
