@@ -34,10 +34,11 @@ import math
 
 import numpy as np
 
+from core.attention import merge_heads, split_heads
 from core.models import layers as L
 from core.models import params as P
 from core.models import tuned_forward as TF
-from core.models.params import whole as _whole
+from core.models.params import init_by_name, whole as _whole
 from core.validate import check_heads
 
 NORMS = ("post", "pre")
@@ -170,11 +171,11 @@ def init_params(cfg: TransformerConfig, seed: int = 0, dtype=np.float32) -> dict
     (scaled by ``1/sqrt(d)`` when tied, so the logits start small), learned positions
     ``N(0, 0.1^2)``, LayerNorm gains 1, biases 0."""
     shapes = param_shapes(cfg)
-    # layers.init_by_name chooses by a name's last part: LayerNorm gains as "..._g", weights as "W_..."
+    # params.init_by_name chooses by a name's last part: LayerNorm gains as "..._g", weights as "W_..."
     alias = {name: name[:-2] + "_g" if name.endswith(".g") else name for name in shapes}
     alias.update({"unembed": "W_unembed", "classifier.W": "W_cls", "classifier.b": "b_cls", "unembed_b": "b_out",
                   "token_type": "token_type.embed", "pooler.W": "pooler.W_pool"})
-    fresh = L.init_by_name({alias[n]: s for n, s in shapes.items()}, seed, dtype)
+    fresh = init_by_name({alias[n]: s for n, s in shapes.items()}, seed, dtype)
     params = {n: fresh[alias[n]] for n in shapes}
     if cfg.tied_unembed:
         params["embed"] = np.ascontiguousarray(params["embed"] / math.sqrt(cfg.d_model))
@@ -290,9 +291,9 @@ def self_attention(x: np.ndarray, p: dict, cfg: TransformerConfig, cache: dict, 
     big = cfg.d_model ** 2 >= BLAS_FROM                     # GPT-2's sizes: BLAS, and the tuned twins
     tuned = big and TF.ready(x.dtype)                       # (tuned_forward) once they are compiled
     # 1. queries, keys and values, split into heads
-    Q = L.split_heads(dense(x, p["attn.W_Q"], p.get("attn.b_Q")), H)                    # (B, H, T, d_k)
-    K = L.split_heads(dense(x, p["attn.W_K"], p.get("attn.b_K")), H)
-    V = L.split_heads(dense(x, p["attn.W_V"], p.get("attn.b_V")), H)
+    Q = split_heads(dense(x, p["attn.W_Q"], p.get("attn.b_Q")), H)                    # (B, H, T, d_k)
+    K = split_heads(dense(x, p["attn.W_K"], p.get("attn.b_K")), H)
+    V = split_heads(dense(x, p["attn.W_V"], p.get("attn.b_V")), H)
     if kv is not None and tuned:
         K, V = TF.append_kv(kv, K, V)                                                    # the same, without a copy per token
     elif kv is not None:
@@ -316,7 +317,7 @@ def self_attention(x: np.ndarray, p: dict, cfg: TransformerConfig, cache: dict, 
     # 3. head edits (ablation, patching), then the heads side by side and the output projection
     Z = edit_heads(Z, edits, layer)
     cache[f"{name}.head_outputs"] = Z
-    concat = L.merge_heads(Z)                                                            # (B, T, H*d_k)
+    concat = merge_heads(Z)                                                            # (B, T, H*d_k)
     cache[f"{name}.concat"] = concat
     out = dense(concat, p["attn.W_O"], p.get("attn.b_O"))                                # (B, T, d)
     cache[f"{name}.output"] = out

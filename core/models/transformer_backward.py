@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from core.attention import split_heads
 from core.models import layers as L
+from core.models import multi_head as MH
 from core.models import transformer as tr
 from core.models.transformer import TransformerConfig
 
@@ -46,15 +48,15 @@ def layer_norm_backward(dy: np.ndarray, x: np.ndarray, g: np.ndarray, cache: dic
 
 def attention_backward(d_out: np.ndarray, x: np.ndarray, p: dict, cfg: TransformerConfig, cache: dict,
                        name: str):
-    """``(dx, grads)`` of ``out = MHA(x)`` (self-attention): :func:`layers.attention_backward` on the
+    """``(dx, grads)`` of ``out = MHA(x)`` (self-attention): :func:`multi_head.attention_backward` on the
     cached ``weights`` and ``concat`` and the queries, keys and values recomputed from ``x``."""
     H = cfg.n_heads
     w = {k: p.get(f"attn.{k}") for k in L.ATTENTION_PARAMS}                   # biases None without bias
-    Q, K, V = (np.ascontiguousarray(L.split_heads(tr.dense(x, w[f"W_{n}"], w[f"b_{n}"]), H))
+    Q, K, V = (np.ascontiguousarray(split_heads(tr.dense(x, w[f"W_{n}"], w[f"b_{n}"]), H))
                for n in "QKV")                                                 # (B, H, T, d_k)
     rebuilt = {"x_q": x, "x_kv": x, "Q": Q, "K": K, "V": V,
                "weights": np.ascontiguousarray(cache[f"{name}.weights"]), "concat": cache[f"{name}.concat"]}
-    dq, dkv, g = L.attention_backward(d_out, rebuilt, w)
+    dq, dkv, g = MH.attention_backward(d_out, rebuilt, w)
     return dq + dkv, {f"attn.{k}": v for k, v in g.items() if w[k] is not None}   # x gave Q, K and V
 
 

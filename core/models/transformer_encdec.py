@@ -22,7 +22,9 @@ import dataclasses
 
 import numpy as np
 
+from core.attention import split_heads
 from core.models import layers as L
+from core.models import multi_head as MH
 from core.models import params as P
 from core.models import transformer as tr
 from core.models import transformer_backward as tb
@@ -88,7 +90,7 @@ def cross_attention(x: np.ndarray, memory: np.ndarray, p: dict, cfg: Transformer
     ``scores``, ``weights``, ``head_outputs``, ``concat``, ``output`` go to ``{name}.*``."""
     w = {k: p.get(f"cross.{k}") for k in L.ATTENTION_PARAMS}
     w = {k: (np.zeros(cfg.d_model, x.dtype) if v is None else v) for k, v in w.items()}   # no biases: zeros
-    out, c = L.attention(x, memory, w, cfg.n_heads)
+    out, c = MH.attention(x, memory, w, cfg.n_heads)
     for key in ("scores", "weights", "head_outputs", "concat", "output"):
         cache[f"{name}.{key}"] = c[key]
     return out
@@ -173,11 +175,11 @@ def cross_attention_backward(d_out, x, memory, p: dict, cfg: TransformerConfig, 
     """``(dx, d_memory, grads)`` of :func:`cross_attention`: queries recomputed from ``x``, keys
     and values from the memory."""
     H, w = cfg.n_heads, {k: p.get(f"cross.{k}") for k in L.ATTENTION_PARAMS}
-    Q = np.ascontiguousarray(L.split_heads(tr.dense(x, w["W_Q"], w["b_Q"]), H))         # (B, H, T, d_k)
-    K, V = (np.ascontiguousarray(L.split_heads(tr.dense(memory, w[f"W_{n}"], w[f"b_{n}"]), H)) for n in "KV")
+    Q = np.ascontiguousarray(split_heads(tr.dense(x, w["W_Q"], w["b_Q"]), H))         # (B, H, T, d_k)
+    K, V = (np.ascontiguousarray(split_heads(tr.dense(memory, w[f"W_{n}"], w[f"b_{n}"]), H)) for n in "KV")
     rebuilt = {"x_q": x, "x_kv": memory, "Q": Q, "K": K, "V": V,
                "weights": np.ascontiguousarray(cache[f"{name}.weights"]), "concat": cache[f"{name}.concat"]}
-    dx, d_memory, g = L.attention_backward(d_out, rebuilt, w)
+    dx, d_memory, g = MH.attention_backward(d_out, rebuilt, w)
     return dx, d_memory, {f"cross.{k}": v for k, v in g.items() if w[k] is not None}
 
 

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from core.models import layers as L
+from core.models import multi_head as MH
 from core.models import transformer as tr
 from core.models import transformer_backward as TB
 
@@ -54,13 +55,13 @@ def test_attention_rows_with_a_fully_masked_row_give_zeros_in_both(dtype, monkey
     p = {k: rng.normal(0, 0.3, (8, 8) if k.startswith("W") else (8,)).astype(dtype) for k in L.ATTENTION_PARAMS}
     mask = np.triu(np.full((4, 4), -np.inf, dtype), k=1)
     mask[2] = -np.inf                                                     # query 3 may see nothing
-    (out_c, cache_c), (out_n, cache_n) = _both(lambda: L.attention(x, x, p, 2, mask), monkeypatch)
+    (out_c, cache_c), (out_n, cache_n) = _both(lambda: MH.attention(x, x, p, 2, mask), monkeypatch)
     assert not np.isnan(cache_n["weights"]).any()
     assert (cache_n["weights"][:, :, 2] == 0).all() and (cache_n["weights"][:, :, 0, 1:] == 0).all()
     np.testing.assert_allclose(cache_n["weights"].sum(-1)[:, :, [0, 1, 3]], 1.0, rtol=TOL[dtype])
     np.testing.assert_allclose(out_n, out_c, rtol=TOL[dtype], atol=TOL[dtype])
     d_out = rng.normal(size=out_c.shape).astype(dtype)
-    grads = _both(lambda: L.attention_backward(d_out, L.attention(x, x, p, 2, mask)[1], p), monkeypatch)
+    grads = _both(lambda: MH.attention_backward(d_out, MH.attention(x, x, p, 2, mask)[1], p), monkeypatch)
     for c, n in zip(grads[0][:2], grads[1][:2]):
         np.testing.assert_allclose(n, c, rtol=TOL[dtype] * 10, atol=TOL[dtype] * 10)
 
