@@ -64,10 +64,11 @@ print(json.dumps({{"ms": 1000 * best, "made": made(out)}}))
 
 _GPT2_OURS = """
 from core.models import transformer as tr, sampling
+from core.models import config as C
 from core.lessons import real_model as rm
-cfg = tr.TransformerConfig(vocab_size=50257, n_ctx=1024, d_model=768, n_heads=12, d_ff=3072, n_layers=12,
+cfg = C.TransformerConfig(vocab_size=50257, n_ctx=1024, d_model=768, n_heads=12, d_ff=3072, n_layers=12,
                            norm="pre", activation="gelu_tanh", positional="learned", tied_unembed=True, final_ln=True)
-params = tr.init_params(cfg, seed=0, dtype=np.float32)
+params = C.init_params(cfg, seed=0, dtype=np.float32)
 ids = np.random.default_rng(0).integers(0, cfg.vocab_size, size=T)
 """
 _GPT2_TORCH = """

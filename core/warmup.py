@@ -59,7 +59,7 @@ def _readable_loops() -> None:
     from core.models import layers as L
     from core.models import transformer_backward as TB
     from core.models.decoder_config import tiny_config
-    from core.models.transformer import TransformerConfig, init_params
+    from core.models.config import TransformerConfig, init_params
 
     classifier = TransformerConfig(vocab_size=5, n_ctx=4, d_model=8, n_heads=2, d_ff=8, n_layers=1, causal=False,
                                    head="classify", n_classes=3)

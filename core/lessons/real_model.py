@@ -7,6 +7,7 @@ import numpy as np
 from core.models import head_scores as hs
 from core.models import sampling
 from core.models import transformer as tr
+from core.models import config as C
 
 HEAD_KINDS = ("previous-token", "duplicate-token", "induction", "first-token")
 # A head is named as a kind when its score reaches this; the page states the thresholds.
@@ -71,7 +72,7 @@ def head_scores(weights: np.ndarray, n: int, offset: int = 0) -> dict[str, np.nd
             "first-token": over_batch(hs.on_key(A, 0))}
 
 
-def detect_heads(params: dict, cfg: tr.TransformerConfig, *, n: int = 20, batch: int = 4, seed: int = 0,
+def detect_heads(params: dict, cfg: C.TransformerConfig, *, n: int = 20, batch: int = 4, seed: int = 0,
                  first: int | None = None) -> dict[str, np.ndarray]:
     """:func:`head_scores` of the model on repeated random tokens (``n`` at most half its context)."""
     n = min(n, (cfg.n_ctx - (first is not None)) // 2)
@@ -134,7 +135,7 @@ def mean_pool(hidden: np.ndarray, key_mask: np.ndarray) -> np.ndarray:
     return e / np.linalg.norm(e, axis=1, keepdims=True)
 
 
-def similarity(params: dict, cfg: tr.TransformerConfig, ids: np.ndarray, key_mask: np.ndarray,
+def similarity(params: dict, cfg: C.TransformerConfig, ids: np.ndarray, key_mask: np.ndarray,
                ablate: dict | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The sentence embeddings ``(B, d)`` of a padded batch and their cosine matrix ``(B, B)``
     (embeddings are unit vectors, so the cosine is their dot product), with heads edited by ``ablate``."""
@@ -146,7 +147,7 @@ def similarity(params: dict, cfg: tr.TransformerConfig, ids: np.ndarray, key_mas
 # ----------------------------------------------------------------------------------------------
 # the logit lens and attention rollout
 # ----------------------------------------------------------------------------------------------
-def logit_lens(params: dict, cfg: tr.TransformerConfig, cache: dict, batch: int = 0):
+def logit_lens(params: dict, cfg: C.TransformerConfig, cache: dict, batch: int = 0):
     """The model's next-token guess at each position after each layer: the residual stream read
     through the final LayerNorm and the unembedding, as if the later layers were not there.
 
@@ -212,7 +213,7 @@ def head_edit(cache: dict, layer: int, head: int, how: str, other_cache: dict | 
     return {(layer, head): value}
 
 
-def edit_effect(params: dict, cfg: tr.TransformerConfig, ids: np.ndarray, logits: np.ndarray, edit: dict,
+def edit_effect(params: dict, cfg: C.TransformerConfig, ids: np.ndarray, logits: np.ndarray, edit: dict,
                 top: int = 8) -> list[dict]:
     """The most likely next tokens before and after an edit, most changed first:
     rows ``{id, before, after, change}``."""
@@ -228,7 +229,7 @@ def edit_effect(params: dict, cfg: tr.TransformerConfig, ids: np.ndarray, logits
 # ----------------------------------------------------------------------------------------------
 # generation with the KV cache
 # ----------------------------------------------------------------------------------------------
-def generate(params: dict, cfg: tr.TransformerConfig, ids: np.ndarray, *, max_new_tokens: int,
+def generate(params: dict, cfg: C.TransformerConfig, ids: np.ndarray, *, max_new_tokens: int,
              settings: sampling.SamplerSettings, seed: int = 0, stop: int | None = None) -> np.ndarray:
     """New ids after the prompt ``ids``: the prompt runs once (filling the KV cache), then each new
     token alone, attending over the cached keys and values; up to the context's end or ``stop``."""

@@ -28,7 +28,7 @@ import dataclasses
 
 import numpy as np
 
-from core.models import transformer as tr
+from core.models import config as C
 
 # BERT's "gelu" is the exact, erf form; "gelu_new" and friends are the tanh approximation.
 ACTIVATIONS = {"gelu": "gelu_erf", "gelu_python": "gelu_erf", "gelu_new": "gelu_tanh",
@@ -38,7 +38,7 @@ LINEARS = {"attention.self.query": "attn.W_Q", "attention.self.key": "attn.W_K",
 NORMS = {"attention.output.LayerNorm": "ln1", "output.LayerNorm": "ln2"}
 
 
-def config_from_bert(hf: dict) -> tr.TransformerConfig:
+def config_from_bert(hf: dict) -> C.TransformerConfig:
     """Our config for a BERT ``config.json``; a ValueError for a variant we don't run."""
     act = hf.get("hidden_act", "gelu")
     if act not in ACTIVATIONS:
@@ -49,7 +49,7 @@ def config_from_bert(hf: dict) -> tr.TransformerConfig:
                          f"positions are supported.")
     if hf.get("is_decoder") or hf.get("add_cross_attention"):
         raise ValueError("This BERT checkpoint is set up as a decoder; only BERT's encoder is supported.")
-    return tr.TransformerConfig(
+    return C.TransformerConfig(
         vocab_size=hf.get("vocab_size", 30522), n_ctx=hf.get("max_position_embeddings", 512),
         d_model=hf.get("hidden_size", 768), n_heads=hf.get("num_attention_heads", 12),
         d_ff=hf.get("intermediate_size", 3072), n_layers=hf.get("num_hidden_layers", 12), norm="post",
@@ -58,7 +58,7 @@ def config_from_bert(hf: dict) -> tr.TransformerConfig:
         embed_ln=True, pooler=False)
 
 
-def params_from_bert(tensors: dict, cfg: tr.TransformerConfig, dtype=np.float32) -> tuple[tr.TransformerConfig, dict]:
+def params_from_bert(tensors: dict, cfg: C.TransformerConfig, dtype=np.float32) -> tuple[C.TransformerConfig, dict]:
     """Our config (with ``pooler`` set when the checkpoint has one) and parameters from BERT's tensors,
     read-only. Heads on top of the encoder (masked-LM, classifiers) are not read."""
     t = {k.removeprefix("bert."): v for k, v in tensors.items()}
@@ -86,7 +86,7 @@ def params_from_bert(tensors: dict, cfg: tr.TransformerConfig, dtype=np.float32)
     if "pooler.dense.weight" in t:
         cfg = dataclasses.replace(cfg, pooler=True)
         p["pooler.W"], p["pooler.b"] = np.ascontiguousarray(get("pooler.dense.weight").T), get("pooler.dense.bias")
-    tr.check_params(p, cfg)                              # shapes agree with config.json
+    C.check_params(p, cfg)                              # shapes agree with config.json
     for value in p.values():
         value.setflags(write=False)                      # one copy, shared by every session
     return cfg, p

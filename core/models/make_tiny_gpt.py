@@ -37,7 +37,7 @@ import numpy as np
 
 from core import positional
 from core.models import decoder, loop, optim, pretrained
-from core.models import transformer as tr
+from core.models import config as C
 from core.models import transformer_backward
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -83,11 +83,11 @@ def window(ids: np.ndarray, T: int, end: int, vocab_size: int, rng, shares=SHARE
 loss_and_grads = transformer_backward.loss_and_grads
 
 
-def train(params: dict, cfg: tr.TransformerConfig, ids: np.ndarray, end: int, *, steps: int,
+def train(params: dict, cfg: C.TransformerConfig, ids: np.ndarray, end: int, *, steps: int,
           batch_size: int = 16, lr: float = 3e-3, seed: int = 0, shares=SHARES, log=print) -> list[float]:
     """Adam on batches of :func:`window`, through the training loop every model shares
     (:mod:`core.models.loop`); ``params`` in place."""
-    names = list(tr.param_shapes(cfg))
+    names = list(C.param_shapes(cfg))
     flat, views = decoder.pack({n: params[n] for n in names})
     grads = np.empty_like(flat)
     rng = np.random.default_rng(seed)
@@ -122,15 +122,15 @@ def make(out: str = OUT, *, steps: int = 6000, seed: int = 0, vocab_size: int = 
         text = f.read()
     tok = train_tokenizer(text, vocab_size)
     ids = np.asarray(tok.encode(text).ids, dtype=np.int64)
-    cfg = tr.TransformerConfig(vocab_size=tok.get_vocab_size(), **{**CONFIG, **sizes})
-    params = tr.init_params(cfg, seed=seed, dtype=np.float32)
+    cfg = C.TransformerConfig(vocab_size=tok.get_vocab_size(), **{**CONFIG, **sizes})
+    params = C.init_params(cfg, seed=seed, dtype=np.float32)
     # learned positions, started from the sinusoidal code: "one step back" is then one fixed rotation
     # of it, which the previous-token head finds (from small random positions it did not, in 6000 steps)
     params["pos"] = (0.5 * positional.sinusoidal(cfg.n_ctx, cfg.d_model)).astype(np.float32)
     start = time.perf_counter()
     losses = train(params, cfg, ids, tok.token_to_id(END), steps=steps, seed=seed, shares=shares, log=log)
     if log:
-        log(f"{len(ids)} tokens, vocabulary {cfg.vocab_size}, {tr.param_count(cfg):,} parameters, "
+        log(f"{len(ids)} tokens, vocabulary {cfg.vocab_size}, {C.param_count(cfg):,} parameters, "
             f"{steps} steps in {time.perf_counter() - start:.0f} s; final loss {np.mean(losses[-50:]):.3f}")
     pretrained.save(params, cfg, out, tokenizer=tok)
     return {"config": cfg, "losses": losses}

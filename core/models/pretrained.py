@@ -29,6 +29,7 @@ import numpy as np
 
 from core.models import bert_format, packaged
 from core.models import transformer as tr
+from core.models import config as C
 
 CONFIG_FILE, WEIGHTS_FILE, TOKENIZER_FILE = "config.json", "model.safetensors", "tokenizer.json"
 # GPT-2's activation names: "gelu_new" is the tanh form, as is "gelu_pytorch_tanh"
@@ -55,7 +56,7 @@ def check_family(hf: dict) -> str:
     return family
 
 
-def config_from_gpt2(hf: dict) -> tr.TransformerConfig:
+def config_from_gpt2(hf: dict) -> C.TransformerConfig:
     """Our config for a GPT-2 ``config.json``; a ValueError for another family or a variant we don't run."""
     if check_family(hf) != "gpt2":
         raise ValueError(f"This is a {hf['model_type']} model, not a GPT-2 one.")
@@ -68,14 +69,14 @@ def config_from_gpt2(hf: dict) -> tr.TransformerConfig:
             raise ValueError(f"This checkpoint sets {flag}={hf[flag]!r}; only GPT-2's standard attention "
                              f"({flag}={ok}) is supported.")
     d = hf.get("n_embd", 768)
-    return tr.TransformerConfig(
+    return C.TransformerConfig(
         vocab_size=hf.get("vocab_size", 50257), n_ctx=hf.get("n_positions", 1024), d_model=d,
         n_heads=hf.get("n_head", 12), d_ff=hf.get("n_inner") or 4 * d, n_layers=hf.get("n_layer", 12),
         norm="pre", activation=ACTIVATIONS[act], positional="learned", tied_unembed=True,
         final_ln=True, bias=True, causal=True, ln_eps=float(hf.get("layer_norm_epsilon", 1e-5)))
 
 
-def gpt2_config(cfg: tr.TransformerConfig) -> dict:
+def gpt2_config(cfg: C.TransformerConfig) -> dict:
     """GPT-2's ``config.json`` for one of our configs; a ValueError when the architecture isn't GPT-2's."""
     wanted = dict(norm="pre", positional="learned", tied_unembed=True, final_ln=True, bias=True, causal=True,
                   head="lm", unembed_b=False)
@@ -94,7 +95,7 @@ def gpt2_config(cfg: tr.TransformerConfig) -> dict:
 # ----------------------------------------------------------------------------------------------
 # the weights: GPT-2's tensors <-> our parameters
 # ----------------------------------------------------------------------------------------------
-def params_from_gpt2(tensors: dict, cfg: tr.TransformerConfig, dtype=np.float32) -> dict[str, np.ndarray]:
+def params_from_gpt2(tensors: dict, cfg: C.TransformerConfig, dtype=np.float32) -> dict[str, np.ndarray]:
     """Our parameters from GPT-2's tensors (names with or without ``transformer.``), read-only.
 
     ``c_attn``'s three column blocks are views, not copies, so a float32 checkpoint loaded as
@@ -121,15 +122,15 @@ def params_from_gpt2(tensors: dict, cfg: tr.TransformerConfig, dtype=np.float32)
         p[b + "ffn.W_2"], p[b + "ffn.b_2"] = get(h + "mlp.c_proj.weight"), get(h + "mlp.c_proj.bias")
         p[b + "ln2.g"], p[b + "ln2.b"] = get(h + "ln_2.weight"), get(h + "ln_2.bias")
     p["ln_final.g"], p["ln_final.b"] = get("ln_f.weight"), get("ln_f.bias")
-    tr.check_params(p, cfg)                              # shapes agree with config.json
+    C.check_params(p, cfg)                              # shapes agree with config.json
     for value in p.values():
         value.setflags(write=False)                      # one copy, shared by every session
     return p
 
 
-def gpt2_tensors(params: dict, cfg: tr.TransformerConfig) -> dict[str, np.ndarray]:
+def gpt2_tensors(params: dict, cfg: C.TransformerConfig) -> dict[str, np.ndarray]:
     """GPT-2's tensors (``GPT2LMHeadModel`` names) for our parameters: the inverse of :func:`params_from_gpt2`."""
-    tr.check_params(params, cfg)
+    C.check_params(params, cfg)
     t = {"transformer.wte.weight": params["embed"], "transformer.wpe.weight": params["pos"]}
     for i in range(cfg.n_layers):
         h, b = f"transformer.h.{i}.", f"blocks.{i}."
@@ -157,7 +158,7 @@ class Model:
     that are not run: BERT's pre-training heads, a saved copy of a tied unembedding).
     """
 
-    config: tr.TransformerConfig
+    config: C.TransformerConfig
     params: dict
     tokenizer: object | None = None          # a ``tokenizers.Tokenizer``, or None without tokenizer.json
     source: str = ""
@@ -238,7 +239,7 @@ def _read_folder(folder: str, dtype) -> Model:
     return Model(cfg, params, tokenizer, folder, family, counted)
 
 
-def _read_tokenizer(folder: str, cfg: tr.TransformerConfig):
+def _read_tokenizer(folder: str, cfg: C.TransformerConfig):
     """``tokenizer.json`` without the padding and truncation it may carry (the page cuts texts
     itself), checked against the model's vocabulary."""
     from tokenizers import Tokenizer
@@ -345,7 +346,7 @@ def load(source: str, dtype=np.float32, *, progress=None) -> Model:
     return dataclasses.replace(model, source=source)
 
 
-def save(params: dict, config: tr.TransformerConfig, folder: str, *, tokenizer=None) -> None:
+def save(params: dict, config: C.TransformerConfig, folder: str, *, tokenizer=None) -> None:
     """Write ``config.json`` and ``model.safetensors`` (and ``tokenizer.json`` when a
     ``tokenizers.Tokenizer`` is given) in GPT-2's format, which ``transformers`` and :func:`load` read."""
     from safetensors.numpy import save_file

@@ -22,7 +22,8 @@ from core.attention import split_heads
 from core.models import layers as L
 from core.models import multi_head as MH
 from core.models import transformer as tr
-from core.models.transformer import TransformerConfig
+from core.models import config as C
+from core.models.config import TransformerConfig
 
 
 # ----------------------------------------------------------------------------------------------
@@ -171,7 +172,7 @@ def backward(params: dict, cfg: TransformerConfig, cache: dict, d_logits: np.nda
     -------
     grads : dict, the same names, shapes and dtype as ``params``
     """
-    tr.check_params(params, cfg)
+    C.check_params(params, cfg)
     if np.shape(d_logits) != np.shape(cache["logits"]):
         raise ValueError(f"d_logits has shape {np.shape(d_logits)}; the logits have {np.shape(cache['logits'])}.")
     if cache["blocks.0.attn.weights"].shape[-1] != cache["tokens"].shape[1]:
@@ -189,7 +190,7 @@ def backward(params: dict, cfg: TransformerConfig, cache: dict, d_logits: np.nda
         grads.update({prefix + name: value for name, value in g.items()})
     # 1. the embeddings
     embed_backward(dh, params, cfg, cache["tokens"], grads)
-    return {name: grads[name] for name in tr.param_shapes(cfg)}
+    return {name: grads[name] for name in C.param_shapes(cfg)}
 
 
 def trainable(cfg: TransformerConfig) -> None:

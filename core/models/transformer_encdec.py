@@ -27,8 +27,9 @@ from core.models import layers as L
 from core.models import multi_head as MH
 from core.models import params as P
 from core.models import transformer as tr
+from core.models import config as C
 from core.models import transformer_backward as tb
-from core.models.transformer import TransformerConfig
+from core.models.config import TransformerConfig
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,8 +64,8 @@ def cross_shapes(cfg: TransformerConfig) -> dict[str, tuple[int, ...]]:
 
 def param_shapes(cfg: EncoderDecoderConfig) -> dict[str, tuple[int, ...]]:
     """Every parameter with its shape: the encoder stack, the decoder stack, the output."""
-    shapes = {n: s for n, s in tr.param_shapes(cfg.encoder, "enc.").items() if _in_stack(n, "enc.")}
-    for name, shape in tr.param_shapes(cfg.decoder, "dec.").items():
+    shapes = {n: s for n, s in C.param_shapes(cfg.encoder, "enc.").items() if _in_stack(n, "enc.")}
+    for name, shape in C.param_shapes(cfg.decoder, "dec.").items():
         shapes[name if _in_stack(name, "dec.") else name.removeprefix("dec.")] = shape    # the output unprefixed
         if name.startswith("dec.blocks.") and name.endswith(".ln1.b"):      # cross-attention runs after ln1
             block = name.removesuffix("ln1.b")
@@ -73,7 +74,7 @@ def param_shapes(cfg: EncoderDecoderConfig) -> dict[str, tuple[int, ...]]:
 
 
 def init_params(cfg: EncoderDecoderConfig, seed: int = 0, dtype=np.float32) -> dict[str, np.ndarray]:
-    """Fresh parameters, as :func:`transformer.init_params` draws them."""
+    """Fresh parameters, as :func:`C.init_params` draws them."""
     shapes = param_shapes(cfg)
     alias = {n: n[:-2] + "_g" if n.endswith(".g") else n for n in shapes}
     alias.update({"unembed": "W_unembed", "unembed_b": "b_out"})
@@ -160,7 +161,7 @@ def forward(params: dict, cfg: EncoderDecoderConfig, src, tgt_in):
 def forward_checked(params: dict, cfg: EncoderDecoderConfig, src, tgt_in):
     """:func:`forward` for parameters the caller has already checked (as
     :func:`core.models.transformer.forward_checked`); the tokens are checked here."""
-    src, tgt = tr.check_tokens(src, cfg.encoder), tr.check_tokens(tgt_in, cfg.decoder)
+    src, tgt = C.check_tokens(src, cfg.encoder), C.check_tokens(tgt_in, cfg.decoder)
     if src.shape[0] != tgt.shape[0]:
         raise ValueError(f"The source has {src.shape[0]} sequences and the target {tgt.shape[0]}.")
     cache = {"enc.tokens": src, "tokens": tgt}

@@ -35,7 +35,7 @@ from core.models.decoder_config import DecoderConfig
 from core.models.encoder_config import EncoderConfig
 from core.models import transformer_backward, transformer_encdec
 from core.models.params import check_params
-from core.models.transformer import TransformerConfig, param_shapes
+from core.models.config import TransformerConfig, param_shapes
 from core.models.transformer_encdec import EncoderDecoderConfig
 
 # one layer's arrays: the older short name -> the block's short name

@@ -5,6 +5,7 @@ import pytest
 from core.lessons import real_model as rm
 from core.models import sampling
 from core.models import transformer as tr
+from core.models import config as C
 
 V, N_CTX = 40, 24
 
@@ -17,9 +18,9 @@ def hand_built_induction_model():
     """
     A, P, Bs = slice(0, V), slice(V, V + N_CTX), slice(V + N_CTX, 2 * V + N_CTX)
     d = 2 * V + N_CTX
-    cfg = tr.TransformerConfig(vocab_size=V, n_ctx=N_CTX, d_model=d, n_heads=1, d_ff=4, n_layers=2, norm="pre",
+    cfg = C.TransformerConfig(vocab_size=V, n_ctx=N_CTX, d_model=d, n_heads=1, d_ff=4, n_layers=2, norm="pre",
                                activation="gelu_tanh", positional="learned", tied_unembed=True, final_ln=True)
-    p = {name: np.zeros(shape) for name, shape in tr.param_shapes(cfg).items()}
+    p = {name: np.zeros(shape) for name, shape in C.param_shapes(cfg).items()}
     for name in p:
         if name.endswith(".g"):
             p[name] = np.ones(p[name].shape)
@@ -46,9 +47,9 @@ def test_hand_built_induction_pair_is_found():
 
 
 def test_random_model_scores_low():
-    cfg = tr.TransformerConfig(vocab_size=50, n_ctx=48, d_model=32, n_heads=4, d_ff=64, n_layers=2, norm="pre",
+    cfg = C.TransformerConfig(vocab_size=50, n_ctx=48, d_model=32, n_heads=4, d_ff=64, n_layers=2, norm="pre",
                                activation="gelu_tanh", positional="learned", tied_unembed=True, final_ln=True)
-    scores = rm.detect_heads(tr.init_params(cfg, seed=0, dtype=np.float64), cfg, n=20)
+    scores = rm.detect_heads(C.init_params(cfg, seed=0, dtype=np.float64), cfg, n=20)
     assert scores["induction"].max() < 0.2 and scores["duplicate-token"].max() < 0.2
     for kind in rm.HEAD_KINDS:
         assert scores[kind].shape == (2, 4) and np.all((scores[kind] >= 0) & (scores[kind] <= 1))
@@ -76,12 +77,12 @@ def test_rollout_of_one_layer_is_half_attention_half_identity():
     np.testing.assert_allclose(two.sum(-1), 1.0, rtol=1e-13)
 
 
-GPT_CFG = tr.TransformerConfig(vocab_size=17, n_ctx=16, d_model=16, n_heads=4, d_ff=32, n_layers=3, norm="pre",
+GPT_CFG = C.TransformerConfig(vocab_size=17, n_ctx=16, d_model=16, n_heads=4, d_ff=32, n_layers=3, norm="pre",
                                activation="gelu_tanh", positional="learned", tied_unembed=True, final_ln=True)
 
 
 def test_logit_lens_last_row_is_the_model_prediction():
-    p = tr.init_params(GPT_CFG, seed=1, dtype=np.float64)
+    p = C.init_params(GPT_CFG, seed=1, dtype=np.float64)
     ids = np.array([1, 4, 2, 8, 5, 7])
     logits, cache = tr.forward(p, GPT_CFG, ids)
     top, prob = rm.logit_lens(p, GPT_CFG, cache)
@@ -92,7 +93,7 @@ def test_logit_lens_last_row_is_the_model_prediction():
 
 
 def test_edits_move_the_next_token_probabilities():
-    p = tr.init_params(GPT_CFG, seed=2, dtype=np.float64)
+    p = C.init_params(GPT_CFG, seed=2, dtype=np.float64)
     ids, other = np.array([1, 4, 2, 8, 5, 7]), np.array([3, 3, 9, 1])
     logits, cache = tr.forward(p, GPT_CFG, ids)
     _, other_cache = tr.forward(p, GPT_CFG, other)
@@ -111,7 +112,7 @@ def test_edits_move_the_next_token_probabilities():
 
 
 def test_generation_with_kv_cache_matches_full_recompute():
-    p = tr.init_params(GPT_CFG, seed=3, dtype=np.float64)
+    p = C.init_params(GPT_CFG, seed=3, dtype=np.float64)
     prompt = np.array([1, 2, 3])
     greedy = sampling.SamplerSettings(temperature=0)
     new = rm.generate(p, GPT_CFG, prompt, max_new_tokens=6, settings=greedy)
@@ -124,7 +125,7 @@ def test_generation_with_kv_cache_matches_full_recompute():
 
 
 def test_generation_runs_no_forward_pass_after_its_last_token(monkeypatch):
-    p = tr.init_params(GPT_CFG, seed=3, dtype=np.float64)
+    p = C.init_params(GPT_CFG, seed=3, dtype=np.float64)
     steps = []
     real = tr.forward_checked
     monkeypatch.setattr(tr, "forward_checked", lambda *a, **k: steps.append(1) or real(*a, **k))

@@ -8,7 +8,7 @@ import pytest
 
 from core import pretrained
 from core.models import bert_format, layers as L
-from core.models import transformer as tr
+from core.models import config as C
 from oracle_support import require
 
 TINY = dict(vocab_size=60, hidden_size=16, num_attention_heads=4, num_hidden_layers=2, intermediate_size=40,
@@ -111,7 +111,7 @@ def test_matches_full_bert_base(bert_base_folder, dtype):
 def test_checkpoint_count_equals_the_configs(bert_folder):
     folder, model, _ = bert_folder
     m = pretrained.load(folder)
-    assert m.checkpoint_params == tr.param_count(m.config) == sum(p.numel() for p in model.parameters())
+    assert m.checkpoint_params == C.param_count(m.config) == sum(p.numel() for p in model.parameters())
 
 
 def test_keys_with_a_bert_prefix_and_old_layernorm_names_load(bert_folder, tmp_path):

@@ -14,7 +14,7 @@ from core import pretrained
 from core.lessons import param_counts
 from core.lessons import real_model as rm
 from core.models import packaged
-from core.models import transformer as tr
+from core.models import config as C
 
 # The sentence-transformers documentation's example for all-MiniLM-L6-v2: its published cosine similarities.
 SENTENCES = ["The weather is lovely today.", "It's so sunny outside!", "He drove to the stadium."]
@@ -75,7 +75,7 @@ def test_removing_a_head_moves_the_similarity(minilm):
 
 def test_the_count_from_its_tensors_is_the_formulas(minilm):
     assert minilm.checkpoint_params == 22_713_216
-    assert tr.param_count(minilm.config) == 22_713_216
+    assert C.param_count(minilm.config) == 22_713_216
     assert param_counts.model_param_count(param_counts.spec_of(minilm.config)).total == 22_713_216
 
 

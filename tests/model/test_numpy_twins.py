@@ -7,7 +7,7 @@ import pytest
 
 from core.models import layers as L
 from core.models import multi_head as MH
-from core.models import transformer as tr
+from core.models import config as C
 from core.models import transformer_backward as TB
 
 TOL = {np.float64: 1e-12, np.float32: 2e-5}
@@ -31,8 +31,8 @@ def _both(fn, monkeypatch):
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("name", list(CONFIGS))
 def test_the_numpy_formulas_give_the_compiled_loss_logits_and_gradients(name, dtype, monkeypatch):
-    cfg = tr.TransformerConfig(**CONFIGS[name])
-    params = tr.init_params(cfg, 3, dtype)
+    cfg = C.TransformerConfig(**CONFIGS[name])
+    params = C.init_params(cfg, 3, dtype)
     rng = np.random.default_rng(0)
     for value in params.values():
         value[...] = rng.normal(0, 0.3, value.shape)

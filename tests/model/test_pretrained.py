@@ -172,16 +172,16 @@ def test_empty_text_and_a_model_without_tokenizer(hf_folder):
 
 
 def test_save_refuses_another_architecture(tmp_path):
-    from core.models import transformer as tr
+    from core.models import config as C
 
     gpt2 = dict(vocab_size=9, n_ctx=8, d_model=8, n_heads=2, d_ff=8, n_layers=1, norm="pre", activation="gelu_tanh",
                 positional="learned", tied_unembed=True, final_ln=True)
     others = [dict(gpt2, norm="post"), dict(gpt2, d_ff=0), dict(gpt2, unembed_b=True),
               dict(gpt2, tied_unembed=False, head="classify", n_classes=2)]
     for settings in others:
-        cfg = tr.TransformerConfig(**settings)
+        cfg = C.TransformerConfig(**settings)
         with pytest.raises(ValueError, match="GPT-2's architecture"):
-            pretrained.save(tr.init_params(cfg), cfg, str(tmp_path))
+            pretrained.save(C.init_params(cfg), cfg, str(tmp_path))
         assert not os.listdir(tmp_path)
 
 

@@ -5,6 +5,7 @@ import pytest
 
 from core.models import pretrained
 from core.models import transformer as tr
+from core.models import config as C
 from oracle_support import require
 
 TINY = dict(vocab_size=50, n_positions=32, n_embd=16, n_head=4, n_layer=2)
@@ -87,14 +88,14 @@ def test_matches_full_gpt2_small(dtype):
     compare(ref, ours, dtype)
 
 
-SEED_CFG = tr.TransformerConfig(vocab_size=13, n_ctx=12, d_model=8, n_heads=2, d_ff=16, n_layers=2)
-GPT_CFG = tr.TransformerConfig(vocab_size=13, n_ctx=12, d_model=8, n_heads=2, d_ff=16, n_layers=2, norm="pre",
+SEED_CFG = C.TransformerConfig(vocab_size=13, n_ctx=12, d_model=8, n_heads=2, d_ff=16, n_layers=2)
+GPT_CFG = C.TransformerConfig(vocab_size=13, n_ctx=12, d_model=8, n_heads=2, d_ff=16, n_layers=2, norm="pre",
                                activation="gelu_tanh", positional="learned", tied_unembed=True, final_ln=True)
 
 
 @pytest.mark.parametrize("cfg", [SEED_CFG, GPT_CFG], ids=["post-norm", "pre-norm"])
 def test_kv_cache_gives_the_full_forward(cfg):
-    params = tr.init_params(cfg, seed=1, dtype=np.float64)
+    params = C.init_params(cfg, seed=1, dtype=np.float64)
     ids = np.array([[3, 1, 4, 1, 5, 9, 2, 6]])
     full, _ = tr.forward(params, cfg, ids)
     kv = [{} for _ in range(cfg.n_layers)]
@@ -104,7 +105,7 @@ def test_kv_cache_gives_the_full_forward(cfg):
 
 
 def test_head_edits():
-    params = tr.init_params(GPT_CFG, seed=2, dtype=np.float64)
+    params = C.init_params(GPT_CFG, seed=2, dtype=np.float64)
     ids = np.array([3, 1, 4, 1, 5, 9])
     logits, cache = tr.forward(params, GPT_CFG, ids)
     Z = cache["blocks.1.attn.head_outputs"]                                  # (1, H, T, d_k)
@@ -122,14 +123,14 @@ def test_head_edits():
 
 
 def test_bad_inputs_are_refused_in_plain_words():
-    params = tr.init_params(SEED_CFG, dtype=np.float64)
+    params = C.init_params(SEED_CFG, dtype=np.float64)
     for tokens in ([], [[1, 99]], np.arange(13), [0.5, 1.0]):
         with pytest.raises(ValueError):
             tr.forward(params, SEED_CFG, tokens)
     with pytest.raises(ValueError, match="cannot be split"):
-        tr.TransformerConfig(vocab_size=5, n_ctx=4, d_model=6, n_heads=4, d_ff=8, n_layers=1)
+        C.TransformerConfig(vocab_size=5, n_ctx=4, d_model=6, n_heads=4, d_ff=8, n_layers=1)
     with pytest.raises(ValueError, match="norm"):
-        tr.TransformerConfig(vocab_size=5, n_ctx=4, d_model=8, n_heads=2, d_ff=8, n_layers=1, norm="middle")
+        C.TransformerConfig(vocab_size=5, n_ctx=4, d_model=8, n_heads=2, d_ff=8, n_layers=1, norm="middle")
     with pytest.raises(ValueError, match="missing"):
         tr.forward({k: v for k, v in params.items() if k != "unembed"}, SEED_CFG, [1, 2])
 
@@ -139,10 +140,10 @@ def test_tiny_gpt_gradient_matches_finite_differences():
     from core.models import make_tiny_gpt
     from core.models import layers as L
 
-    cfg = tr.TransformerConfig(vocab_size=11, n_ctx=6, d_model=8, n_heads=2, d_ff=12, n_layers=2, norm="pre",
+    cfg = C.TransformerConfig(vocab_size=11, n_ctx=6, d_model=8, n_heads=2, d_ff=12, n_layers=2, norm="pre",
                                activation="gelu_tanh", positional="learned", tied_unembed=True, final_ln=True)
     rng = np.random.default_rng(0)
-    params = {k: v + 0.1 * rng.standard_normal(v.shape) for k, v in tr.init_params(cfg, 3, np.float64).items()}
+    params = {k: v + 0.1 * rng.standard_normal(v.shape) for k, v in C.init_params(cfg, 3, np.float64).items()}
     x, y = rng.integers(0, 11, (2, 5)), rng.integers(0, 11, (2, 5))
     loss, grads = make_tiny_gpt.loss_and_grads(params, cfg, x, y)
     assert loss == pytest.approx(L.cross_entropy(tr.forward(params, cfg, x)[0], y)[0], rel=1e-12)
@@ -160,23 +161,23 @@ def test_tiny_gpt_gradient_matches_finite_differences():
 def test_attention_only_classifier_and_output_bias_settings():
     """d_ff=0 leaves no feed-forward sublayer (nor ln2); a classifier averages the last hidden
     states over positions; unembed_b is added to every position's logits."""
-    attn_only = tr.TransformerConfig(vocab_size=7, n_ctx=6, d_model=8, n_heads=2, d_ff=0, n_layers=2)
-    params = tr.init_params(attn_only, seed=1, dtype=np.float64)
+    attn_only = C.TransformerConfig(vocab_size=7, n_ctx=6, d_model=8, n_heads=2, d_ff=0, n_layers=2)
+    params = C.init_params(attn_only, seed=1, dtype=np.float64)
     assert not any(".ffn." in n or ".ln2." in n for n in params)
     _, cache = tr.forward(params, attn_only, [1, 2, 3])
     assert not any(".ffn." in n or ".ln2." in n for n in cache)
     np.testing.assert_array_equal(cache["blocks.0.resid_post"], cache["blocks.0.resid_mid"])
 
-    classify = tr.TransformerConfig(vocab_size=7, n_ctx=6, d_model=8, n_heads=2, d_ff=4, n_layers=1,
+    classify = C.TransformerConfig(vocab_size=7, n_ctx=6, d_model=8, n_heads=2, d_ff=4, n_layers=1,
                                     causal=False, head="classify", n_classes=3)
-    params = tr.init_params(classify, seed=2, dtype=np.float64)
+    params = C.init_params(classify, seed=2, dtype=np.float64)
     assert params["classifier.W"].shape == (8, 3) and "unembed" not in params
     logits, cache = tr.forward(params, classify, [[1, 2, 3], [4, 5, 6]])
     pooled = cache["blocks.0.resid_post"].mean(axis=1)
     np.testing.assert_allclose(logits, pooled @ params["classifier.W"] + params["classifier.b"], rtol=1e-13)
 
-    biased = tr.TransformerConfig(vocab_size=7, n_ctx=6, d_model=8, n_heads=2, d_ff=4, n_layers=1, unembed_b=True)
-    params = tr.init_params(biased, seed=3, dtype=np.float64)
+    biased = C.TransformerConfig(vocab_size=7, n_ctx=6, d_model=8, n_heads=2, d_ff=4, n_layers=1, unembed_b=True)
+    params = C.init_params(biased, seed=3, dtype=np.float64)
     params["unembed_b"] = np.arange(7.0)
     logits, cache = tr.forward(params, biased, [1, 2])
     np.testing.assert_allclose(logits - cache["blocks.0.resid_post"] @ params["unembed"], np.broadcast_to(np.arange(7.0), logits.shape),
@@ -184,4 +185,4 @@ def test_attention_only_classifier_and_output_bias_settings():
     for bad in (dict(head="classify"), dict(head="classify", n_classes=3, tied_unembed=True), dict(n_classes=3),
                 dict(head="pool"), dict(d_ff=-1)):
         with pytest.raises(ValueError):
-            tr.TransformerConfig(**{**dict(vocab_size=5, n_ctx=4, d_model=8, n_heads=2, d_ff=8, n_layers=1), **bad})
+            C.TransformerConfig(**{**dict(vocab_size=5, n_ctx=4, d_model=8, n_heads=2, d_ff=8, n_layers=1), **bad})

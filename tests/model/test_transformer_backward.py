@@ -8,6 +8,7 @@ import pytest
 
 from core.models import layers as L
 from core.models import transformer as tr
+from core.models import config as C
 from core.models import transformer_backward as tb
 from oracle_support import require
 
@@ -27,10 +28,10 @@ KINDS = {
 
 def model(kind: str, dtype=np.float64, seed: int = 0):
     """A tiny model of that kind with every parameter random (LayerNorm gains near 1), a batch and its targets."""
-    cfg = tr.TransformerConfig(**{**BASE, **KINDS[kind]})
+    cfg = C.TransformerConfig(**{**BASE, **KINDS[kind]})
     rng = np.random.default_rng(seed)
     params = {n: (v + 0.3 * rng.standard_normal(v.shape)).astype(dtype)
-              for n, v in tr.init_params(cfg, seed, np.float64).items()}
+              for n, v in C.init_params(cfg, seed, np.float64).items()}
     tokens = rng.integers(0, cfg.vocab_size, (2, 5))
     targets = rng.integers(0, cfg.n_classes, 2) if cfg.head == "classify" else rng.integers(0, cfg.vocab_size, (2, 5))
     return cfg, params, tokens, targets
@@ -68,7 +69,7 @@ def test_gradient_matches_central_differences(kind):
 # ----------------------------------------------------------------------------------------------
 # PyTorch's autograd on the same model, written functionally from the formulas
 # ----------------------------------------------------------------------------------------------
-def torch_stack(torch, tp: dict, cfg: tr.TransformerConfig, tokens, prefix: str = "", memory=None):
+def torch_stack(torch, tp: dict, cfg: C.TransformerConfig, tokens, prefix: str = "", memory=None):
     """One stack in torch, from its parameters ``tp`` (torch tensors) and the formulas: its last hidden
     states (B, T, d); with ``memory``, each block attends over it after its self-attention."""
     F = torch.nn.functional
@@ -122,7 +123,7 @@ def torch_stack(torch, tp: dict, cfg: tr.TransformerConfig, tokens, prefix: str 
     return h
 
 
-def torch_head_loss(torch, tp: dict, cfg: tr.TransformerConfig, h, targets):
+def torch_head_loss(torch, tp: dict, cfg: C.TransformerConfig, h, targets):
     """The final LayerNorm, the head and the mean cross-entropy, in torch."""
     F = torch.nn.functional
     targets = torch.from_numpy(targets)
@@ -136,7 +137,7 @@ def torch_head_loss(torch, tp: dict, cfg: tr.TransformerConfig, h, targets):
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
 
-def torch_loss(torch, tp: dict, cfg: tr.TransformerConfig, tokens, targets):
+def torch_loss(torch, tp: dict, cfg: C.TransformerConfig, tokens, targets):
     return torch_head_loss(torch, tp, cfg, torch_stack(torch, tp, cfg, tokens), targets)
 
 
@@ -198,8 +199,8 @@ def seq2seq_model(kind: str, dtype=np.float64, seed: int = 0):
     from core.models import transformer_encdec as ed
 
     settings = {**BASE, "n_layers": 2, **SEQ2SEQ[kind]}
-    enc = tr.TransformerConfig(**{**settings, "vocab_size": 6, "n_ctx": 5, "causal": False})
-    dec = tr.TransformerConfig(**settings, unembed_b=True, final_ln=settings.get("norm") == "pre")
+    enc = C.TransformerConfig(**{**settings, "vocab_size": 6, "n_ctx": 5, "causal": False})
+    dec = C.TransformerConfig(**settings, unembed_b=True, final_ln=settings.get("norm") == "pre")
     cfg = ed.EncoderDecoderConfig(enc, dec)
     rng = np.random.default_rng(seed)
     params = {n: (v + 0.3 * rng.standard_normal(v.shape)).astype(dtype)

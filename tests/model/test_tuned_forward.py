@@ -6,6 +6,7 @@ import pytest
 
 from core.models import layers as L
 from core.models import transformer as tr
+from core.models import config as C
 from core.models import tuned_forward as TF
 
 DTYPES = [np.float64, np.float32]
@@ -69,14 +70,14 @@ def test_append_kv_gives_the_concatenation_and_forks_do_not_overwrite_each_other
     np.testing.assert_array_equal(kv["K"], K_all)                        # the prefix itself untouched
 
 
-BIG = tr.TransformerConfig(vocab_size=50, n_ctx=160, d_model=512, n_heads=8, d_ff=512, n_layers=1, norm="pre",
+BIG = C.TransformerConfig(vocab_size=50, n_ctx=160, d_model=512, n_heads=8, d_ff=512, n_layers=1, norm="pre",
                            activation="gelu_tanh", positional="learned", tied_unembed=True, final_ln=True)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["float64", "float32"])
 def test_a_model_of_blas_size_runs_the_twins_and_its_kv_cache_gives_the_full_forward(dtype, monkeypatch):
     assert BIG.d_model ** 2 >= tr.BLAS_FROM
-    params = tr.init_params(BIG, seed=3, dtype=dtype)
+    params = C.init_params(BIG, seed=3, dtype=dtype)
     ids = np.random.default_rng(1).integers(0, BIG.vocab_size, size=(1, 75))
     full, cache = tr.forward(params, BIG, ids)
     kv = [{} for _ in range(BIG.n_layers)]

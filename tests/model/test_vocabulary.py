@@ -9,6 +9,7 @@ import pytest
 from core.models import decoder, decoder_step, encoder
 from core.models import params as P
 from core.models import transformer as tr
+from core.models import config as C
 from core.models import transformer_encdec as ed
 from core.models import vocabulary as vocab
 
@@ -166,7 +167,7 @@ def test_the_table_names_every_parameter_once_and_round_trips():
     assert sorted(etable.values()) == sorted(ed.param_shapes(vocab.decoder_settings(DECODERS["encoder-decoder"])))
     for names, tcfg in ((table, vocab.encoder_settings(cfg)), (dtable, vocab.decoder_settings(dcfg))):
         assert len(set(names.values())) == len(names)
-        assert sorted(names.values()) == sorted(tr.param_shapes(tcfg))
+        assert sorted(names.values()) == sorted(C.param_shapes(tcfg))
     params = encoder.init_params(cfg, 1, np.float64)
     back = vocab.to_encoder_names(vocab.from_encoder(params, cfg)[0], cfg)
     assert list(back) == list(params) and all(back[n] is params[n] for n in params)

@@ -7,6 +7,7 @@ import pytest
 
 from core import pretrained
 from core.models import transformer as tr
+from core.models import config as C
 from tests.page_support import open_page, table_named
 
 PAGE = str(Path(__file__).resolve().parents[2] / "views" / "real_model.py")
@@ -90,7 +91,7 @@ def test_another_model_moves_the_detector_and_bad_inputs_change_nothing(tmp_path
     shipped, shipped_lens = detector(at), lens(at)
     # a random model of the same shape, saved in GPT-2's format next to the shipped tokenizer
     m = pretrained.load(pretrained.os.path.join(pretrained.os.path.dirname(tr.__file__), "tiny_gpt"))
-    pretrained.save(tr.init_params(m.config, seed=5), m.config, str(tmp_path), tokenizer=m.tokenizer)
+    pretrained.save(C.init_params(m.config, seed=5), m.config, str(tmp_path), tokenizer=m.tokenizer)
     at.radio(key="real_model.which").set_value("other").run()
     at.text_input(key="real_model.model").set_value(str(tmp_path)).run()
     other = detector(at)
