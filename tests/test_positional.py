@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from core import backend, positional
-from core.lessons import positions
+from core.lessons import positions, relative_positions
 from core.kernels import reference
 
 BACKENDS = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
@@ -101,10 +101,10 @@ def test_rope_score_depends_only_on_the_offset():
     rng = np.random.default_rng(0)
     q, k = rng.normal(size=8), rng.normal(size=8)
     for offset in (0, 1, 5, -3):
-        s = positions.rope_offset_scores(q, k, offset, positions=[3, 10, 40, 200])
+        s = relative_positions.rope_offset_scores(q, k, offset, positions=[3, 10, 40, 200])
         np.testing.assert_allclose(s, s[0], rtol=1e-12)
-    assert not np.isclose(positions.rope_offset_scores(q, k, 1, [0])[0],
-                          positions.rope_offset_scores(q, k, 5, [0])[0])
+    assert not np.isclose(relative_positions.rope_offset_scores(q, k, 1, [0])[0],
+                          relative_positions.rope_offset_scores(q, k, 5, [0])[0])
 
 
 def test_rope_scores_are_toeplitz_for_repeated_vectors():
@@ -113,7 +113,7 @@ def test_rope_scores_are_toeplitz_for_repeated_vectors():
     T, d_k = 7, 6
     Q = np.tile(rng.normal(size=d_k), (T, 1))
     K = np.tile(rng.normal(size=d_k), (T, 1))
-    S = positions.rope_scores(Q, K)
+    S = relative_positions.rope_scores(Q, K)
     for diag in range(-T + 1, T):
         np.testing.assert_allclose(np.diag(S, diag), np.diag(S, diag)[0], rtol=1e-12)
     assert np.ptp(S) > 0.1                                   # and it does change with the offset
@@ -121,33 +121,33 @@ def test_rope_scores_are_toeplitz_for_repeated_vectors():
 
 def test_rope_preserves_norms_and_refuses_odd_widths():
     X = np.random.default_rng(2).normal(size=(2, 5, 4))
-    np.testing.assert_allclose(np.linalg.norm(positions.rope_rotate(X), axis=-1),
+    np.testing.assert_allclose(np.linalg.norm(relative_positions.rope_rotate(X), axis=-1),
                                np.linalg.norm(X, axis=-1))
-    np.testing.assert_array_equal(positions.rope_rotate(X)[:, 0], X[:, 0])    # position 0: no turn
+    np.testing.assert_array_equal(relative_positions.rope_rotate(X)[:, 0], X[:, 0])    # position 0: no turn
     with pytest.raises(ValueError, match="even width"):
-        positions.rope_rotate(np.ones((3, 5)))
+        relative_positions.rope_rotate(np.ones((3, 5)))
 
 
 # --- ALiBi --------------------------------------------------------------------------------------
 
 def test_alibi_slopes():
-    np.testing.assert_array_equal(positions.alibi_slopes(8), [2.0 ** -h for h in range(1, 9)])
-    np.testing.assert_allclose(positions.alibi_slopes(4), [2 ** -2, 2 ** -4, 2 ** -6, 2 ** -8])
+    np.testing.assert_array_equal(relative_positions.alibi_slopes(8), [2.0 ** -h for h in range(1, 9)])
+    np.testing.assert_allclose(relative_positions.alibi_slopes(4), [2 ** -2, 2 ** -4, 2 ** -6, 2 ** -8])
     with pytest.raises(ValueError, match="positive whole number"):
-        positions.alibi_slopes(0)
+        relative_positions.alibi_slopes(0)
 
 
 def test_alibi_adds_a_linear_distance_penalty_per_head():
     rng = np.random.default_rng(3)
     Q, K = rng.normal(size=(5, 4)), rng.normal(size=(5, 4))
-    S = positions.alibi_scores(Q, K, n_heads=2)              # (2, 5, 5)
+    S = relative_positions.alibi_scores(Q, K, n_heads=2)              # (2, 5, 5)
     plain = reference.scaled_scores(Q, K)
-    m = positions.alibi_slopes(2)
+    m = relative_positions.alibi_slopes(2)
     i, j = np.indices((5, 5))
     for h in range(2):
         np.testing.assert_allclose(S[h] - plain, -m[h] * np.abs(i - j))
     # with Q = K = 0, the causal weights decay geometrically with distance, faster in head 1
-    A = reference.softmax(positions.alibi_scores(np.zeros((5, 4)), np.zeros((5, 4)), 2)
+    A = reference.softmax(relative_positions.alibi_scores(np.zeros((5, 4)), np.zeros((5, 4)), 2)
                           + reference.causal_mask(5))
     np.testing.assert_allclose(A[0, 4, 3] / A[0, 4, 4], np.exp(-2.0 ** -4))   # e^(-m_1), m_1 = 2^-4
     assert A[0, 4, 0] < A[1, 4, 0]

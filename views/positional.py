@@ -4,7 +4,7 @@ import pandas as pd
 import streamlit as st
 
 from core import masks, positional
-from core.lessons import positions
+from core.lessons import positions, relative_positions
 from core.limits import MAX_D_MODEL, MAX_PE_POSITIONS, MAX_TOKENS
 from ui import charts, state
 from ui.widgets import chosen_backend, chosen_dtype, ensure_kernels, kernel_source, recording, tokens_from
@@ -203,7 +203,7 @@ st.latex(r"S_{mn} = \bigl(R(m)\,q_m\bigr)\cdot\bigl(R(n)\,k_n\bigr) = q_m \cdot 
 rng = np.random.default_rng(0)
 d_rope = 8
 q, kk = rng.normal(size=d_rope), rng.normal(size=d_rope)
-S_rope = positions.rope_scores(np.tile(q, (T_s, 1)), np.tile(kk, (T_s, 1)), base=base)
+S_rope = relative_positions.rope_scores(np.tile(q, (T_s, 1)), np.tile(kk, (T_s, 1)), base=base)
 st.vega_lite_chart(charts.heatmap(S_rope, labels, labels, title="RoPE scores, same q and k everywhere",
                                kind="signed", value_name="score"))
 with st.expander("RoPE scores as numbers (rows: query position m; columns: key position n)"):
@@ -212,9 +212,9 @@ st.markdown("**ALiBi** adds no code to the inputs; each head subtracts a penalty
             "with its own slope (steep heads look near, shallow heads far).")
 st.latex(r"S^{(h)}_{ij} = \frac{q_i \cdot k_j}{\sqrt{d_k}} - m_h\,|i-j|, \qquad m_h = 2^{-8h/H}")
 H_alibi = 4
-S_alibi = positions.alibi_scores(np.zeros((T_s, 2)), np.zeros((T_s, 2)), H_alibi) + masks.causal(T_s)
+S_alibi = relative_positions.alibi_scores(np.zeros((T_s, 2)), np.zeros((T_s, 2)), H_alibi) + masks.causal(T_s)
 st.vega_lite_chart(charts.heatmap_grid([np.where(np.isinf(S), np.nan, S) for S in S_alibi], labels, labels,
-                                    [f"head {h + 1}: slope {m:.3f}" for h, m in enumerate(positions.alibi_slopes(H_alibi))],
+                                    [f"head {h + 1}: slope {m:.3f}" for h, m in enumerate(relative_positions.alibi_slopes(H_alibi))],
                                     kind="signed", value_name="score", columns=2, size=180))
 st.caption("ALiBi maps use Q = K = 0 under a causal mask, so what you see is the bias alone; masked cells are blank.")
 state.publish(PAGE, SPEC)
