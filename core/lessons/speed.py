@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from core.kernels import cpu as lesson_cpu
-from core.kernels.tuned import borrow, fastexp, floatbits, target
+from core.kernels.tuned import borrow, fastexp, floatbits, layout, target, tiles
 from core.kernels.tuned import cpu as tuned_cpu
 
 # --- what a student may ask for ----------------------------------------------------------------
@@ -342,16 +342,14 @@ def _probe_speed(kernel: str, operation: str, n_heads: int, d_k: int, T: int) ->
 # --- the tuned kernel's tricks, as source --------------------------------------------------------
 # Each trick of core/kernels/tuned/ and the functions that carry it out, for the page to show.
 TRICKS = {
-    "register tiles": [(tuned_cpu, "_product_wide_block" if target.TILE_VECTORS == 4 else "_product_block"),
-                       (tuned_cpu, "_scores_tile")],
-    "laid-out keys and values": [(tuned_cpu, "_transpose_keys"), (tuned_cpu, "_pad_values"),
-                                 (tuned_cpu, "_aligned_empty")],
-    "online softmax": [(tuned_cpu, "_online_rescale_group"), (tuned_cpu, "_raise_max"),
-                       (tuned_cpu, "_fused_unit")],
-    "fast exp": [(fastexp, "exp_vector"), (tuned_cpu, "_exp_rows_vectors")],
+    "register tiles": [(tiles, "_product_wide_block" if target.TILE_VECTORS == 4 else "_product_block"),
+                       (tiles, "_scores_tile")],
+    "laid-out keys and values": [(layout, "_transpose_keys"), (layout, "_pad_values"), (layout, "_aligned_empty")],
+    "online softmax": [(tiles, "_online_rescale_group"), (tiles, "_raise_max"), (tuned_cpu, "_fused_unit")],
+    "fast exp": [(fastexp, "exp_vector"), (tiles, "_exp_rows_vectors")],
     "bit-trick maximum": [(floatbits, "_ordered_overload"), (floatbits, "max_of")],
     "views without reference counts": [(borrow, "borrowed")],
-    "masked keys skipped": [(tuned_cpu, "_live_ranges"), (tuned_cpu, "_scores_group")],
+    "masked keys skipped": [(layout, "_live_ranges"), (tiles, "_scores_group")],
 }
 
 

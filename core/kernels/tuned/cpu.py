@@ -21,14 +21,12 @@ from numba import njit, prange
 
 from core.kernels.tuned import simd, target
 from core.kernels.tuned.borrow import borrowed
-# The building blocks (register tiles, laid-out keys and values, softmax pieces) live in tiles.py;
-# _product_block, _product_wide_block, _scores_tile, _raise_max and _exp_rows_vectors are imported
-# for the "Make it fast" page.
-from core.kernels.tuned.tiles import (_aligned_empty, _aligned_zeros, _copy, _exp_rows_vectors,  # noqa: F401
-                                      _fill, _jit, _key_panels, _live_ranges, _online_rescale_group,
-                                      _pad_values, _padded_values, _panel_keys, _product_block,
-                                      _product_wide_block, _raise_max, _round_up, _scores_group, _scores_tile,
-                                      _softmax_group, _transpose_keys, _unit, _weighted_sum_tile, _wide)
+# The building blocks live in layout.py (aligned scratch, key panels, padded values, live-key
+# ranges, work units) and tiles.py (register tiles, softmax pieces).
+from core.kernels.tuned.layout import (_aligned_empty, _aligned_zeros, _copy, _fill, _jit, _key_panels, _live_ranges,
+                                       _pad_values, _padded_values, _panel_keys, _round_up, _transpose_keys, _unit,
+                                       _wide)
+from core.kernels.tuned.tiles import _online_rescale_group, _scores_group, _softmax_group, _weighted_sum_tile
 
 # Below this many multiply-adds a call runs serially (tunable, and patched by tests).
 PARALLEL_MIN_WORK = 1 << 16
