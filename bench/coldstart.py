@@ -62,7 +62,8 @@ def warm_cache(timeout: float = 600) -> dict[str, float]:
     from streamlit.testing.v1 import AppTest
 
     from core import warmup
-    from core.models import decoder_step, training
+    from core.model import decoder_step
+    from core.training import encoder_runs as training
 
     warm = warmup.WarmUp(warmup.STEPS, warmup.ON_DEMAND)
     for label, _, _ in warmup.ON_DEMAND:

@@ -28,8 +28,9 @@ import time
 import numpy as np
 
 from bench import alternating_rounds, last_json_line, print_step_table, torch_step_ms, with_threads
-from core.models import decoder, decoder_runs, layers
-from core.models.decoder import DecoderConfig
+from core.model import decoder, layers
+from core.training import decoder_runs
+from core.model.decoder import DecoderConfig
 
 TASK = "reverse"
 ROUNDS = 3

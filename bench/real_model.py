@@ -63,8 +63,8 @@ print(json.dumps({{"ms": 1000 * best, "made": made(out)}}))
 """
 
 _GPT2_OURS = """
-from core.models import transformer as tr, sampling
-from core.models import config as C
+from core.model import transformer as tr, sampling
+from core.model import config as C
 from core.lessons import real_model as rm
 cfg = C.TransformerConfig(vocab_size=50257, n_ctx=1024, d_model=768, n_heads=12, d_ff=3072, n_layers=12,
                            norm="pre", activation="gelu_tanh", positional="learned", tied_unembed=True, final_ln=True)
@@ -147,7 +147,7 @@ made = lambda out: T
 _MINILM_TORCH = textwrap.dedent("""
     import torch
     from transformers import BertModel
-    from core.models import packaged
+    from core.model import packaged
     torch.set_num_threads(threads)
     model = BertModel.from_pretrained(packaged.minilm_folder(), attn_implementation="sdpa").eval()
     ids = torch.from_numpy(np.random.default_rng(0).integers(1000, 30000, size=(1, T)))

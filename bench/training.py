@@ -26,9 +26,10 @@ import statistics
 import numpy as np
 
 from bench import alternating_rounds, last_json_line, print_step_table, torch_step_ms, with_threads
-from core.models import encoder, training
-from core.models.encoder import EncoderConfig
-from core.models.tasks import make_dataset
+from core.model import encoder
+from core.training import encoder_runs as training
+from core.model.encoder import EncoderConfig
+from core.training.tasks import make_dataset
 
 BATCH, SEQ_LEN = 64, 16
 CFG = EncoderConfig(vocab_size=10, seq_len=SEQ_LEN, d_model=32, n_heads=4, d_ff=64, n_layers=2)

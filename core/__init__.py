@@ -51,13 +51,12 @@ from core import kernel_cache  # noqa: E402
 kernel_cache.install()
 
 
-# The public names of the package, wherever their modules live: ``from core import analysis`` keeps
-# working now that the lesson helpers sit in core/lessons/ and the models in core/models/ (imported on first use, not here, so that
-# importing ``core`` stays cheap).
-_PUBLIC_MODULES = {"analysis": "core.lessons.analysis", "decoder": "core.models.decoder",
-                   "encoder": "core.models.encoder", "pretrained": "core.models.pretrained",
-                   "tasks": "core.models.tasks",
-                   "training": "core.models.training"}
+# The public API's short names (``from core import encoder``, as the design promises users and their
+# notebooks), for modules that live in core/lessons/, core/model/ and core/training/: imported on first
+# use, not here, so that importing ``core`` stays cheap. ``core.training`` is a package of its own.
+_PUBLIC_MODULES = {"analysis": "core.lessons.analysis", "decoder": "core.model.decoder",
+                   "encoder": "core.model.encoder", "pretrained": "core.model.pretrained",
+                   "tasks": "core.training.tasks"}
 
 
 def __getattr__(name: str):

@@ -55,11 +55,11 @@ def _readable_loops() -> None:
     """The compiled loops inside the readable sublayers (attention rows, LayerNorm, products, GELU),
     forward and backward, in both precisions, as the model pages run them: an encoder classifier,
     an encoder-decoder, a decoder-only model, the exact GELU, and GPT-2's tuned elementwise steps."""
-    from core.models import decoder, tuned_forward, vocabulary
-    from core.models import layers as L
-    from core.models import transformer_backward as TB
-    from core.models.decoder_config import tiny_config
-    from core.models.config import TransformerConfig, init_params
+    from core.model import decoder, tuned_forward, vocabulary
+    from core.model import layers as L
+    from core.model import transformer_backward as TB
+    from core.model.decoder_config import tiny_config
+    from core.model.config import TransformerConfig, init_params
 
     classifier = TransformerConfig(vocab_size=5, n_ctx=4, d_model=8, n_heads=2, d_ff=8, n_layers=1, causal=False,
                                    head="classify", n_classes=3)
@@ -78,8 +78,8 @@ def _readable_loops() -> None:
 
 def _encoder() -> None:
     """The encoder's compiled training step and forward pass (float32, as the pages train)."""
-    from core.models import encoder
-    from core.models.runs import RunSpec
+    from core.model import encoder
+    from core.training.runs import RunSpec
 
     encoder.warm_up(RunSpec().config())
 
@@ -87,7 +87,7 @@ def _encoder() -> None:
 def _decoder() -> None:
     """The decoders' compiled gradient (encoder-decoder, decoder-only, attention-only: one compiled
     function, float32)."""
-    from core.models import decoder_step
+    from core.model import decoder_step
 
     decoder_step.warm_up()
 

@@ -24,24 +24,24 @@ def test_the_stamped_locators_are_installed_first():
 @pytest.mark.compile
 @pytest.mark.parametrize("cache_dir", [None, "cache"], ids=["beside the source", "NUMBA_CACHE_DIR"])
 def test_editing_a_helper_alone_recompiles_the_kernel_built_from_it(tmp_path, cache_dir):
-    """A package laid out as ours (``core/`` with its ``__init__``), a kernel in core/models/ that
+    """A package laid out as ours (``core/`` with its ``__init__``), a kernel in core/model/ that
     inlines a helper from core/kernels/tuned/: after the helper alone changes, a new process runs
     the new code, not the machine code cached before."""
     core = tmp_path / "core"
     (core / "kernels" / "tuned").mkdir(parents=True)
-    (core / "models").mkdir()
+    (core / "model").mkdir()
     for name in ("__init__.py", "kernel_cache.py"):
         shutil.copy(ROOT / "core" / name, core / name)
     helper = core / "kernels" / "tuned" / "helper.py"
     helper.write_text(HELPER)
-    (core / "models" / "kernel.py").write_text(KERNEL)
+    (core / "model" / "kernel.py").write_text(KERNEL)
     env = {k: v for k, v in os.environ.items() if not k.startswith("NUMBA_")}
     env.update(PYTHONPATH=str(tmp_path), NUMBA_DEBUG_CACHE="1")
     if cache_dir:
         env["NUMBA_CACHE_DIR"] = str(tmp_path / cache_dir)
 
     def run():
-        result = subprocess.run([sys.executable, "-c", "from core.models.kernel import kernel; print(kernel())"],
+        result = subprocess.run([sys.executable, "-c", "from core.model.kernel import kernel; print(kernel())"],
                                 capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
         assert result.returncode == 0, result.stderr[-2000:]
         return result.stdout

@@ -13,7 +13,7 @@ from hypothesis import given, settings, strategies as st
 from core import encoder
 from core.validate import as_float_array, max_abs, parse_matrix
 from ui import state
-from core.models.upload import weights_from_upload
+from core.model.upload import weights_from_upload
 from ui.widgets import tokens_from
 
 LIMIT = 1e3

@@ -25,9 +25,10 @@ from typing import Callable
 import numpy as np
 
 from core import limits, warmup
-from core.models import decoder, decoder_runs, decoder_step
-from core.models.decoder_runs import LM_TASK, Setup
-from core.models.steps import DEFAULT_TRACK, check_track
+from core.model import decoder, decoder_step
+from core.training import decoder_runs
+from core.training.decoder_runs import LM_TASK, Setup
+from core.training.steps import DEFAULT_TRACK, check_track
 from ui.background_run import DONE, QUEUED, RUNNING, STOPPED, BackgroundRun
 # Steps between two measurements of the validation metric during a run (about a tenth of a second
 # each for the reverse task, a quarter for the language model; a step takes about 2 ms)
@@ -92,7 +93,7 @@ class DecoderTrainer(BackgroundRun):
         """Train a fresh model of ``setup`` for ``steps`` (default: the task's; at most
         ``max_steps``) with ``track``'s training step (readable or compiled), once the server's
         training queue gives it a slot. ``fit`` trains it, called as
-        :func:`core.models.decoder_runs.fit` (the default) is. Raises ``ValueError``; nothing
+        :func:`core.training.decoder_runs.fit` (the default) is. Raises ``ValueError``; nothing
         changes then."""
         check_track(track)
         # while a freshly started server still compiles the compiled step: this run is readable, and says so

@@ -11,9 +11,9 @@ import streamlit as st
 
 from core import pretrained
 from core.lessons import real_model as rm
-from core.models import layers as L
-from core.models import sampling
-from core.models import transformer as tr
+from core.model import layers as L
+from core.model import sampling
+from core.model import transformer as tr
 from ui import charts
 
 SHIPPED = os.path.join(os.path.dirname(tr.__file__), "tiny_gpt")

@@ -27,10 +27,11 @@ from typing import Callable
 import numpy as np
 
 from core import limits, warmup
-from core.models import encoder, training
-from core.models.encoder import EncoderConfig
-from core.models.runs import RunSpec
-from core.models.tasks import Dataset, make_dataset
+from core.model import encoder
+from core.training import encoder_runs as training
+from core.model.encoder import EncoderConfig
+from core.training.runs import RunSpec
+from core.training.tasks import Dataset, make_dataset
 from ui.background_run import (DONE, ERROR, IDLE, LOADED, PAUSED, QUEUED, RUNNING,  # noqa: F401 (read from here too)
                                BackgroundRun)
 
@@ -131,7 +132,7 @@ class Trainer(BackgroundRun):
 
         ``train`` is the training loop, called as ``train(state, data, max_steps=, max_seconds=,
         eval_every=)`` and yielding one metrics dict per step (default
-        :func:`core.models.training.train`); a resumed run keeps the loop it started with.
+        :func:`core.training.encoder_runs.train`); a resumed run keeps the loop it started with.
         Raises ``ValueError`` (in the user's terms) for a bad spec; nothing changes then. The
         runs train once the server's training queue gives them a slot.
         """
@@ -194,7 +195,7 @@ class Trainer(BackgroundRun):
         """Replace everything by a trained model (e.g. an uploaded file), evaluated on ``spec.task``;
         :meth:`resume` trains it further with ``train`` (as in :meth:`start`).
 
-        ``params`` must already be checked against ``cfg`` (``core.models.encoder.load`` does it). Raises
+        ``params`` must already be checked against ``cfg`` (``core.model.encoder.load`` does it). Raises
         ``ValueError`` when the model does not fit the task's data; nothing changes then.
         """
         spec = spec.check()
@@ -247,7 +248,7 @@ class Trainer(BackgroundRun):
 
     def weights_npz(self, index: int = 0) -> bytes:
         """Run ``index``'s parameters as ``.npz`` bytes, one array per design name, with the head
-        count and the positional encoding (see :func:`core.models.encoder.save`)."""
+        count and the positional encoding (see :func:`core.model.encoder.save`)."""
         params, cfg = self.params(index)
         buffer = io.BytesIO()
         encoder.save(params, buffer, cfg)

@@ -8,9 +8,11 @@ import pandas as pd
 import streamlit as st
 
 from core import limits
-from core.models import decoder, layers, sampling, steps, tasks, transformer, transformer_encdec
-from core.models import generation as decoding          # the page has a function named generation
-from core.models.decoder_runs import DEFAULTS, build
+from core.model import decoder, layers, sampling, transformer, transformer_encdec
+from core.training import steps, tasks
+from core.model import generation as decoding  # the page has a function named generation
+from core.training import decoder_runs
+from core.training.decoder_runs import DEFAULTS, build
 from ui import charts, state
 from ui.widgets import act, chosen_dtype, function_sources, live_view, run_progress
 from ui.decoder_trainer import EVAL_EVERY, TASKS, DecoderTrainer
@@ -470,7 +472,7 @@ with st.expander(f"Source: generation, and the {track_ran} training step"):
                transformer_encdec.decoder_block, transformer_encdec.cross_attention] if cfg.cross_attention
               else [transformer.forward_checked])      # what teacher forcing and generation call
     function_sources([decoder.generate, decoding._run, *stacks, transformer.block, transformer.self_attention,
-                      sampling.distribution, decoder.train]
+                      sampling.distribution, decoder_runs.train]
                      + steps.step_functions("decoder", track_ran, bool(cfg.cross_attention)))
 
 state.publish(PAGE, spec_for(task))

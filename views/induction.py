@@ -5,7 +5,8 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from core.models import head_scores, induction
+from core.model import head_scores
+from core.training import induction
 from core import warmup
 from ui import charts, state
 

@@ -8,7 +8,8 @@ import streamlit as st
 
 from core import limits
 from core.lessons import inside
-from core.models import encoder, tasks, transformer
+from core.model import encoder, transformer
+from core.training import tasks
 from core import warmup
 from ui import charts, state, widgets
 
@@ -335,7 +336,7 @@ with b:
                                   y_title="test accuracy"))
 
 with st.expander("Source of these numbers"):
-    st.markdown("The encoder run as the one transformer (`core/models/transformer.py`): its readable forward "
+    st.markdown("The encoder run as the one transformer (`core/model/transformer.py`): its readable forward "
                 "pass, which keeps every array it computes in the cache; then the lesson's selections and "
                 "summaries of that cache (`core/lessons/inside.py`).")
     widgets.function_sources(SOURCES)

@@ -7,11 +7,11 @@ import streamlit as st
 
 from core.lessons import param_counts
 from core.lessons import real_model as rm
-from core.models import layers as L
-from core.models import head_scores as hs
-from core.models import packaged
-from core.models import transformer as tr
-from core.models import tuned_forward as TF
+from core.model import layers as L
+from core.model import head_scores as hs
+from core.model import packaged
+from core.model import transformer as tr
+from core.model import tuned_forward as TF
 from ui import charts, state
 from ui import real_model_parts as parts
 
@@ -64,7 +64,7 @@ else:
              r"\qquad \text{logits} = \mathrm{LN}_f(h)\, W_E^\top")
 about = {packaged.MINILM: f"all-MiniLM-L6-v2 (sentence-transformers, {packaged.LICENSE}), from the installed package "
                           f"{packaged.DISTRIBUTION}, its weights checked against their published sha256",
-         "": "the small GPT shipped with the dashboard (re-create it: python -m core.models.make_tiny_gpt)"}
+         "": "the small GPT shipped with the dashboard (re-create it: python -m core.training.make_tiny_gpt)"}
 st.caption(f"{about.get(source, source)}: {'an encoder' if m.is_encoder else 'a decoder'}, {cfg.n_layers} layers × "
            f"{cfg.n_heads} heads, d = {cfg.d_model}, vocabulary {cfg.vocab_size:,}, context {cfg.n_ctx}, run in float32.")
 

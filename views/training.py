@@ -5,11 +5,11 @@ import pandas as pd
 import streamlit as st
 
 from core import limits, warmup
-from core.models import steps, tasks, training
-from core.models.encoder import POSITIONAL_CHOICES
+from core.training import steps, tasks, encoder_runs as training
+from core.model.encoder import POSITIONAL_CHOICES
 from ui import charts, state
-from core.models.runs import RunSpec
-from core.models.upload import weights_from_upload
+from core.training.runs import RunSpec
+from core.model.upload import weights_from_upload
 from ui.trainer import Trainer
 from ui.widgets import act, function_sources, live_view, run_progress
 

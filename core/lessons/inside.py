@@ -1,10 +1,10 @@
 """Inside a trained encoder: one example followed sublayer by sublayer, and heads removed one at a
 time to see what the model's accuracy really depends on.
 
-Every number comes from the one transformer's forward cache (:func:`core.models.transformer.forward`,
+Every number comes from the one transformer's forward cache (:func:`core.model.transformer.forward`,
 the readable forward pass, which keeps what it computes under the names of the project's one
 vocabulary: ``blocks.{i}.attn.weights``, ``blocks.{i}.ln1.input`` ...). The encoder is a setting of
-that transformer (:func:`core.models.vocabulary.from_encoder`). This module only selects from the
+that transformer (:func:`core.model.vocabulary.from_encoder`). This module only selects from the
 cache, summarises it (means, standard deviations, fractions) and scores forward passes with heads
 edited (``forward(..., ablate=...)``). No layer is recomputed here.
 
@@ -23,10 +23,11 @@ import dataclasses
 import numpy as np
 
 from core.lessons.analysis import row_entropy_bits
-from core.models import shipped, training, transformer, vocabulary
-from core.models.encoder import EncoderConfig
-from core.models.runs import RunSpec
-from core.models.tasks import Dataset, make_dataset
+from core.model import transformer, vocabulary
+from core.training import shipped, encoder_runs as training
+from core.model.encoder import EncoderConfig
+from core.training.runs import RunSpec
+from core.training.tasks import Dataset, make_dataset
 
 ABLATION_MODES = ("zero", "mean")
 BATCH = 256            # sequences per forward pass when scoring a test set (bounds the cache's memory)
@@ -71,7 +72,7 @@ def train_default(task: str = "sum", seed: int = 0, *, n_train: int = 4000, n_va
 def default_model(task: str = "sum", seed: int = 0, *, n_train: int = 4000, n_val: int = 1000,
                   n_test: int = 1000, steps: int | None = None, track: str = training.DEFAULT_TRACK) -> Model:
     """:func:`train_default`'s model, read from the file shipped with the app when that run is the
-    shipped one (:mod:`core.models.shipped`: the default task, seed 0), trained here otherwise."""
+    shipped one (:mod:`core.training.shipped`: the default task, seed 0), trained here otherwise."""
     spec = _spec(task, seed, n_train, n_val, n_test, steps)
     found = shipped.find(shipped.ENCODER_FILE, dataclasses.asdict(spec))
     if found is None:
@@ -84,7 +85,7 @@ def default_model(task: str = "sum", seed: int = 0, *, n_train: int = 4000, n_va
 
 def forward(params: dict, cfg: EncoderConfig, tokens, ablate: dict | None = None):
     """The encoder (its parameters under its own names) run as the one transformer:
-    ``(logits (B, C), cache)``, the cache named as :func:`core.models.transformer.forward` says."""
+    ``(logits (B, C), cache)``, the cache named as :func:`core.model.transformer.forward` says."""
     tparams, tcfg = vocabulary.from_encoder(params, cfg)
     return transformer.forward(tparams, tcfg, tokens, ablate=ablate)
 

@@ -256,7 +256,7 @@ BERT_BASE = TransformerSpec(
     source="Devlin et al. 2019, BERT, Section 3")
 
 def spec_of(cfg, name: str = "loaded checkpoint") -> TransformerSpec:
-    """The spec of a decoder-only or encoder-only model's :class:`core.models.config.TransformerConfig`,
+    """The spec of a decoder-only or encoder-only model's :class:`core.model.config.TransformerConfig`,
     so that :func:`model_param_count` counts a loaded checkpoint by the formulas above."""
     if cfg.head == "classify" or cfg.d_ff == 0:
         raise ValueError("Only a checkpoint's stack (a language model or a bare encoder, each with a "

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from core.models import head_scores as hs
-from core.models import sampling
-from core.models import transformer as tr
-from core.models import config as C
+from core.model import head_scores as hs
+from core.model import sampling
+from core.model import transformer as tr
+from core.model import config as C
 
 HEAD_KINDS = ("previous-token", "duplicate-token", "induction", "first-token")
 # A head is named as a kind when its score reaches this; the page states the thresholds.

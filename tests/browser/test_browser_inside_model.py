@@ -11,7 +11,7 @@ import pytest
 from browser_support import (MAIN, SCREENSHOTS, charts_drawn, chromium_or_skip, discover_pages,
                              error_texts, launch_options, wait_idle)
 from core.lessons import inside
-from core.models import encoder
+from core.model import encoder
 
 COLD_MS = 240_000      # first visit: compiles the kernels, trains the default model, scores every head
 WARM_MS = 60_000

@@ -106,7 +106,7 @@ def test_deep_link_first_never_shows_file_names(server, browser):
 # --- 2. a kernel compiling never brings up "File change" --------------------------------------------
 
 CACHE_FOLDERS = ("core/kernels/tuned/__pycache__", "core/kernels/__pycache__", "core/lessons/__pycache__",
-                 "core/__pycache__", "ui/__pycache__", "core/models/__pycache__")
+                 "core/__pycache__", "ui/__pycache__", "core/model/__pycache__")
 
 
 def _file_change_notice(page) -> str:

@@ -6,8 +6,8 @@ import pytest
 
 from core.kernels import reference
 from core.lessons import inside
-from core.models import encoder, vocabulary
-from core.models.encoder import EncoderConfig
+from core.model import encoder, vocabulary
+from core.model.encoder import EncoderConfig
 
 SMALL = dict(vocab_size=7, seq_len=6, d_model=8, n_heads=2, d_ff=12, n_layers=2, n_classes=3)
 LAYER_ENTRIES = ("resid_pre", "attn.weights", "attn.head_outputs", "attn.concat", "attn.output", "ln1.input",

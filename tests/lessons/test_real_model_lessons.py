@@ -3,9 +3,9 @@ import numpy as np
 import pytest
 
 from core.lessons import real_model as rm
-from core.models import sampling
-from core.models import transformer as tr
-from core.models import config as C
+from core.model import sampling
+from core.model import transformer as tr
+from core.model import config as C
 
 V, N_CTX = 40, 24
 

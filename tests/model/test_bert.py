@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from core import pretrained
-from core.models import bert_format, layers as L
-from core.models import config as C
+from core.model import bert_format, layers as L
+from core.model import config as C
 from oracle_support import require
 
 TINY = dict(vocab_size=60, hidden_size=16, num_attention_heads=4, num_hidden_layers=2, intermediate_size=40,

@@ -8,9 +8,10 @@ import pytest
 
 from core import tasks
 from core.kernels import reference
-from core.models import decoder as D
-from core.models import decoder_step, layers
-from core.models.decoder import DecoderConfig
+from core.model import decoder as D
+from core.model import decoder_step, layers
+from core.training import decoder_runs
+from core.model.decoder import DecoderConfig
 from oracle_support import require
 
 ENC_DEC = dict(vocab_size=5, tgt_len=4, d_model=4, n_heads=2, d_ff=6, n_layers=2,
@@ -481,7 +482,7 @@ def test_reverse_reaches_95_percent_exact_match_quickly():
     params = D.init_params(cfg, seed=0)
     decoder_step.warm_up()                  # the first compile of the step is not training time
     wall, cpu = time.perf_counter(), time.process_time()
-    D.train(params, cfg, ds.tgt_in_train, ds.tgt_out_train, ds.src_train, steps=400, batch_size=64, lr=3e-3)
+    decoder_runs.train(params, cfg, ds.tgt_in_train, ds.tgt_out_train, ds.src_train, steps=400, batch_size=64, lr=3e-3)
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     accuracy = D.greedy_exact_match(params, cfg, ds.src_val, ds.tgt_out_val)
     print(f"reverse: exact match {accuracy:.3f} after 400 steps, {wall:.1f} s wall, {cpu:.1f} s CPU")
@@ -501,10 +502,10 @@ def test_on_params_sees_the_parameters_of_each_checkpoint():
     def keep(step, params):
         seen[step] = {name: value.copy() for name, value in params.items()}
 
-    D.train(D.init_params(cfg, seed=0), cfg, tgt_in, tgt_out, src, steps=5, batch_size=4, every=2, on_params=keep)
+    decoder_runs.train(D.init_params(cfg, seed=0), cfg, tgt_in, tgt_out, src, steps=5, batch_size=4, every=2, on_params=keep)
     assert sorted(seen) == [2, 4]                          # not after the last step: the caller has those
     stopped = D.init_params(cfg, seed=0)                   # the same run, stopped after its fourth step
-    D.train(stopped, cfg, tgt_in, tgt_out, src, steps=5, batch_size=4, callback=lambda step, loss: step == 3)
+    decoder_runs.train(stopped, cfg, tgt_in, tgt_out, src, steps=5, batch_size=4, callback=lambda step, loss: step == 3)
     for name, value in stopped.items():
         np.testing.assert_array_equal(seen[4][name], value, err_msg=name)
 
@@ -514,7 +515,7 @@ def test_language_model_beats_the_unigram_baseline():
     cfg = DecoderConfig(corpus.vocab.size, 32, cross_attention=False)
     params = D.init_params(cfg, seed=0)
     before = D.mean_loss(params, cfg, corpus.X_val, corpus.Y_val)
-    D.train(params, cfg, corpus.X_train, corpus.Y_train, steps=200, batch_size=32, lr=3e-3)
+    decoder_runs.train(params, cfg, corpus.X_train, corpus.Y_train, steps=200, batch_size=32, lr=3e-3)
     after = D.mean_loss(params, cfg, corpus.X_val, corpus.Y_val)
     baseline = tasks.unigram_loss(corpus)
     print(f"language model: validation loss {before:.3f} -> {after:.3f} nats/char, unigram {baseline:.3f}")

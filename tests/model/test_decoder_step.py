@@ -1,11 +1,11 @@
-"""The compiled decoder gradient that training runs (core.models.decoder_step) against the readable
+"""The compiled decoder gradient that training runs (core.model.decoder_step) against the readable
 one (decoder.loss_and_grads, itself checked against finite differences and PyTorch)."""
 import numpy as np
 import pytest
 
-from core.models import decoder as D
-from core.models.decoder import DecoderConfig
-from core.models.decoder_step import Gradient
+from core.model import decoder as D
+from core.model.decoder import DecoderConfig
+from core.model.decoder_step import Gradient
 
 BASE = dict(vocab_size=11, tgt_len=7, d_model=16, n_heads=2, d_ff=24, n_layers=2)
 ENC_DEC = dict(BASE, cross_attention=True, src_vocab_size=9, src_len=8)

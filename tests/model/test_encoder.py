@@ -7,7 +7,7 @@ import pytest
 
 from core import encoder
 from core.kernels import reference
-from core.models.encoder import EncoderConfig
+from core.model.encoder import EncoderConfig
 
 SMALL = dict(vocab_size=7, seq_len=5, d_model=8, n_heads=2, d_ff=12, n_layers=2, n_classes=3)
 
@@ -341,6 +341,6 @@ def test_the_encoder_does_not_import_the_reference():
     import subprocess
     import sys
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    code = "import sys, core.models.encoder, core.models.training; sys.exit('core.kernels.reference' in sys.modules)"
+    code = "import sys, core.model.encoder, core.training.encoder_runs; sys.exit('core.kernels.reference' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr or "core.models.encoder imported core.kernels.reference"
+    assert done.returncode == 0, done.stderr or "core.model.encoder imported core.kernels.reference"

@@ -1,11 +1,11 @@
-"""Head scores (core.models.head_scores) on hand-built maps: a perfect map scores one, a uniform
+"""Head scores (core.model.head_scores) on hand-built maps: a perfect map scores one, a uniform
 causal map its average, and the induction targets follow the tokens, not the positions."""
 import numpy as np
 import pytest
 
 from core.lessons import real_model as rm
-from core.models import head_scores as hs
-from core.models import induction as I
+from core.model import head_scores as hs
+from core.training import induction as I
 
 SETUP = I.InductionSetup()
 N, T = SETUP.half, 2 * SETUP.half - 1

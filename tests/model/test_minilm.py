@@ -13,8 +13,8 @@ import pytest
 from core import pretrained
 from core.lessons import param_counts
 from core.lessons import real_model as rm
-from core.models import packaged
-from core.models import config as C
+from core.model import packaged
+from core.model import config as C
 
 # The sentence-transformers documentation's example for all-MiniLM-L6-v2: its published cosine similarities.
 SENTENCES = ["The weather is lovely today.", "It's so sunny outside!", "He drove to the stadium."]

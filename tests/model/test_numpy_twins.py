@@ -1,14 +1,14 @@
 """The readable sublayers' NumPy formulas, which run while a freshly started server still compiles
-their loops (core.models.layers.compiled_or), against the compiled loops: forward, backward and
+their loops (core.model.layers.compiled_or), against the compiled loops: forward, backward and
 every gradient, in float32 and float64, with and without a causal mask, and a row with nothing
 allowed (all zeros, never NaN)."""
 import numpy as np
 import pytest
 
-from core.models import layers as L
-from core.models import multi_head as MH
-from core.models import config as C
-from core.models import transformer_backward as TB
+from core.model import layers as L
+from core.model import multi_head as MH
+from core.model import config as C
+from core.model import transformer_backward as TB
 
 TOL = {np.float64: 1e-12, np.float32: 2e-5}
 CONFIGS = {

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from core import pretrained
-from core.models import make_tiny_gpt
+from core.training import make_tiny_gpt
 from oracle_support import require
 from tests.model.test_transformer import TINY, random_gpt2
 
@@ -172,7 +172,7 @@ def test_empty_text_and_a_model_without_tokenizer(hf_folder):
 
 
 def test_save_refuses_another_architecture(tmp_path):
-    from core.models import config as C
+    from core.model import config as C
 
     gpt2 = dict(vocab_size=9, n_ctx=8, d_model=8, n_heads=2, d_ff=8, n_layers=1, norm="pre", activation="gelu_tanh",
                 positional="learned", tied_unembed=True, final_ln=True)

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from core.models import sampling
-from core.models.sampling import SamplerSettings
+from core.model import sampling
+from core.model.sampling import SamplerSettings
 
 logit_rows = st.lists(st.floats(-8.0, 8.0, allow_nan=False, width=64), min_size=2, max_size=12).map(np.array)
 seeds = st.integers(0, 2 ** 32 - 1)

@@ -8,7 +8,8 @@ import pytest
 
 from core import pretrained
 from core.lessons import real_model as rm
-from core.models import make_tiny_gpt, sampling
+from core.model import sampling
+from core.training import make_tiny_gpt
 
 SHIPPED = make_tiny_gpt.OUT
 PROMPTS = ("the query and the key give a score.", "an induction head looks for the place where the current token came before.")

@@ -3,9 +3,9 @@ its own invariants: the KV cache, head edits, post-norm settings."""
 import numpy as np
 import pytest
 
-from core.models import pretrained
-from core.models import transformer as tr
-from core.models import config as C
+from core.model import pretrained
+from core.model import transformer as tr
+from core.model import config as C
 from oracle_support import require
 
 TINY = dict(vocab_size=50, n_positions=32, n_embd=16, n_head=4, n_layer=2)
@@ -137,8 +137,8 @@ def test_bad_inputs_are_refused_in_plain_words():
 
 def test_tiny_gpt_gradient_matches_finite_differences():
     """The backward pass that trains the shipped checkpoint (the one transformer's), against central differences."""
-    from core.models import make_tiny_gpt
-    from core.models import layers as L
+    from core.training import make_tiny_gpt
+    from core.model import layers as L
 
     cfg = C.TransformerConfig(vocab_size=11, n_ctx=6, d_model=8, n_heads=2, d_ff=12, n_layers=2, norm="pre",
                                activation="gelu_tanh", positional="learned", tied_unembed=True, final_ln=True)

@@ -6,10 +6,10 @@ import math
 import numpy as np
 import pytest
 
-from core.models import layers as L
-from core.models import transformer as tr
-from core.models import config as C
-from core.models import transformer_backward as tb
+from core.model import layers as L
+from core.model import transformer as tr
+from core.model import config as C
+from core.model import transformer_backward as tb
 from oracle_support import require
 
 BASE = dict(vocab_size=11, n_ctx=7, d_model=8, n_heads=2, d_ff=12, n_layers=2)
@@ -196,7 +196,7 @@ SEQ2SEQ = {
 
 
 def seq2seq_model(kind: str, dtype=np.float64, seed: int = 0):
-    from core.models import transformer_encdec as ed
+    from core.model import transformer_encdec as ed
 
     settings = {**BASE, "n_layers": 2, **SEQ2SEQ[kind]}
     enc = C.TransformerConfig(**{**settings, "vocab_size": 6, "n_ctx": 5, "causal": False})

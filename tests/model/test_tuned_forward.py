@@ -1,13 +1,13 @@
-"""The tuned twins of the transformer's elementwise steps (core.models.tuned_forward) against the
+"""The tuned twins of the transformer's elementwise steps (core.model.tuned_forward) against the
 readable steps they replace at GPT-2's sizes, in float32 and float64; and a model above BLAS_FROM,
 which runs them, against itself with and without the KV cache."""
 import numpy as np
 import pytest
 
-from core.models import layers as L
-from core.models import transformer as tr
-from core.models import config as C
-from core.models import tuned_forward as TF
+from core.model import layers as L
+from core.model import transformer as tr
+from core.model import config as C
+from core.model import tuned_forward as TF
 
 DTYPES = [np.float64, np.float32]
 TOL = {np.float64: dict(rtol=1e-12, atol=1e-14), np.float32: dict(rtol=2e-6, atol=1e-7)}

@@ -1,17 +1,17 @@
 """The older models are settings of the one transformer: their parameters renamed by the one table
-(core.models.vocabulary) run the same forward pass, and the readable step (transformer_backward)
+(core.model.vocabulary) run the same forward pass, and the readable step (transformer_backward)
 gives the compiled step's loss and gradients: the encoder classifier's (``encoder.loss_and_grads``,
 mean over the batch) and the decoder's (``decoder_step.Gradient``, mean over every target token),
 decoder-only, attention-only and encoder-decoder."""
 import numpy as np
 import pytest
 
-from core.models import decoder, decoder_step, encoder
-from core.models import params as P
-from core.models import transformer as tr
-from core.models import config as C
-from core.models import transformer_encdec as ed
-from core.models import vocabulary as vocab
+from core.model import decoder, decoder_step, encoder
+from core.model import params as P
+from core.model import transformer as tr
+from core.model import config as C
+from core.model import transformer_encdec as ed
+from core.model import vocabulary as vocab
 
 ENCODERS = {
     "sinusoidal": encoder.EncoderConfig(vocab_size=9, seq_len=8, d_model=8, n_heads=2, d_ff=12, n_layers=2, n_classes=3),

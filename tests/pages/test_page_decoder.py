@@ -213,7 +213,7 @@ def test_stop_ends_a_run_early_and_keeps_its_model(at):
 def test_the_decoder_trainer_waits_in_the_servers_training_queue(monkeypatch):
     import threading
 
-    from core.models.decoder_runs import build
+    from core.training.decoder_runs import build
     from ui import background_run
     from ui.decoder_trainer import DecoderTrainer
 
@@ -238,7 +238,7 @@ def test_the_decoder_trainer_waits_in_the_servers_training_queue(monkeypatch):
 
 def test_the_decoder_trainer_trains_with_the_loop_it_is_given():
     """The training loop is the caller's choice (``fit``); without one, decoder_runs.fit."""
-    from core.models.decoder_runs import build, fit
+    from core.training.decoder_runs import build, fit
     from ui.decoder_trainer import DecoderTrainer
 
     calls = []
@@ -257,7 +257,7 @@ def test_the_decoder_trainer_trains_with_the_loop_it_is_given():
 def test_a_link_to_a_task_opens_with_that_tasks_step_count_and_keeps_a_chosen_one(task):
     """A link names the task only: the Steps box shows that task's own default (the caption's),
     and the link leaves the count out; a count typed in goes into the link and comes back from it."""
-    from core.models.decoder_runs import DEFAULTS
+    from core.training.decoder_runs import DEFAULTS
     at = page()
     at.query_params["task"] = task
     at.run()

@@ -1,4 +1,4 @@
-"""The Induction heads page: the scores and losses it shows are core.models.induction's, and the
+"""The Induction heads page: the scores and losses it shows are core.training.induction's, and the
 example, layer and head controls move what is shown. Trained with few steps (the steps control, set
 before the first run: the numbers must match core's, not reach the done-when figures)."""
 from pathlib import Path
@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from core.models import head_scores as hs
-from core.models import induction as I
+from core.model import head_scores as hs
+from core.training import induction as I
 
 PAGE = str(Path(__file__).resolve().parents[2] / "views" / "induction.py")
 STEPS = 150

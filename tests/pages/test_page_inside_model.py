@@ -9,8 +9,8 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from core.lessons import inside
-from core.models import transformer
-from core.models.runs import RunSpec
+from core.model import transformer
+from core.training.runs import RunSpec
 from ui.trainer import Trainer
 
 SIZES, STEPS = (200, 40, 60), 20

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from core import pretrained
-from core.models import transformer as tr
-from core.models import config as C
+from core.model import transformer as tr
+from core.model import config as C
 from tests.page_support import open_page, table_named
 
 PAGE = str(Path(__file__).resolve().parents[2] / "views" / "real_model.py")

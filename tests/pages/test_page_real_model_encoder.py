@@ -5,7 +5,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from core.models import packaged
+from core.model import packaged
 from tests.page_support import heatmaps, open_page, table_named
 from tests.model.test_minilm import PUBLISHED, minilm  # noqa: F401  (the fixture: skip or fail without the package)
 from ui import real_model_parts as parts
@@ -95,7 +95,7 @@ def test_without_the_package_the_page_says_how_to_install_and_shows_the_decoder(
 def test_on_a_freshly_started_server_the_numpy_formulas_run_and_the_source_shows_them(monkeypatch):
     """While the loops still compile (can_run False), the forward pass runs their NumPy formulas:
     the same named heads and similarities, and the source expander shows the formulas that ran."""
-    from core.models import layers
+    from core.model import layers
     from ui import real_model_parts
 
     monkeypatch.setattr(layers, "can_run", lambda *args: False)

@@ -7,7 +7,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from core import encoder, limits, tasks
-from core.models.runs import RunSpec
+from core.training.runs import RunSpec
 from ui.trainer import Trainer
 
 SIZES = (200, 40, 40)   # train / validation / test sequences: fast enough for a test

@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from core.models import decoder_runs as R
+from core.training import decoder_runs as R
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -55,7 +55,8 @@ def test_command_line_reports_the_decoder_tasks():
 
 
 def test_the_language_models_metrics_match_their_definitions():
-    from core.models import decoder, tasks
+    from core.model import decoder
+    from core.training import tasks
 
     run = R.train_task(R.LM_TASK, steps=2)
     X, Y, _ = run.setup.val_arrays()

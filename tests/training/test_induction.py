@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pytest
 
-from core.models import induction as I
+from core.training import induction as I
 
 SETUP = I.InductionSetup()
 N, T = SETUP.half, 2 * SETUP.half - 1

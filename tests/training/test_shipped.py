@@ -1,4 +1,4 @@
-"""The default models shipped with the app (core.models.shipped): they record today's default runs,
+"""The default models shipped with the app (core.training.shipped): they record today's default runs,
 training those runs again gives them back, and only exactly those runs read them."""
 import dataclasses
 
@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from core.lessons import inside
-from core.models import induction, shipped
-from core.models.runs import RunSpec
+from core.training import induction, shipped
+from core.training.runs import RunSpec
 
 # Training again gives the shipped models bit for bit on the machine that wrote them. A CPU with
 # other SIMD widths rounds a few sums differently, and 300-1,200 float32 Adam steps grow that: on
@@ -18,7 +18,7 @@ LOGITS_ATOL, LOSSES_ATOL = 0.15, 1e-3
 
 def test_the_shipped_encoder_is_the_default_run_trained_again():
     params, run = shipped.load(f"{shipped.FOLDER}/{shipped.ENCODER_FILE}")
-    assert run["settings"] == dataclasses.asdict(RunSpec()), "the defaults changed: python -m core.models.shipped"
+    assert run["settings"] == dataclasses.asdict(RunSpec()), "the defaults changed: python -m core.training.shipped"
     assert run["track"] == "compiled"
     again = inside.train_default("sum", 0, track="compiled")
     loaded = inside.default_model("sum", 0)
@@ -34,7 +34,7 @@ def test_the_shipped_encoder_is_the_default_run_trained_again():
 def test_the_shipped_induction_model_is_the_default_run_trained_again():
     params, run = shipped.load(f"{shipped.FOLDER}/{shipped.INDUCTION_FILE}")
     setup = induction.InductionSetup()
-    assert run["settings"] == {**dataclasses.asdict(setup), "seed": 0}, "the defaults changed: python -m core.models.shipped"
+    assert run["settings"] == {**dataclasses.asdict(setup), "seed": 0}, "the defaults changed: python -m core.training.shipped"
     again = induction.train_induction(setup, seed=0, track="compiled")
     assert sorted(params) == sorted(again.params)
     np.testing.assert_allclose(run["losses"], again.losses, atol=LOSSES_ATOL)

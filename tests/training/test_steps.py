@@ -1,12 +1,13 @@
-"""The two tracks of a training step (core.models.steps): the readable step and the compiled one
+"""The two tracks of a training step (core.training.steps): the readable step and the compiled one
 take the same model to the same place, step for step, and either can take over a run."""
 import numpy as np
 import pytest
 
-from core.models import decoder, steps, training
-from core.models.decoder_config import DecoderConfig
-from core.models.encoder import EncoderConfig
-from core.models.params import pack
+from core.model import decoder
+from core.training import steps, encoder_runs as training
+from core.model.decoder_config import DecoderConfig
+from core.model.encoder import EncoderConfig
+from core.model.params import pack
 
 TOL = {np.float64: 1e-12, np.float32: 2e-5}
 ENC = EncoderConfig(vocab_size=10, seq_len=8, d_model=16, n_heads=2, d_ff=24, n_layers=2)
@@ -63,7 +64,7 @@ def test_decoder_gradients_agree(cfg, dtype):
 def test_a_run_switches_track_and_goes_on():
     """Both tracks read and write the same buffers: a run that changes track midway ends where a
     run on one track ends (float64, so the tracks' rounding differences stay at 1e-12)."""
-    from core.models.tasks import make_dataset
+    from core.training.tasks import make_dataset
 
     data = make_dataset("sum", 200, 50, 50, seed=0)
     cfg = training.config_for("sum", d_model=16, d_ff=16)

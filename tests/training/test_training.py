@@ -8,8 +8,8 @@ import sys
 import numpy as np
 import pytest
 
-from core import training
-from core.models.tasks import make_dataset
+from core.training import encoder_runs as training
+from core.training.tasks import make_dataset
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

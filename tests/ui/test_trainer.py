@@ -8,7 +8,7 @@ import pytest
 from core import encoder, limits
 from ui import background_run
 from ui import trainer as trainer_module
-from core.models.runs import RunSpec
+from core.training.runs import RunSpec
 from ui.trainer import DONE, ERROR, IDLE, LOADED, PAUSED, QUEUED, RUNNING, Trainer
 
 TINY = dict(task="sum", n_layers=1, d_model=16, n_heads=2, n_train=200, n_val=40, n_test=40, eval_every=5)

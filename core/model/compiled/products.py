@@ -1,0 +1,147 @@
+"""Matrix products for the compiled steps, as register tiles (4 output rows by 3 SIMD vectors).
+
+Our own products, not a BLAS: no thread pool, so a result depends on the inputs alone, bit for bit.
+Twelve running sums stay in SIMD registers while a loop over the shared axis feeds them (see
+``core/kernels/tuned/simd.py``); written as plain loops the sums went back to memory at every step,
+which ran the products 2-3x slower.
+"""
+from __future__ import annotations
+
+from numba import njit
+
+from core.kernels.tuned import simd
+from core.model.compiled import JIT
+
+
+@njit(**JIT)
+def _tile_starts(n, width, i):
+    """Start of tile ``i`` of ``width`` along an axis of length ``n >= width``: the last tile is
+    moved back to end at ``n``, so it may overlap the one before (its results are recomputed
+    exactly, in the same order, so overlapping writes agree)."""
+    return min(i * width, n - width)
+
+
+@njit(inline="always", **JIT)
+def _project_tile(A, x, y0, y, K, N, m, n, add):
+    """``Y[m:m+4, n:n+3 lanes] = (Y0 block if add) + sum_k A[k, m+r] X[k, n:n+3 lanes]``.
+
+    ``x``, ``y0``, ``y`` are the flat (row-major) ``X``, ``Y0``, ``Y``. Each step of ``k`` loads
+    three vectors of ``X``'s row k, broadcasts four numbers of ``A`` and does twelve fused
+    multiply-adds into the running sums.
+    """
+    L = simd.lanes_of(x)
+    if add:
+        o = m * N + n
+        a00, a01, a02 = simd.load(y0, o), simd.load(y0, o + L), simd.load(y0, o + 2 * L)
+        o += N
+        a10, a11, a12 = simd.load(y0, o), simd.load(y0, o + L), simd.load(y0, o + 2 * L)
+        o += N
+        a20, a21, a22 = simd.load(y0, o), simd.load(y0, o + L), simd.load(y0, o + 2 * L)
+        o += N
+        a30, a31, a32 = simd.load(y0, o), simd.load(y0, o + L), simd.load(y0, o + 2 * L)
+    else:
+        a00 = a01 = a02 = a10 = a11 = a12 = a20 = a21 = a22 = a30 = a31 = a32 = simd.zeros(x)
+    for k in range(K):
+        i = k * N + n
+        u0, u1, u2 = simd.load(x, i), simd.load(x, i + L), simd.load(x, i + 2 * L)
+        w = simd.splat(A[k, m], x)
+        a00, a01, a02 = simd.fma(w, u0, a00), simd.fma(w, u1, a01), simd.fma(w, u2, a02)
+        w = simd.splat(A[k, m + 1], x)
+        a10, a11, a12 = simd.fma(w, u0, a10), simd.fma(w, u1, a11), simd.fma(w, u2, a12)
+        w = simd.splat(A[k, m + 2], x)
+        a20, a21, a22 = simd.fma(w, u0, a20), simd.fma(w, u1, a21), simd.fma(w, u2, a22)
+        w = simd.splat(A[k, m + 3], x)
+        a30, a31, a32 = simd.fma(w, u0, a30), simd.fma(w, u1, a31), simd.fma(w, u2, a32)
+    o = m * N + n
+    simd.store(y, o, a00), simd.store(y, o + L, a01), simd.store(y, o + 2 * L, a02)
+    o += N
+    simd.store(y, o, a10), simd.store(y, o + L, a11), simd.store(y, o + 2 * L, a12)
+    o += N
+    simd.store(y, o, a20), simd.store(y, o + L, a21), simd.store(y, o + 2 * L, a22)
+    o += N
+    simd.store(y, o, a30), simd.store(y, o + L, a31), simd.store(y, o + 2 * L, a32)
+
+
+@njit(**JIT)
+def project(A, X, Y0, Y, add):
+    """``Y = A^T X`` (``add`` False) or ``Y = Y0 + A^T X`` (``add`` True): ``Y[m] = sum_k A[k, m] X[k]``.
+
+    ``A`` (K, M), any layout: a weight ``W`` (d_in, d_out) for the forward ``(h W)^T = W^T h^T``,
+    or its transpose ``W.T`` for the backward ``(dy W^T)^T = W dy^T``. ``X`` (K, N), ``Y0`` and
+    ``Y`` (M, N) C-contiguous; ``Y0`` must not be ``Y`` (tiles may be computed twice; ignored
+    when ``add`` is False).
+    """
+    K, M = A.shape
+    N = X.shape[1]
+    W = 3 * simd.lanes_of(X)
+    if M < 4 or N < W:
+        _project_plain(A, X, Y0, Y, add)
+        return
+    x, y0, y = X.ravel(), Y0.ravel(), Y.ravel()
+    # columns outer: a tile's rows of X (K by 3 vectors) stay in the L1 cache for every row block
+    for tn in range((N + W - 1) // W):
+        n = _tile_starts(N, W, tn)
+        for tm in range((M + 3) // 4):
+            _project_tile(A, x, y0, y, K, N, _tile_starts(M, 4, tm), n, add)
+
+
+@njit(**JIT)
+def _project_plain(A, X, Y0, Y, add):
+    """:func:`project` as plain loops, for shapes smaller than one tile."""
+    K, M = A.shape
+    N = X.shape[1]
+    for m in range(M):
+        for n in range(N):
+            Y[m, n] = Y0[m, n] if add else 0.0
+        for k in range(K):
+            a = A[k, m]
+            for n in range(N):
+                Y[m, n] += a * X[k, n]
+
+
+@njit(inline="always", **JIT)
+def _gram_tile(x, g, N, NV, k, m, out):
+    """``out[k:k+4, m:m+3] = sum_n X[k+r, n] G[m+s, n]`` over the whole rows: twelve vectors of
+    running sums over the first ``NV`` columns (whole vectors), then each one's lanes and the
+    last ``N - NV`` columns added in order."""
+    L = simd.lanes_of(x)
+    a00 = a01 = a02 = a10 = a11 = a12 = a20 = a21 = a22 = a30 = a31 = a32 = simd.zeros(x)
+    r0, r1, r2, r3, s0, s1, s2 = k * N, (k + 1) * N, (k + 2) * N, (k + 3) * N, m * N, (m + 1) * N, (m + 2) * N
+    for n in range(0, NV, L):
+        x0, x1, x2, x3 = simd.load(x, r0 + n), simd.load(x, r1 + n), simd.load(x, r2 + n), simd.load(x, r3 + n)
+        g0, g1, g2 = simd.load(g, s0 + n), simd.load(g, s1 + n), simd.load(g, s2 + n)
+        a00, a01, a02 = simd.fma(x0, g0, a00), simd.fma(x0, g1, a01), simd.fma(x0, g2, a02)
+        a10, a11, a12 = simd.fma(x1, g0, a10), simd.fma(x1, g1, a11), simd.fma(x1, g2, a12)
+        a20, a21, a22 = simd.fma(x2, g0, a20), simd.fma(x2, g1, a21), simd.fma(x2, g2, a22)
+        a30, a31, a32 = simd.fma(x3, g0, a30), simd.fma(x3, g1, a31), simd.fma(x3, g2, a32)
+    sums = ((a00, a01, a02), (a10, a11, a12), (a20, a21, a22), (a30, a31, a32))
+    for r in range(4):
+        for s in range(3):
+            total = simd.total(sums[r][s])
+            for n in range(NV, N):
+                total += x[(k + r) * N + n] * g[(m + s) * N + n]
+            out[k + r, m + s] = total
+
+
+@njit(**JIT)
+def gram(X, G, out):
+    """``out = X G^T``: ``out[k, m] = sum_n X[k, n] G[m, n]`` (a weight's gradient, ``h^T dy``).
+
+    ``X`` (K, N) and ``G`` (M, N) C-contiguous; ``out`` (K, M) is overwritten.
+    """
+    K, N = X.shape
+    M = G.shape[0]
+    if K < 4 or M < 3:
+        for k in range(K):
+            for m in range(M):
+                total = X[k, 0] * G[m, 0]
+                for n in range(1, N):
+                    total += X[k, n] * G[m, n]
+                out[k, m] = total
+        return
+    L = simd.lanes_of(X)
+    x, g = X.ravel(), G.ravel()
+    NV = N - N % L
+    for tk in range((K + 3) // 4):
+        for tm in range((M + 2) // 3):
+            _gram_tile(x, g, N, NV, _tile_starts(K, 4, tk), _tile_starts(M, 3, tm), out)

@@ -1,0 +1,143 @@
+"""The compiled sublayers: where each parameter sits in the flat buffer, and the self-attention
+and feed-forward sublayers with their backward passes, as the encoder and decoder steps call them.
+
+Parameters live in one flat buffer (``core.model.encoder.pack``, in ``core.model.encoder.param_shapes``
+order) and are read through a :data:`Layout`: the sizes and the offset of every array. Gradients
+go to a buffer of the same layout.
+
+Layout of activations: stored transposed, one row per feature and one column per token:
+``(features, N)`` with ``N = T * Bp`` for a chunk of ``Bp`` sequences (padded to whole SIMD
+vectors), the columns ordered by :func:`core.model.compiled.ends.column`. Every kernel writes into
+arrays its caller passes.
+"""
+from __future__ import annotations
+
+from collections import namedtuple
+
+import numpy as np
+from numba import njit
+
+from core.model.compiled import JIT
+from core.model.compiled.attention import attention_backward, attention_forward
+from core.model.compiled.products import gram, project
+from core.model.compiled.elementwise import (add_bias, bias_relu, layernorm_backward, relu_backward,
+                                              residual_layernorm, row_sums)
+
+LAYER_PARAMS = ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O",
+                "ln1_g", "ln1_b", "ln2_g", "ln2_b", "W_1", "b_1", "W_2", "b_2")
+# Offsets of the arrays outside the layers, in Layout.top
+EMBED, POS, W_CLS, B_CLS = 0, 1, 2, 3
+
+Layout = namedtuple("Layout", ["vocab_size", "seq_len", "d_model", "n_heads", "d_ff", "n_classes",
+                               "learned_positions", "top", "layers"])
+Layout.__doc__ = """Sizes of the model and where each parameter starts in the flat buffer.
+
+``top`` (4,): offsets of ``embed``, ``pos`` (-1 without learned positions), ``W_cls``, ``b_cls``;
+``layers`` (L, 16): offsets of each layer's arrays, in ``LAYER_PARAMS`` order."""
+
+Layer = namedtuple("Layer", LAYER_PARAMS)
+
+
+@njit(**JIT)
+def _mat(flat, at, rows, cols):
+    """The (rows, cols) array stored from ``flat[at]`` on (a view)."""
+    return flat[at:at + rows * cols].reshape((rows, cols))
+
+
+@njit(**JIT)
+def layer_views(flat, lay, i):
+    """Layer ``i``'s arrays as views of ``flat`` (parameters or gradients)."""
+    d, F = lay.d_model, lay.d_ff
+    at = lay.layers[i]
+    return Layer(_mat(flat, at[0], d, d), _mat(flat, at[1], d, d), _mat(flat, at[2], d, d),
+                 _mat(flat, at[3], d, d), flat[at[4]:at[4] + d], flat[at[5]:at[5] + d],
+                 flat[at[6]:at[6] + d], flat[at[7]:at[7] + d], flat[at[8]:at[8] + d],
+                 flat[at[9]:at[9] + d], flat[at[10]:at[10] + d], flat[at[11]:at[11] + d],
+                 _mat(flat, at[12], d, F), flat[at[13]:at[13] + F], _mat(flat, at[14], F, d),
+                 flat[at[15]:at[15] + d])
+
+
+@njit(**JIT)
+def packed_qkv(flat, lay):
+    """``[W_Q | W_K | W_V]`` (L, d, 3d) and ``[b_Q | b_K | b_V]`` (L, 3d) of every layer: one
+    projection of 3d outputs instead of three of d (longer tiles)."""
+    L, d = lay.layers.shape[0], lay.d_model
+    W = np.empty((L, d, 3 * d), flat.dtype)
+    b = np.empty((L, 3 * d), flat.dtype)
+    for i in range(L):
+        p = layer_views(flat, lay, i)
+        for r in range(d):
+            for c in range(d):
+                W[i, r, c] = p.W_Q[r, c]
+                W[i, r, d + c] = p.W_K[r, c]
+                W[i, r, 2 * d + c] = p.W_V[r, c]
+        for c in range(d):
+            b[i, c], b[i, d + c], b[i, 2 * d + c] = p.b_Q[c], p.b_K[c], p.b_V[c]
+    return W, b
+
+
+@njit(**JIT)
+def self_attention(p, Wqkv, bqkv, x, causal, eps, qkv, P, ctx, sub, h1, xhat1, rstd1):
+    """The attention sublayer, steps 2-4: ``h1 = LN1(x + MHA(x) + b_O)`` for ``x`` (d, N)."""
+    d = x.shape[0]
+    # 2. [q; k; v] = (x [W_Q | W_K | W_V] + [b_Q | b_K | b_V])^T                  qkv: (3d, N)
+    project(Wqkv, x, qkv, qkv, False)
+    add_bias(qkv, bqkv)
+    # 3. every head: P = softmax(q k^T / sqrt(d_k)), its output P v   P: (H, Bv, T, T, lanes), ctx: (d, N)
+    attention_forward(qkv, 0, qkv, d, 2 * d, causal, P, ctx)
+    # 4. h1 = LN1(x + ctx W_O + b_O)                                                h1: (d, N)
+    project(p.W_O, ctx, sub, sub, False)
+    residual_layernorm(x, sub, p.b_O, p.ln1_g, p.ln1_b, eps, h1, xhat1, rstd1)
+
+
+@njit(**JIT)
+def feed_forward(p, h1, eps, a, sub, y, xhat2, rstd2):
+    """The feed-forward sublayer, steps 5-6: ``y = LN2(h1 + relu(h1 W_1 + b_1) W_2 + b_2)``;
+    with ``d_ff = 0`` (an attention-only model) there is none: ``y = h1``."""
+    if a.shape[0] == 0:
+        y[:, :] = h1
+        return
+    # 5. a = relu(h1 W_1 + b_1)                                                     a: (d_ff, N)
+    project(p.W_1, h1, a, a, False)
+    bias_relu(a, p.b_1)
+    # 6. y = LN2(h1 + a W_2 + b_2), the next layer's input                          y: (d, N)
+    project(p.W_2, a, sub, sub, False)
+    residual_layernorm(h1, sub, p.b_2, p.ln2_g, p.ln2_b, eps, y, xhat2, rstd2)
+
+
+@njit(**JIT)
+def feed_forward_backward(p, g, dy, xhat2, rstd2, a, h1, dr, da, dh1):
+    """Backward of :func:`feed_forward`: ``dh1`` from ``dy``; ``dr`` and ``da`` are scratch."""
+    if a.shape[0] == 0:
+        dh1[:, :] = dy
+        return
+    # 6'. through LN2; dr is the gradient of h1 + a W_2 + b_2
+    layernorm_backward(dy, xhat2, rstd2, p.ln2_g, dr, g.ln2_g, g.ln2_b)
+    row_sums(dr, g.b_2)
+    gram(a, dr, g.W_2)                               # dW_2 = a^T dr
+    # 5'. through W_2, the ReLU and W_1; the residual path adds dr
+    project(p.W_2.T, dr, da, da, False)              # da = dr W_2^T               (d_ff, N)
+    relu_backward(da, a, g.b_1)
+    gram(h1, da, g.W_1)                              # dW_1 = h1^T da
+    project(p.W_1.T, da, dr, dh1, True)              # dh1 = dr + da W_1^T
+
+
+@njit(**JIT)
+def self_attention_backward(p, g, Wqkv, dh1, xhat1, rstd1, x, qkv, P, ctx, dr, dctx, dqkv, dW_qkv, db_qkv, dx):
+    """Backward of :func:`self_attention`: ``dx`` from ``dh1``; the rest after ``ctx`` is scratch."""
+    d = x.shape[0]
+    # 4'. through LN1; dr is the gradient of x + ctx W_O + b_O
+    layernorm_backward(dh1, xhat1, rstd1, p.ln1_g, dr, g.ln1_g, g.ln1_b)
+    row_sums(dr, g.b_O)
+    gram(ctx, dr, g.W_O)                             # dW_O = ctx^T dr
+    project(p.W_O.T, dr, dctx, dctx, False)          # dctx = dr W_O^T
+    # 3'. the attention core                                                      dqkv: (3d, N)
+    attention_backward(qkv, 0, qkv, d, 2 * d, P, dctx, dqkv, dqkv)
+    # 2'. the packed projection; the residual path adds dr
+    row_sums(dqkv, db_qkv)
+    gram(x, dqkv, dW_qkv)                            # [dW_Q | dW_K | dW_V] = x^T [dq dk dv]
+    for c in range(d):
+        g.b_Q[c], g.b_K[c], g.b_V[c] = db_qkv[c], db_qkv[d + c], db_qkv[2 * d + c]
+        for r in range(d):
+            g.W_Q[r, c], g.W_K[r, c], g.W_V[r, c] = dW_qkv[r, c], dW_qkv[r, d + c], dW_qkv[r, 2 * d + c]
+    project(Wqkv.T, dqkv, dr, dx, True)              # dx = dr + [dq dk dv] [W_Q|W_K|W_V]^T

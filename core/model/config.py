@@ -1,0 +1,170 @@
+"""The one transformer's settings and parameters: :class:`TransformerConfig` (its architecture as
+settings, checked on creation), the names and shapes of its parameters in their fixed order, fresh
+parameters for a seed, and the checks of parameters and tokens. The forward pass is
+:mod:`core.model.transformer`."""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+from core.model import params as P
+from core.model.params import init_by_name, whole as _whole
+from core.validate import check_heads
+
+NORMS = ("post", "pre")
+ACTIVATIONS = ("relu", "gelu_tanh", "gelu_erf")
+POSITIONAL = ("sinusoidal", "learned", "none")
+HEADS = ("lm", "classify", "none")
+
+
+@dataclasses.dataclass(frozen=True)
+class TransformerConfig:
+    """Sizes and architecture of a decoder-only (or, with ``causal=False``, encoder) stack.
+
+    ``norm="post"`` puts each LayerNorm after its residual sum (the original Transformer),
+    ``"pre"`` before its sublayer (GPT-2). ``d_ff`` is the feed-forward width (GPT-2: ``4 d``,
+    or its ``n_inner``), 0 for attention-only. ``bias=False`` drops every linear layer's bias.
+    ``head="classify"`` averages the last hidden states over positions and maps them to
+    ``n_classes`` logits (the seeds' encoder); ``unembed_b`` adds an output bias to the language
+    model's logits (the decoder's ``b_out``). ``head="none"`` is an encoder without a head (BERT):
+    the forward pass returns the last hidden states. ``activation="gelu_erf"`` is the exact GELU
+    (BERT's), ``"gelu_tanh"`` its tanh approximation (GPT-2's). ``n_token_types`` adds BERT's
+    segment embeddings, ``embed_ln`` its LayerNorm on the embeddings, ``pooler`` its dense layer
+    on the first token, ``tanh([CLS] W + b)``.
+    """
+
+    vocab_size: int
+    n_ctx: int
+    d_model: int
+    n_heads: int
+    d_ff: int
+    n_layers: int
+    norm: str = "post"
+    activation: str = "relu"
+    positional: str = "sinusoidal"
+    tied_unembed: bool = False
+    final_ln: bool = False
+    bias: bool = True
+    causal: bool = True
+    ln_eps: float = 1e-5
+    head: str = "lm"
+    n_classes: int | None = None
+    unembed_b: bool = False
+    n_token_types: int = 0
+    embed_ln: bool = False
+    pooler: bool = False
+
+    def __post_init__(self):
+        for name in ("vocab_size", "n_ctx", "d_model", "n_heads", "d_ff", "n_layers", "n_token_types"):
+            value = getattr(self, name)
+            if not _whole(value) or value < (0 if name in ("d_ff", "n_token_types") else 1):  # 0: none
+                raise ValueError(f"{name} must be a positive whole number, got {value!r}.")
+        check_heads(self.d_model, self.n_heads)
+        for name, choices in (("norm", NORMS), ("activation", ACTIVATIONS), ("positional", POSITIONAL),
+                              ("head", HEADS)):
+            if getattr(self, name) not in choices:
+                raise ValueError(f"{name} must be one of {', '.join(choices)}, got {getattr(self, name)!r}.")
+        if self.head == "classify" and (not _whole(self.n_classes) or self.n_classes < 2):
+            raise ValueError(f"A classifier needs n_classes, at least 2, got {self.n_classes!r}.")
+        if self.head != "lm" and (self.tied_unembed or self.unembed_b):
+            raise ValueError(f"Only a language model has an unembedding (head={self.head!r}): leave "
+                             f"tied_unembed and unembed_b False.")
+        if self.head != "classify" and self.n_classes is not None:
+            raise ValueError("n_classes belongs to a classifier (head='classify'); this model has none.")
+        for name in ("tied_unembed", "final_ln", "bias", "causal", "unembed_b", "embed_ln", "pooler"):
+            if not isinstance(getattr(self, name), (bool, np.bool_)):
+                raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}.")
+        eps = self.ln_eps
+        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not math.isfinite(eps) or eps <= 0:
+            raise ValueError(f"ln_eps must be a small positive number, got {eps!r}.")
+
+    @property
+    def d_k(self) -> int:
+        return self.d_model // self.n_heads
+
+
+# ----------------------------------------------------------------------------------------------
+# parameters
+# ----------------------------------------------------------------------------------------------
+def block_shapes(cfg: TransformerConfig) -> dict[str, tuple[int, ...]]:
+    """One block's parameters under their short names (``attn.W_Q`` ...), in the order they run."""
+    d, F = cfg.d_model, cfg.d_ff
+    shapes = {f"attn.{w}": (d, d) for w in ("W_Q", "W_K", "W_V", "W_O")}
+    if cfg.bias:
+        shapes.update({f"attn.{b}": (d,) for b in ("b_Q", "b_K", "b_V", "b_O")})
+    shapes.update({"ln1.g": (d,), "ln1.b": (d,)})
+    if F == 0:                                          # attention-only: no feed-forward, no ln2
+        return shapes
+    shapes.update({"ffn.W_1": (d, F), "ffn.W_2": (F, d)})
+    if cfg.bias:
+        shapes.update({"ffn.b_1": (F,), "ffn.b_2": (d,)})
+    shapes.update({"ln2.g": (d,), "ln2.b": (d,)})
+    return shapes
+
+
+def param_shapes(cfg: TransformerConfig, prefix: str = "") -> dict[str, tuple[int, ...]]:
+    """Every parameter name with its shape, in a fixed order: embeddings, blocks, output."""
+    d = cfg.d_model
+    shapes = {f"{prefix}embed": (cfg.vocab_size, d)}
+    if cfg.positional == "learned":
+        shapes[f"{prefix}pos"] = (cfg.n_ctx, d)
+    if cfg.n_token_types:
+        shapes[f"{prefix}token_type"] = (cfg.n_token_types, d)
+    if cfg.embed_ln:
+        shapes.update({f"{prefix}embed_ln.g": (d,), f"{prefix}embed_ln.b": (d,)})
+    for i in range(cfg.n_layers):
+        shapes.update({f"{prefix}blocks.{i}.{name}": s for name, s in block_shapes(cfg).items()})
+    if cfg.final_ln:
+        shapes.update({f"{prefix}ln_final.g": (d,), f"{prefix}ln_final.b": (d,)})
+    if cfg.pooler:
+        shapes.update({f"{prefix}pooler.W": (d, d), f"{prefix}pooler.b": (d,)})
+    if cfg.head == "none":
+        return shapes
+    if cfg.head == "classify":
+        shapes.update({f"{prefix}classifier.W": (d, cfg.n_classes), f"{prefix}classifier.b": (cfg.n_classes,)})
+        return shapes
+    if not cfg.tied_unembed:
+        shapes[f"{prefix}unembed"] = (d, cfg.vocab_size)
+    if cfg.unembed_b:
+        shapes[f"{prefix}unembed_b"] = (cfg.vocab_size,)
+    return shapes
+
+
+def param_count(cfg: TransformerConfig) -> int:
+    """Number of trainable numbers (a tied unembedding is counted once)."""
+    return int(sum(math.prod(s) for s in param_shapes(cfg).values()))
+
+
+def init_params(cfg: TransformerConfig, seed: int = 0, dtype=np.float32) -> dict[str, np.ndarray]:
+    """Fresh parameters, deterministic for a seed: weights ``N(0, 1/d_in)``, embeddings ``N(0, 1)``
+    (scaled by ``1/sqrt(d)`` when tied, so the logits start small), learned positions
+    ``N(0, 0.1^2)``, LayerNorm gains 1, biases 0."""
+    shapes = param_shapes(cfg)
+    # params.init_by_name chooses by a name's last part: LayerNorm gains as "..._g", weights as "W_..."
+    alias = {name: name[:-2] + "_g" if name.endswith(".g") else name for name in shapes}
+    alias.update({"unembed": "W_unembed", "classifier.W": "W_cls", "classifier.b": "b_cls", "unembed_b": "b_out",
+                  "token_type": "token_type.embed", "pooler.W": "pooler.W_pool"})
+    fresh = init_by_name({alias[n]: s for n, s in shapes.items()}, seed, dtype)
+    params = {n: fresh[alias[n]] for n in shapes}
+    if cfg.tied_unembed:
+        params["embed"] = np.ascontiguousarray(params["embed"] / math.sqrt(cfg.d_model))
+    return params
+
+
+def check_params(params: dict, cfg: TransformerConfig) -> np.dtype:
+    """Refuse missing, unexpected, misshaped or mixed-precision parameters (:func:`params.check_params`);
+    return their dtype. Not NaN or infinity: every forward pass checks, and a scan of GPT-2's 124M
+    parameters would cost more than a token's forward pass (the trained models' own checks do scan)."""
+    return P.check_params(params, param_shapes(cfg), finite=False)
+
+
+def check_tokens(tokens, cfg: TransformerConfig, start: int = 0) -> np.ndarray:
+    """Token ids as int64 ``(B, T)`` (:func:`params.check_tokens`: a 1-D ``(T,)`` becomes one
+    sequence); with a KV cache already holding ``start`` positions, room for ``T`` more after them."""
+    ids = P.check_tokens(tokens, cfg.vocab_size, cfg.n_ctx, "The tokens", length_name="n_ctx")
+    if start + ids.shape[1] > cfg.n_ctx:
+        raise ValueError(f"The model reads at most {cfg.n_ctx} tokens; {start} are cached and "
+                         f"{ids.shape[1]} more would need {start + ids.shape[1]}.")
+    return ids

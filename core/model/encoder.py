@@ -1,0 +1,166 @@
+"""The tiny transformer encoder: forward pass, hand-written backward pass, Adam, save and load.
+
+Architecture (the original Transformer encoder: post-norm, ReLU, no dropout)::
+
+    h = embed[tokens] + PE                                   # (B, T, d)
+    for each layer:
+        h = LN1(h + MHA(h))                                  # MHA with biases b_Q, b_K, b_V, b_O
+        h = LN2(h + relu(h W_1 + b_1) W_2 + b_2)
+    logits = mean_over_positions(h) W_cls + b_cls           # (B, C)
+    loss = mean cross-entropy
+
+Parameters are a ``dict[str, np.ndarray]`` (names in ``param_shapes``) and are computed in their
+own dtype, float32 (fast, for training) or float64 (gradient checks). The computation is compiled
+whole (``core/model/compiled/``): a forward pass, or a training step with its backward pass and
+Adam, is one call into Numba. Its matrix products are our own, so nothing depends on a BLAS thread
+pool, and a seed gives the same numbers bit for bit whatever else the process is doing.
+
+Backend: ``backend=`` is accepted and resolved like everywhere else, but the encoder always runs
+on the CPU kernels. A model this small (about 20k parameters, a 64 x 16 batch) is dominated by
+launch and transfer overhead on a GPU, so there is deliberately no CUDA path.
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from core import backend as _backend
+from core.model import optim
+from core.model.compiled import encoder_step as K
+# The model's settings, parameters and files live in their own modules; their public names are the
+# encoder's too (``from core import encoder; encoder.EncoderConfig``). Its forward pass with every
+# intermediate kept is the one transformer's (``core.lessons.inside.forward``).
+from core.model.encoder_config import (POSITIONAL_CHOICES, EncoderConfig, _pe_for, check_labels, check_params,
+                                        check_tokens, flatten, init_params, layout, param_count, param_shapes,
+                                        positional_table)
+from core.model.encoder_io import SETTINGS_PREFIX, infer_config, load, load_with_settings, save
+from core.model.params import pack
+
+__all__ = ["POSITIONAL_CHOICES", "SETTINGS_PREFIX", "Adam", "EncoderConfig", "check_labels",
+           "check_params", "check_tokens", "flatten", "forward", "infer_config",
+           "init_params", "layout", "load", "load_with_settings", "loss_and_grads", "pack", "param_count",
+           "param_shapes", "positional_table", "predict_flat", "save", "train_step", "warm_up"]
+
+
+# ----------------------------------------------------------------------------------------------
+# forward
+# ----------------------------------------------------------------------------------------------
+def forward(params: dict, tokens, cfg: EncoderConfig, *, backend=None):
+    """Run the encoder on a batch of token ids.
+
+    Parameters
+    ----------
+    params : dict from :func:`init_params` (or :func:`load`)
+    tokens : int array (B, T) or (T,), ``T <= cfg.seq_len``
+    backend : resolved as elsewhere (``"cpu"``, ``"cuda"``, ``None``); the encoder always runs on the
+        CPU kernels (a model this small gains nothing on a GPU).
+
+    Returns
+    -------
+    logits : (B, C)
+    cache : dict with ``attn`` (L, B, H, T, T), the attention weights of every layer and head (each
+        row sums to 1); ``hidden`` (B, T, d), the final hidden states; ``pooled`` (B, d), their mean
+        over positions; ``logits`` and ``tokens``. The same arrays under the one vocabulary's names
+        too (views, not copies): ``blocks.{i}.attn.weights`` (B, H, T, T) and
+        ``blocks.{L-1}.resid_post``, the names :func:`core.model.transformer.forward` gives them.
+    """
+    _backend.resolve(backend)
+    check_params(params, cfg)
+    tok = check_tokens(tokens, cfg)
+    flat = flatten(params, cfg)
+    B, T = tok.shape
+    L, H, d = cfg.n_layers, cfg.n_heads, cfg.d_model
+    out = (np.empty((B, cfg.n_classes), flat.dtype), np.empty((L, B, H, T, T), flat.dtype),
+           np.empty((B, T, d), flat.dtype), np.empty((B, d), flat.dtype))
+    _run(K.FORWARD, flat, tok, None, cfg, out=out)
+    logits, attn, hidden, pooled = out
+    cache = {"attn": attn, "hidden": hidden, "pooled": pooled, "logits": logits, "tokens": tok,
+             f"blocks.{L - 1}.resid_post": hidden}
+    cache.update({f"blocks.{i}.attn.weights": attn[i] for i in range(L)})
+    return logits, cache
+
+
+
+def predict_flat(flat: np.ndarray, tok: np.ndarray, cfg: EncoderConfig) -> np.ndarray:
+    """Predicted class ids (arg-max of the logits), without checks, on a flat buffer (:func:`flatten`)
+    and int64 tokens (B, T)."""
+    logits = np.empty((tok.shape[0], cfg.n_classes), flat.dtype)
+    _run(K.FORWARD, flat, tok, None, cfg, out=(logits, *_no_maps(flat.dtype)))
+    return np.argmax(logits, axis=1)
+
+
+@functools.lru_cache(maxsize=4)
+def _no_maps(dtype) -> tuple:
+    """Empty attention weights, hidden states and pooled states: a forward pass that keeps none."""
+    return np.empty((0,) * 5, dtype), np.empty((0,) * 3, dtype), np.empty((0, 0), dtype)
+
+
+def _run(mode, flat, tok, lab, cfg, *, grad_flat=None, optimizer=None, out=None):
+    """One call of the compiled encoder (``core.model.compiled.encoder_step.run``), with empty stand-ins for the
+    arrays ``mode`` does not use (Numba compiles one version per dtype, whatever the mode)."""
+    dtype = flat.dtype
+    nothing = np.empty(0, dtype)
+    lab = np.empty(0, np.int64) if lab is None else lab
+    grad_flat = nothing if grad_flat is None else grad_flat
+    if optimizer is None:
+        adam = (nothing, nothing, 0.0, 0.0, 0.0, 0.0, 0)
+    else:
+        adam = (optimizer.m, optimizer.v, optimizer.lr, optimizer.beta1, optimizer.beta2, optimizer.eps,
+                optimizer.t)
+    out = (np.empty((0, 0), dtype), *_no_maps(dtype)) if out is None else out
+    return K.run(mode, flat, layout(cfg), tok, lab, _pe_for(flat, cfg, tok.shape[1]), float(cfg.ln_eps),
+                 grad_flat, adam, out)
+
+
+# ----------------------------------------------------------------------------------------------
+# backward and the training step
+# ----------------------------------------------------------------------------------------------
+def loss_and_grads(params: dict, tokens, labels, cfg: EncoderConfig, *, backend=None):
+    """Mean cross-entropy of the batch and its gradient for every parameter.
+
+    Returns ``(loss, grads)``; ``grads`` has the same names, shapes and dtype as ``params``. The
+    backward pass is written by hand, step by step, mirroring the forward pass
+    (``core/model/compiled/``; CPU kernels, see the module docstring about ``backend``).
+    """
+    _backend.resolve(backend)
+    check_params(params, cfg)
+    tok = check_tokens(tokens, cfg)
+    lab = check_labels(labels, tok.shape[0], cfg)
+    flat = flatten(params, cfg)
+    grad_flat = np.empty_like(flat)
+    loss, _ = _run(K.GRADIENT, flat, tok, lab, cfg, grad_flat=grad_flat)
+    grads, at = {}, 0
+    for name, shape in param_shapes(cfg).items():
+        size = int(np.prod(shape))
+        grads[name] = grad_flat[at:at + size].reshape(shape).copy()
+        at += size
+    return float(loss), grads
+
+
+def train_step(flat: np.ndarray, grad_flat: np.ndarray, optimizer: "Adam", tok: np.ndarray, lab: np.ndarray,
+               cfg: EncoderConfig) -> tuple[float, int]:
+    """One training step, in place and in one compiled call: forward, backward, Adam.
+
+    ``flat`` holds the parameters packed in ``param_shapes`` order (:func:`pack` of
+    :func:`init_params`'s dict, or :func:`flatten`), ``grad_flat`` receives the gradient; ``tok``
+    int64 (B, T) and ``lab`` int64 (B,) are trusted (no checks). Returns the batch's mean loss
+    before the update and its number of correct arg-max predictions.
+    """
+    if flat.size != param_count(cfg) or grad_flat.shape != flat.shape or optimizer.m.shape != flat.shape:
+        raise ValueError(f"The flat buffers hold {flat.size} numbers; this configuration has {param_count(cfg)}.")
+    optimizer.t += 1
+    loss, hits = _run(K.STEP, flat, tok, lab, cfg, grad_flat=grad_flat, optimizer=optimizer)
+    return float(loss), int(hits)
+
+
+def warm_up(cfg: EncoderConfig, dtype=np.float32) -> None:
+    """Compile (or load from Numba's on-disk cache) the training step and the forward pass for
+    ``dtype``, on scratch data: the machine code depends on the dtype only, not on the sizes."""
+    flat = flatten(init_params(cfg, dtype=dtype), cfg)
+    tok, lab = np.zeros((1, cfg.seq_len), np.int64), np.zeros(1, np.int64)
+    train_step(flat, np.empty_like(flat), Adam(flat.size, flat.dtype), tok, lab, cfg)
+    predict_flat(flat, tok, cfg)
+
+
+Adam = optim.Adam                  # betas (0.9, 0.999) by default, the encoder's

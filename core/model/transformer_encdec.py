@@ -1,0 +1,263 @@
+"""The encoder-decoder, built from the one transformer's blocks, with its hand-written backward pass::
+
+    memory = the encoder stack on the source ids src (B, S): embed, positions, blocks with no mask
+    x = dec.embed[tgt_in] + positions                                          # (B, T, d)
+    per decoder block i, post-norm:  x = LN1(x + MHA(x, causal))
+                                     x = LN_cross(x + MHA(x, over memory))      # cross-attention
+                                     x = LN2(x + FFN(x))
+                         pre-norm:   x = x + MHA(LN1(x));  x = x + MHA(LN_cross(x), memory);  x = x + FFN(LN2(x))
+    logits = LN_final(x) @ unembed + unembed_b                                 # (B, T, V)
+
+Cross-attention takes its queries from the decoder and its keys and values from the encoder's
+output. Names, in the one vocabulary with the two stacks prefixed: ``enc.embed``, ``enc.pos``,
+``enc.blocks.{i}.*``, ``dec.embed``, ``dec.pos``, ``dec.blocks.{i}.*``, plus
+``dec.blocks.{i}.cross.W_Q ... b_O`` and ``dec.blocks.{i}.ln_cross.g|b``; the output ``unembed``,
+``unembed_b`` (``ln_final.g|b``). The cache adds ``dec.blocks.{i}.cross.scores|weights|
+head_outputs|concat|output``, ``dec.blocks.{i}.ln_cross.mean|std``, ``dec.blocks.{i}.resid_cross``
+and ``memory`` to the transformer's entries under the same prefixes.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from core.attention import split_heads
+from core.model import layers as L
+from core.model import multi_head as MH
+from core.model import params as P
+from core.model import transformer as tr
+from core.model import config as C
+from core.model import transformer_backward as tb
+from core.model.config import TransformerConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class EncoderDecoderConfig:
+    """The source stack's settings (``encoder``: no mask; its head settings are unused) and the
+    target stack's and output's (``decoder``: causal, a language-model head)."""
+
+    encoder: TransformerConfig
+    decoder: TransformerConfig
+
+    def __post_init__(self):
+        e, d = self.encoder, self.decoder
+        if e.d_model != d.d_model or e.n_heads != d.n_heads or e.ln_eps != d.ln_eps:
+            raise ValueError("The encoder and the decoder must share d_model, n_heads and ln_eps.")
+        if e.causal or not d.causal or d.head != "lm" or d.tied_unembed:
+            raise ValueError("The encoder reads its whole source (causal=False); the decoder is causal, with "
+                             "head='lm' and its own unembedding (tied_unembed=False).")
+
+
+def _in_stack(name: str, prefix: str) -> bool:
+    return name in (f"{prefix}embed", f"{prefix}pos") or name.startswith(f"{prefix}blocks.")
+
+
+def cross_shapes(cfg: TransformerConfig) -> dict[str, tuple[int, ...]]:
+    """One decoder block's cross-attention sublayer, under its short names."""
+    d = cfg.d_model
+    shapes = {f"cross.{w}": (d, d) for w in ("W_Q", "W_K", "W_V", "W_O")}
+    if cfg.bias:
+        shapes.update({f"cross.{b}": (d,) for b in ("b_Q", "b_K", "b_V", "b_O")})
+    return {**shapes, "ln_cross.g": (d,), "ln_cross.b": (d,)}
+
+
+def param_shapes(cfg: EncoderDecoderConfig) -> dict[str, tuple[int, ...]]:
+    """Every parameter with its shape: the encoder stack, the decoder stack, the output."""
+    shapes = {n: s for n, s in C.param_shapes(cfg.encoder, "enc.").items() if _in_stack(n, "enc.")}
+    for name, shape in C.param_shapes(cfg.decoder, "dec.").items():
+        shapes[name if _in_stack(name, "dec.") else name.removeprefix("dec.")] = shape    # the output unprefixed
+        if name.startswith("dec.blocks.") and name.endswith(".ln1.b"):      # cross-attention runs after ln1
+            block = name.removesuffix("ln1.b")
+            shapes.update({block + short: s for short, s in cross_shapes(cfg.decoder).items()})
+    return shapes
+
+
+def init_params(cfg: EncoderDecoderConfig, seed: int = 0, dtype=np.float32) -> dict[str, np.ndarray]:
+    """Fresh parameters, as :func:`C.init_params` draws them."""
+    shapes = param_shapes(cfg)
+    alias = {n: n[:-2] + "_g" if n.endswith(".g") else n for n in shapes}
+    alias.update({"unembed": "W_unembed", "unembed_b": "b_out"})
+    fresh = P.init_by_name({alias[n]: s for n, s in shapes.items()}, seed, dtype)
+    return {n: fresh[alias[n]] for n in shapes}
+
+
+# ----------------------------------------------------------------------------------------------
+# forward
+# ----------------------------------------------------------------------------------------------
+def cross_attention(x: np.ndarray, memory: np.ndarray, p: dict, cfg: TransformerConfig, cache: dict,
+                    name: str) -> np.ndarray:
+    """Queries from ``x (B, T, d)``, keys and values from ``memory (B, S, d)``; the sublayer's
+    ``scores``, ``weights``, ``head_outputs``, ``concat``, ``output`` go to ``{name}.*``."""
+    w = {k: p.get(f"cross.{k}") for k in L.ATTENTION_PARAMS}
+    w = {k: (np.zeros(cfg.d_model, x.dtype) if v is None else v) for k, v in w.items()}   # no biases: zeros
+    out, c = MH.attention(x, memory, w, cfg.n_heads)
+    for key in ("scores", "weights", "head_outputs", "concat", "output"):
+        cache[f"{name}.{key}"] = c[key]
+    return out
+
+
+def decoder_block(x, memory, p: dict, cfg: TransformerConfig, cache: dict, name: str, *,
+                  kv: dict | None = None, start: int = 0) -> np.ndarray:
+    """One decoder block: :func:`transformer.block` with the cross-attention sublayer after its
+    self-attention (``{name}.resid_cross`` is the residual stream after it). ``kv`` and ``start``:
+    the self-attention's KV cache, as in :func:`transformer.self_attention`."""
+    eps, sub = cfg.ln_eps, {}
+    # 1. masked self-attention (and its norm): the transformer's own first sublayer
+    one = dataclasses.replace(cfg, d_ff=0)                                   # a block with only its attention
+    x = tr.block(x, {k: v for k, v in p.items() if k.startswith(("attn.", "ln1."))}, one, sub, name,
+                 kv=kv, start=start)
+    cache.update({k: v for k, v in sub.items() if not k.endswith(".resid_post")})
+    # 2. cross-attention over the memory
+    if cfg.norm == "pre":
+        a = tr.layer_norm(x, p["ln_cross.g"], p["ln_cross.b"], eps, cache, f"{name}.ln_cross")
+        x = x + cross_attention(a, memory, p, cfg, cache, f"{name}.cross")
+    else:
+        a = cross_attention(x, memory, p, cfg, cache, f"{name}.cross")
+        x = tr.layer_norm(x + a, p["ln_cross.g"], p["ln_cross.b"], eps, cache, f"{name}.ln_cross")
+    cache[f"{name}.resid_cross"] = x
+    # 3. feed-forward (and its norm)
+    if cfg.d_ff:
+        if cfg.norm == "pre":
+            f = tr.layer_norm(x, p["ln2.g"], p["ln2.b"], eps, cache, f"{name}.ln2")
+            cache[f"{name}.ffn.output"] = f = tr.feed_forward(f, p, cfg, cache, f"{name}.ffn")
+            x = x + f
+        else:
+            cache[f"{name}.ffn.output"] = f = tr.feed_forward(x, p, cfg, cache, f"{name}.ffn")
+            x = tr.layer_norm(x + f, p["ln2.g"], p["ln2.b"], eps, cache, f"{name}.ln2")
+    cache[f"{name}.resid_post"] = x
+    return x
+
+
+def encode(params: dict, cfg: EncoderDecoderConfig, src: np.ndarray, cache: dict) -> np.ndarray:
+    """The encoder stack on checked source ids ``src (B, S)``: its output, the memory ``(B, S, d)``."""
+    m = tr.embed(params, cfg.encoder, src, prefix="enc.", cache=cache)                    # (B, S, d)
+    for i in range(cfg.encoder.n_layers):
+        m = tr.block(m, tr.block_params(params, f"enc.blocks.{i}."), cfg.encoder, cache, f"enc.blocks.{i}")
+    cache["memory"] = m
+    return m
+
+
+def decode(params: dict, cfg: EncoderDecoderConfig, tgt: np.ndarray, memory: np.ndarray, cache: dict, *,
+           kv: list | None = None, start: int = 0) -> np.ndarray:
+    """The decoder stack on checked ids ``tgt (B, T)`` at positions ``start..start+T-1``, reading the
+    memory in every block: ``logits (B, T, V)``. ``kv``: one dict per block, its self-attention's
+    KV cache (see :func:`transformer.forward`)."""
+    x = tr.embed(params, cfg.decoder, tgt, start, prefix="dec.", cache=cache)             # (B, T, d)
+    for i in range(cfg.decoder.n_layers):
+        x = decoder_block(x, memory, tr.block_params(params, f"dec.blocks.{i}."), cfg.decoder, cache,
+                          f"dec.blocks.{i}", kv=None if kv is None else kv[i], start=start)
+    cache["dec.final"] = x
+    cache["logits"] = logits = tr.unembed(params, cfg.decoder, x, cache)     # (B, T, V)
+    return logits
+
+
+def forward(params: dict, cfg: EncoderDecoderConfig, src, tgt_in):
+    """Teacher-forced forward pass: ``(logits (B, T, V), cache)`` (names in the module docstring)."""
+    P.check_params(params, param_shapes(cfg))
+    return forward_checked(params, cfg, src, tgt_in)
+
+
+def forward_checked(params: dict, cfg: EncoderDecoderConfig, src, tgt_in):
+    """:func:`forward` for parameters the caller has already checked (as
+    :func:`core.model.transformer.forward_checked`); the tokens are checked here."""
+    src, tgt = C.check_tokens(src, cfg.encoder), C.check_tokens(tgt_in, cfg.decoder)
+    if src.shape[0] != tgt.shape[0]:
+        raise ValueError(f"The source has {src.shape[0]} sequences and the target {tgt.shape[0]}.")
+    cache = {"enc.tokens": src, "tokens": tgt}
+    memory = encode(params, cfg, src, cache)                                # 1. the encoder stack
+    return decode(params, cfg, tgt, memory, cache), cache                   # 2. the decoder stack reading it
+
+
+# ----------------------------------------------------------------------------------------------
+# backward
+# ----------------------------------------------------------------------------------------------
+def cross_attention_backward(d_out, x, memory, p: dict, cfg: TransformerConfig, cache: dict, name: str):
+    """``(dx, d_memory, grads)`` of :func:`cross_attention`: queries recomputed from ``x``, keys
+    and values from the memory."""
+    H, w = cfg.n_heads, {k: p.get(f"cross.{k}") for k in L.ATTENTION_PARAMS}
+    Q = np.ascontiguousarray(split_heads(tr.dense(x, w["W_Q"], w["b_Q"]), H))         # (B, H, T, d_k)
+    K, V = (np.ascontiguousarray(split_heads(tr.dense(memory, w[f"W_{n}"], w[f"b_{n}"]), H)) for n in "KV")
+    rebuilt = {"x_q": x, "x_kv": memory, "Q": Q, "K": K, "V": V,
+               "weights": np.ascontiguousarray(cache[f"{name}.weights"]), "concat": cache[f"{name}.concat"]}
+    dx, d_memory, g = MH.attention_backward(d_out, rebuilt, w)
+    return dx, d_memory, {f"cross.{k}": v for k, v in g.items() if w[k] is not None}
+
+
+def decoder_block_backward(dx, memory, p: dict, cfg: TransformerConfig, cache: dict, name: str):
+    """``(d input, d memory, grads)`` of :func:`decoder_block`, in reverse."""
+    g = {}
+    x_cross, x_mid = cache[f"{name}.resid_cross"], cache[f"{name}.resid_mid"]
+    # 3. feed-forward
+    if cfg.d_ff:
+        if cfg.norm == "pre":
+            f_in = tb.layer_norm_output(x_cross, p["ln2.g"], p["ln2.b"], cache, f"{name}.ln2")
+            d_f, g_ffn = tb.feed_forward_backward(dx, f_in, p, cfg, cache, f"{name}.ffn")
+            d_in, g["ln2.g"], g["ln2.b"] = tb.layer_norm_backward(d_f, x_cross, p["ln2.g"], cache, f"{name}.ln2")
+            dx = dx + d_in
+        else:
+            ln2_in = x_cross + cache[f"{name}.ffn.output"]
+            d_sum, g["ln2.g"], g["ln2.b"] = tb.layer_norm_backward(dx, ln2_in, p["ln2.g"], cache, f"{name}.ln2")
+            d_f, g_ffn = tb.feed_forward_backward(d_sum, x_cross, p, cfg, cache, f"{name}.ffn")
+            dx = d_sum + d_f
+        g.update(g_ffn)
+    # 2. cross-attention
+    if cfg.norm == "pre":
+        a_in = tb.layer_norm_output(x_mid, p["ln_cross.g"], p["ln_cross.b"], cache, f"{name}.ln_cross")
+        d_a, d_memory, g_cross = cross_attention_backward(dx, a_in, memory, p, cfg, cache, f"{name}.cross")
+        d_in, g["ln_cross.g"], g["ln_cross.b"] = tb.layer_norm_backward(d_a, x_mid, p["ln_cross.g"], cache,
+                                                                        f"{name}.ln_cross")
+        dx = dx + d_in
+    else:
+        ln_in = x_mid + cache[f"{name}.cross.output"]
+        d_sum, g["ln_cross.g"], g["ln_cross.b"] = tb.layer_norm_backward(dx, ln_in, p["ln_cross.g"], cache,
+                                                                         f"{name}.ln_cross")
+        d_a, d_memory, g_cross = cross_attention_backward(d_sum, x_mid, memory, p, cfg, cache, f"{name}.cross")
+        dx = d_sum + d_a
+    g.update(g_cross)
+    # 1. masked self-attention: the transformer's own block backward, on a block with only its attention
+    dx, g_self = tb.block_backward(dx, p, dataclasses.replace(cfg, d_ff=0), cache, name)
+    g.update(g_self)
+    return dx, d_memory, g
+
+
+def backward(params: dict, cfg: EncoderDecoderConfig, cache: dict, d_logits: np.ndarray) -> dict:
+    """The gradient of every parameter from ``d_logits`` and :func:`forward`'s cache."""
+    P.check_params(params, param_shapes(cfg))
+    grads: dict[str, np.ndarray] = {}
+    # 3. the output, from the decoder's last block
+    dx = tb.head_backward(d_logits, params, cfg.decoder, cache, grads, h_last=cache["dec.final"])
+    # 2. the decoder blocks, last first; each adds its share to the memory's gradient
+    memory = cache["memory"]
+    d_memory = np.zeros_like(memory)
+    for i in reversed(range(cfg.decoder.n_layers)):
+        prefix = f"dec.blocks.{i}."
+        dx, dm, g = decoder_block_backward(dx, memory, tr.block_params(params, prefix), cfg.decoder, cache,
+                                           f"dec.blocks.{i}")
+        d_memory += dm
+        grads.update({prefix + n: v for n, v in g.items()})
+    _embed_backward(dx, params, cfg.decoder, cache["tokens"], "dec.", grads)
+    # 1. the encoder blocks, last first, from the memory's gradient
+    dh = d_memory
+    for i in reversed(range(cfg.encoder.n_layers)):
+        prefix = f"enc.blocks.{i}."
+        dh, g = tb.block_backward(dh, tr.block_params(params, prefix), cfg.encoder, cache, f"enc.blocks.{i}")
+        grads.update({prefix + n: v for n, v in g.items()})
+    _embed_backward(dh, params, cfg.encoder, cache["enc.tokens"], "enc.", grads)
+    return {name: grads[name] for name in param_shapes(cfg)}
+
+
+def _embed_backward(dx, params: dict, cfg: TransformerConfig, tokens, prefix: str, grads: dict) -> None:
+    """:func:`transformer_backward.embed_backward` for one prefixed stack."""
+    mine = {n.removeprefix(prefix): v for n, v in params.items() if n in (f"{prefix}embed", f"{prefix}pos")}
+    g = {"embed": grads.pop(f"{prefix}embed")} if f"{prefix}embed" in grads else {}
+    tb.embed_backward(dx, mine, cfg, tokens, g)
+    grads.update({prefix + n: v for n, v in g.items()})
+
+
+def loss_and_grads(params: dict, cfg: EncoderDecoderConfig, src, tgt_in, tgt_out):
+    """Mean cross-entropy over every target token, and its gradient for every parameter."""
+    logits, cache = forward(params, cfg, src, tgt_in)
+    y = tb.check_targets(tgt_out, cfg.decoder, cache["tokens"])
+    loss, d_logits = L.cross_entropy(logits, y)
+    return float(loss), backward(params, cfg, cache, d_logits)

@@ -1,0 +1,152 @@
+"""Tuned twins of the readable transformer's elementwise steps, for models of GPT-2's size.
+
+:mod:`core.model.transformer` is what the pages show; at GPT-2's sizes (a weight matrix of at least
+``BLAS_FROM`` numbers) it calls these instead, in one visible place each. They compute the same
+numbers as the readable steps (to float32 rounding; tests hold them to it in float32 and float64),
+and leave the same arrays in the cache:
+
+- :func:`softmax_rows`: the attention rows' softmax in one compiled pass per row instead of five
+  NumPy passes (max, subtract, exp, sum, divide) with a temporary each; float32 takes the
+  vectorisable Cephes ``exp`` of the tuned attention kernels (:mod:`core.kernels.tuned.fastexp`);
+- :func:`gelu_tanh`: GELU's tanh form in one pass, written as ``x sigmoid(2u)`` (below), instead of
+  eight NumPy passes and NumPy's ``tanh``;
+- :func:`append_kv`: the KV cache in a buffer with room to grow, so that a new token's keys and
+  values are written once instead of copying every earlier position's (``np.concatenate``).
+
+Each kernel runs on the calling thread (``nogil``, no Numba threads): its work sits between BLAS
+products, and two thread pools on a small machine take turns spinning (see the transformer's
+docstring). No ``fastmath``: ``-inf`` lives in the masked scores.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+from core.kernels.tuned.fastexp import fast_exp
+from core.warmup import can_run
+
+JIT = dict(cache=True, nogil=True, error_model="numpy")
+GELU_TANH_C = math.sqrt(2.0 / math.pi)
+# exp's argument is held at or below this (the tuned float32 exp is defined up to 88): GELU's
+# sigmoid is then 1 / (1 + e^88), which times any activation is far below a float32 rounding of it.
+EXP_MAX = 80.0
+
+
+def ready(dtype) -> bool:
+    """Whether the compiled kernels below are loaded for ``dtype`` (:func:`core.warmup.can_run`):
+    until they are, a freshly started server runs the readable steps."""
+    one, t = np.zeros(1, dtype), np.dtype(dtype).type
+    return can_run(_softmax_rows, one[None], one[None], t(0)) and can_run(_gelu_tanh_flat, one, one, *(t(0),) * 4)
+
+
+# ----------------------------------------------------------------------------------------------
+# the attention rows' softmax
+# ----------------------------------------------------------------------------------------------
+@njit(**JIT)
+def _softmax_rows(S, A, zero):
+    """``A[r] = softmax(S[r])`` for every row of ``S (N, n)``; ``-inf`` gets exactly 0, and a row
+    with nothing allowed all zeros. ``zero`` is 0 in the arrays' dtype (the sums stay in it).
+
+    The row's maximum and sum run as eight interleaved chains (``j mod 8``), added up at the end:
+    one chain waits on each addition's latency, eight keep the adder busy.
+    """
+    N, n = S.shape
+    m = n - n % 8
+    for r in range(N):
+        t0 = t1 = t2 = t3 = t4 = t5 = t6 = t7 = S[r, 0]        # in S's dtype: float32 stays float32
+        for j in range(0, m, 8):
+            t0, t1 = max(t0, S[r, j]), max(t1, S[r, j + 1])
+            t2, t3 = max(t2, S[r, j + 2]), max(t3, S[r, j + 3])
+            t4, t5 = max(t4, S[r, j + 4]), max(t5, S[r, j + 5])
+            t6, t7 = max(t6, S[r, j + 6]), max(t7, S[r, j + 7])
+        top = max(max(max(t0, t1), max(t2, t3)), max(max(t4, t5), max(t6, t7)))
+        for j in range(m, n):
+            top = max(top, S[r, j])
+        if top == -np.inf:
+            for j in range(n):
+                A[r, j] = zero
+            continue
+        for j in range(n):                       # exp alone in its loop: it runs in SIMD lanes
+            A[r, j] = fast_exp(S[r, j] - top)
+        s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = zero
+        for j in range(0, m, 8):
+            s0, s1, s2, s3 = s0 + A[r, j], s1 + A[r, j + 1], s2 + A[r, j + 2], s3 + A[r, j + 3]
+            s4, s5, s6, s7 = s4 + A[r, j + 4], s5 + A[r, j + 5], s6 + A[r, j + 6], s7 + A[r, j + 7]
+        total = ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))
+        for j in range(m, n):
+            total += A[r, j]
+        for j in range(n):
+            A[r, j] = A[r, j] / total
+
+
+def softmax_rows(S: np.ndarray) -> np.ndarray:
+    """:func:`core.model.transformer.softmax_rows`, compiled: each row of ``S`` through softmax,
+    in a new array; a ``-inf`` score gets exactly 0."""
+    rows = np.ascontiguousarray(S).reshape(-1, S.shape[-1])                 # (N, Tk)
+    A = np.empty_like(rows)
+    _softmax_rows(rows, A, rows.dtype.type(0))
+    return A.reshape(S.shape)
+
+
+# ----------------------------------------------------------------------------------------------
+# GELU, tanh form
+# ----------------------------------------------------------------------------------------------
+@njit(**JIT)
+def _gelu_tanh_flat(x, y, c, a, one, top):
+    """``y = x / (1 + exp(-2u))`` with ``u = c (x + a x^3)``: the same as ``0.5 x (1 + tanh u)``,
+    since ``1 + tanh u = 2 / (1 + e^{-2u})``; ``-2u`` is held at or below ``top``."""
+    for n in range(x.size):
+        v = x[n]
+        w = -(c + c) * (v + a * v * v * v)
+        y[n] = v / (one + fast_exp(min(w, top)))
+
+
+def gelu_tanh(x: np.ndarray) -> np.ndarray:
+    r""":func:`core.model.layers.gelu_tanh`, compiled:
+    :math:`\tfrac12 x (1 + \tanh u) = x / (1 + e^{-2u})`, :math:`u = \sqrt{2/\pi}(x + 0.044715 x^3)`.
+
+    The sigmoid form needs one ``exp`` and no ``1 + tanh`` (which loses the small values of a
+    negative ``x`` to cancellation); in float32 that ``exp`` runs in SIMD lanes.
+    """
+    flat = np.ascontiguousarray(x).reshape(-1)
+    y = np.empty_like(flat)
+    t = flat.dtype.type
+    _gelu_tanh_flat(flat, y, t(GELU_TANH_C), t(0.044715), t(1.0), t(EXP_MAX))
+    return y.reshape(x.shape)
+
+
+# ----------------------------------------------------------------------------------------------
+# the KV cache, in a buffer with room to grow
+# ----------------------------------------------------------------------------------------------
+MIN_ROOM = 64      # positions a fresh buffer holds at least
+
+
+def append_kv(kv: dict, K: np.ndarray, V: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """This layer's keys and values so far, ``(B, H, start + T, d_k)`` each, after appending the
+    new ``K, V (B, H, T, d_k)``; ``kv["K"]``, ``kv["V"]`` are set to them, as the readable
+    ``np.concatenate`` does.
+
+    They are views of a buffer (``kv["buffer"]``) with room for more positions: the next token's
+    keys and values go into the room, and only a full buffer is copied, into one twice its size.
+    A dict copied from another (two continuations of one prompt) shares the buffer: it writes
+    into it only while it holds every position the buffer has filled (``fill``), else it first
+    copies its own positions into a buffer of its own, so that neither overwrites the other's.
+    """
+    n, T = (kv["K"].shape[2] if "K" in kv else 0), K.shape[2]
+    buf = kv.get("buffer")
+    if buf is None or buf["fill"][0] != n or n + T > buf["K"].shape[2] or buf["K"].shape[:2] != K.shape[:2] \
+            or buf["K"].shape[3] != K.shape[3] or buf["K"].dtype != K.dtype:
+        room = max(MIN_ROOM, 2 * (n + T))
+        shape = (K.shape[0], K.shape[1], room, K.shape[3])
+        buf = {"K": np.empty(shape, dtype=K.dtype), "V": np.empty(shape, dtype=V.dtype), "fill": [n]}
+        if n:
+            buf["K"][:, :, :n] = kv["K"]
+            buf["V"][:, :, :n] = kv["V"]
+        kv["buffer"] = buf
+    buf["K"][:, :, n:n + T] = K
+    buf["V"][:, :, n:n + T] = V
+    buf["fill"][0] = n + T
+    kv["K"], kv["V"] = buf["K"][:, :, :n + T], buf["V"][:, :, :n + T]
+    return kv["K"], kv["V"]

@@ -1,0 +1,100 @@
+"""``python -m core.training``: train a model from the command line.
+
+    python -m core.training --task sum --steps 300 --json        # the tiny encoder
+    python -m core.training --task reverse --json                # a decoder task, with its defaults
+    python -m core.training --task induction --json              # the two-layer attention-only model
+
+The last line printed is ``{"task", "steps", "val_acc", "train_seconds", "ms_per_step", "step"}``:
+``train_seconds`` is the wall time of the training steps (the loop's Python included, evaluation
+excluded), counted once the compiled kernels are loaded, and ``ms_per_step`` that time per step.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from core.training.encoder_runs import confusion_table, run
+from core.training.steps import DEFAULT_TRACK, TRACKS
+from core.training.tasks import TASKS
+
+INDUCTION_TASK = "induction"       # the two-layer attention-only decoder of core.training.induction
+
+
+def _main_induction(args) -> int:
+    """Train the induction model; the result line adds the heads' scores and the two halves' losses."""
+    from core.training import induction
+
+    try:
+        setup = induction.InductionSetup(steps=args.steps, lr=args.lr)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    run_ = induction.train_induction(setup, seed=args.seed, callback=lambda step, loss: (
+        step % 100 == 99 and print(f"step {step + 1:5d}  loss {loss:.4f}", flush=True)))
+    result = induction.summary(run_, induction.measure(run_.params, run_.cfg, induction.held_out(setup, args.seed)))
+    print(json.dumps(result) if args.json else "\n".join(f"{k}: {v}" for k, v in result.items()))
+    return 0
+
+
+def _main_decoder(args) -> int:
+    """Train a decoder task (``core.training.decoder_runs.DEFAULTS``: reverse, sort, lm) with its
+    defaults; ``--steps`` and ``--lr`` override them when given."""
+    from core.training import decoder_runs
+
+    overrides = {} if args.lr is None else {"lr": args.lr}
+    try:
+        run_ = decoder_runs.train_task(args.task, steps=args.steps, seed=args.seed, track=args.step, **overrides, callback=(
+            lambda step, loss: step % 100 == 99 and print(f"step {step + 1:5d}  loss {loss:.4f}", flush=True)))
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    result = decoder_runs.summary(run_) | {"step": args.step}
+    print(json.dumps(result) if args.json else "\n".join(f"{k}: {v}" for k, v in result.items()))
+    return 0
+
+
+def main(argv=None) -> int:
+    from core.training.decoder_runs import DEFAULTS as DECODER_TASKS
+
+    parser = argparse.ArgumentParser(prog="python -m core.training", description="Train the tiny encoder "
+                                     "(or a decoder: reverse, sort, lm).")
+    parser.add_argument("--task", default="sum", choices=sorted(TASKS) + [INDUCTION_TASK] + sorted(DECODER_TASKS))
+    parser.add_argument("--steps", type=int, default=None, help="default 300 (a decoder task: its own)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--lr", type=float, default=None, help="default 3e-3 (a decoder task: its own)")
+    parser.add_argument("--positional", default="sinusoidal", choices=["sinusoidal", "learned", "none"])
+    parser.add_argument("--max-seconds", type=float, default=None)
+    parser.add_argument("--step", default=DEFAULT_TRACK, choices=TRACKS,
+                        help="the training step: readable (the code the pages show) or compiled (its fast twin)")
+    parser.add_argument("--json", action="store_true", help="end with one JSON line of results")
+    args = parser.parse_args(argv)
+
+    def report(m):
+        if m["evaluated"]:
+            print(f"step {m['step']:5d}  loss {m['loss']:.4f}  train_acc {m['train_acc']:.3f}  "
+                  f"val_acc {m['val_acc']:.3f}  {m['elapsed']:.2f} s", flush=True)
+
+    if args.task in DECODER_TASKS:
+        return _main_decoder(args)
+    args.steps = 300 if args.steps is None else args.steps
+    args.lr = 3e-3 if args.lr is None else args.lr
+    if args.task == INDUCTION_TASK:
+        return _main_induction(args)
+    try:
+        result = run(args.task, args.steps, seed=args.seed, lr=args.lr, positional=args.positional,
+                     max_seconds=args.max_seconds, on_metrics=report, track=args.step)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    summary = {k: result[k] for k in ("task", "steps", "val_acc", "train_seconds", "ms_per_step")} | {"step": args.step}
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        print(f"test accuracy {result['test_acc']:.4f}")
+        print(confusion_table(result["state"], result["data"].X_test, result["data"].y_test))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,73 @@
+"""The two models the practice pages open on, trained once and shipped beside the code.
+
+"Inside a trained model" and "Induction heads" take a trained model apart. Training it where the
+page opens costs 3 to 15 s on a server that has just started and still compiles its training steps;
+the class waits. So the default run of each page (its default settings, seed 0) is trained ahead,
+on the compiled step, and saved here as a small ``.npz``: the parameters, and the run that made them
+(its settings, the track, the training time, the losses) as JSON.
+
+A file is used only when a page asks for exactly the run it records; any other setting trains live.
+``python -m core.training.shipped`` trains both again and rewrites the files; ``tests/training/test_shipped.py``
+trains them again and checks they still match.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+
+import numpy as np
+
+FOLDER = os.path.join(os.path.dirname(__file__), "shipped")
+ENCODER_FILE, INDUCTION_FILE = "encoder.npz", "induction.npz"
+_RUN = "run.json"                     # the array holding the run's description
+
+
+def save(path: str, params: dict, run: dict) -> None:
+    """Parameters under their names, and ``run`` (plain JSON values) beside them."""
+    np.savez(path, **{name: np.asarray(value) for name, value in params.items()}, **{_RUN: np.array(json.dumps(run))})
+
+
+def load(path: str) -> tuple[dict, dict]:
+    """``(params, run)`` as :func:`save` wrote them (no pickles); each array read-only."""
+    with np.load(path, allow_pickle=False) as archive:
+        run = json.loads(str(archive[_RUN]))
+        params = {name: archive[name] for name in archive.files if name != _RUN}
+    for value in params.values():
+        value.setflags(write=False)
+    return params, run
+
+
+def find(name: str, settings: dict) -> tuple[dict, dict] | None:
+    """``(params, run)`` of the shipped file ``name`` when it records exactly ``settings``, else None;
+    the parameters are fresh writable copies."""
+    path = os.path.join(FOLDER, name)
+    if not os.path.exists(path):
+        return None
+    params, run = load(path)
+    if run["settings"] != settings:
+        return None
+    return {key: value.copy() for key, value in params.items()}, run
+
+
+def write() -> None:
+    """Train both default runs again on the compiled step and rewrite their files."""
+    from core.lessons import inside
+    from core.training import induction
+    from core.training.runs import RunSpec
+
+    spec = RunSpec()
+    model = inside.train_default(spec.task, spec.seed, track="compiled")
+    save(os.path.join(FOLDER, ENCODER_FILE), model.params,
+         {"settings": dataclasses.asdict(spec), "track": "compiled"})
+    setup = induction.InductionSetup()
+    run = induction.train_induction(setup, seed=0, track="compiled")
+    save(os.path.join(FOLDER, INDUCTION_FILE), run.params,
+         {"settings": {**dataclasses.asdict(setup), "seed": 0}, "track": "compiled",
+          "train_seconds": run.train_seconds, "losses": [float(x) for x in run.losses]})
+
+
+if __name__ == "__main__":
+    os.makedirs(FOLDER, exist_ok=True)
+    write()
+    print(f"wrote {ENCODER_FILE} and {INDUCTION_FILE} in {FOLDER}")
