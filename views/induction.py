@@ -170,7 +170,7 @@ st.markdown(
 
 with st.expander("Source: the code that computed these numbers"):
     for fn in (induction.make_data, head_scores.induction_targets, head_scores.induction,
-               head_scores.previous_token, induction.measure, induction.train_induction):
+               head_scores.previous_token, induction.measure, induction.default_run, induction.train_induction):
         st.code(inspect.getsource(fn), language="python")
 
 state.publish(PAGE, SPEC)

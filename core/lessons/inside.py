@@ -51,6 +51,12 @@ def _spec(task, seed, n_train, n_val, n_test, steps) -> RunSpec:
                    **({} if steps is None else {"steps": int(steps)})).check()
 
 
+def _origin(spec: RunSpec, track: str) -> str:
+    """How a default model came about, as the page names it (the track says which step trained it)."""
+    return (f"default model: {spec.steps} steps on '{spec.task}', seed {spec.seed}, "
+            f"trained on the {track} training step")
+
+
 def train_default(task: str = "sum", seed: int = 0, *, n_train: int = 4000, n_val: int = 1000,
                   n_test: int = 1000, steps: int | None = None, track: str = training.DEFAULT_TRACK) -> Model:
     """The training page's default run (``RunSpec``: 2 layers, 4 heads, d_model 32, sinusoidal
@@ -65,8 +71,7 @@ def train_default(task: str = "sum", seed: int = 0, *, n_train: int = 4000, n_va
     for _ in training.train(state, data, max_steps=spec.steps, eval_every=spec.steps, track=track):
         pass
     params = {name: value.copy() for name, value in state.params.items()}
-    return Model(params, cfg, data, f"default model: {spec.steps} steps on '{task}', seed {spec.seed}, "
-                                    f"trained on the {track} training step")
+    return Model(params, cfg, data, _origin(spec, track))
 
 
 def default_model(task: str = "sum", seed: int = 0, *, n_train: int = 4000, n_val: int = 1000,
@@ -79,8 +84,7 @@ def default_model(task: str = "sum", seed: int = 0, *, n_train: int = 4000, n_va
         return train_default(task, seed, n_train=n_train, n_val=n_val, n_test=n_test, steps=steps, track=track)
     params, run = found
     return Model(params, spec.config(), make_dataset(task, spec.n_train, spec.n_val, spec.n_test, seed=spec.seed),
-                 f"default model: {spec.steps} steps on '{task}', seed {spec.seed}, trained on the "
-                 f"{run['track']} training step and shipped with the app")
+                 _origin(spec, run["track"]) + " and shipped with the app")
 
 
 def forward(params: dict, cfg: EncoderConfig, tokens, ablate: dict | None = None):

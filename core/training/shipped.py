@@ -29,25 +29,24 @@ def save(path: str, params: dict, run: dict) -> None:
 
 
 def load(path: str) -> tuple[dict, dict]:
-    """``(params, run)`` as :func:`save` wrote them (no pickles); each array read-only."""
+    """``(params, run)`` as :func:`save` wrote them (no pickles), the arrays read afresh at each call:
+    a session may change its copy."""
     with np.load(path, allow_pickle=False) as archive:
         run = json.loads(str(archive[_RUN]))
         params = {name: archive[name] for name in archive.files if name != _RUN}
-    for value in params.values():
-        value.setflags(write=False)
     return params, run
 
 
 def find(name: str, settings: dict) -> tuple[dict, dict] | None:
-    """``(params, run)`` of the shipped file ``name`` when it records exactly ``settings``, else None;
-    the parameters are fresh writable copies."""
+    """``(params, run)`` of the shipped file ``name`` (:func:`load`) when it records exactly
+    ``settings``, else None."""
     path = os.path.join(FOLDER, name)
     if not os.path.exists(path):
         return None
     params, run = load(path)
     if run["settings"] != settings:
         return None
-    return {key: value.copy() for key, value in params.items()}, run
+    return params, run
 
 
 def write() -> None:
