@@ -27,7 +27,7 @@ import os
 
 import numpy as np
 
-from core.model import bert_format, packaged
+from core.model import bert_format, packaged, presets
 from core.model import transformer as tr
 from core.model import config as C
 
@@ -69,11 +69,9 @@ def config_from_gpt2(hf: dict) -> C.TransformerConfig:
             raise ValueError(f"This checkpoint sets {flag}={hf[flag]!r}; only GPT-2's standard attention "
                              f"({flag}={ok}) is supported.")
     d = hf.get("n_embd", 768)
-    return C.TransformerConfig(
-        vocab_size=hf.get("vocab_size", 50257), n_ctx=hf.get("n_positions", 1024), d_model=d,
-        n_heads=hf.get("n_head", 12), d_ff=hf.get("n_inner") or 4 * d, n_layers=hf.get("n_layer", 12),
-        norm="pre", activation=ACTIVATIONS[act], positional="learned", tied_unembed=True,
-        final_ln=True, bias=True, causal=True, ln_eps=float(hf.get("layer_norm_epsilon", 1e-5)))
+    return presets.gpt2(vocab_size=hf.get("vocab_size", 50257), n_ctx=hf.get("n_positions", 1024), d_model=d,
+                        n_heads=hf.get("n_head", 12), d_ff=hf.get("n_inner") or 4 * d, n_layers=hf.get("n_layer", 12),
+                        activation=ACTIVATIONS[act], ln_eps=float(hf.get("layer_norm_epsilon", 1e-5)))
 
 
 def gpt2_config(cfg: C.TransformerConfig) -> dict:

@@ -35,10 +35,12 @@ from core.model.config import TransformerConfig
 @dataclasses.dataclass(frozen=True)
 class EncoderDecoderConfig:
     """The source stack's settings (``encoder``: no mask; its head settings are unused) and the
-    target stack's and output's (``decoder``: causal, a language-model head)."""
+    target stack's and output's (``decoder``: causal, a language-model head). ``bos_id``, optional,
+    is the start token generation begins with when given no prompt."""
 
     encoder: TransformerConfig
     decoder: TransformerConfig
+    bos_id: int | None = None
 
     def __post_init__(self):
         e, d = self.encoder, self.decoder
@@ -47,6 +49,8 @@ class EncoderDecoderConfig:
         if e.causal or not d.causal or d.head != "lm" or d.tied_unembed:
             raise ValueError("The encoder reads its whole source (causal=False); the decoder is causal, with "
                              "head='lm' and its own unembedding (tied_unembed=False).")
+        if self.bos_id is not None and not (P.whole(self.bos_id) and 0 <= self.bos_id < d.vocab_size):
+            raise ValueError(f"bos_id must be a token id in 0..{d.vocab_size - 1} (or None), got {self.bos_id!r}.")
 
 
 def _in_stack(name: str, prefix: str) -> bool:
