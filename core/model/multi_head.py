@@ -1,11 +1,24 @@
-"""Multi-head attention as a sublayer, self or cross: one readable forward (:func:`attention`, or
-:func:`attend` over given keys and values, as a KV cache holds them) and its hand-written backward.
+"""Multi-head attention as a sublayer, self or cross: one readable forward, :func:`attend`, and
+beside it its hand-written backward, :func:`attend_backward`, which reads what the forward left in
+the cache::
 
-The rows of every head (scores, softmax, weighted sum, and their gradients) run as one compiled
-loop per pass instead of a dozen NumPy steps with their temporaries; each loop has its NumPy
-formula beside it, which runs while a freshly started server still compiles the loop
-(:func:`core.model.layers.compiled_or`). The cache uses the project's vocabulary for what a forward
-pass leaves behind: ``scores``, ``weights``, ``head_outputs``, ``concat``, ``output``.
+    out = attend(x, x, w, cfg, cache, "blocks.0.attn", causal=True)          # masked self-attention
+    out = attend(x, memory, w, cfg, cache, "dec.blocks.0.cross")              # cross-attention
+    dx_q, dx_kv, grads = attend_backward(d_out, w, cfg, cache, "blocks.0.attn")
+
+``w`` holds the sublayer's ``W_Q ... W_O`` and ``b_Q ... b_O`` (None without biases):
+:func:`weights` takes them from a block's parameters. The cache entries, under the sublayer's
+name: ``input`` and ``kv_input`` (what the queries and the keys and values were computed from),
+``q``, ``k``, ``v`` (B, H, T, d_k), ``scores`` and ``weights`` (B, H, Tq, Tk), ``head_outputs``
+(B, H, Tq, d_k), ``concat`` (B, Tq, d), ``output``.
+
+Every product, the attention's ``Q K^T`` and ``A V`` included, is :func:`core.model.layers.dense`'s
+or :func:`~core.model.layers.product`'s: BLAS at GPT-2's sizes, where they are most of the work,
+and our own compiled product at the trained models' sizes. One thread pool for all of them
+matters on a small machine: the attention kernels' own threads (Numba) and BLAS's threads, taking
+turns layer after layer, slowed each other (a GPT-2-small forward at T = 256 went from 1.05 s to
+0.76 s on two cores when the attention moved to BLAS). The backward pass runs the rows of every
+head as one compiled loop, with its NumPy formula beside it (:func:`core.model.layers.compiled_or`).
 """
 from __future__ import annotations
 
@@ -15,47 +28,117 @@ import numpy as np
 from numba import njit
 
 from core.attention import merge_heads, split_heads    # heads are pure reshapes: one definition
-from core.model.layers import compiled_or, linear, linear_backward
+from core.model import layers as L
+from core.model import tuned_forward as TF
+from core.model.names import key
+
+ATTENTION_PARAMS = ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O")
+ABLATIONS = ("zero", "mean")
+
+
+def weights(p: dict, sublayer: str) -> dict:
+    """A sublayer's ``W_Q ... b_O`` from a block's parameters under their short names
+    (``attn.W_Q``, ``cross.W_Q`` ...); a bias the model does not have is None."""
+    return {name: p.get(f"{sublayer}.{name}") for name in ATTENTION_PARAMS}
 
 
 # ----------------------------------------------------------------------------------------------
-# attention, row by row: one compiled loop per pass instead of a dozen NumPy steps with their temporaries
+# forward
 # ----------------------------------------------------------------------------------------------
-@njit(cache=True, nogil=True)
-def _attention_rows(Q, K, V, mask, scale, S, A, Z):
-    """For every batch b, head h and query i (``Q (B, H, Tq, d_k)``, ``K, V (B, H, Tk, d_k)``):
+def softmax_rows(S: np.ndarray) -> np.ndarray:
+    """Each row of ``S`` through softmax, in a new array; a ``-inf`` score gets exactly 0."""
+    A = S - S.max(axis=-1, keepdims=True)
+    np.exp(A, out=A)
+    A /= A.sum(axis=-1, keepdims=True)
+    return A
 
-        S[i, j] = Q_i . K_j / scale + mask[i, j]           scores, with the additive mask (Tq, Tk)
-        A[i, :] = softmax(S[i, :])                          -inf gets weight exactly 0; a row with
-                                                            nothing allowed gets all zeros, never NaN
-        Z[i]    = sum_j A[i, j] V_j                          the head's output for query i
+
+def causal_mask(n_new: int, start: int, dtype) -> np.ndarray:
+    """``(n_new, start + n_new)``: query ``i`` (at position ``start + i``) sees keys ``j <= start + i``."""
+    return np.triu(np.full((n_new, start + n_new), -np.inf, dtype=dtype), k=start + 1)
+
+
+def edit_heads(Z: np.ndarray, edits: dict | None, layer: int) -> np.ndarray:
+    """Head outputs ``Z (B, H, T, d_k)`` with the edits for this layer applied (a copy when any):
+
+    ``"zero"``  the head's output is 0 (zero ablation);
+    ``"mean"``  its output at every position is its mean over the positions (mean ablation);
+    an array    its output is replaced by that ``(T, d_k)`` or ``(B, T, d_k)`` array (patching,
+                typically the same head's output on a second prompt).
     """
-    B, H, Tq, d_k = Q.shape
-    Tk = K.shape[2]
-    for b in range(B):
-        for h in range(H):
-            for i in range(Tq):
-                top = -np.inf
-                for j in range(Tk):
-                    dot = 0.0
-                    for c in range(d_k):
-                        dot += Q[b, h, i, c] * K[b, h, j, c]
-                    S[b, h, i, j] = dot / scale + mask[i, j]
-                    top = max(top, S[b, h, i, j])
-                total = 0.0
-                for j in range(Tk):
-                    e = math.exp(S[b, h, i, j] - top) if top > -np.inf else 0.0
-                    A[b, h, i, j] = e
-                    total += e
-                for j in range(Tk):
-                    A[b, h, i, j] = A[b, h, i, j] / total if total > 0 else 0.0
-                for c in range(d_k):
-                    z = 0.0
-                    for j in range(Tk):
-                        z += A[b, h, i, j] * V[b, h, j, c]
-                    Z[b, h, i, c] = z
+    if not edits:
+        return Z
+    mine = {h: how for (l, h), how in edits.items() if l == layer}
+    if not mine:
+        return Z
+    Z = Z.copy()
+    for h, how in mine.items():
+        if isinstance(how, str) and how == "zero":
+            Z[:, h] = 0.0
+        elif isinstance(how, str) and how == "mean":
+            Z[:, h] = Z[:, h].mean(axis=1, keepdims=True)
+        else:
+            Z[:, h] = np.broadcast_to(np.asarray(how, dtype=Z.dtype), Z[:, h].shape)
+    return Z
 
 
+def attend(x_q: np.ndarray, x_kv: np.ndarray, w: dict, cfg, cache: dict, name: str, *, causal: bool = False,
+           kv: dict | None = None, start: int = 0, edits=None, layer: int = 0,
+           key_mask: np.ndarray | None = None) -> np.ndarray:
+    r"""Multi-head attention of the queries of ``x_q (B, Tq, d)`` over the keys and values of
+    ``x_kv (B, Tk, d)`` (the same array for self-attention); what it computes goes to ``{name}.*``.
+
+    .. math:: A_h = \mathrm{softmax}(Q_h K_h^\top / \sqrt{d_k} + M), \quad
+              \mathrm{out} = \mathrm{Concat}_h(A_h V_h)\, W_O + b_O
+
+    ``causal`` hides later keys from each query. ``kv`` (a dict holding this layer's earlier keys
+    and values, or empty) makes it a KV cache: the new keys and values are appended, and the new
+    queries, at positions ``start...``, attend over all of them. ``edits``: head ablations or
+    patches for block ``layer`` (:func:`edit_heads`). ``key_mask`` (B, 1, 1, Tk), additive (0 or
+    -inf), hides padding keys from every query.
+    """
+    H, d_k = cfg.n_heads, cfg.d_model // cfg.n_heads
+    big = cfg.d_model ** 2 >= L.BLAS_FROM                   # GPT-2's sizes: BLAS, and the tuned twins
+    tuned = big and TF.ready(x_q.dtype)                     # (tuned_forward) once they are compiled
+    # 1. queries, keys and values, split into heads
+    Q = split_heads(L.dense(x_q, w["W_Q"], w["b_Q"]), H)                                # (B, H, Tq, d_k)
+    K = split_heads(L.dense(x_kv, w["W_K"], w["b_K"]), H)                               # (B, H, Tk, d_k)
+    V = split_heads(L.dense(x_kv, w["W_V"], w["b_V"]), H)
+    if kv is not None and tuned:
+        K, V = TF.append_kv(kv, K, V)                                                    # the same, without a copy per token
+    elif kv is not None:
+        if "K" in kv:
+            K = np.concatenate([kv["K"], K], axis=2)                                     # (B, H, start+T, d_k)
+            V = np.concatenate([kv["V"], V], axis=2)
+        kv["K"], kv["V"] = K, V
+    cache[key(name, "input")], cache[key(name, "kv_input")] = x_q, x_kv
+    cache[key(name, "q")], cache[key(name, "k")], cache[key(name, "v")] = Q, K, V
+    # 2. scaled, masked scores and their row softmax, each head's weighted average of the values
+    S = L.product(Q, K.swapaxes(-1, -2), big)                                            # (B, H, Tq, Tk)
+    S *= S.dtype.type(1.0 / math.sqrt(d_k))
+    if causal:
+        S += causal_mask(Q.shape[2], start, x_q.dtype)
+    if key_mask is not None:
+        S += key_mask
+    cache[key(name, "scores")] = S
+    softmax = TF.softmax_rows if tuned else softmax_rows
+    L.note(softmax)
+    A = softmax(S)
+    cache[key(name, "weights")] = A
+    Z = L.product(A, V, big)                                                             # (B, H, Tq, d_k)
+    # 3. head edits (ablation, patching), then the heads side by side and the output projection
+    Z = edit_heads(Z, edits, layer)
+    cache[key(name, "head_outputs")] = Z
+    concat = merge_heads(Z)                                                              # (B, Tq, H*d_k)
+    cache[key(name, "concat")] = concat
+    out = L.dense(concat, w["W_O"], w["b_O"])                                            # (B, Tq, d)
+    cache[key(name, "output")] = out
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# backward
+# ----------------------------------------------------------------------------------------------
 @njit(cache=True, nogil=True)
 def _attention_rows_backward(Q, K, V, A, dZ, scale, dQ, dK, dV):
     """Gradients of :func:`_attention_rows` from ``dZ``, for every (b, h), query i by query i:
@@ -91,18 +174,6 @@ def _attention_rows_backward(Q, K, V, A, dZ, scale, dQ, dK, dV):
                         dK[b, h, j, c] += dS * Q[b, h, i, c]
 
 
-def _attention_rows_numpy(Q, K, V, mask, scale, S, A, Z):
-    """:func:`_attention_rows` over whole arrays: ``S = Q K^T / scale + mask``, ``A = softmax(S)``
-    row by row (a row with nothing allowed all zeros), ``Z = A V``."""
-    S[...] = Q @ K.swapaxes(-1, -2) / scale + mask
-    top = S.max(axis=-1, keepdims=True)
-    E = np.exp(S - np.where(top > -np.inf, top, 0.0))               # exp(-inf) = 0: masked keys
-    total = E.sum(axis=-1, keepdims=True)
-    np.divide(E, total, out=A, where=total > 0)
-    A[np.broadcast_to(total == 0, A.shape)] = 0.0
-    Z[...] = A @ V
-
-
 def _attention_rows_backward_numpy(Q, K, V, A, dZ, scale, dQ, dK, dV):
     """:func:`_attention_rows_backward` over whole arrays."""
     dA = dZ @ V.swapaxes(-1, -2)                                    # (B, H, Tq, Tk)
@@ -112,85 +183,30 @@ def _attention_rows_backward_numpy(Q, K, V, A, dZ, scale, dQ, dK, dV):
     dK[...] = dS.swapaxes(-1, -2) @ Q
 
 
-# ----------------------------------------------------------------------------------------------
-# multi-head attention (self or cross)
-# ----------------------------------------------------------------------------------------------
-def project_kv(x_kv: np.ndarray, p: dict, n_heads: int):
-    """Keys and values of a sequence, split into heads: ``K, V`` each ``(B, H, Tk, d_k)``."""
-    K = split_heads(linear(x_kv, p["W_K"], p["b_K"]), n_heads)
-    V = split_heads(linear(x_kv, p["W_V"], p["b_V"]), n_heads)
-    return K, V
-
-
-def attend(x_q: np.ndarray, K: np.ndarray, V: np.ndarray, p: dict, n_heads: int, mask=None):
-    r"""Multi-head attention of the queries of ``x_q`` over given keys and values.
-
-    .. math:: Q = x_q W_Q + b_Q, \quad A_h = \mathrm{softmax}(Q_h K_h^\top / \sqrt{d_k} + M),
-              \quad \mathrm{out} = \mathrm{Concat}_h(A_h V_h)\, W_O + b_O
-
-    Parameters
-    ----------
-    x_q : (B, Tq, d)
-    K, V : (B, H, Tk, d_k), from :func:`project_kv` (or a KV cache)
-    p : dict with ``W_Q, W_O, b_Q, b_O`` (and ``W_K, W_V, b_K, b_V`` for the backward pass)
-    mask : additive mask (Tq, Tk), shared by every sequence and head, or None
-
-    Returns
-    -------
-    output : (B, Tq, d)
-    cache : dict with ``scores`` and ``weights`` (B, H, Tq, Tk), ``head_outputs`` (B, H, Tq, d_k),
-        ``concat`` (B, Tq, d), ``output``, and the inputs the backward pass needs.
-    """
-    B, H, Tk, d_k = K.shape
-    # 1. queries, split into heads
-    Q = np.ascontiguousarray(split_heads(linear(x_q, p["W_Q"], p["b_Q"]), n_heads))   # (B, H, Tq, d_k)
-    Tq = Q.shape[2]
-    # 2-4. scaled, masked scores; each row's softmax; each head's weighted average of the values
-    scores = np.empty((B, H, Tq, Tk), dtype=Q.dtype)
-    A = np.empty_like(scores)
-    Z = np.empty((B, H, Tq, d_k), dtype=Q.dtype)
-    no_mask = np.zeros((Tq, Tk), dtype=Q.dtype) if mask is None else mask
-    compiled_or(_attention_rows, _attention_rows_numpy, Q, np.ascontiguousarray(K), np.ascontiguousarray(V),
-                no_mask, math.sqrt(d_k), scores, A, Z)
-    concat = merge_heads(Z)                                         # (B, Tq, H*d_k)
-    # 5. output projection
-    out = linear(concat, p["W_O"], p["b_O"])                        # (B, Tq, d)
-    cache = {"x_q": x_q, "Q": Q, "K": K, "V": V, "scores": scores, "weights": A,
-             "head_outputs": Z, "concat": concat, "output": out}
-    return out, cache
-
-
-def attention(x_q: np.ndarray, x_kv: np.ndarray, p: dict, n_heads: int, mask=None):
-    """Multi-head attention of ``x_q`` over ``x_kv`` (the same array for self-attention);
-    see :func:`attend` for the formula and the cache."""
-    K, V = project_kv(x_kv, p, n_heads)
-    out, cache = attend(x_q, K, V, p, n_heads, mask)
-    cache["x_kv"] = x_kv
-    return out, cache
-
-
-def attention_backward(d_out: np.ndarray, cache: dict, p: dict):
-    """Backward pass of :func:`attention`, step by step in reverse.
+def attend_backward(d_out: np.ndarray, w: dict, cfg, cache: dict, name: str):
+    """Backward of :func:`attend` from ``d_out``, step by step in reverse, on the forward pass's own
+    cache (a whole sequence: no KV cache, no head edits).
 
     Returns
     -------
     dx_q : (B, Tq, d)
     dx_kv : (B, Tk, d); for self-attention add it to ``dx_q``
-    grads : dict of ``W_Q ... b_O``
+    grads : ``W_Q ... b_O`` (the biases only when the model has them)
     """
-    n_heads = cache["Q"].shape[1]
-    d_k = cache["Q"].shape[-1]
-    A, Q, K, V = cache["weights"], cache["Q"], cache["K"], cache["V"]
+    H, d_k = cfg.n_heads, cfg.d_model // cfg.n_heads
+    Q, K, V = (np.ascontiguousarray(cache[key(name, n)]) for n in "qkv")                # (B, H, T, d_k)
+    A = np.ascontiguousarray(cache[key(name, "weights")])
     g = {}
-    # 5. output projection
-    d_concat, g["W_O"], g["b_O"] = linear_backward(d_out, cache["concat"], p["W_O"])
-    # 4-2. back into heads, through Z = A V, the softmax and the scaled scores
-    dZ = np.ascontiguousarray(split_heads(d_concat, n_heads))       # (B, H, Tq, d_k)
-    K, V = np.ascontiguousarray(K), np.ascontiguousarray(V)
+    # 3. output projection
+    d_concat, g["W_O"], g["b_O"] = L.linear_backward(d_out, cache[key(name, "concat")], w["W_O"])
+    # 2. back into heads, through Z = A V, the softmax and the scaled scores
+    dZ = np.ascontiguousarray(split_heads(d_concat, H))                                  # (B, H, Tq, d_k)
     dQ, dK, dV = np.empty_like(dZ), np.empty_like(K), np.empty_like(V)
-    compiled_or(_attention_rows_backward, _attention_rows_backward_numpy, Q, K, V, A, dZ, math.sqrt(d_k), dQ, dK, dV)
-    # 1. projections
-    dx_q, g["W_Q"], g["b_Q"] = linear_backward(merge_heads(dQ), cache["x_q"], p["W_Q"])
-    dx_k, g["W_K"], g["b_K"] = linear_backward(merge_heads(dK), cache["x_kv"], p["W_K"])
-    dx_v, g["W_V"], g["b_V"] = linear_backward(merge_heads(dV), cache["x_kv"], p["W_V"])
-    return dx_q, dx_k + dx_v, g
+    L.compiled_or(_attention_rows_backward, _attention_rows_backward_numpy, Q, K, V, A, dZ, math.sqrt(d_k),
+                  dQ, dK, dV)
+    # 1. the projections
+    x_q, x_kv = cache[key(name, "input")], cache[key(name, "kv_input")]
+    dx_q, g["W_Q"], g["b_Q"] = L.linear_backward(merge_heads(dQ), x_q, w["W_Q"])
+    dx_k, g["W_K"], g["b_K"] = L.linear_backward(merge_heads(dK), x_kv, w["W_K"])
+    dx_v, g["W_V"], g["b_V"] = L.linear_backward(merge_heads(dV), x_kv, w["W_V"])
+    return dx_q, dx_k + dx_v, {n: v for n, v in g.items() if w[n] is not None}

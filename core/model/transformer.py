@@ -19,166 +19,76 @@ classifier, the decoder-only and attention-only models and GPT-2 are all setting
 
 Parameters and the forward cache use the project's one vocabulary (``embed``, ``pos``,
 ``blocks.{i}.attn.W_Q`` ..., ``blocks.{i}.resid_pre``, ``blocks.{i}.attn.weights`` ...), so a
-page reads what it draws from the cache instead of recomputing it. The sublayers are
-:mod:`core.model.layers` (LayerNorm, GELU). Every product, the attention's ``Q K^T`` and ``A V``
-included, is a NumPy matrix product (BLAS): at GPT-2's sizes (768 x 3072, 768 x 50,257) they are
-most of the work. One thread pool for all of them matters on a small machine: the attention kernels'
-own threads (Numba) and BLAS's threads, taking turns layer after layer, slowed each other (a
-GPT-2-small forward at T = 256 went from 1.05 s to 0.76 s on two cores when the attention moved to
-BLAS). The scores and the weights are computed once each, and both are kept in the cache.
+page reads what it draws from the cache instead of recomputing it; the names are built by
+:mod:`core.model.names`. Attention, self or cross, is :func:`core.model.multi_head.attend`; the
+other sublayers (LayerNorm, the feed-forward network) are here, each with its backward pass beside
+it, reading what its forward pass left in the cache. The whole backward pass, block by block in
+reverse, is :mod:`core.model.transformer_backward`.
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
-from core.attention import merge_heads, split_heads
 from core.model import layers as L
-from core.model.config import TransformerConfig, check_params, check_tokens
-from core.model.params import whole
+from core.model import multi_head as MH
+from core.model import names
 from core.model import tuned_forward as TF
-
-ABLATIONS = ("zero", "mean")
+from core.model.config import TransformerConfig, check_params, check_tokens
+from core.model.names import key
+from core.model.params import whole
 
 
 # ----------------------------------------------------------------------------------------------
-# the sublayers at GPT-2's sizes
+# the sublayers other than attention (multi_head.attend), each with its backward beside it
 # ----------------------------------------------------------------------------------------------
-# A weight matrix this large (362 x 362) goes to BLAS; a smaller one to our own compiled product
-# (:func:`layers.matmul`), on the calling thread. Every layer of GPT-2 and of all-MiniLM-L6-v2
-# (384 wide) is above it, and BLAS's threads make those fast (MiniLM at T = 128: 25 ms a forward
-# pass against 36 ms with its 384 x 384 products on our own). Every model the pages train (64 wide
-# at most) is far below it, for two reasons: its numbers
-# stay the same bits whatever else the server does (BLAS's can change with its thread count,
-# which another session may change), and OpenBLAS splits even a 1024 x 32 x 32 product among
-# threads that, on a busy server, wait for cores (15 ms per product under load, not microseconds).
-BLAS_FROM = 1 << 17
-
-
-def product(a: np.ndarray, b: np.ndarray, big: bool) -> np.ndarray:
-    """``a @ b``: BLAS for a big model, our own compiled product for a small one (see ``BLAS_FROM``)."""
-    return a @ b if big else L.matmul(np.ascontiguousarray(a), np.ascontiguousarray(b))
-
-
-def dense(x: np.ndarray, W: np.ndarray, b) -> np.ndarray:
-    """``x @ W + b`` over the last axis, as one 2-D product; ``b`` may be None (a model without biases)."""
-    y = product(x.reshape(-1, x.shape[-1]), W, W.size >= BLAS_FROM).reshape(*x.shape[:-1], W.shape[1])
-    if b is not None:
-        y += b                      # in place: a fresh array and a pass fewer (the same numbers)
-    return y
-
-
 def layer_norm(x: np.ndarray, g: np.ndarray, b: np.ndarray, eps: float, cache: dict, name: str) -> np.ndarray:
     """:func:`layers.layer_norm`, leaving in the cache its ``{name}.input`` (B, T, d), the statistics
     ``{name}.mean`` and ``{name}.std`` (B, T) and the ``{name}.normalized`` input ``(x - mean) / std``
     (B, T, d), before the gain and bias."""
     y, c = L.layer_norm(x, g, b, eps)
-    cache[f"{name}.input"] = x
-    cache[f"{name}.normalized"] = c["xhat"].reshape(x.shape)
-    cache[f"{name}.mean"] = x.mean(axis=-1)
-    cache[f"{name}.std"] = (1.0 / c["rstd"]).reshape(x.shape[:-1])          # sqrt(var + eps)
+    cache[key(name, "input")] = x
+    cache[key(name, "normalized")] = c["xhat"].reshape(x.shape)
+    cache[key(name, "mean")] = x.mean(axis=-1)
+    cache[key(name, "std")] = (1.0 / c["rstd"]).reshape(x.shape[:-1])          # sqrt(var + eps)
     return y
 
 
-def softmax_rows(S: np.ndarray) -> np.ndarray:
-    """Each row of ``S`` through softmax, in a new array; a ``-inf`` score gets exactly 0."""
-    A = S - S.max(axis=-1, keepdims=True)
-    np.exp(A, out=A)
-    A /= A.sum(axis=-1, keepdims=True)
-    return A
-
-
-def causal_mask(n_new: int, start: int, dtype) -> np.ndarray:
-    """``(n_new, start + n_new)``: query ``i`` (at position ``start + i``) sees keys ``j <= start + i``."""
-    return np.triu(np.full((n_new, start + n_new), -np.inf, dtype=dtype), k=start + 1)
-
-
-def edit_heads(Z: np.ndarray, edits: dict | None, layer: int) -> np.ndarray:
-    """Head outputs ``Z (B, H, T, d_k)`` with the edits for this layer applied (a copy when any):
-
-    ``"zero"``  the head's output is 0 (zero ablation);
-    ``"mean"``  its output at every position is its mean over the positions (mean ablation);
-    an array    its output is replaced by that ``(T, d_k)`` or ``(B, T, d_k)`` array (patching,
-                typically the same head's output on a second prompt).
-    """
-    if not edits:
-        return Z
-    mine = {h: how for (l, h), how in edits.items() if l == layer}
-    if not mine:
-        return Z
-    Z = Z.copy()
-    for h, how in mine.items():
-        if isinstance(how, str) and how == "zero":
-            Z[:, h] = 0.0
-        elif isinstance(how, str) and how == "mean":
-            Z[:, h] = Z[:, h].mean(axis=1, keepdims=True)
-        else:
-            Z[:, h] = np.broadcast_to(np.asarray(how, dtype=Z.dtype), Z[:, h].shape)
-    return Z
-
-
-def self_attention(x: np.ndarray, p: dict, cfg: TransformerConfig, cache: dict, name: str, *,
-                   kv: dict | None = None, start: int = 0, edits=None, layer: int = 0,
-                   key_mask: np.ndarray | None = None) -> np.ndarray:
-    r"""Multi-head self-attention of ``x (B, T, d)``; what it computes goes to ``{name}.*`` in the cache.
-
-    .. math:: A_h = \mathrm{softmax}(Q_h K_h^\top / \sqrt{d_k} + M), \quad
-              \mathrm{out} = \mathrm{Concat}_h(A_h V_h)\, W_O + b_O
-
-    ``kv`` (a dict holding this layer's earlier keys and values, or empty) makes it a KV cache:
-    the new keys and values are appended, and the new queries attend over all of them.
-    ``key_mask`` (B, 1, 1, Tk), additive (0 or -inf), hides padding keys from every query.
-    """
-    H = cfg.n_heads
-    big = cfg.d_model ** 2 >= BLAS_FROM                     # GPT-2's sizes: BLAS, and the tuned twins
-    tuned = big and TF.ready(x.dtype)                       # (tuned_forward) once they are compiled
-    # 1. queries, keys and values, split into heads
-    Q = split_heads(dense(x, p["attn.W_Q"], p.get("attn.b_Q")), H)                    # (B, H, T, d_k)
-    K = split_heads(dense(x, p["attn.W_K"], p.get("attn.b_K")), H)
-    V = split_heads(dense(x, p["attn.W_V"], p.get("attn.b_V")), H)
-    if kv is not None and tuned:
-        K, V = TF.append_kv(kv, K, V)                                                    # the same, without a copy per token
-    elif kv is not None:
-        if "K" in kv:
-            K = np.concatenate([kv["K"], K], axis=2)                                     # (B, H, start+T, d_k)
-            V = np.concatenate([kv["V"], V], axis=2)
-        kv["K"], kv["V"] = K, V
-    # 2. scaled, masked scores and their row softmax, each head's weighted average of the values
-    S = product(Q, K.swapaxes(-1, -2), big)                                              # (B, H, T, Tk)
-    S *= S.dtype.type(1.0 / math.sqrt(cfg.d_k))
-    if cfg.causal:
-        S += causal_mask(Q.shape[2], start, x.dtype)
-    if key_mask is not None:
-        S += key_mask
-    cache[f"{name}.scores"] = S
-    softmax = TF.softmax_rows if tuned else softmax_rows
-    L.note(softmax)
-    A = softmax(S)
-    cache[f"{name}.weights"] = A
-    Z = product(A, V, big)                                                               # (B, H, T, d_k)
-    # 3. head edits (ablation, patching), then the heads side by side and the output projection
-    Z = edit_heads(Z, edits, layer)
-    cache[f"{name}.head_outputs"] = Z
-    concat = merge_heads(Z)                                                            # (B, T, H*d_k)
-    cache[f"{name}.concat"] = concat
-    out = dense(concat, p["attn.W_O"], p.get("attn.b_O"))                                # (B, T, d)
-    cache[f"{name}.output"] = out
-    return out
+def layer_norm_backward(dy: np.ndarray, g: np.ndarray, cache: dict, name: str):
+    """``(dx, dg, db)`` of :func:`layer_norm` ``name`` (:func:`layers.layer_norm_backward`), from its cache."""
+    d = dy.shape[-1]
+    saved = {"xhat": np.ascontiguousarray(cache[key(name, "normalized")].reshape(-1, d)),
+             "rstd": np.ascontiguousarray(1.0 / cache[key(name, "std")].reshape(-1)), "g": g}
+    return L.layer_norm_backward(dy, saved)
 
 
 def feed_forward(x: np.ndarray, p: dict, cfg: TransformerConfig, cache: dict, name: str) -> np.ndarray:
-    """``act(x W_1 + b_1) W_2 + b_2`` with ReLU or GELU (exact, or its tanh form); the hidden layer
-    before and after the activation goes to ``{name}.pre`` and ``{name}.hidden``."""
-    cache[f"{name}.pre"] = pre = dense(x, p["ffn.W_1"], p.get("ffn.b_1"))               # (B, T, d_ff)
-    tuned = p["ffn.W_1"].size >= BLAS_FROM and TF.ready(pre.dtype)          # GPT-2's sizes: the tuned twin
+    """``act(x W_1 + b_1) W_2 + b_2`` with ReLU or GELU (exact, or its tanh form); its ``{name}.input``,
+    the hidden layer before and after the activation (``{name}.pre``, ``{name}.hidden``) and its
+    ``{name}.output`` go to the cache."""
+    cache[key(name, "input")] = x
+    cache[key(name, "pre")] = pre = L.dense(x, p["ffn.W_1"], p.get("ffn.b_1"))          # (B, T, d_ff)
+    tuned = p["ffn.W_1"].size >= L.BLAS_FROM and TF.ready(pre.dtype)        # GPT-2's sizes: the tuned twin
     gelu_tanh = TF.gelu_tanh if tuned else L.gelu_tanh
     if cfg.activation == "gelu_tanh":
         L.note(gelu_tanh)
     act = {"gelu_tanh": gelu_tanh, "gelu_erf": L.gelu_erf}.get(cfg.activation, lambda v: np.maximum(v, 0.0))
     hidden = act(pre)
-    cache[f"{name}.hidden"] = hidden
-    return dense(hidden, p["ffn.W_2"], p.get("ffn.b_2"))                                 # (B, T, d)
+    cache[key(name, "hidden")] = hidden
+    cache[key(name, "output")] = out = L.dense(hidden, p["ffn.W_2"], p.get("ffn.b_2"))  # (B, T, d)
+    return out
+
+
+def feed_forward_backward(dy: np.ndarray, p: dict, cfg: TransformerConfig, cache: dict, name: str):
+    """``(dx, grads)`` of :func:`feed_forward` ``name`` (ReLU or GELU's tanh form), from its cache."""
+    g = {}
+    hidden = cache[key(name, "hidden")]                                        # (B, T, d_ff)
+    d_hidden, g["ffn.W_2"], g["ffn.b_2"] = L.linear_backward(dy, hidden, p["ffn.W_2"])
+    if cfg.activation == "gelu_tanh":
+        d_pre = L.gelu_tanh_backward(d_hidden, cache[key(name, "pre")])
+    else:
+        d_pre = d_hidden * (hidden > 0)                                        # ReLU passes where it was positive
+    dx, g["ffn.W_1"], g["ffn.b_1"] = L.linear_backward(d_pre, cache[key(name, "input")], p["ffn.W_1"])
+    return dx, {k: v for k, v in g.items() if cfg.bias or ".W_" in k}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -188,30 +98,30 @@ def block(h: np.ndarray, p: dict, cfg: TransformerConfig, cache: dict, name: str
           kv: dict | None = None, start: int = 0, edits=None, layer: int = 0, key_mask=None) -> np.ndarray:
     """One block on ``h (B, T, d)``, its parameters ``p`` under short names (``attn.W_Q`` ...);
     what it computes goes to the cache under ``{name}.`` (``blocks.3.resid_mid`` ...)."""
-    eps = cfg.ln_eps
-    cache[f"{name}.resid_pre"] = h
+    eps, w = cfg.ln_eps, MH.weights(p, "attn")
+
+    def attention(x):
+        return MH.attend(x, x, w, cfg, cache, key(name, "attn"), causal=cfg.causal, kv=kv, start=start,
+                         edits=edits, layer=layer, key_mask=key_mask)
+
+    cache[key(name, "resid_pre")] = h
     if cfg.norm == "pre":
         # 1. h = h + MHA(LN1(h))
-        a = layer_norm(h, p["ln1.g"], p["ln1.b"], eps, cache, f"{name}.ln1")
-        h = h + self_attention(a, p, cfg, cache, f"{name}.attn", kv=kv, start=start, edits=edits, layer=layer,
-                               key_mask=key_mask)
-        cache[f"{name}.resid_mid"] = h
+        h = h + attention(layer_norm(h, p["ln1.g"], p["ln1.b"], eps, cache, key(name, "ln1")))
+        cache[key(name, "resid_mid")] = h
         # 2. h = h + FFN(LN2(h))   (none in an attention-only model)
         if cfg.d_ff:
-            f = layer_norm(h, p["ln2.g"], p["ln2.b"], eps, cache, f"{name}.ln2")
-            cache[f"{name}.ffn.output"] = f = feed_forward(f, p, cfg, cache, f"{name}.ffn")
-            h = h + f
+            h = h + feed_forward(layer_norm(h, p["ln2.g"], p["ln2.b"], eps, cache, key(name, "ln2")), p, cfg,
+                                 cache, key(name, "ffn"))
     else:
         # 1. h = LN1(h + MHA(h))
-        a = self_attention(h, p, cfg, cache, f"{name}.attn", kv=kv, start=start, edits=edits, layer=layer,
-                           key_mask=key_mask)
-        h = layer_norm(h + a, p["ln1.g"], p["ln1.b"], eps, cache, f"{name}.ln1")
-        cache[f"{name}.resid_mid"] = h
+        h = layer_norm(h + attention(h), p["ln1.g"], p["ln1.b"], eps, cache, key(name, "ln1"))
+        cache[key(name, "resid_mid")] = h
         # 2. h = LN2(h + FFN(h))   (none in an attention-only model)
         if cfg.d_ff:
-            cache[f"{name}.ffn.output"] = f = feed_forward(h, p, cfg, cache, f"{name}.ffn")
-            h = layer_norm(h + f, p["ln2.g"], p["ln2.b"], eps, cache, f"{name}.ln2")
-    cache[f"{name}.resid_post"] = h
+            h = layer_norm(h + feed_forward(h, p, cfg, cache, key(name, "ffn")), p["ln2.g"], p["ln2.b"], eps,
+                           cache, key(name, "ln2"))
+    cache[key(name, "resid_post")] = h
     return h
 
 
@@ -255,15 +165,15 @@ def unembed(params: dict, cfg: TransformerConfig, h: np.ndarray, cache: dict, pr
         h = layer_norm(h, params[f"{prefix}ln_final.g"], params[f"{prefix}ln_final.b"], cfg.ln_eps,
                        cache, f"{prefix}ln_final")
     if cfg.pooler:
-        cache[f"{prefix}pooler.output"] = np.tanh(dense(h[:, 0], params[f"{prefix}pooler.W"],
+        cache[f"{prefix}pooler.output"] = np.tanh(L.dense(h[:, 0], params[f"{prefix}pooler.W"],
                                                         params[f"{prefix}pooler.b"]))
     if cfg.head == "none":
         return h
     if cfg.head == "classify":
         cache[f"{prefix}pooled"] = pooled = h.mean(axis=1)                               # (B, d)
-        return dense(pooled, params[f"{prefix}classifier.W"], params[f"{prefix}classifier.b"])
+        return L.dense(pooled, params[f"{prefix}classifier.W"], params[f"{prefix}classifier.b"])
     W = params[f"{prefix}embed"].T if cfg.tied_unembed else params[f"{prefix}unembed"]  # (d, V)
-    return dense(h, W, params.get(f"{prefix}unembed_b"))                                # one 2-D product
+    return L.dense(h, W, params.get(f"{prefix}unembed_b"))                                # one 2-D product
 
 
 def forward(params: dict, cfg: TransformerConfig, tokens, *, ablate: dict | None = None,
@@ -275,7 +185,7 @@ def forward(params: dict, cfg: TransformerConfig, tokens, *, ablate: dict | None
     tokens : ids ``(T,)`` or ``(B, T)``
     ablate : ``{(layer, head): "zero" | "mean" | array}``: edit those heads' outputs before
         ``W_O`` (zero or mean ablation, or a patch such as the head's output on another prompt,
-        ``(T, d_k)`` or ``(B, T, d_k)``); see :func:`edit_heads`.
+        ``(T, d_k)`` or ``(B, T, d_k)``); see :func:`core.model.multi_head.edit_heads`.
     kv : a KV cache, one dict per block (``[{} for _ in range(n_layers)]`` to start), filled in
         place; ``start`` is the position of the first of ``tokens`` (the cache's length).
     token_types : ``(B, T)`` segment ids, for a model with ``n_token_types`` (default: all 0)
@@ -314,7 +224,7 @@ def forward_checked(params: dict, cfg: TransformerConfig, tokens, *, ablate: dic
         cache["edited_heads"] = np.array(sorted(ablate), dtype=np.int64)                # (n, 2): layer, head
     h = embed(params, cfg, tokens, start, cache=cache, token_types=types)                # (B, T, d)
     for i in range(cfg.n_layers):
-        h = block(h, block_params(params, f"blocks.{i}."), cfg, cache, f"blocks.{i}",
+        h = block(h, block_params(params, names.block(i) + "."), cfg, cache, names.block(i),
                   kv=None if kv is None else kv[i], start=start, edits=ablate, layer=i, key_mask=additive)
     logits = unembed(params, cfg, h, cache)
     cache["logits"] = logits
@@ -362,16 +272,16 @@ def _check_edits(edits, cfg: TransformerConfig, shape) -> None:
         return
     if not isinstance(edits, dict):
         raise ValueError("ablate must be a dict {(layer, head): 'zero' | 'mean' | array}.")
-    for key, how in edits.items():
-        if not (isinstance(key, tuple) and len(key) == 2 and all(whole(k) for k in key)
-                and 0 <= key[0] < cfg.n_layers and 0 <= key[1] < cfg.n_heads):
+    for head, how in edits.items():
+        if not (isinstance(head, tuple) and len(head) == 2 and all(whole(k) for k in head)
+                and 0 <= head[0] < cfg.n_layers and 0 <= head[1] < cfg.n_heads):
             raise ValueError(f"ablate keys are (layer, head) with layer in 0..{cfg.n_layers - 1} and "
-                             f"head in 0..{cfg.n_heads - 1}; got {key!r}.")
+                             f"head in 0..{cfg.n_heads - 1}; got {head!r}.")
         if isinstance(how, str):
-            if how not in ABLATIONS:
+            if how not in MH.ABLATIONS:
                 raise ValueError(f"A head is ablated with 'zero' or 'mean' or patched with an array, got {how!r}.")
             continue
         value = np.asarray(how)
         if value.shape not in ((shape[1], cfg.d_k), (shape[0], shape[1], cfg.d_k)):
-            raise ValueError(f"A patch for head {key} must have shape ({shape[1]}, {cfg.d_k}) "
+            raise ValueError(f"A patch for head {head} must have shape ({shape[1]}, {cfg.d_k}) "
                              f"(positions, head width), got {value.shape}.")

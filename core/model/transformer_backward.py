@@ -6,74 +6,24 @@ on or off, causal or not, attention-only, a language model or a classifier)::
     loss, grads = loss_and_grads(params, cfg, tokens, targets)     # mean cross-entropy, its gradient
     grads = backward(params, cfg, cache, d_logits)                 # from a forward pass's cache
 
-Each sublayer's gradient is :mod:`core.model.layers`' (``attention_backward``,
-``layer_norm_backward``, ``linear_backward``, ``gelu_tanh_backward``). What they need comes from the
-forward cache, in the one vocabulary (``blocks.{i}.resid_pre``, ``blocks.{i}.ln1.mean|std``,
-``blocks.{i}.attn.weights|concat|output``, ``blocks.{i}.ffn.hidden|output`` ...). What the forward
-pass does not keep costs one matrix product at most to recompute here: each LayerNorm's normalised
-input (from its input and its statistics) and output, each attention's queries, keys and values,
-GELU's input. ``grads`` has the parameters' names, shapes and dtype.
+Each sublayer's backward pass sits beside its forward pass and reads what that left in the cache,
+in the one vocabulary: attention's in :mod:`core.model.multi_head` (``attend_backward``: its
+inputs, ``q``, ``k``, ``v``, ``weights``, ``concat``), LayerNorm's and the feed-forward network's
+in :mod:`core.model.transformer` (``normalized``, ``std``; ``input``, ``pre``, ``hidden``). This
+module runs them block by block in reverse, with the head and the embeddings at either end.
+``grads`` has the parameters' names, shapes and dtype.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from core.attention import split_heads
+from core.model import config as C
 from core.model import layers as L
 from core.model import multi_head as MH
+from core.model import names
 from core.model import transformer as tr
-from core.model import config as C
 from core.model.config import TransformerConfig
-
-
-# ----------------------------------------------------------------------------------------------
-# the sublayers, from what the forward pass left in the cache
-# ----------------------------------------------------------------------------------------------
-def _normalised(x: np.ndarray, cache: dict, name: str) -> np.ndarray:
-    """``(x - mean) / std``: LayerNorm ``name``'s normalised input, from its statistics."""
-    return (x - cache[f"{name}.mean"][..., None]) / cache[f"{name}.std"][..., None]
-
-
-def layer_norm_output(x: np.ndarray, g: np.ndarray, b: np.ndarray, cache: dict, name: str) -> np.ndarray:
-    """``LN(x) = g * (x - mean) / std + b``, recomputed (a pre-norm sublayer's input)."""
-    return _normalised(x, cache, name) * g + b
-
-
-def layer_norm_backward(dy: np.ndarray, x: np.ndarray, g: np.ndarray, cache: dict, name: str):
-    """``(dx, dg, db)`` of ``y = LN(x)`` (:func:`layers.layer_norm_backward`); ``x`` is its input."""
-    d = x.shape[-1]
-    rebuilt = {"xhat": np.ascontiguousarray(_normalised(x, cache, name).reshape(-1, d)),
-               "rstd": np.ascontiguousarray(1.0 / cache[f"{name}.std"].reshape(-1)), "g": g}
-    return L.layer_norm_backward(dy, rebuilt)
-
-
-def attention_backward(d_out: np.ndarray, x: np.ndarray, p: dict, cfg: TransformerConfig, cache: dict,
-                       name: str):
-    """``(dx, grads)`` of ``out = MHA(x)`` (self-attention): :func:`multi_head.attention_backward` on the
-    cached ``weights`` and ``concat`` and the queries, keys and values recomputed from ``x``."""
-    H = cfg.n_heads
-    w = {k: p.get(f"attn.{k}") for k in L.ATTENTION_PARAMS}                   # biases None without bias
-    Q, K, V = (np.ascontiguousarray(split_heads(tr.dense(x, w[f"W_{n}"], w[f"b_{n}"]), H))
-               for n in "QKV")                                                 # (B, H, T, d_k)
-    rebuilt = {"x_q": x, "x_kv": x, "Q": Q, "K": K, "V": V,
-               "weights": np.ascontiguousarray(cache[f"{name}.weights"]), "concat": cache[f"{name}.concat"]}
-    dq, dkv, g = MH.attention_backward(d_out, rebuilt, w)
-    return dq + dkv, {f"attn.{k}": v for k, v in g.items() if w[k] is not None}   # x gave Q, K and V
-
-
-def feed_forward_backward(dy: np.ndarray, x: np.ndarray, p: dict, cfg: TransformerConfig, cache: dict,
-                          name: str):
-    """``(dx, grads)`` of ``y = act(x W_1 + b_1) W_2 + b_2``, ReLU or GELU (tanh form)."""
-    g = {}
-    hidden = cache[f"{name}.hidden"]                                          # (B, T, d_ff)
-    d_hidden, g["ffn.W_2"], g["ffn.b_2"] = L.linear_backward(dy, hidden, p["ffn.W_2"])
-    if cfg.activation == "gelu_tanh":
-        pre = tr.dense(x, p["ffn.W_1"], p.get("ffn.b_1"))                      # GELU's input, recomputed
-        d_pre = L.gelu_tanh_backward(d_hidden, pre)
-    else:
-        d_pre = d_hidden * (hidden > 0)                                       # ReLU passes where it was positive
-    dx, g["ffn.W_1"], g["ffn.b_1"] = L.linear_backward(d_pre, x, p["ffn.W_1"])
-    return dx, {k: v for k, v in g.items() if cfg.bias or ".W_" in k}
+from core.model.names import key
 
 
 # ----------------------------------------------------------------------------------------------
@@ -81,36 +31,37 @@ def feed_forward_backward(dy: np.ndarray, x: np.ndarray, p: dict, cfg: Transform
 # ----------------------------------------------------------------------------------------------
 def block_backward(dh: np.ndarray, p: dict, cfg: TransformerConfig, cache: dict, name: str):
     """``(d resid_pre, grads)`` of one block (:func:`transformer.block`) from ``d resid_post``;
-    ``grads`` under the block's short names (``attn.W_Q``, ``ln1.g`` ...)."""
-    g = {}
-    h_in, h_mid = cache[f"{name}.resid_pre"], cache[f"{name}.resid_mid"]
+    ``grads`` under the block's short names (``attn.W_Q``, ``ln1.g`` ...). Each sublayer's backward
+    pass sits beside its forward pass and reads what that left in the cache."""
+    g, w = {}, MH.weights(p, "attn")
+    ln1, ln2, ffn, attn = (key(name, part) for part in ("ln1", "ln2", "ffn", "attn"))
+
+    def attention_backward(d_out):                         # self-attention: x gave the queries, keys and values
+        dq, dkv, g_attn = MH.attend_backward(d_out, w, cfg, cache, attn)
+        g.update({f"attn.{n}": v for n, v in g_attn.items()})
+        return dq + dkv
+
+    def feed_forward_backward(dy):
+        dx, g_ffn = tr.feed_forward_backward(dy, p, cfg, cache, ffn)
+        g.update(g_ffn)
+        return dx
+
     if cfg.norm == "pre":
         # 2. h_out = h_mid + FFN(LN2(h_mid)): the residual passes dh on, the sublayer adds its share
         if cfg.d_ff:
-            f_in = layer_norm_output(h_mid, p["ln2.g"], p["ln2.b"], cache, f"{name}.ln2")
-            d_f, g_ffn = feed_forward_backward(dh, f_in, p, cfg, cache, f"{name}.ffn")
-            d_mid, g["ln2.g"], g["ln2.b"] = layer_norm_backward(d_f, h_mid, p["ln2.g"], cache, f"{name}.ln2")
+            d_mid, g["ln2.g"], g["ln2.b"] = tr.layer_norm_backward(feed_forward_backward(dh), p["ln2.g"], cache, ln2)
             dh = dh + d_mid
-            g.update(g_ffn)
         # 1. h_mid = h_in + MHA(LN1(h_in))
-        a_in = layer_norm_output(h_in, p["ln1.g"], p["ln1.b"], cache, f"{name}.ln1")
-        d_a, g_attn = attention_backward(dh, a_in, p, cfg, cache, f"{name}.attn")
-        d_in, g["ln1.g"], g["ln1.b"] = layer_norm_backward(d_a, h_in, p["ln1.g"], cache, f"{name}.ln1")
+        d_in, g["ln1.g"], g["ln1.b"] = tr.layer_norm_backward(attention_backward(dh), p["ln1.g"], cache, ln1)
         dh = dh + d_in
     else:
         # 2. h_out = LN2(h_mid + FFN(h_mid)): through the norm, then the residual and the sublayer
         if cfg.d_ff:
-            ln2_in = h_mid + cache[f"{name}.ffn.output"]
-            d_sum, g["ln2.g"], g["ln2.b"] = layer_norm_backward(dh, ln2_in, p["ln2.g"], cache, f"{name}.ln2")
-            d_f, g_ffn = feed_forward_backward(d_sum, h_mid, p, cfg, cache, f"{name}.ffn")
-            dh = d_sum + d_f
-            g.update(g_ffn)
+            d_sum, g["ln2.g"], g["ln2.b"] = tr.layer_norm_backward(dh, p["ln2.g"], cache, ln2)
+            dh = d_sum + feed_forward_backward(d_sum)
         # 1. h_mid = LN1(h_in + MHA(h_in))
-        ln1_in = h_in + cache[f"{name}.attn.output"]
-        d_sum, g["ln1.g"], g["ln1.b"] = layer_norm_backward(dh, ln1_in, p["ln1.g"], cache, f"{name}.ln1")
-        d_a, g_attn = attention_backward(d_sum, h_in, p, cfg, cache, f"{name}.attn")
-        dh = d_sum + d_a
-    g.update(g_attn)
+        d_sum, g["ln1.g"], g["ln1.b"] = tr.layer_norm_backward(dh, p["ln1.g"], cache, ln1)
+        dh = d_sum + attention_backward(d_sum)
     return dh, g
 
 
@@ -123,10 +74,10 @@ def head_backward(d_logits: np.ndarray, params: dict, cfg: TransformerConfig, ca
     from ``d_logits``, through the head and the final LayerNorm; the head's parameter gradients go
     into ``grads`` (a tied unembedding's share of ``embed`` under ``embed``)."""
     if h_last is None:
-        h_last = cache[f"blocks.{cfg.n_layers - 1}.resid_post"]                # (B, T, d)
+        h_last = cache[key(names.block(cfg.n_layers - 1), "resid_post")]     # (B, T, d)
     h = h_last
-    if cfg.final_ln:
-        h = layer_norm_output(h_last, params["ln_final.g"], params["ln_final.b"], cache, "ln_final")
+    if cfg.final_ln:                                                          # LN_final's output, from its cache
+        h = cache["ln_final.normalized"] * params["ln_final.g"] + params["ln_final.b"]
     if cfg.head == "classify":
         # logits = pooled W + b, pooled = mean_t h: each position gets 1/T of the pooled gradient
         d_pooled, grads["classifier.W"], grads["classifier.b"] = L.linear_backward(
@@ -143,8 +94,8 @@ def head_backward(d_logits: np.ndarray, params: dict, cfg: TransformerConfig, ca
         if cfg.unembed_b:
             grads["unembed_b"] = db
     if cfg.final_ln:
-        dh, grads["ln_final.g"], grads["ln_final.b"] = layer_norm_backward(
-            dh, h_last, params["ln_final.g"], cache, "ln_final")
+        dh, grads["ln_final.g"], grads["ln_final.b"] = tr.layer_norm_backward(dh, params["ln_final.g"], cache,
+                                                                             "ln_final")
     return dh
 
 
@@ -175,7 +126,7 @@ def backward(params: dict, cfg: TransformerConfig, cache: dict, d_logits: np.nda
     C.check_params(params, cfg)
     if np.shape(d_logits) != np.shape(cache["logits"]):
         raise ValueError(f"d_logits has shape {np.shape(d_logits)}; the logits have {np.shape(cache['logits'])}.")
-    if cache["blocks.0.attn.weights"].shape[-1] != cache["tokens"].shape[1]:
+    if cache[key(names.block(0), "attn", "weights")].shape[-1] != cache["tokens"].shape[1]:
         raise ValueError("This cache is from a KV-cached forward pass; the backward pass needs the whole sequence.")
     if "edited_heads" in cache:
         raise ValueError("This cache is from a forward pass with heads ablated or patched; the backward pass is "
@@ -185,8 +136,8 @@ def backward(params: dict, cfg: TransformerConfig, cache: dict, d_logits: np.nda
     dh = head_backward(d_logits, params, cfg, cache, grads)
     # 2. the blocks, last first
     for i in reversed(range(cfg.n_layers)):
-        prefix = f"blocks.{i}."
-        dh, g = block_backward(dh, tr.block_params(params, prefix), cfg, cache, f"blocks.{i}")
+        prefix = names.block(i) + "."
+        dh, g = block_backward(dh, tr.block_params(params, prefix), cfg, cache, names.block(i))
         grads.update({prefix + name: value for name, value in g.items()})
     # 1. the embeddings
     embed_backward(dh, params, cfg, cache["tokens"], grads)

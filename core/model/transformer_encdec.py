@@ -22,14 +22,15 @@ import dataclasses
 
 import numpy as np
 
-from core.attention import split_heads
+from core.model import config as C
 from core.model import layers as L
 from core.model import multi_head as MH
+from core.model import names
 from core.model import params as P
 from core.model import transformer as tr
-from core.model import config as C
 from core.model import transformer_backward as tb
 from core.model.config import TransformerConfig
+from core.model.names import key
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,47 +90,34 @@ def init_params(cfg: EncoderDecoderConfig, seed: int = 0, dtype=np.float32) -> d
 # ----------------------------------------------------------------------------------------------
 # forward
 # ----------------------------------------------------------------------------------------------
-def cross_attention(x: np.ndarray, memory: np.ndarray, p: dict, cfg: TransformerConfig, cache: dict,
-                    name: str) -> np.ndarray:
-    """Queries from ``x (B, T, d)``, keys and values from ``memory (B, S, d)``; the sublayer's
-    ``scores``, ``weights``, ``head_outputs``, ``concat``, ``output`` go to ``{name}.*``."""
-    w = {k: p.get(f"cross.{k}") for k in L.ATTENTION_PARAMS}
-    w = {k: (np.zeros(cfg.d_model, x.dtype) if v is None else v) for k, v in w.items()}   # no biases: zeros
-    out, c = MH.attention(x, memory, w, cfg.n_heads)
-    for key in ("scores", "weights", "head_outputs", "concat", "output"):
-        cache[f"{name}.{key}"] = c[key]
-    return out
-
-
 def decoder_block(x, memory, p: dict, cfg: TransformerConfig, cache: dict, name: str, *,
                   kv: dict | None = None, start: int = 0) -> np.ndarray:
     """One decoder block: :func:`transformer.block` with the cross-attention sublayer after its
     self-attention (``{name}.resid_cross`` is the residual stream after it). ``kv`` and ``start``:
-    the self-attention's KV cache, as in :func:`transformer.self_attention`."""
+    the self-attention's KV cache, as in :func:`core.model.multi_head.attend`."""
     eps, sub = cfg.ln_eps, {}
     # 1. masked self-attention (and its norm): the transformer's own first sublayer
     one = dataclasses.replace(cfg, d_ff=0)                                   # a block with only its attention
     x = tr.block(x, {k: v for k, v in p.items() if k.startswith(("attn.", "ln1."))}, one, sub, name,
                  kv=kv, start=start)
     cache.update({k: v for k, v in sub.items() if not k.endswith(".resid_post")})
-    # 2. cross-attention over the memory
+    # 2. cross-attention: queries from x, keys and values from the memory
+    w, cross, ln_cross = MH.weights(p, "cross"), key(name, "cross"), key(name, "ln_cross")
     if cfg.norm == "pre":
-        a = tr.layer_norm(x, p["ln_cross.g"], p["ln_cross.b"], eps, cache, f"{name}.ln_cross")
-        x = x + cross_attention(a, memory, p, cfg, cache, f"{name}.cross")
+        a = tr.layer_norm(x, p["ln_cross.g"], p["ln_cross.b"], eps, cache, ln_cross)
+        x = x + MH.attend(a, memory, w, cfg, cache, cross)
     else:
-        a = cross_attention(x, memory, p, cfg, cache, f"{name}.cross")
-        x = tr.layer_norm(x + a, p["ln_cross.g"], p["ln_cross.b"], eps, cache, f"{name}.ln_cross")
-    cache[f"{name}.resid_cross"] = x
+        a = MH.attend(x, memory, w, cfg, cache, cross)
+        x = tr.layer_norm(x + a, p["ln_cross.g"], p["ln_cross.b"], eps, cache, ln_cross)
+    cache[key(name, "resid_cross")] = x
     # 3. feed-forward (and its norm)
     if cfg.d_ff:
+        ln2, ffn = key(name, "ln2"), key(name, "ffn")
         if cfg.norm == "pre":
-            f = tr.layer_norm(x, p["ln2.g"], p["ln2.b"], eps, cache, f"{name}.ln2")
-            cache[f"{name}.ffn.output"] = f = tr.feed_forward(f, p, cfg, cache, f"{name}.ffn")
-            x = x + f
+            x = x + tr.feed_forward(tr.layer_norm(x, p["ln2.g"], p["ln2.b"], eps, cache, ln2), p, cfg, cache, ffn)
         else:
-            cache[f"{name}.ffn.output"] = f = tr.feed_forward(x, p, cfg, cache, f"{name}.ffn")
-            x = tr.layer_norm(x + f, p["ln2.g"], p["ln2.b"], eps, cache, f"{name}.ln2")
-    cache[f"{name}.resid_post"] = x
+            x = tr.layer_norm(x + tr.feed_forward(x, p, cfg, cache, ffn), p["ln2.g"], p["ln2.b"], eps, cache, ln2)
+    cache[key(name, "resid_post")] = x
     return x
 
 
@@ -137,7 +125,8 @@ def encode(params: dict, cfg: EncoderDecoderConfig, src: np.ndarray, cache: dict
     """The encoder stack on checked source ids ``src (B, S)``: its output, the memory ``(B, S, d)``."""
     m = tr.embed(params, cfg.encoder, src, prefix="enc.", cache=cache)                    # (B, S, d)
     for i in range(cfg.encoder.n_layers):
-        m = tr.block(m, tr.block_params(params, f"enc.blocks.{i}."), cfg.encoder, cache, f"enc.blocks.{i}")
+        name = names.block(i, "enc.")
+        m = tr.block(m, tr.block_params(params, name + "."), cfg.encoder, cache, name)
     cache["memory"] = m
     return m
 
@@ -149,8 +138,9 @@ def decode(params: dict, cfg: EncoderDecoderConfig, tgt: np.ndarray, memory: np.
     KV cache (see :func:`transformer.forward`)."""
     x = tr.embed(params, cfg.decoder, tgt, start, prefix="dec.", cache=cache)             # (B, T, d)
     for i in range(cfg.decoder.n_layers):
-        x = decoder_block(x, memory, tr.block_params(params, f"dec.blocks.{i}."), cfg.decoder, cache,
-                          f"dec.blocks.{i}", kv=None if kv is None else kv[i], start=start)
+        name = names.block(i, "dec.")
+        x = decoder_block(x, memory, tr.block_params(params, name + "."), cfg.decoder, cache, name,
+                          kv=None if kv is None else kv[i], start=start)
     cache["dec.final"] = x
     cache["logits"] = logits = tr.unembed(params, cfg.decoder, x, cache)     # (B, T, V)
     return logits
@@ -176,49 +166,31 @@ def forward_checked(params: dict, cfg: EncoderDecoderConfig, src, tgt_in):
 # ----------------------------------------------------------------------------------------------
 # backward
 # ----------------------------------------------------------------------------------------------
-def cross_attention_backward(d_out, x, memory, p: dict, cfg: TransformerConfig, cache: dict, name: str):
-    """``(dx, d_memory, grads)`` of :func:`cross_attention`: queries recomputed from ``x``, keys
-    and values from the memory."""
-    H, w = cfg.n_heads, {k: p.get(f"cross.{k}") for k in L.ATTENTION_PARAMS}
-    Q = np.ascontiguousarray(split_heads(tr.dense(x, w["W_Q"], w["b_Q"]), H))         # (B, H, T, d_k)
-    K, V = (np.ascontiguousarray(split_heads(tr.dense(memory, w[f"W_{n}"], w[f"b_{n}"]), H)) for n in "KV")
-    rebuilt = {"x_q": x, "x_kv": memory, "Q": Q, "K": K, "V": V,
-               "weights": np.ascontiguousarray(cache[f"{name}.weights"]), "concat": cache[f"{name}.concat"]}
-    dx, d_memory, g = MH.attention_backward(d_out, rebuilt, w)
-    return dx, d_memory, {f"cross.{k}": v for k, v in g.items() if w[k] is not None}
-
-
-def decoder_block_backward(dx, memory, p: dict, cfg: TransformerConfig, cache: dict, name: str):
-    """``(d input, d memory, grads)`` of :func:`decoder_block`, in reverse."""
-    g = {}
-    x_cross, x_mid = cache[f"{name}.resid_cross"], cache[f"{name}.resid_mid"]
+def decoder_block_backward(dx, p: dict, cfg: TransformerConfig, cache: dict, name: str):
+    """``(d input, d memory, grads)`` of :func:`decoder_block`, in reverse, from its cache."""
+    g, w = {}, MH.weights(p, "cross")
+    ln2, ffn, ln_cross, cross = (key(name, part) for part in ("ln2", "ffn", "ln_cross", "cross"))
     # 3. feed-forward
     if cfg.d_ff:
         if cfg.norm == "pre":
-            f_in = tb.layer_norm_output(x_cross, p["ln2.g"], p["ln2.b"], cache, f"{name}.ln2")
-            d_f, g_ffn = tb.feed_forward_backward(dx, f_in, p, cfg, cache, f"{name}.ffn")
-            d_in, g["ln2.g"], g["ln2.b"] = tb.layer_norm_backward(d_f, x_cross, p["ln2.g"], cache, f"{name}.ln2")
+            d_f, g_ffn = tr.feed_forward_backward(dx, p, cfg, cache, ffn)
+            d_in, g["ln2.g"], g["ln2.b"] = tr.layer_norm_backward(d_f, p["ln2.g"], cache, ln2)
             dx = dx + d_in
         else:
-            ln2_in = x_cross + cache[f"{name}.ffn.output"]
-            d_sum, g["ln2.g"], g["ln2.b"] = tb.layer_norm_backward(dx, ln2_in, p["ln2.g"], cache, f"{name}.ln2")
-            d_f, g_ffn = tb.feed_forward_backward(d_sum, x_cross, p, cfg, cache, f"{name}.ffn")
+            d_sum, g["ln2.g"], g["ln2.b"] = tr.layer_norm_backward(dx, p["ln2.g"], cache, ln2)
+            d_f, g_ffn = tr.feed_forward_backward(d_sum, p, cfg, cache, ffn)
             dx = d_sum + d_f
         g.update(g_ffn)
-    # 2. cross-attention
+    # 2. cross-attention: the queries' share goes back to x, the keys' and values' to the memory
     if cfg.norm == "pre":
-        a_in = tb.layer_norm_output(x_mid, p["ln_cross.g"], p["ln_cross.b"], cache, f"{name}.ln_cross")
-        d_a, d_memory, g_cross = cross_attention_backward(dx, a_in, memory, p, cfg, cache, f"{name}.cross")
-        d_in, g["ln_cross.g"], g["ln_cross.b"] = tb.layer_norm_backward(d_a, x_mid, p["ln_cross.g"], cache,
-                                                                        f"{name}.ln_cross")
+        d_a, d_memory, g_cross = MH.attend_backward(dx, w, cfg, cache, cross)
+        d_in, g["ln_cross.g"], g["ln_cross.b"] = tr.layer_norm_backward(d_a, p["ln_cross.g"], cache, ln_cross)
         dx = dx + d_in
     else:
-        ln_in = x_mid + cache[f"{name}.cross.output"]
-        d_sum, g["ln_cross.g"], g["ln_cross.b"] = tb.layer_norm_backward(dx, ln_in, p["ln_cross.g"], cache,
-                                                                         f"{name}.ln_cross")
-        d_a, d_memory, g_cross = cross_attention_backward(d_sum, x_mid, memory, p, cfg, cache, f"{name}.cross")
+        d_sum, g["ln_cross.g"], g["ln_cross.b"] = tr.layer_norm_backward(dx, p["ln_cross.g"], cache, ln_cross)
+        d_a, d_memory, g_cross = MH.attend_backward(d_sum, w, cfg, cache, cross)
         dx = d_sum + d_a
-    g.update(g_cross)
+    g.update({f"cross.{n}": v for n, v in g_cross.items()})
     # 1. masked self-attention: the transformer's own block backward, on a block with only its attention
     dx, g_self = tb.block_backward(dx, p, dataclasses.replace(cfg, d_ff=0), cache, name)
     g.update(g_self)
@@ -235,17 +207,17 @@ def backward(params: dict, cfg: EncoderDecoderConfig, cache: dict, d_logits: np.
     memory = cache["memory"]
     d_memory = np.zeros_like(memory)
     for i in reversed(range(cfg.decoder.n_layers)):
-        prefix = f"dec.blocks.{i}."
-        dx, dm, g = decoder_block_backward(dx, memory, tr.block_params(params, prefix), cfg.decoder, cache,
-                                           f"dec.blocks.{i}")
+        prefix = names.block(i, "dec.") + "."
+        dx, dm, g = decoder_block_backward(dx, tr.block_params(params, prefix), cfg.decoder, cache,
+                                           names.block(i, "dec."))
         d_memory += dm
         grads.update({prefix + n: v for n, v in g.items()})
     _embed_backward(dx, params, cfg.decoder, cache["tokens"], "dec.", grads)
     # 1. the encoder blocks, last first, from the memory's gradient
     dh = d_memory
     for i in reversed(range(cfg.encoder.n_layers)):
-        prefix = f"enc.blocks.{i}."
-        dh, g = tb.block_backward(dh, tr.block_params(params, prefix), cfg.encoder, cache, f"enc.blocks.{i}")
+        prefix = names.block(i, "enc.") + "."
+        dh, g = tb.block_backward(dh, tr.block_params(params, prefix), cfg.encoder, cache, names.block(i, "enc."))
         grads.update({prefix + n: v for n, v in g.items()})
     _embed_backward(dh, params, cfg.encoder, cache["enc.tokens"], "enc.", grads)
     return {name: grads[name] for name in param_shapes(cfg)}

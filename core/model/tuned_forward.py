@@ -82,7 +82,7 @@ def _softmax_rows(S, A, zero):
 
 
 def softmax_rows(S: np.ndarray) -> np.ndarray:
-    """:func:`core.model.transformer.softmax_rows`, compiled: each row of ``S`` through softmax,
+    """:func:`core.model.multi_head.softmax_rows`, compiled: each row of ``S`` through softmax,
     in a new array; a ``-inf`` score gets exactly 0."""
     rows = np.ascontiguousarray(S).reshape(-1, S.shape[-1])                 # (N, Tk)
     A = np.empty_like(rows)

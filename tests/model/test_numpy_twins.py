@@ -49,21 +49,24 @@ def test_the_numpy_formulas_give_the_compiled_loss_logits_and_gradients(name, dt
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-def test_attention_rows_with_a_fully_masked_row_give_zeros_in_both(dtype, monkeypatch):
+@pytest.mark.parametrize("causal", [True, False])
+def test_the_attention_rows_backward_in_both(dtype, causal, monkeypatch):
     rng = np.random.default_rng(1)
-    x = rng.normal(size=(2, 4, 8)).astype(dtype)
-    p = {k: rng.normal(0, 0.3, (8, 8) if k.startswith("W") else (8,)).astype(dtype) for k in L.ATTENTION_PARAMS}
-    mask = np.triu(np.full((4, 4), -np.inf, dtype), k=1)
-    mask[2] = -np.inf                                                     # query 3 may see nothing
-    (out_c, cache_c), (out_n, cache_n) = _both(lambda: MH.attention(x, x, p, 2, mask), monkeypatch)
-    assert not np.isnan(cache_n["weights"]).any()
-    assert (cache_n["weights"][:, :, 2] == 0).all() and (cache_n["weights"][:, :, 0, 1:] == 0).all()
-    np.testing.assert_allclose(cache_n["weights"].sum(-1)[:, :, [0, 1, 3]], 1.0, rtol=TOL[dtype])
-    np.testing.assert_allclose(out_n, out_c, rtol=TOL[dtype], atol=TOL[dtype])
-    d_out = rng.normal(size=out_c.shape).astype(dtype)
-    grads = _both(lambda: MH.attention_backward(d_out, MH.attention(x, x, p, 2, mask)[1], p), monkeypatch)
-    for c, n in zip(grads[0][:2], grads[1][:2]):
+    cfg = C.TransformerConfig(vocab_size=5, n_ctx=4, d_model=8, n_heads=2, d_ff=0, n_layers=1)
+    x, memory = rng.normal(size=(2, 4, 8)).astype(dtype), rng.normal(size=(2, 3, 8)).astype(dtype)
+    w = {k: rng.normal(0, 0.3, (8, 8) if k.startswith("W") else (8,)).astype(dtype) for k in MH.ATTENTION_PARAMS}
+    cache = {}
+    kv = x if causal else memory                               # masked self-attention, or cross-attention
+    out = MH.attend(x, kv, w, cfg, cache, "a", causal=causal)
+    if causal:
+        assert (cache["a.weights"][:, :, 0, 1:] == 0).all()              # a later key gets exactly 0
+    np.testing.assert_allclose(cache["a.weights"].sum(-1), 1.0, rtol=TOL[dtype])
+    d_out = rng.normal(size=out.shape).astype(dtype)
+    compiled, twin = _both(lambda: MH.attend_backward(d_out, w, cfg, cache, "a"), monkeypatch)
+    for c, n in zip(compiled[:2], twin[:2]):
         np.testing.assert_allclose(n, c, rtol=TOL[dtype] * 10, atol=TOL[dtype] * 10)
+    for name in w:
+        np.testing.assert_allclose(twin[2][name], compiled[2][name], rtol=TOL[dtype] * 10, atol=TOL[dtype] * 10)
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from core.model import layers as L
+from core.model import multi_head as MH
 from core.model import transformer as tr
 from core.model import config as C
 from core.model import tuned_forward as TF
@@ -19,10 +20,10 @@ def test_softmax_twin_matches_the_readable_rows(shape, dtype):
     rng = np.random.default_rng(sum(shape))
     S = (6 * rng.standard_normal(shape)).astype(dtype)
     Tq, Tk = shape[-2:]
-    S += tr.causal_mask(Tq, Tk - Tq, dtype)                  # -inf above the diagonal, never a whole row
+    S += MH.causal_mask(Tq, Tk - Tq, dtype)                  # -inf above the diagonal, never a whole row
     A = TF.softmax_rows(S)
     assert A.dtype == dtype and A.shape == S.shape
-    np.testing.assert_allclose(A, tr.softmax_rows(S), **TOL[dtype])
+    np.testing.assert_allclose(A, MH.softmax_rows(S), **TOL[dtype])
     assert np.all(A[np.isneginf(S)] == 0)                    # masked entries exactly 0
     np.testing.assert_allclose(A.sum(-1), 1, rtol=0, atol=10 * np.finfo(dtype).eps * Tk)
 
@@ -76,7 +77,7 @@ BIG = C.TransformerConfig(vocab_size=50, n_ctx=160, d_model=512, n_heads=8, d_ff
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["float64", "float32"])
 def test_a_model_of_blas_size_runs_the_twins_and_its_kv_cache_gives_the_full_forward(dtype, monkeypatch):
-    assert BIG.d_model ** 2 >= tr.BLAS_FROM
+    assert BIG.d_model ** 2 >= L.BLAS_FROM
     params = C.init_params(BIG, seed=3, dtype=dtype)
     ids = np.random.default_rng(1).integers(0, BIG.vocab_size, size=(1, 75))
     full, cache = tr.forward(params, BIG, ids)
@@ -86,7 +87,7 @@ def test_a_model_of_blas_size_runs_the_twins_and_its_kv_cache_gives_the_full_for
     tol = dict(rtol=1e-10, atol=1e-10) if dtype == np.float64 else dict(rtol=2e-4, atol=2e-4)
     np.testing.assert_allclose(np.concatenate([first] + steps, axis=1), full, **tol)
     # the same forward with the readable steps in place of the twins
-    monkeypatch.setattr(TF, "softmax_rows", tr.softmax_rows)
+    monkeypatch.setattr(TF, "softmax_rows", MH.softmax_rows)
     monkeypatch.setattr(TF, "gelu_tanh", L.gelu_tanh)
     readable, rcache = tr.forward(params, BIG, ids)
     np.testing.assert_allclose(full, readable, **tol)

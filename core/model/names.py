@@ -1,0 +1,21 @@
+"""The one vocabulary's names, built in one place: a block's prefix and the entries under it.
+
+    block(3)                          -> "blocks.3"
+    block(3, "dec.")                  -> "dec.blocks.3"
+    key(block(3), "attn", "weights")  -> "blocks.3.attn.weights"
+
+A parameter (``blocks.3.attn.W_Q``) and what a forward pass leaves in its cache
+(``blocks.3.attn.weights``, ``blocks.3.resid_post``) are named the same way, as TransformerLens
+names its hook points; the table is in the README.
+"""
+from __future__ import annotations
+
+
+def block(i: int, stack: str = "") -> str:
+    """Block ``i``'s name, in an encoder-decoder with its stack's prefix (``"enc."``, ``"dec."``)."""
+    return f"{stack}blocks.{i}"
+
+
+def key(*parts: str) -> str:
+    """The name of an entry: its parts joined by dots."""
+    return ".".join(parts)
