@@ -28,9 +28,9 @@ import time
 import numpy as np
 
 from bench import alternating_rounds, last_json_line, print_step_table, torch_step_ms, with_threads
-from core.model import decoder, layers
+from core.model import decoder, layers, presets
+from core.model.generation import generate
 from core.training import decoder_runs
-from core.model.decoder import DecoderConfig
 
 TASK = "reverse"
 ROUNDS = 3
@@ -51,7 +51,8 @@ def torch_stepper(threads: int):
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     setup = decoder_runs.build(TASK)
-    cfg, d = setup.cfg, setup.cfg.d_model
+    source, cfg = setup.cfg.encoder, setup.cfg.decoder
+    d = cfg.d_model
 
     def block(kind):
         return kind(d, cfg.n_heads, cfg.d_ff, dropout=0.0, batch_first=True, layer_norm_eps=cfg.ln_eps)
@@ -59,9 +60,9 @@ def torch_stepper(threads: int):
     class Model(nn.Module):
         def __init__(self):
             super().__init__()
-            self.src_embed = nn.Embedding(cfg.src_vocab_size, d)
+            self.src_embed = nn.Embedding(source.vocab_size, d)
             self.tgt_embed = nn.Embedding(cfg.vocab_size, d)
-            self.register_buffer("pe", torch.from_numpy(np.array(layers.sinusoid_table(cfg.tgt_len, d, "<f4"))))
+            self.register_buffer("pe", torch.from_numpy(np.array(layers.sinusoid_table(cfg.n_ctx, d, "<f4"))))
             self.encoder = nn.ModuleList(block(nn.TransformerEncoderLayer) for _ in range(cfg.n_layers))
             self.decoder = nn.ModuleList(block(nn.TransformerDecoderLayer) for _ in range(cfg.n_layers))
             self.out = nn.Linear(d, cfg.vocab_size)
@@ -77,7 +78,7 @@ def torch_stepper(threads: int):
             return self.out(x)
 
     model = Model()
-    assert sum(p.numel() for p in model.parameters()) == decoder.param_count(cfg)
+    assert sum(p.numel() for p in model.parameters()) == decoder.param_count(setup.cfg)
     opt = torch.optim.Adam(model.parameters(), lr=setup.defaults.lr)
     batch = setup.defaults.batch_size
     tgt_in, tgt_out, src = (torch.from_numpy(a[:batch]).long() for a in setup.train_arrays())
@@ -110,13 +111,13 @@ def generation_ms_per_token(T: int, use_cache: bool) -> tuple[float, int]:
     """Best wall milliseconds per new token writing ``T - 1`` tokens after a one-token prompt
     (filling a context of T), and the positions the decoder ran in all."""
     vocab = decoder_runs.build(decoder_runs.LM_TASK).cfg.vocab_size
-    cfg = DecoderConfig(vocab, T, cross_attention=False)
+    cfg = presets.decoder_lm(vocab, T)
     params = decoder.init_params(cfg, seed=0)
     n = T
     best, gen = np.inf, None
     for _ in range(GEN_REPEATS + 1):                   # the first call compiles and warms the caches
         t0 = time.perf_counter()
-        gen = decoder.generate(params, cfg, prompt=[0], max_new_tokens=n, temperature=0.0, use_cache=use_cache)
+        gen = generate(params, cfg, prompt=[0], max_new_tokens=n, temperature=0.0, use_cache=use_cache)
         best = min(best, time.perf_counter() - t0)
     return 1000 * best / n, int(gen.positions_computed.sum())
 
@@ -126,9 +127,10 @@ def main() -> None:
     times = measure_steps()
     load_after = os.getloadavg()[0]
     ours = min(times["ours"])
-    cfg = decoder_runs.build(TASK).cfg
+    model = decoder_runs.build(TASK).cfg
+    cfg = model.decoder
     print(f"### Decoder training step: the {TASK} task, batch 64, T 8, d_model {cfg.d_model}, {cfg.n_heads} heads, "
-          f"d_ff {cfg.d_ff}, {cfg.n_layers} + {cfg.n_layers} layers, {decoder.param_count(cfg):,} parameters, "
+          f"d_ff {cfg.d_ff}, {cfg.n_layers} + {cfg.n_layers} layers, {decoder.param_count(model):,} parameters, "
           "float32, Adam\n")
     print_step_table(times, "ours (`python -m core.training --task reverse`, its `ms_per_step`)")
     print(f"\n{ROUNDS} alternating rounds; {os.cpu_count()} CPUs; 1-minute load average {load_before:.1f} before "

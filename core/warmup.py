@@ -55,10 +55,9 @@ def _readable_loops() -> None:
     """The compiled loops inside the readable sublayers (attention rows, LayerNorm, products, GELU),
     forward and backward, in both precisions, as the model pages run them: an encoder classifier,
     an encoder-decoder, a decoder-only model, the exact GELU, and GPT-2's tuned elementwise steps."""
-    from core.model import decoder, tuned_forward, vocabulary
+    from core.model import decoder, presets, tuned_forward
     from core.model import layers as L
     from core.model import transformer_backward as TB
-    from core.model.decoder_config import tiny_config
     from core.model.config import TransformerConfig, init_params
 
     classifier = TransformerConfig(vocab_size=5, n_ctx=4, d_model=8, n_heads=2, d_ff=8, n_layers=1, causal=False,
@@ -66,11 +65,11 @@ def _readable_loops() -> None:
     for dtype in (np.float32, np.float64):
         TB.forward_backward(init_params(classifier, 0, dtype), classifier, np.zeros((2, 4), np.int64),
                             np.zeros(2, np.int64))
-        for cross in (True, False):
-            cfg = tiny_config(cross)
-            tgt = np.zeros((2, cfg.tgt_len), np.int64)
-            src = np.zeros((2, cfg.src_len), np.int64) if cross else None
-            vocabulary.decoder_loss_and_grads(decoder.init_params(cfg, 0, dtype), cfg, tgt, tgt, src)
+        tiny = dict(vocab_size=5, n_ctx=3, d_model=4, n_heads=1, n_layers=1)
+        tokens = np.zeros((2, 3), np.int64)
+        for cfg, src in ((presets.seq2seq(src_vocab_size=5, src_len=3, d_ff=4, bos_id=0, **tiny), tokens),
+                         (presets.attention_only(**tiny), None)):
+            decoder.loss_and_grads(decoder.init_params(cfg, 0, dtype), cfg, tokens, tokens, src)
         x = np.zeros((2, 3), dtype)
         L.gelu_erf(x), L.gelu_tanh_backward(x, x), tuned_forward.gelu_tanh(x)
         tuned_forward.softmax_rows(np.zeros((1, 1, 2, 2), dtype))

@@ -8,7 +8,7 @@ import pandas as pd
 import streamlit as st
 
 from core import limits
-from core.model import decoder, layers, sampling, transformer, transformer_encdec
+from core.model import decoder, layers, multi_head, sampling, transformer, transformer_encdec
 from core.training import steps, tasks
 from core.model import generation as decoding  # the page has a function named generation
 from core.training import decoder_runs
@@ -90,12 +90,13 @@ left.selectbox("Model and task", tuple(TASKS), format_func=TASKS.get, key=k("tas
 task = st.session_state[k("task")]
 setup = setup_of(task)
 cfg = setup.cfg
+stack = decoder.target_stack(cfg)           # the stack that reads the target (the model itself, decoder-only)
 left.caption(tasks.SEQUENCE_TASKS[task].description if setup.seq2seq else
-             f"Predict the next character of a small English corpus ({cfg.vocab_size} characters, "
-             f"context {cfg.tgt_len}).")
+             f"Predict the next character of a small English corpus ({stack.vocab_size} characters, "
+             f"context {stack.n_ctx}).")
 right.number_input(f"Steps (at most {limits.MAX_TRAIN_STEPS}; this task's default is {setup.defaults.steps})",
                    1, limits.MAX_TRAIN_STEPS, key=k("steps"))
-right.caption(f"{cfg.n_layers} layers, d_model {cfg.d_model}, {cfg.n_heads} heads, "
+right.caption(f"{stack.n_layers} layers, d_model {stack.d_model}, {stack.n_heads} heads, "
               f"{decoder.param_count(cfg):,} parameters; Adam, batch {setup.defaults.batch_size}, learning rate "
               f"{setup.defaults.lr:g} with {setup.defaults.warmup} warm-up steps and a cosine decay. A run stops after "
               f"{limits.MAX_TRAIN_SECONDS:.0f} s of training at most.")
@@ -224,7 +225,7 @@ g2.text_input("top-k (blank: no limit)", key=k("top_k"))
 g3.number_input("top-p (1 keeps every token)", key=k("top_p"), step=0.05, format="%.2f")
 g4.number_input("Seed of the sampler", 0, 1_000_000, key=k("seed"))
 if not setup.seq2seq:
-    st.text_input(f"Prompt (1 to {cfg.tgt_len} characters from the corpus's alphabet)", key=k("prompt"))
+    st.text_input(f"Prompt (1 to {stack.n_ctx} characters from the corpus's alphabet)", key=k("prompt"))
 
 
 def sampler_settings() -> sampling.SamplerSettings:
@@ -245,9 +246,9 @@ def prompt_ids() -> np.ndarray:
     text = str(st.session_state[k("prompt")])
     if not text:
         raise ValueError("The prompt is empty: type at least one character.")
-    if len(text) > cfg.tgt_len:
+    if len(text) > stack.n_ctx:
         raise ValueError(f"The prompt has {len(text)} characters, longer than the model's context of "
-                         f"{cfg.tgt_len}.")
+                         f"{stack.n_ctx}.")
     return setup.data.vocab.encode(text)
 
 
@@ -264,13 +265,13 @@ if not setup.seq2seq:
     except ValueError as err:
         st.error(f"{err} Keeping the last good prompt.")
 settings, prompt = good["settings"], good["prompt"]
-n_new = cfg.tgt_len if setup.seq2seq else min(LM_NEW_TOKENS, cfg.tgt_len - len(prompt) + 1)
+n_new = stack.n_ctx if setup.seq2seq else min(LM_NEW_TOKENS, stack.n_ctx - len(prompt) + 1)
 seed = int(st.session_state[k("seed")])
 
 
 def generation(use_cache: bool):
-    return decoder.generate(params, cfg, src, prompt=prompt, max_new_tokens=n_new, temperature=settings.temperature,
-                            top_k=settings.top_k, top_p=settings.top_p, use_cache=use_cache, seed=seed)
+    return decoding.generate(params, cfg, src, prompt=prompt, max_new_tokens=n_new, temperature=settings.temperature,
+                             top_k=settings.top_k, top_p=settings.top_p, use_cache=use_cache, seed=seed)
 
 
 def timed_generations() -> tuple:
@@ -298,7 +299,7 @@ if memo is None or memo["key"] != memo_key:       # recompute only when an input
     memo = {"key": memo_key, "cached": cached, "cached_s": cached_s, "full": full, "full_s": full_s}
     st.session_state[MEMO_KEY] = memo
 gen = memo["cached"]
-P, V = gen.prompt_len, cfg.vocab_size
+P, V = gen.prompt_len, stack.vocab_size
 vocab_labels = shown(text_of(np.arange(V)))
 written = shown(text_of(gen.tokens))
 if src is not None:
@@ -337,12 +338,12 @@ m[1].metric("Positions run through the decoder at this step", int(gen.positions_
 m[2].metric("Probability of the token written", f"{gen.step_probs[j, picked]:.3f}")
 
 c1, c2 = st.columns(2)
-for col, name, count in ((c1, "layer", cfg.n_layers), (c2, "head", cfg.n_heads)):
+for col, name, count in ((c1, "layer", stack.n_layers), (c2, "head", stack.n_heads)):
     st.session_state[k(name)] = int(np.clip(st.session_state[k(name)], 1, count))
     col.selectbox(f"{name.capitalize()} (attention rows: every head; K and V: this head)", range(1, count + 1),
                   key=k(name))
 layer, head = int(st.session_state[k("layer")]) - 1, int(st.session_state[k("head")]) - 1
-heads = [f"head {h + 1}" for h in range(cfg.n_heads)]
+heads = [f"head {h + 1}" for h in range(stack.n_heads)]
 key_labels = charts.position_labels(read)
 self_row = gen.self_attn[j][layer]                                           # (H, P + j)
 panels = [(f"Causal self-attention of the new query, layer {layer + 1}", self_row, key_labels, "self-attention")]
@@ -355,7 +356,7 @@ for col, (title, matrix, labels, _) in zip(cols, panels):
                                        col_title="key position", size=320))
 rows_shown = int(gen.cache_sizes[j])
 kv_rows = charts.position_labels(written[:rows_shown])
-dims = [f"{c + 1}" for c in range(cfg.d_k)]
+dims = [f"{c + 1}" for c in range(stack.d_k)]
 kc, vc = st.columns(2)
 for col, name, cache in ((kc, "K", gen.keys), (vc, "V", gen.values)):
     col.vega_lite_chart(charts.heatmap(cache[layer, head, :rows_shown], kv_rows, dims, kind="signed",
@@ -436,27 +437,27 @@ e2.vega_lite_chart(charts.lines(per_step, "step", "positions", "generation", poi
 
 # 5. what the trained attention does -------------------------------------------------------------
 st.header("5. The attention maps of this model")
-names = [f"layer {l + 1}, head {h + 1}" for l in range(cfg.n_layers) for h in range(cfg.n_heads)]
+names = [f"layer {l + 1}, head {h + 1}" for l in range(stack.n_layers) for h in range(stack.n_heads)]
 if setup.seq2seq:
-    cross = decoder.attention_weights(fcache, cfg, "cross")[:, 0]              # (L, H, T, S)
+    cross = decoding.attention_weights(fcache, cfg, "cross")[:, 0]             # (L, H, T, S)
     st.markdown(f"Cross-attention of validation example {i} (teacher forcing): one row per output position, "
                 "one column per source digit." + (" Trained on **reverse**, some head reads the source from "
                 "its end: output position t looks at source position T + 1 − t, the anti-diagonal." if
                 task == "reverse" else ""))
-    st.vega_lite_chart(charts.heatmap_grid([cross[l, h] for l in range(cfg.n_layers) for h in range(cfg.n_heads)],
+    st.vega_lite_chart(charts.heatmap_grid([cross[l, h] for l in range(stack.n_layers) for h in range(stack.n_heads)],
                                            charts.position_labels(shown(text_of(tgt_in))),
                                            charts.position_labels(tasks.digits_text(src)), names,
-                                           columns=cfg.n_heads, size=150, annotate=False,
+                                           columns=stack.n_heads, size=150, annotate=False,
                                            row_title="decoder input", col_title="source"))
     st.caption("Compare the random-weight cross-attention on the page **Masks and cross-attention**: the "
                "same computation, but nothing there has learned where to look.")
 else:
-    att = decoder.attention_weights(fcache, cfg)[:, 0]                         # (L, H, T, T)
+    att = decoding.attention_weights(fcache, cfg)[:, 0]                        # (L, H, T, T)
     st.markdown(f"The language model has no cross-attention. Its causal self-attention on validation "
                 f"window {i}: zero above the diagonal, as the mask demands.")
     labels = charts.position_labels(shown(text_of(tgt_in)))
-    st.vega_lite_chart(charts.heatmap_grid([att[l, h] for l in range(cfg.n_layers) for h in range(cfg.n_heads)],
-                                           labels, labels, names, columns=cfg.n_heads, size=200, annotate=False))
+    st.vega_lite_chart(charts.heatmap_grid([att[l, h] for l in range(stack.n_layers) for h in range(stack.n_heads)],
+                                           labels, labels, names, columns=stack.n_heads, size=200, annotate=False))
 
 
 
@@ -469,10 +470,10 @@ with st.expander(f"Source: generation, and the {track_ran} training step"):
                   if track_ran == "readable" else "(the same numbers as the readable step, in one Numba call)."))
     # the forward passes (teacher forcing, generation) run the stacks of this model's kind
     stacks = ([transformer_encdec.forward_checked, transformer_encdec.encode, transformer_encdec.decode,
-               transformer_encdec.decoder_block, transformer_encdec.cross_attention] if cfg.cross_attention
+               transformer_encdec.decoder_block] if setup.seq2seq
               else [transformer.forward_checked])      # what teacher forcing and generation call
-    function_sources([decoder.generate, decoding._run, *stacks, transformer.block, transformer.self_attention,
+    function_sources([decoding.generate, decoding._run, *stacks, transformer.block, multi_head.attend,
                       sampling.distribution, decoder_runs.train]
-                     + steps.step_functions("decoder", track_ran, bool(cfg.cross_attention)))
+                     + steps.step_functions("decoder", track_ran, setup.seq2seq))
 
 state.publish(PAGE, spec_for(task))

@@ -1,4 +1,6 @@
-"""Generation one token at a time, through a KV cache (or recomputing the whole prefix each step).
+"""Generation one token at a time, through a KV cache (or recomputing the whole prefix each step),
+for every causal model: the tiny decoders (:mod:`core.model.decoder`) and a real model's
+:class:`~core.model.config.TransformerConfig` and parameters (GPT-2).
 
 Each step is the one transformer's forward pass (:mod:`core.model.transformer`; an
 encoder-decoder's decoder stack, :func:`core.model.transformer_encdec.decode`). With
@@ -13,24 +15,34 @@ import dataclasses
 
 import numpy as np
 
-from core.model import sampling, transformer, transformer_encdec, vocabulary
-from core.model.decoder_config import DecoderConfig
-from core.model.decoder_passes import attention_weights, check_params, check_tokens
-from core.model.params import whole
+from core.model import config, sampling, transformer, transformer_encdec
+from core.model import params as P
+from core.model.transformer_encdec import EncoderDecoderConfig
 
 
-def _run(tparams: dict, tcfg, cfg: DecoderConfig, tokens: np.ndarray, memory, kv: list | None, start: int):
+def attention_weights(cache: dict, cfg, sublayer: str = "attn", query: int | None = None) -> np.ndarray:
+    """Every decoder block's attention weights from a forward cache, stacked: ``(L, B, H, T, Tk)``,
+    or with ``query`` (an index) only that query's row of each, ``(L, B, H, Tk)``: generation reads
+    the last row at every step and need not copy the others. ``sublayer`` is ``"attn"`` (the masked
+    self-attention) or ``"cross"`` (an encoder-decoder's cross-attention, ``Tk = S``)."""
+    cross = isinstance(cfg, EncoderDecoderConfig)
+    stack, n_layers = ("dec.", cfg.decoder.n_layers) if cross else ("", cfg.n_layers)
+    weights = [cache[f"{stack}blocks.{i}.{sublayer}.weights"] for i in range(n_layers)]
+    return np.stack(weights if query is None else [w[:, :, query] for w in weights])
+
+
+def _run(params: dict, cfg, tokens: np.ndarray, memory, kv: list | None, start: int):
     """The decoder on ``tokens (B, n)``, the positions ``start..start+n-1``: ``(logits (B, n, V), cache)``.
 
     The one transformer's forward pass (the decoder stack of an encoder-decoder, reading the encoder's
     ``memory``). With ``kv`` (one dict per block) each block appends the new positions' keys and
     values to its cache and their queries attend over every cached position, causally among the
-    new ones (:func:`core.model.transformer.self_attention`).
+    new ones (:func:`core.model.multi_head.attend`).
     """
-    if cfg.cross_attention:
+    if isinstance(cfg, EncoderDecoderConfig):
         cache = {}
-        return transformer_encdec.decode(tparams, tcfg, tokens, memory, cache, kv=kv, start=start), cache
-    return transformer.forward_checked(tparams, tcfg, tokens, kv=kv, start=start)   # checked once, by generate
+        return transformer_encdec.decode(params, cfg, tokens, memory, cache, kv=kv, start=start), cache
+    return transformer.forward_checked(params, cfg, tokens, kv=kv, start=start)   # checked once, by generate
 
 
 @dataclasses.dataclass
@@ -77,39 +89,49 @@ class Generation:
 
 def _check_generation_inputs(cfg, src, prompt, max_new_tokens):
     """Checked ``(src (B, S) or None, prompt (B, P))``, and whether one sequence was given."""
-    if not whole(max_new_tokens) or max_new_tokens < 1:
+    if not P.whole(max_new_tokens) or max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be a whole number >= 1, got {max_new_tokens!r}.")
-    single = True
-    if cfg.cross_attention:
+    single, stack, bos_id = True, cfg, None
+    if isinstance(cfg, EncoderDecoderConfig):
         if src is None:
             raise ValueError("This encoder-decoder needs a source sequence (src) to generate from.")
-        single = np.ndim(src) == 1
-        src = check_tokens(src, cfg.src_vocab_size, cfg.src_len, "The source")
+        single, stack, bos_id = np.ndim(src) == 1, cfg.decoder, cfg.bos_id
+        src = P.check_tokens(src, cfg.encoder.vocab_size, cfg.encoder.n_ctx, "The source")
+    elif not cfg.causal or cfg.head != "lm":
+        raise ValueError("Only a causal language model (causal=True, head='lm') generates text.")
     elif src is not None:
-        raise ValueError("This is a decoder-only model (cross_attention=False): it takes no source; "
-                         "give a prompt instead.")
+        raise ValueError("This is a decoder-only model: it takes no source; give a prompt instead.")
     if prompt is None:
-        if cfg.bos_id is None:
+        if bos_id is None:
             raise ValueError("Give a prompt of at least one token: this model has no start token "
                              "(bos_id) to begin from.")
-        prompt = [cfg.bos_id]
+        prompt = [bos_id]
     if np.ndim(prompt) == 2:
         single = False
-    prompt = check_tokens(prompt, cfg.vocab_size, cfg.tgt_len, "The prompt")        # refuses an empty one
+    n_ctx = stack.n_ctx
+    prompt = P.check_tokens(prompt, stack.vocab_size, n_ctx, "The prompt")           # refuses an empty one
     B = src.shape[0] if src is not None else prompt.shape[0]
     if prompt.shape[0] == 1 and B > 1:
         prompt = np.repeat(prompt, B, axis=0)                                # one prompt for every source
     if prompt.shape[0] != B:
         raise ValueError(f"The prompt has {prompt.shape[0]} rows and the source {B}.")
-    P = prompt.shape[1]
-    if P + max_new_tokens - 1 > cfg.tgt_len:
-        raise ValueError(f"A prompt of {P} tokens plus {max_new_tokens} new ones needs a context of "
-                         f"{P + max_new_tokens - 1} positions; this model reads at most {cfg.tgt_len}. "
-                         f"Ask for at most {cfg.tgt_len - P + 1} new tokens.")
+    n_prompt = prompt.shape[1]
+    if n_prompt + max_new_tokens - 1 > n_ctx:
+        raise ValueError(f"A prompt of {n_prompt} tokens plus {max_new_tokens} new ones needs a context of "
+                         f"{n_prompt + max_new_tokens - 1} positions; this model reads at most {n_ctx}. "
+                         f"Ask for at most {n_ctx - n_prompt + 1} new tokens.")
     return src, prompt, single
 
 
-def generate(params: dict, cfg: DecoderConfig, src=None, *, prompt=None, max_new_tokens: int,
+def _check_params(params: dict, cfg) -> np.dtype:
+    """The parameters' names, shapes and dtype (not their finiteness: a scan of a real model's
+    parameters would cost more than a step; the forward pass refuses non-finite activations)."""
+    if isinstance(cfg, EncoderDecoderConfig):
+        return P.check_params(params, transformer_encdec.param_shapes(cfg), finite=False)
+    return config.check_params(params, cfg)
+
+
+def generate(params: dict, cfg, src=None, *, prompt=None, max_new_tokens: int,
              temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
              use_cache: bool = True, seed: int = 0) -> Generation:
     """Generate ``max_new_tokens`` tokens one at a time, each drawn from the model's next-token
@@ -117,13 +139,16 @@ def generate(params: dict, cfg: DecoderConfig, src=None, *, prompt=None, max_new
 
     Parameters
     ----------
+    params : dict in the one vocabulary
+    cfg : TransformerConfig (a causal language model: a decoder-only model, GPT-2) or
+        EncoderDecoderConfig
     src : (S,) or (B, S) int, encoder-decoder only
         The source. Its encoder output is computed once and serves every step.
     prompt : (P,) or (B, P) int, optional
-        The tokens to continue; a single prompt serves every source of a batch. Default:
-        ``[cfg.bos_id]``; a model without ``bos_id`` (the character language model) needs a prompt of
-        at least one token. ``P + max_new_tokens - 1 <= cfg.tgt_len``: the last new token is never
-        read, so it needs no position.
+        The tokens to continue; a single prompt serves every source of a batch. Default: an
+        encoder-decoder's ``[cfg.bos_id]``; a decoder-only model has no start token and needs a
+        prompt of at least one token. ``P + max_new_tokens - 1 <= n_ctx``: the last new token is
+        never read, so it needs no position.
     max_new_tokens : int >= 1
     temperature, top_k, top_p : the sampler (see :mod:`core.model.sampling`); ``temperature=0`` is
         greedy decoding
@@ -138,21 +163,19 @@ def generate(params: dict, cfg: DecoderConfig, src=None, *, prompt=None, max_new
     -------
     Generation
     """
-    check_params(params, cfg)
+    dtype = _check_params(params, cfg)
     settings = sampling.SamplerSettings(temperature, top_k, top_p)
     src, prompt, single = _check_generation_inputs(cfg, src, prompt, max_new_tokens)
     rng = np.random.default_rng(seed)
-    B, P = prompt.shape
-    n, Lr, H = int(max_new_tokens), cfg.n_layers, cfg.n_heads
-    dtype = params["W_out"].dtype
-    tparams, tcfg = vocabulary.from_decoder(params, cfg)          # the one transformer's names and settings
+    B, n_prompt = prompt.shape
+    stack = cfg.decoder if isinstance(cfg, EncoderDecoderConfig) else cfg
+    n, Lr, H, V = int(max_new_tokens), stack.n_layers, stack.n_heads, stack.vocab_size
 
     # the encoder runs once: its output serves every step
-    memory = transformer_encdec.encode(tparams, tcfg, src, {}) if cfg.cross_attention else None
+    memory = None if src is None else transformer_encdec.encode(params, cfg, src, {})
     kv = [{} for _ in range(Lr)] if use_cache else None           # each block's keys and values so far
 
     tokens = np.concatenate([prompt, np.zeros((B, n), dtype=np.int64)], axis=1)
-    V = cfg.vocab_size
     step_logits = np.zeros((B, n, V), dtype=dtype)
     step_probs = np.zeros((B, n, V))
     allowed = np.zeros((B, n, V), dtype=bool)
@@ -161,11 +184,11 @@ def generate(params: dict, cfg: DecoderConfig, src=None, *, prompt=None, max_new
     self_rows = []
     cross_rows = np.zeros((B, n, Lr, H, src.shape[1]), dtype=dtype) if memory is not None else None
     for s in range(n):
-        t = P + s                                                   # positions read at this step
+        t = n_prompt + s                                            # positions read at this step
         # 1. the logits of the next token, from the last position
         cached = kv[0]["K"].shape[2] if use_cache and kv[0] else 0  # positions already in the KV cache
         new = tokens[:, cached:t]                                   # with the cache: the prompt, then one token
-        logits, cache = _run(tparams, tcfg, cfg, new, memory, kv, cached)
+        logits, cache = _run(params, cfg, new, memory, kv, cached)
         computed[s] = new.shape[1]
         cache_sizes[s] = t if use_cache else 0
         # the last position's attention rows, (B, L, H, t) and (B, L, H, S)
@@ -181,7 +204,7 @@ def generate(params: dict, cfg: DecoderConfig, src=None, *, prompt=None, max_new
     if use_cache:
         keys = np.stack([block["K"] for block in kv], axis=1)      # (B, L, H, P + n - 1, d_k)
         values = np.stack([block["V"] for block in kv], axis=1)
-    out = Generation(tokens, P, step_logits, step_probs, allowed, cache_sizes, computed,
+    out = Generation(tokens, n_prompt, step_logits, step_probs, allowed, cache_sizes, computed,
                      self_rows, cross_rows, keys, values)
     if single:
         for field in ("tokens", "step_logits", "step_probs", "allowed", "cross_attn", "keys", "values"):

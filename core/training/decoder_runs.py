@@ -16,10 +16,8 @@ import time
 
 import numpy as np
 
-from core.model import decoder, decoder_step, optim
+from core.model import decoder, decoder_step, optim, presets
 from core.model import params as P
-from core.model.decoder import DecoderConfig
-from core.model.decoder_passes import _check_pair
 from core.training import loop, tasks
 from core.training.steps import DEFAULT_TRACK, decoder_gradient
 
@@ -56,7 +54,7 @@ class Setup:
     """What a run trains: the defaults it came from, the model configuration and the data."""
 
     defaults: TaskDefaults
-    cfg: DecoderConfig
+    cfg: object                    # an EncoderDecoderConfig (sequence tasks) or a TransformerConfig
     data: object                   # tasks.SequenceDataset or tasks.CharCorpus
 
     @property
@@ -92,11 +90,10 @@ def build(task: str, *, seed: int = 0, **overrides) -> Setup:
     sizes = dict(d_model=dflt.d_model, n_heads=dflt.n_heads, d_ff=dflt.d_ff, n_layers=dflt.n_layers)
     if task in tasks.SEQUENCE_TASKS:
         ds = tasks.make_sequence_dataset(task, n_train=dflt.n_train, n_val=dflt.n_val, seq_len=dflt.seq_len, seed=seed)
-        cfg = DecoderConfig(ds.vocab_size, ds.seq_len, src_vocab_size=ds.src_vocab_size, src_len=ds.seq_len,
-                            bos_id=ds.bos_id, **sizes)
+        cfg = presets.seq2seq(ds.vocab_size, ds.seq_len, ds.src_vocab_size, ds.seq_len, bos_id=ds.bos_id, **sizes)
         return Setup(dflt, cfg, ds)
     corpus = tasks.make_char_corpus(context=dflt.seq_len)
-    return Setup(dflt, DecoderConfig(corpus.vocab.size, corpus.context, cross_attention=False, **sizes), corpus)
+    return Setup(dflt, presets.decoder_lm(corpus.vocab.size, corpus.context, **sizes), corpus)
 
 
 def evaluate(setup: Setup, params: dict) -> dict:
@@ -149,10 +146,11 @@ def fit(setup: Setup, *, steps: int | None = None, seed: int = 0, callback=None,
     return params, losses
 
 
-def train(params: dict, cfg: DecoderConfig, tgt_in, tgt_out, src=None, *, steps: int, batch_size: int = 64,
+def train(params: dict, cfg, tgt_in, tgt_out, src=None, *, steps: int, batch_size: int = 64,
           lr: float = 3e-3, warmup: int = 50, seed: int = 0, callback=None, every: int = 0,
           on_params=None, track: str = DEFAULT_TRACK) -> list[float]:
-    """Train ``params`` in place with Adam on random minibatches; return each step's loss.
+    """Train ``params`` in place with Adam on random minibatches; return each step's loss. ``cfg``: a
+    decoder-only TransformerConfig or an EncoderDecoderConfig.
 
     The learning rate rises linearly over ``warmup`` steps, then decays as a half cosine to a tenth
     of ``lr`` at the last step. ``callback(step, loss)``, if given, runs after every step; it may
@@ -164,14 +162,12 @@ def train(params: dict, cfg: DecoderConfig, tgt_in, tgt_out, src=None, *, steps:
     together.
     """
     decoder.check_params(params, cfg)
-    tgt_all, src_all, _ = _check_pair(cfg, tgt_in, src)
-    y_all = decoder.check_tokens(tgt_out, cfg.vocab_size, cfg.tgt_len, "The target output (tgt_out)")
-    if y_all.shape != tgt_all.shape:
-        raise ValueError("tgt_out must have the same shape as tgt_in.")
+    tgt_all, src_all, _ = decoder.check_pair(cfg, tgt_in, src)
+    y_all = decoder.check_targets(cfg, tgt_all, tgt_out)
     if not P.whole(steps) or steps < 1 or not P.whole(batch_size) or batch_size < 1:
         raise ValueError("steps and batch_size must be positive whole numbers.")
     names = list(decoder.param_shapes(cfg))
-    flat, views = decoder.pack({name: params[name] for name in names})      # flat follows the names' order
+    flat, views = P.pack({name: params[name] for name in names})      # flat follows the names' order
     gradient = decoder_gradient(track, cfg, flat)
     update = loop.gradient_update(gradient, flat, np.empty_like(flat), optim.Adam(flat.size, flat.dtype, lr,
                                                                                    betas=decoder.ADAM_BETAS))

@@ -23,10 +23,11 @@ import time
 
 import numpy as np
 
-from core.model import decoder as D
-from core.model import decoder_step, head_scores, optim
+from core.model import decoder, decoder_step, head_scores, layers, optim, presets
+from core.model import params as P
+from core.model.config import TransformerConfig
+from core.model.generation import attention_weights
 from core.training import loop, shipped, steps as tracks
-from core.model import layers as L
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,13 +52,12 @@ class InductionSetup:
             raise ValueError("steps, batch_size and n_held_out must be positive whole numbers.")
 
     @property
-    def config(self) -> D.DecoderConfig:
+    def config(self) -> TransformerConfig:
         # Attention only (d_ff=0), post-norm LayerNorm kept after each attention sublayer: it holds
         # the residual stream at unit scale, so the Adam rate used for the other decoder tasks works
         # unchanged, and every seed we tried formed an induction head within the default steps.
-        return D.DecoderConfig(vocab_size=self.vocab_size, tgt_len=2 * self.half - 1, d_model=self.d_model,
-                               n_heads=self.n_heads, d_ff=0, n_layers=2, cross_attention=False,
-                               positional="sinusoidal")
+        return presets.attention_only(self.vocab_size, 2 * self.half - 1, self.d_model, self.n_heads, n_layers=2,
+                                      positional="sinusoidal")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -80,10 +80,10 @@ def held_out(setup: InductionSetup = InductionSetup(), seed: int = 0):
 # ----------------------------------------------------------------------------------------------
 # the measures
 # ----------------------------------------------------------------------------------------------
-def position_losses(params: dict, cfg: D.DecoderConfig, tgt_in, tgt_out):
+def position_losses(params: dict, cfg: TransformerConfig, tgt_in, tgt_out):
     """Cross-entropy of each next token, ``(B, T)`` in nats, and the forward pass's cache."""
-    logits, cache = D.forward(params, cfg, tgt_in)
-    logp = L.log_softmax(logits.astype(np.float64))
+    logits, cache = decoder.forward(params, cfg, tgt_in)
+    logp = layers.log_softmax(logits.astype(np.float64))
     return -np.take_along_axis(logp, np.asarray(tgt_out)[..., None], axis=-1)[..., 0], logits, cache
 
 
@@ -100,12 +100,12 @@ class Measures:
     attn: np.ndarray               # (L, B, H, T, T) every attention map
 
 
-def measure(params: dict, cfg: D.DecoderConfig, data) -> Measures:
+def measure(params: dict, cfg: TransformerConfig, data) -> Measures:
     """Scores per head and losses per half on ``data = (tgt_in, tgt_out)``."""
     tgt_in, tgt_out = data
-    n = (cfg.tgt_len + 1) // 2
+    n = (cfg.n_ctx + 1) // 2
     losses, logits, cache = position_losses(params, cfg, tgt_in, tgt_out)
-    attn = D.attention_weights(cache, cfg)                               # (L, B, H, T, T)
+    attn = attention_weights(cache, cfg)                                 # (L, B, H, T, T)
     hits = logits.argmax(axis=-1) == tgt_out
     by_head = attn.transpose(0, 2, 1, 3, 4)                             # (L, H, B, T, T)
     return Measures(induction=head_scores.induction(by_head, tgt_in),
@@ -121,7 +121,7 @@ def measure(params: dict, cfg: D.DecoderConfig, data) -> Measures:
 @dataclasses.dataclass
 class InductionRun:
     setup: InductionSetup
-    cfg: D.DecoderConfig
+    cfg: TransformerConfig
     params: dict
     losses: list
     train_seconds: float
@@ -136,10 +136,10 @@ def train_induction(setup: InductionSetup = InductionSetup(), *, seed: int = 0, 
     model, to rounding whichever ``track``'s training step runs). The rate rises linearly over
     ``warmup`` steps, then stays. ``callback(step, loss)`` runs after each step."""
     cfg = setup.config
-    flat, params = D.pack(D.init_params(cfg, seed=seed, dtype=np.float32))
-    gradient = tracks.decoder_gradient(track, cfg, flat)       # D.loss_and_grads, readable or compiled
+    flat, params = P.pack(decoder.init_params(cfg, seed=seed, dtype=np.float32))
+    gradient = tracks.decoder_gradient(track, cfg, flat)       # decoder.loss_and_grads, readable or compiled
     update = loop.gradient_update(gradient, flat, np.empty_like(flat),
-                                  optim.Adam(flat.size, flat.dtype, setup.lr, betas=D.ADAM_BETAS))
+                                  optim.Adam(flat.size, flat.dtype, setup.lr, betas=decoder.ADAM_BETAS))
     rng = np.random.default_rng([seed, 1])
     if track == "compiled":
         decoder_step.warm_up()                      # compiling (the first time) is not training

@@ -36,10 +36,11 @@ import time
 import numpy as np
 
 from core import positional
-from core.model import decoder, optim, pretrained
+from core.model import optim, pretrained
 from core.training import loop
 from core.model import config as C
 from core.model import transformer_backward
+from core.model.params import pack
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CORPUS = os.path.join(HERE, "corpus.txt")
@@ -89,7 +90,7 @@ def train(params: dict, cfg: C.TransformerConfig, ids: np.ndarray, end: int, *, 
     """Adam on batches of :func:`window`, through the training loop every model shares
     (:mod:`core.training.loop`); ``params`` in place."""
     names = list(C.param_shapes(cfg))
-    flat, views = decoder.pack({n: params[n] for n in names})
+    flat, views = pack({n: params[n] for n in names})
     grads = np.empty_like(flat)
     rng = np.random.default_rng(seed)
 

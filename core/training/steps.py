@@ -20,14 +20,14 @@ from typing import Callable
 
 import numpy as np
 
-from core.model import decoder_step, encoder, optim, vocabulary
+from core.model import decoder, decoder_step, encoder, optim
 from core.model import layers as L
+from core.model import multi_head as MH
 from core.model import transformer as tr
 from core.model import transformer_backward as TB
 from core.model import transformer_encdec as ED
 from core.model.compiled import decoder_gradient as compiled_decoder
 from core.model.compiled import elementwise, encoder_step, ends, sublayers
-from core.model.decoder_config import DecoderConfig, param_shapes as decoder_shapes
 
 TRACKS = ("readable", "compiled")
 DEFAULT_TRACK = "compiled"
@@ -51,14 +51,11 @@ def encoder_update(track: str, state) -> Callable:
             return encoder.train_step(state.flat, state.grad_flat, state.optimizer, *batch, state.cfg)
         return update
 
-    params, cfg = vocabulary.from_encoder(state.params, state.cfg)     # views of the flat buffer, renamed
-    grads = vocabulary.from_encoder(state.grads, state.cfg)[0]         # views of the gradient buffer
-
     def update(batch, lr):
         tokens, labels = batch
-        loss, logits, g = TB.forward_backward(params, cfg, tokens, labels)
+        loss, logits, g = TB.forward_backward(state.params, state.cfg, tokens, labels)
         for name, value in g.items():
-            grads[name][...] = value
+            state.grads[name][...] = value                                 # views of the gradient buffer
         state.optimizer.step(state.flat, state.grad_flat, lr)
         return loss, int((logits.argmax(axis=-1) == labels).sum())
     return update
@@ -67,21 +64,32 @@ def encoder_update(track: str, state) -> Callable:
 # ----------------------------------------------------------------------------------------------
 # the decoders (encoder-decoder, decoder-only, attention-only)
 # ----------------------------------------------------------------------------------------------
-def decoder_gradient(track: str, cfg: DecoderConfig, flat: np.ndarray) -> Callable:
+def decoder_gradient(track: str, cfg, flat: np.ndarray) -> Callable:
     """``gradient(tgt_in, tgt_out, src, out) -> loss``: the mean cross-entropy over every target
-    token of a batch, and its gradient into ``out`` (flat, in ``param_shapes(cfg)`` order)."""
+    token of a batch, and its gradient into ``out`` (flat, in ``decoder.param_shapes(cfg)`` order).
+    ``cfg``: a decoder-only TransformerConfig or an EncoderDecoderConfig."""
     if check_track(track) == "compiled":
         return decoder_step.Gradient(cfg, flat)
-    shapes = decoder_shapes(cfg)
-    params = vocabulary.unflatten(flat, shapes)                          # named views of the buffer
+    shapes = decoder.param_shapes(cfg)
+    params = _named_views(flat, shapes)
 
     def gradient(tgt_in, tgt_out, src, out):
-        loss, grads = vocabulary.decoder_loss_and_grads(params, cfg, tgt_in, tgt_out, src)
-        views = vocabulary.unflatten(out, shapes)
+        loss, grads = decoder.loss_and_grads(params, cfg, tgt_in, tgt_out, src)
+        views = _named_views(out, shapes)
         for name, value in grads.items():
             views[name][...] = value
         return loss
     return gradient
+
+
+def _named_views(flat: np.ndarray, shapes: dict) -> dict:
+    """A flat buffer packed in ``shapes`` order as named views (writing one writes the buffer)."""
+    out, at = {}, 0
+    for name, shape in shapes.items():
+        size = int(np.prod(shape))
+        out[name] = flat[at:at + size].reshape(shape)
+        at += size
+    return out
 
 
 # ----------------------------------------------------------------------------------------------
@@ -95,16 +103,16 @@ def step_functions(model: str, track: str, cross_attention: bool = False) -> lis
         if model == "encoder":
             first = [encoder_update, TB.forward_backward]
         elif cross_attention:
-            first = [decoder_gradient, vocabulary.decoder_loss_and_grads, ED.loss_and_grads, ED.forward,
-                     ED.forward_checked, ED.decoder_block, ED.cross_attention]
+            first = [decoder_gradient, decoder.loss_and_grads, ED.loss_and_grads, ED.forward,
+                     ED.forward_checked, ED.decoder_block]
         else:
-            first = [decoder_gradient, vocabulary.decoder_loss_and_grads, TB.loss_and_grads, TB.forward_backward]
-        middle = [tr.forward, tr.forward_checked, tr.embed, tr.block, tr.self_attention, tr.softmax_rows,
-                  tr.feed_forward, tr.dense, tr.unembed, L.cross_entropy]
-        last = [ED.backward, ED.decoder_block_backward, ED.cross_attention_backward] if cross_attention else \
+            first = [decoder_gradient, decoder.loss_and_grads, TB.loss_and_grads, TB.forward_backward]
+        middle = [tr.forward, tr.forward_checked, tr.embed, tr.block, MH.attend, MH.softmax_rows,
+                  tr.feed_forward, L.dense, tr.unembed, L.cross_entropy]
+        last = [ED.backward, ED.decoder_block_backward] if cross_attention else \
             [TB.backward, TB.head_backward]
-        return first + middle + last + [TB.block_backward, TB.attention_backward, TB.feed_forward_backward,
-                                        TB.layer_norm_backward, TB.embed_backward, optim.Adam.step,
+        return first + middle + last + [TB.block_backward, MH.attend_backward, tr.feed_forward_backward,
+                                        tr.layer_norm_backward, TB.embed_backward, optim.Adam.step,
                                         elementwise.adam_update]
     if model == "encoder":
         return [encoder_update, encoder.train_step, encoder_step.run, encoder_step.forward_chunk, ends.embed_forward,

@@ -9,9 +9,11 @@ import pytest
 from core import tasks
 from core.kernels import reference
 from core.model import decoder as D
-from core.model import decoder_step, layers
+from core.model import decoder_step, layers, presets
+from core.model.decoder import DecoderConfig, target_stack
+from core.model.generation import attention_weights
+from core.model.transformer_encdec import EncoderDecoderConfig
 from core.training import decoder_runs
-from core.model.decoder import DecoderConfig
 from oracle_support import require
 
 ENC_DEC = dict(vocab_size=5, tgt_len=4, d_model=4, n_heads=2, d_ff=6, n_layers=2,
@@ -35,10 +37,15 @@ def _perturbed_params(cfg, seed=1):
 
 def _batch(cfg, B=3, seed=2):
     rng = np.random.default_rng(seed)
-    src = rng.integers(0, cfg.src_vocab_size, (B, cfg.src_len)) if cfg.cross_attention else None
-    tgt_in = rng.integers(0, cfg.vocab_size, (B, cfg.tgt_len))
-    tgt_out = rng.integers(0, cfg.vocab_size, (B, cfg.tgt_len))
+    src = rng.integers(0, cfg.encoder.vocab_size, (B, cfg.encoder.n_ctx)) if _seq2seq(cfg) else None
+    target = target_stack(cfg)
+    tgt_in = rng.integers(0, target.vocab_size, (B, target.n_ctx))
+    tgt_out = rng.integers(0, target.vocab_size, (B, target.n_ctx))
     return src, tgt_in, tgt_out
+
+
+def _seq2seq(cfg) -> bool:
+    return isinstance(cfg, EncoderDecoderConfig)
 
 
 def _loss(params, cfg, tgt_in, tgt_out, src):
@@ -60,7 +67,7 @@ def test_every_gradient_matches_central_differences(kind):
     loss, grads = D.loss_and_grads(params, cfg, tgt_in, tgt_out, src)
     assert loss == pytest.approx(_loss(params, cfg, tgt_in, tgt_out, src), rel=1e-13)
     assert list(grads) == list(params)
-    assert cfg.d_ff > 0 or not [name for name in params if name.endswith(("W_1", "b_2", "ln2_g"))]
+    assert target_stack(cfg).d_ff > 0 or not [name for name in params if name.endswith(("W_1", "b_2", "ln2.g"))]
     h, vanishing = 1e-5, []
     for name, value in params.items():
         assert grads[name].shape == value.shape and grads[name].dtype == np.float64
@@ -81,14 +88,15 @@ def test_every_gradient_matches_central_differences(kind):
         assert rel < 1e-6, f"{name}: relative error {rel:.2e}"
     # b_K adds the same number to every score of a row, which the softmax ignores: its gradient is
     # exactly zero, and no other parameter's is
-    assert vanishing == [name for name in params if name.endswith("b_K")]          # b_K and cross_b_K
+    assert vanishing == [name for name in params if name.endswith("b_K")]          # attn.b_K and cross.b_K
 
 
 def _torch_loss(params, cfg, tgt_in, tgt_out, src):
     """The same model in PyTorch, from the formulas (autograd does the backward pass)."""
     import torch
 
-    H, eps = cfg.n_heads, cfg.ln_eps
+    target = target_stack(cfg)
+    H, eps = target.n_heads, target.ln_eps
     p = {name: torch.tensor(value, requires_grad=True) for name, value in params.items()}
 
     def mha(x_q, x_kv, pre, mask=None):
@@ -106,35 +114,35 @@ def _torch_loss(params, cfg, tgt_in, tgt_out, src):
         return z.transpose(1, 2).reshape(B, Tq, d) @ p[pre + "W_O"] + p[pre + "b_O"]
 
     def ln(x, pre):
-        return torch.nn.functional.layer_norm(x, x.shape[-1:], p[pre + "_g"], p[pre + "_b"], eps)
+        return torch.nn.functional.layer_norm(x, x.shape[-1:], p[pre + ".g"], p[pre + ".b"], eps)
 
     def ffn(x, pre):
-        return torch.relu(x @ p[pre + "W_1"] + p[pre + "b_1"]) @ p[pre + "W_2"] + p[pre + "b_2"]
+        return torch.relu(x @ p[pre + "ffn.W_1"] + p[pre + "ffn.b_1"]) @ p[pre + "ffn.W_2"] + p[pre + "ffn.b_2"]
 
     def embed(tokens, prefix):
         T = tokens.shape[1]
-        pe = torch.tensor(reference.sinusoidal(T, cfg.d_model))
+        pe = torch.tensor(reference.sinusoidal(T, target.d_model))
         return p[prefix + "embed"][torch.tensor(tokens)] + pe
 
-    memory = None
-    if cfg.cross_attention:
+    memory, stack = None, ""
+    if _seq2seq(cfg):
         m = embed(src, "enc.")
-        for i in range(cfg.n_layers):
-            pre = f"enc.layers.{i}."
-            m = ln(m + mha(m, m, pre), pre + "ln1")
+        for i in range(cfg.encoder.n_layers):
+            pre = f"enc.blocks.{i}."
+            m = ln(m + mha(m, m, pre + "attn."), pre + "ln1")
             m = ln(m + ffn(m, pre), pre + "ln2")
-        memory = m
-    x = embed(tgt_in, "dec.")
+        memory, stack = m, "dec."
+    x = embed(tgt_in, stack)
     T = tgt_in.shape[1]
     causal = torch.triu(torch.full((T, T), float("-inf"), dtype=torch.float64), diagonal=1)
-    for i in range(cfg.n_layers):
-        pre = f"dec.layers.{i}."
-        x = ln(x + mha(x, x, pre, causal), pre + "ln1")
+    for i in range(target.n_layers):
+        pre = f"{stack}blocks.{i}."
+        x = ln(x + mha(x, x, pre + "attn.", causal), pre + "ln1")
         if memory is not None:
-            x = ln(x + mha(x, memory, pre + "cross_"), pre + "ln_cross")
+            x = ln(x + mha(x, memory, pre + "cross."), pre + "ln_cross")
         x = ln(x + ffn(x, pre), pre + "ln2")
-    logits = x @ p["W_out"] + p["b_out"]
-    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, cfg.vocab_size), torch.tensor(tgt_out).reshape(-1))
+    logits = x @ p["unembed"] + p["unembed_b"]
+    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, target.vocab_size), torch.tensor(tgt_out).reshape(-1))
     loss.backward()
     return loss.item(), {name: t.grad.numpy() for name, t in p.items()}
 
@@ -174,16 +182,18 @@ def test_a_position_never_sees_the_future(kind):
     cfg = DecoderConfig(**KINDS[kind])
     params = _perturbed_params(cfg)
     src, tgt_in, _ = _batch(cfg)
+    target = target_stack(cfg)
     logits, cache = D.forward(params, cfg, tgt_in, src)
-    for t in range(cfg.tgt_len - 1):
+    for t in range(target.n_ctx - 1):
         changed = tgt_in.copy()
-        changed[:, t + 1:] = (changed[:, t + 1:] + 1) % cfg.vocab_size       # rewrite every later token
+        changed[:, t + 1:] = (changed[:, t + 1:] + 1) % target.vocab_size       # rewrite every later token
         later, _ = D.forward(params, cfg, changed, src)
         np.testing.assert_array_equal(later[:, :t + 1], logits[:, :t + 1])
         assert not np.allclose(later[:, t + 1:], logits[:, t + 1:])
-    A = D.attention_weights(cache, cfg)
-    assert A.shape == (cfg.n_layers, 3, cfg.n_heads, cfg.tgt_len, cfg.tgt_len)
-    assert (A[..., np.triu_indices(cfg.tgt_len, 1)[0], np.triu_indices(cfg.tgt_len, 1)[1]] == 0).all()
+    A = attention_weights(cache, cfg)
+    T = target.n_ctx
+    assert A.shape == (target.n_layers, 3, target.n_heads, T, T)
+    assert (A[..., np.triu_indices(T, 1)[0], np.triu_indices(T, 1)[1]] == 0).all()
     np.testing.assert_allclose(A.sum(-1), 1.0, rtol=1e-12)
 
 
@@ -192,17 +202,17 @@ def test_the_cache_holds_every_attention_map():
     params = _perturbed_params(cfg)
     src, tgt_in, _ = _batch(cfg, B=2)
     logits, cache = D.forward(params, cfg, tgt_in, src)
-    L, H, S, T = cfg.n_layers, cfg.n_heads, cfg.src_len, cfg.tgt_len
-    assert logits.shape == (2, T, cfg.vocab_size)
+    L, H, S, T, d = cfg.decoder.n_layers, cfg.decoder.n_heads, cfg.encoder.n_ctx, cfg.decoder.n_ctx, cfg.decoder.d_model
+    assert logits.shape == (2, T, cfg.decoder.vocab_size)
     enc = np.stack([cache[f"enc.blocks.{i}.attn.weights"] for i in range(L)])
-    cross = D.attention_weights(cache, cfg, "cross")
+    cross = attention_weights(cache, cfg, "cross")
     assert enc.shape == (L, 2, H, S, S) and cross.shape == (L, 2, H, T, S)
-    assert cache["memory"].shape == (2, S, cfg.d_model) and cache["dec.final"].shape == (2, T, cfg.d_model)
+    assert cache["memory"].shape == (2, S, d) and cache["dec.final"].shape == (2, T, d)
     for weights in (enc, cross):
         np.testing.assert_allclose(weights.sum(-1), 1.0, rtol=1e-12)
     # the cross-attention of layer 0 is softmax((x1 W_Q + b_Q)(m W_K + b_K)^T / sqrt(d_k)), from the cached
     # x1 (post-norm: the residual stream after the self-attention's LayerNorm) and m
-    p = {n: params[f"dec.layers.0.cross_{n}"] for n in ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O")}
+    p = {n: params[f"dec.blocks.0.cross.{n}"] for n in ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O")}
     x1 = cache["dec.blocks.0.resid_mid"]
     expected = reference.multi_head_attention(x1, p["W_Q"], p["W_K"], p["W_V"], p["W_O"], H, X_kv=cache["memory"],
                                               b_Q=p["b_Q"], b_K=p["b_K"], b_V=p["b_V"], b_O=p["b_O"])
@@ -210,7 +220,7 @@ def test_the_cache_holds_every_attention_map():
     # one sequence in: the logits lose the batch axis, the cache keeps it (B = 1); the numbers are the same
     one, one_cache = D.forward(params, cfg, tgt_in[1], src[1])
     np.testing.assert_allclose(one, logits[1], rtol=1e-13)
-    np.testing.assert_allclose(D.attention_weights(one_cache, cfg, "cross")[:, 0], cross[:, 1], rtol=1e-12)
+    np.testing.assert_allclose(attention_weights(one_cache, cfg, "cross")[:, 0], cross[:, 1], rtol=1e-12)
 
 
 def test_decoder_only_has_no_encoder():
@@ -239,8 +249,7 @@ def test_gradients_are_the_same_bits_whatever_other_threads_do():
     pytest.importorskip("threadpoolctl")
 
     # big enough products (4096 x 64 by 64 x 64) that a BLAS would split them over its threads
-    cfg = D.DecoderConfig(vocab_size=9, tgt_len=16, d_model=64, n_heads=4, d_ff=64, n_layers=1,
-                          cross_attention=False)
+    cfg = presets.decoder_lm(vocab_size=9, n_ctx=16, d_model=64, n_heads=4, d_ff=64, n_layers=1)
     params = D.init_params(cfg, seed=3)
     tokens = np.random.default_rng(1).integers(0, 9, (256, 17))
     alone = D.loss_and_grads(params, cfg, tokens[:, :-1], tokens[:, 1:])[1]
@@ -275,23 +284,21 @@ def test_the_public_name():
 def test_init_params_is_deterministic_per_seed_and_dtype():
     cfg = DecoderConfig(**ENC_DEC)
     a, b, c = D.init_params(cfg, seed=4), D.init_params(cfg, seed=4), D.init_params(cfg, seed=5)
-    assert all(np.array_equal(a[n], b[n]) for n in a) and not np.array_equal(a["W_out"], c["W_out"])
+    assert all(np.array_equal(a[n], b[n]) for n in a) and not np.array_equal(a["unembed"], c["unembed"])
     p64 = D.init_params(cfg, seed=4, dtype=np.float64)
     assert all(p64[n].dtype == np.float64 and a[n].dtype == np.float32 for n in a)
-    np.testing.assert_allclose(a["W_out"], p64["W_out"], rtol=1e-6)
+    np.testing.assert_allclose(a["unembed"], p64["unembed"], rtol=1e-6)
     assert D.param_count(cfg) == sum(v.size for v in a.values())
 
 
 # ----------------------------------------------------------------------------------------------
 # generation: with and without the KV cache
 # ----------------------------------------------------------------------------------------------
-def _gen_cfg(kind, **overrides):
-    base = dict(vocab_size=11, tgt_len=9, d_model=16, n_heads=4, d_ff=24, n_layers=2, bos_id=10)
+def _gen_cfg(kind):
+    sizes = dict(vocab_size=11, n_ctx=9, d_model=16, n_heads=4, d_ff=24, n_layers=2)
     if kind == "encoder-decoder":
-        base.update(src_vocab_size=10, src_len=7)
-    else:
-        base.update(cross_attention=False)
-    return DecoderConfig(**{**base, **overrides})
+        return presets.seq2seq(**sizes, src_vocab_size=10, src_len=7, bos_id=10)
+    return presets.decoder_lm(**sizes)
 
 
 @pytest.mark.parametrize("dtype, tol", [(np.float64, 1e-12), (np.float32, 1e-5)])
@@ -331,13 +338,15 @@ def test_the_kv_cache_grows_one_row_per_step_and_holds_the_keys_and_values(kind)
     assert full.keys is None and (full.cache_sizes == 0).all()
     # the cache's rows are the keys and values the teacher-forced pass computes for the same tokens
     _, cache = D.forward(params, cfg, gen.tokens[:-1], src)
-    assert gen.keys.shape == (cfg.n_layers, cfg.n_heads, 9, cfg.d_k)
-    stack = "dec." if cfg.cross_attention else ""
-    for layer in range(cfg.n_layers):
+    target = target_stack(cfg)
+    assert gen.keys.shape == (target.n_layers, target.n_heads, 9, target.d_k)
+    stack = "dec." if _seq2seq(cfg) else ""
+    for layer in range(target.n_layers):
         x = cache[f"{stack}blocks.{layer}.resid_pre"][0]              # (T, d): the self-attention's input
         for name, got in (("K", gen.keys[layer]), ("V", gen.values[layer])):
-            w, b = params[f"dec.layers.{layer}.W_{name}"], params[f"dec.layers.{layer}.b_{name}"]
-            want = (x @ w + b).reshape(9, cfg.n_heads, cfg.d_k).transpose(1, 0, 2)
+            block = f"{stack}blocks.{layer}.attn."
+            w, b = params[f"{block}W_{name}"], params[f"{block}b_{name}"]
+            want = (x @ w + b).reshape(9, target.n_heads, target.d_k).transpose(1, 0, 2)
             np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14, err_msg=name)
     # each step's row is a causal distribution over the positions read so far
     for row in gen.self_attn:
@@ -373,9 +382,9 @@ def test_generation_reports_what_the_sampler_allowed():
 @pytest.mark.parametrize("kwargs, message", [
     (dict(d_model=10, n_heads=4), "cannot be split evenly into 4 heads"),
     (dict(vocab_size=0), "vocab_size must be a positive whole number"),
-    (dict(tgt_len=2.5), "tgt_len must be a positive whole number"),
-    (dict(src_len=None), "needs src_len"),
-    (dict(src_vocab_size=0), "needs src_vocab_size"),
+    (dict(tgt_len=2.5), "n_ctx must be a positive whole number"),
+    (dict(src_len=None), "needs src_vocab_size and src_len"),
+    (dict(src_vocab_size=0), "vocab_size must be a positive whole number"),
     (dict(positional="rope"), "positional must be one of"),
     (dict(bos_id=11), "bos_id must be a token id in 0..10"),
     (dict(ln_eps=0.0), "ln_eps must be a small positive number"),
@@ -386,6 +395,13 @@ def test_bad_configs_are_refused(kwargs, message):
         DecoderConfig(**{**base, **kwargs})
     with pytest.raises(ValueError, match="has no source"):
         DecoderConfig(vocab_size=5, tgt_len=4, cross_attention=False, src_len=3)
+
+
+def test_the_constructor_gives_the_presets():
+    """decoder.DecoderConfig, the design's constructor, is the matching preset (tgt_len is n_ctx)."""
+    assert DecoderConfig(11, 8, src_vocab_size=10, src_len=6, bos_id=10) == presets.seq2seq(11, 8, 10, 6, bos_id=10)
+    assert DecoderConfig(11, 8, d_ff=0, cross_attention=False, positional="learned") == presets.attention_only(
+        11, 8, positional="learned")
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -402,7 +418,7 @@ def test_bad_configs_are_refused(kwargs, message):
     (dict(temperature=-1.0), "temperature must be a number >= 0"),
 ])
 def test_bad_generation_requests_are_refused(kwargs, message):
-    cfg = _gen_cfg("decoder-only", bos_id=None)
+    cfg = _gen_cfg("decoder-only")
     params = D.init_params(cfg)
     request = {"prompt": [1], "max_new_tokens": 3, **kwargs}
     with pytest.raises(ValueError, match=message):
@@ -410,7 +426,7 @@ def test_bad_generation_requests_are_refused(kwargs, message):
 
 
 def test_missing_or_unexpected_source_and_missing_start_token():
-    lm = _gen_cfg("decoder-only", bos_id=None)
+    lm = _gen_cfg("decoder-only")
     with pytest.raises(ValueError, match="no start token"):
         D.generate(D.init_params(lm), lm, max_new_tokens=2)
     with pytest.raises(ValueError, match="takes no source"):
@@ -436,9 +452,9 @@ def test_bad_forward_inputs_are_refused():
     with pytest.raises(ValueError, match="must match tgt_in"):
         D.loss_and_grads(params, cfg, tgt_in, tgt_out[:, :2], src)
     with pytest.raises(ValueError, match="has shape"):
-        D.forward({**params, "W_out": np.zeros((3, 3), np.float32)}, cfg, tgt_in, src)
+        D.forward({**params, "unembed": np.zeros((3, 3), np.float32)}, cfg, tgt_in, src)
     with pytest.raises(ValueError, match="lacks"):
-        D.forward({k: v for k, v in params.items() if k != "b_out"}, cfg, tgt_in, src)
+        D.forward({k: v for k, v in params.items() if k != "unembed_b"}, cfg, tgt_in, src)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -477,8 +493,7 @@ def test_char_corpus_windows_and_vocabulary():
 # ----------------------------------------------------------------------------------------------
 def test_reverse_reaches_95_percent_exact_match_quickly():
     ds = tasks.make_sequence_dataset("reverse", n_train=4000, n_val=500, seed=0)
-    cfg = DecoderConfig(ds.vocab_size, ds.seq_len, src_vocab_size=ds.src_vocab_size, src_len=ds.seq_len,
-                        bos_id=ds.bos_id)
+    cfg = presets.seq2seq(ds.vocab_size, ds.seq_len, ds.src_vocab_size, ds.seq_len, bos_id=ds.bos_id)
     params = D.init_params(cfg, seed=0)
     decoder_step.warm_up()                  # the first compile of the step is not training time
     wall, cpu = time.perf_counter(), time.process_time()
@@ -490,7 +505,7 @@ def test_reverse_reaches_95_percent_exact_match_quickly():
     assert cpu < 30.0           # CPU time: the wall clock also counts whatever else shares the machine
     # cross-attention learned the anti-diagonal: output position t reads source position T-1-t
     _, cache = D.forward(params, cfg, ds.tgt_in_val[:50], ds.src_val[:50])
-    reads = D.attention_weights(cache, cfg, "cross").mean(axis=(1, 2)).argmax(axis=-1)          # (L, T): where each layer looks
+    reads = attention_weights(cache, cfg, "cross").mean(axis=(1, 2)).argmax(axis=-1)          # (L, T): where each layer looks
     assert any((row == np.arange(8)[::-1]).all() for row in reads)
 
 
@@ -512,7 +527,7 @@ def test_on_params_sees_the_parameters_of_each_checkpoint():
 
 def test_language_model_beats_the_unigram_baseline():
     corpus = tasks.make_char_corpus(context=32)
-    cfg = DecoderConfig(corpus.vocab.size, 32, cross_attention=False)
+    cfg = presets.decoder_lm(corpus.vocab.size, 32)
     params = D.init_params(cfg, seed=0)
     before = D.mean_loss(params, cfg, corpus.X_val, corpus.Y_val)
     decoder_runs.train(params, cfg, corpus.X_train, corpus.Y_train, steps=200, batch_size=32, lr=3e-3)

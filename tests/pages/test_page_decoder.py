@@ -341,8 +341,9 @@ def test_the_step_switch_changes_the_source_and_the_milliseconds(at):
     (ms_r, src_r), (ms_c, src_c) = readings["readable"], readings["compiled"]
     assert "def encode(" in src_r and "def decoder_block(" in src_r        # this model's stacks ran
     assert "def forward_checked(" in src_r and "def forward_checked(" in src_c   # the body behind forward
-    assert "the readable training step" in src_r and "def cross_attention_backward(" in src_r
-    assert "def decoder_loss_and_grads(" in src_r and "def decoder_chunk(" not in src_r
+    assert "the readable training step" in src_r and "def decoder_block_backward(" in src_r
+    readable_twin = "the readable twin of ``decoder_step.Gradient``"      # decoder.loss_and_grads's docstring
+    assert readable_twin in src_r and "def decoder_chunk(" not in src_r
     assert "the compiled training step" in src_c and "def decoder_chunk(" in src_c
-    assert "def decoder_loss_and_grads(" not in src_c
+    assert readable_twin not in src_c
     assert ms_r > ms_c                 # the readable step runs Python between its sublayers

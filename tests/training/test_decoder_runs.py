@@ -8,6 +8,7 @@ import sys
 import numpy as np
 import pytest
 
+from core.model import presets
 from core.training import decoder_runs as R
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -29,10 +30,11 @@ def test_a_seed_gives_the_same_run_and_another_seed_another():
 
 def test_build_applies_overrides_and_refuses_unknown_tasks():
     setup = R.build("sort", seq_len=5, d_model=16, n_train=100, n_val=20)
-    assert setup.cfg.tgt_len == 5 and setup.cfg.d_model == 16 and setup.cfg.cross_attention
+    ds = setup.data
+    assert setup.cfg == presets.seq2seq(ds.vocab_size, 5, ds.src_vocab_size, 5, d_model=16, bos_id=ds.bos_id)
     assert setup.data.src_train.shape == (100, 5)
     lm = R.build(R.LM_TASK)
-    assert not lm.cfg.cross_attention and lm.cfg.tgt_len == R.DEFAULTS[R.LM_TASK].seq_len
+    assert lm.cfg == presets.decoder_lm(lm.data.vocab.size, R.DEFAULTS[R.LM_TASK].seq_len)
     with pytest.raises(ValueError, match="Unknown decoder task"):
         R.build("nope")
 

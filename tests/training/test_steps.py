@@ -3,11 +3,8 @@ take the same model to the same place, step for step, and either can take over a
 import numpy as np
 import pytest
 
-from core.model import decoder
 from core.training import steps, encoder_runs as training
-from core.model.decoder_config import DecoderConfig
 from core.model.encoder import EncoderConfig
-from core.model.params import pack
 
 TOL = {np.float64: 1e-12, np.float32: 2e-5}
 ENC = EncoderConfig(vocab_size=10, seq_len=8, d_model=16, n_heads=2, d_ff=24, n_layers=2)
@@ -39,26 +36,6 @@ def test_encoder_steps_agree_step_for_step(dtype):
         close(state.grad_flat, twin.grad_flat, dtype)
         close(state.flat, twin.flat, dtype, slack=1000)
     assert state.optimizer.t == twin.optimizer.t == 3
-
-
-DECODER_ONLY = DecoderConfig(vocab_size=11, tgt_len=7, d_model=12, n_heads=3, d_ff=20, n_layers=2,
-                             cross_attention=False)
-ATTENTION_ONLY = DecoderConfig(vocab_size=11, tgt_len=7, d_model=12, n_heads=3, d_ff=0, n_layers=2,
-                               cross_attention=False)
-
-
-@pytest.mark.parametrize("cfg", [DECODER_ONLY, ATTENTION_ONLY], ids=["decoder-only", "attention-only"])
-@pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["float64", "float32"])
-def test_decoder_gradients_agree(cfg, dtype):
-    flat, _ = pack(decoder.init_params(cfg, seed=2, dtype=dtype))
-    rng = np.random.default_rng(1)
-    tgt_in, tgt_out = rng.integers(0, cfg.vocab_size, (2, 5, cfg.tgt_len))
-    outs = {}
-    for track in steps.TRACKS:
-        outs[track] = np.full_like(flat, np.nan)
-        outs[track + " loss"] = steps.decoder_gradient(track, cfg, flat)(tgt_in, tgt_out, None, outs[track])
-    close(outs["readable"], outs["compiled"], dtype)
-    close(outs["readable loss"], outs["compiled loss"], dtype)
 
 
 def test_a_run_switches_track_and_goes_on():

@@ -1,10 +1,11 @@
 """The decoder's compiled loss and gradient (``core.model.decoder_step`` calls it): the encoder's
 sublayers in a decoder's order, plus causal masks and cross-attention.
 
-A decoder layer (core/model/decoder.py) is an encoder layer with a causal mask and, in an
+A decoder block (core/model/decoder.py) is an encoder block with a causal mask and, in an
 encoder-decoder, a cross-attention sublayer between its self-attention and its feed-forward:
     x -> h1 = LN1(x + MHA(x, causal)) -> h2 = LN_cross(h1 + MHA(h1, over m)) -> LN2(h2 + FFN(h2))
-The encoder's output m (the "memory") gives the keys and values of every cross-attention.
+The encoder's output m (the "memory") gives the keys and values of every cross-attention. The
+offsets come from the one layout builder, :func:`core.model.compiled.offsets.decoder_layout`.
 """
 from __future__ import annotations
 
@@ -25,16 +26,18 @@ from core.model.compiled.elementwise import add_bias, layernorm_backward, residu
 from core.model.compiled.sublayers import (B_CLS, EMBED, POS, W_CLS, _mat, feed_forward, feed_forward_backward,
                                             layer_views, packed_qkv, self_attention, self_attention_backward)
 
+# The fields of one block's cross-attention, in the order of offsets.CROSS_SLOTS ("cross.W_Q" ...
+# "ln_cross.b"): the kernels' short names for dec.blocks.{i}.cross.* and dec.blocks.{i}.ln_cross.*.
 CROSS_PARAMS = ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O", "ln_g", "ln_b")
 Cross = namedtuple("Cross", CROSS_PARAMS)
 DecoderLayout = namedtuple("DecoderLayout", ["enc", "dec", "cross"])
 DecoderLayout.__doc__ = """Where a decoder's parameters start in its flat buffer.
 
 ``enc``, ``dec``: a :data:`Layout` each, for the encoder's and the decoder's stacks (their
-self-attention and feed-forward sublayers; ``dec.top`` holds ``W_out`` and ``b_out`` where an
-encoder holds its classifier, ``dec.n_classes`` is the vocabulary); a decoder-only model's
-``enc`` has no layers. ``cross`` (L, 10): each decoder layer's cross-attention arrays, in
-``CROSS_PARAMS`` order (no rows without cross-attention). Sublayers a model lacks (the
+self-attention and feed-forward sublayers; ``dec.top`` holds ``unembed`` and ``unembed_b`` where
+an encoder holds its classifier, ``dec.n_classes`` is the vocabulary); a decoder-only model's
+``enc`` has no layers. ``cross`` (L, 10): each decoder block's cross-attention arrays, in
+``offsets.CROSS_SLOTS`` order (no rows without cross-attention). Sublayers a model lacks (the
 feed-forward one when ``d_ff = 0``) have offset 0: their views are never read."""
 # The cross-attention sublayers' activations, per decoder layer i: cq[i] (d, N) queries, ckv[i]
 # (2d, Ns) keys and values of the memory, Pc[i] (H, Bv, T, S, lanes) weights, cctx[i] (d, N)
@@ -166,15 +169,15 @@ def decoder_chunk(flat, grads, lay, packed, src, tgt_in, tgt_out, n_real, scale,
             mid = ca.h2[i]
         feed_forward(p, mid, eps, da.a[i], sub, da.x[i + 1], da.xhat2[i], da.rstd2[i])
     logits, dlogits = np.empty((V, N), dt), np.empty((V, N), dt)
-    W_out = _mat(flat, dec.top[W_CLS], d, V)
-    project(W_out, da.x[L], logits, logits, False)          # logits = (x W_out + b_out)^T    (V, N)
+    unembed = _mat(flat, dec.top[W_CLS], d, V)
+    project(unembed, da.x[L], logits, logits, False)        # logits = (x unembed + unembed_b)^T  (V, N)
     add_bias(logits, flat[dec.top[B_CLS]:dec.top[B_CLS] + V])
     loss = token_cross_entropy(logits, tgt_out, n_real, scale, dlogits)
     # backward, the same steps in reverse
     dh = np.empty((d, N), dt)
     row_sums(dlogits, grads[dec.top[B_CLS]:dec.top[B_CLS] + V])
     gram(da.x[L], dlogits, _mat(grads, dec.top[W_CLS], d, V))
-    project(W_out.T, dlogits, dh, dh, False)                 # dx = dlogits W_out^T
+    project(unembed.T, dlogits, dh, dh, False)               # dx = dlogits unembed^T
     F = dec.d_ff
     dr, dmid, dh1, dctx = np.empty((d, N), dt), np.empty((d, N), dt), np.empty((d, N), dt), np.empty((d, N), dt)
     d_a, dqkv = np.empty((F, N), dt), np.empty((3 * d, N), dt)
