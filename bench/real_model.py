@@ -8,7 +8,7 @@ first draw and redraw.
    heads, d 768, vocabulary 50,257; float32; one sequence; the full logits and, for ours, the full
    cache) at T = 64 and T = 256;
 2. generation with the KV cache, greedy, 32 new tokens after a 32-token prompt, in tokens per
-   second (the whole call, the prompt's pass included): ours, :func:`core.lessons.real_model.generate`,
+   second (the whole call, the prompt's pass included): ours, :func:`core.model.generation.generate`,
    against ``GPT2LMHeadModel.generate(do_sample=False, use_cache=True)`` with no end-of-text token,
    so that both make all 32;
 3. the page's first full draw after the model is loaded (AppTest, the shipped model) and the median
@@ -63,9 +63,9 @@ print(json.dumps({{"ms": 1000 * best, "made": made(out)}}))
 """
 
 _GPT2_OURS = """
-from core.model import transformer as tr, sampling
+from core.model import transformer as tr
 from core.model import config as C
-from core.lessons import real_model as rm
+from core.model.generation import generate
 cfg = C.TransformerConfig(vocab_size=50257, n_ctx=1024, d_model=768, n_heads=12, d_ff=3072, n_layers=12,
                            norm="pre", activation="gelu_tanh", positional="learned", tied_unembed=True, final_ln=True)
 params = C.init_params(cfg, seed=0, dtype=np.float32)
@@ -87,9 +87,8 @@ _FORWARD = {"ours": _GPT2_OURS + "run = lambda: tr.forward(params, cfg, ids)\nma
                         return model(ids)
                 made = lambda out: T""")}
 _GENERATE = {"ours": _GPT2_OURS + textwrap.dedent(f"""
-                greedy = sampling.SamplerSettings(temperature=0)
-                run = lambda: rm.generate(params, cfg, ids, max_new_tokens={NEW_TOKENS}, settings=greedy)
-                made = len"""),
+                run = lambda: generate(params, cfg, prompt=ids, max_new_tokens={NEW_TOKENS}, temperature=0)
+                made = lambda out: len(out.new_tokens)"""),
              "torch": _GPT2_TORCH + textwrap.dedent(f"""
                 def run():
                     with torch.no_grad():

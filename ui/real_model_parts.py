@@ -12,7 +12,7 @@ import streamlit as st
 from core import pretrained
 from core.lessons import real_model as rm
 from core.model import layers as L
-from core.model import sampling
+from core.model import generation
 from core.model import transformer as tr
 from ui import charts
 
@@ -147,8 +147,12 @@ def generation_section(m, ids, key) -> None:
     g[3].number_input("new tokens", 1, 60, key=key("n_new"))
     g[4].number_input("seed", 0, 999, key=key("seed"))
     ss = st.session_state
-    settings = sampling.SamplerSettings(ss[key("temperature")], ss[key("top_k")] or None, ss[key("top_p")])
-    new = rm.generate(m.params, m.config, ids, max_new_tokens=ss[key("n_new")], settings=settings, seed=ss[key("seed")])
-    st.markdown(f"Continued: {m.decode(ids)}**{m.decode(new)}**" if len(new) else "The context is full: no room for new tokens.")
+    room = min(ss[key("n_new")], m.config.n_ctx - len(ids))          # new tokens, each with a position of its own
+    if room < 1:
+        st.markdown("The context is full: no room for new tokens.")
+    else:
+        gen = generation.generate(m.params, m.config, prompt=ids, max_new_tokens=room, temperature=ss[key("temperature")],
+                                  top_k=ss[key("top_k")] or None, top_p=ss[key("top_p")], seed=ss[key("seed")])
+        st.markdown(f"Continued: {m.decode(ids)}**{m.decode(gen.new_tokens)}**")
     st.caption("The prompt runs once and fills the KV cache; each new token then runs alone, its query attending "
                "over the cached keys and values.")

@@ -7,6 +7,7 @@ import streamlit as st
 
 from core.lessons import param_counts
 from core.lessons import real_model as rm
+from core.model import generation
 from core.model import layers as L
 from core.model import head_scores as hs
 from core.model import packaged
@@ -194,7 +195,7 @@ else:
     if how != "patch" or other_cache is not None:
         parts.next_token_effect_section(m, ids, out, rm.head_edit(cache, layer, head, how, other_cache))
     parts.generation_section(m, ids, k)
-    ran += [rm.logit_lens, tr.edit_heads, rm.head_edit, rm.edit_effect, rm.generate]
+    ran += [rm.logit_lens, tr.edit_heads, rm.head_edit, rm.edit_effect, generation.generate, generation._run]
 
 # 6. its parameters, counted two ways ------------------------------------------------------------------
 st.header("Its parameters, counted two ways")

@@ -1,11 +1,11 @@
 """Taking a real model apart: head detection, the logit lens, attention rollout, ablation, patching,
-sentence similarity and generation, each a pure function of a model's parameters and the forward cache."""
+sentence similarity, each a pure function of a model's parameters and the forward cache. Generation
+is :func:`core.model.generation.generate`, the one for every causal model."""
 from __future__ import annotations
 
 import numpy as np
 
 from core.model import head_scores as hs
-from core.model import sampling
 from core.model import transformer as tr
 from core.model import config as C
 
@@ -224,26 +224,3 @@ def edit_effect(params: dict, cfg: C.TransformerConfig, ids: np.ndarray, logits:
     picks = picks[np.argsort(-np.abs(change[picks]), kind="stable")][:top]
     return [{"id": int(t), "before": float(before[t]), "after": float(after[t]), "change": float(change[t])}
             for t in picks]
-
-
-# ----------------------------------------------------------------------------------------------
-# generation with the KV cache
-# ----------------------------------------------------------------------------------------------
-def generate(params: dict, cfg: C.TransformerConfig, ids: np.ndarray, *, max_new_tokens: int,
-             settings: sampling.SamplerSettings, seed: int = 0, stop: int | None = None) -> np.ndarray:
-    """New ids after the prompt ``ids``: the prompt runs once (filling the KV cache), then each new
-    token alone, attending over the cached keys and values; up to the context's end or ``stop``."""
-    ids = np.asarray(ids, dtype=np.int64).reshape(-1)
-    rng = np.random.default_rng(seed)
-    kv = [{} for _ in range(cfg.n_layers)]
-    logits, _ = tr.forward(params, cfg, ids, kv=kv)     # checks the parameters, once
-    out, pos = [], len(ids)
-    n = max(0, min(max_new_tokens, cfg.n_ctx - len(ids)))
-    for _ in range(n):
-        token, _, _ = sampling.sample(logits[0, -1], settings, rng)
-        out.append(token)
-        if token == stop or pos >= cfg.n_ctx or len(out) == n:    # the last token needs no forward pass
-            break
-        logits, _ = tr.forward_checked(params, cfg, [token], kv=kv, start=pos)
-        pos += 1
-    return np.asarray(out, dtype=np.int64)

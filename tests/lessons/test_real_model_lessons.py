@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from core.lessons import real_model as rm
-from core.model import sampling
+from core.model.generation import generate
 from core.model import transformer as tr
 from core.model import config as C
 
@@ -112,16 +112,19 @@ def test_edits_move_the_next_token_probabilities():
 
 
 def test_generation_with_kv_cache_matches_full_recompute():
+    """A real model's TransformerConfig generates through the one generate (core.model.generation)."""
     p = C.init_params(GPT_CFG, seed=3, dtype=np.float64)
     prompt = np.array([1, 2, 3])
-    greedy = sampling.SamplerSettings(temperature=0)
-    new = rm.generate(p, GPT_CFG, prompt, max_new_tokens=6, settings=greedy)
+    new = generate(p, GPT_CFG, prompt=prompt, max_new_tokens=6, temperature=0).new_tokens
     seq = list(prompt)
     for _ in range(6):
         logits, _ = tr.forward(p, GPT_CFG, seq)
         seq.append(int(logits[0, -1].argmax()))
     assert new.tolist() == seq[3:]
-    assert len(rm.generate(p, GPT_CFG, prompt, max_new_tokens=99, settings=greedy)) == GPT_CFG.n_ctx - 3
+    room = GPT_CFG.n_ctx - 3 + 1                    # the last new token is never read: it needs no position
+    assert len(generate(p, GPT_CFG, prompt=prompt, max_new_tokens=room, temperature=0).new_tokens) == room
+    with pytest.raises(ValueError, match=f"Ask for at most {room} new tokens"):
+        generate(p, GPT_CFG, prompt=prompt, max_new_tokens=room + 1)
 
 
 def test_generation_runs_no_forward_pass_after_its_last_token(monkeypatch):
@@ -129,8 +132,8 @@ def test_generation_runs_no_forward_pass_after_its_last_token(monkeypatch):
     steps = []
     real = tr.forward_checked
     monkeypatch.setattr(tr, "forward_checked", lambda *a, **k: steps.append(1) or real(*a, **k))
-    new = rm.generate(p, GPT_CFG, np.array([1, 2, 3]), max_new_tokens=4, settings=sampling.SamplerSettings(0))
-    assert len(new) == 4 and len(steps) == 1 + 3      # the prompt (through forward), then one pass per token after the first
+    gen = generate(p, GPT_CFG, prompt=np.array([1, 2, 3]), max_new_tokens=4, temperature=0)
+    assert len(gen.new_tokens) == 4 and len(steps) == 1 + 3      # the prompt, then one pass per token after the first
 
 
 def test_fit_context():
