@@ -26,13 +26,12 @@ import statistics
 import numpy as np
 
 from bench import alternating_rounds, last_json_line, print_step_table, torch_step_ms, with_threads
-from core.model import encoder
+from core.model import encoder, layers, presets
 from core.training import encoder_runs as training
-from core.model.encoder import EncoderConfig
 from core.training.tasks import make_dataset
 
 BATCH, SEQ_LEN = 64, 16
-CFG = EncoderConfig(vocab_size=10, seq_len=SEQ_LEN, d_model=32, n_heads=4, d_ff=64, n_layers=2)
+CFG = presets.encoder_classifier(vocab_size=10, n_ctx=SEQ_LEN, d_model=32, n_heads=4, d_ff=64, n_layers=2)
 ROUNDS = 5
 TORCH_THREADS = (1, 2)
 OUR_STEPS = 300
@@ -74,8 +73,7 @@ def torch_stepper(threads: int):
         def __init__(self):
             super().__init__()
             self.embed = nn.Embedding(CFG.vocab_size, d)
-            self.register_buffer("pe", torch.tensor(encoder.positional_table(
-                encoder.init_params(CFG), CFG, T), dtype=torch.float32))
+            self.register_buffer("pe", torch.tensor(layers.sinusoid_table(T, d, "<f4")))
             self.layers = nn.ModuleList(Layer() for _ in range(CFG.n_layers))
             self.cls = nn.Linear(d, CFG.n_classes)
 

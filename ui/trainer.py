@@ -27,9 +27,9 @@ from typing import Callable
 import numpy as np
 
 from core import limits, warmup
-from core.model import encoder
+from core.model import encoder, encoder_io
+from core.model.config import TransformerConfig, check_params
 from core.training import encoder_runs as training
-from core.model.encoder import EncoderConfig
 from core.training.runs import RunSpec
 from core.training.tasks import Dataset, make_dataset
 from ui.background_run import (DONE, ERROR, IDLE, LOADED, PAUSED, QUEUED, RUNNING,  # noqa: F401 (read from here too)
@@ -43,7 +43,7 @@ class _Run:
     """A run's live objects; only the worker thread touches ``state`` while the trainer runs."""
 
     spec: RunSpec
-    cfg: EncoderConfig
+    cfg: TransformerConfig
     data: Dataset
     state: training.TrainState
     train: Callable                            # the training loop: training.train or one like it
@@ -191,18 +191,18 @@ class Trainer(BackgroundRun):
             for run in self._runs:
                 self._snapshot(run)
 
-    def load(self, params: dict, cfg: EncoderConfig, spec: RunSpec, *, train: Callable | None = None) -> None:
+    def load(self, params: dict, cfg: TransformerConfig, spec: RunSpec, *, train: Callable | None = None) -> None:
         """Replace everything by a trained model (e.g. an uploaded file), evaluated on ``spec.task``;
         :meth:`resume` trains it further with ``train`` (as in :meth:`start`).
 
-        ``params`` must already be checked against ``cfg`` (``core.model.encoder.load`` does it). Raises
+        ``params`` must already be checked against ``cfg`` (``core.model.encoder_io.load`` does it). Raises
         ``ValueError`` when the model does not fit the task's data; nothing changes then.
         """
         spec = spec.check()
         spec = dataclasses.replace(spec, n_layers=cfg.n_layers, n_heads=cfg.n_heads, d_model=cfg.d_model,
                                    positional=cfg.positional)
         self._refuse_while_running("A run is training: pause or reset it before loading a model.")
-        encoder.check_params(params, cfg)
+        check_params(params, cfg)
         data = make_dataset(spec.task, spec.n_train, spec.n_val, spec.n_test, seed=spec.seed)
         dtype = next(iter(params.values())).dtype
         state = training.new_state(cfg, data, seed=spec.seed, lr=spec.lr, batch_size=spec.batch_size,
@@ -236,7 +236,7 @@ class Trainer(BackgroundRun):
                     confusion=None if run.confusion is None else run.confusion.copy()))
             return TrainerView(self._status, self._message, runs, self._example, self._version)
 
-    def params(self, index: int = 0) -> tuple[dict, EncoderConfig]:
+    def params(self, index: int = 0) -> tuple[dict, TransformerConfig]:
         """A copy of run ``index``'s parameters and its config (not while training)."""
         with self._lock:
             if self._status in (RUNNING, QUEUED):
@@ -248,10 +248,10 @@ class Trainer(BackgroundRun):
 
     def weights_npz(self, index: int = 0) -> bytes:
         """Run ``index``'s parameters as ``.npz`` bytes, one array per design name, with the head
-        count and the positional encoding (see :func:`core.model.encoder.save`)."""
+        count and the positional encoding (see :func:`core.model.encoder_io.save`)."""
         params, cfg = self.params(index)
         buffer = io.BytesIO()
-        encoder.save(params, buffer, cfg)
+        encoder_io.save(params, buffer, cfg)
         return buffer.getvalue()
 
     # -- the worker ----------------------------------------------------------------------------------

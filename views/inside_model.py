@@ -237,7 +237,7 @@ with right:
     signed(steps["residual sum x + FFN"].arrays[f"{blk}ln2.input"], "r₂ = x + FFN(x)")
 layernorm(11, "LayerNorm 2", "ln2")
 signed(steps["LayerNorm 2"].arrays[f"{blk}resid_post"], f"the output of layer {layer + 1}")
-s, z = steps["mean over positions (after the last layer)"], steps["logits pooled W_cls + b_cls"]
+s, z = steps["mean over positions (after the last layer)"], steps["logits pooled classifier.W + classifier.b"]
 arrow(12, s, f"(the mean of layer {L}'s output over the {T} positions)")
 st.latex(r"\bar h = \tfrac{1}{T}\textstyle\sum_t h^{(L)}_t, \qquad z = \bar h\, W_{\mathrm{cls}} + b_{\mathrm{cls}}")
 bar_chart(charts.bar(s.arrays["pooled"], feat(cfg.d_model), title="pooled vector", x_title="feature",

@@ -6,7 +6,7 @@ import streamlit as st
 
 from core import limits, warmup
 from core.training import steps, tasks, encoder_runs as training
-from core.model.encoder import POSITIONAL_CHOICES
+from core.model.config import POSITIONAL
 from ui import charts, state
 from core.training.runs import RunSpec
 from core.model.upload import weights_from_upload
@@ -20,7 +20,7 @@ SPEC = {
     "layers": state.int_field(2, 1, limits.MAX_TRAIN_LAYERS),
     "heads": state.int_field(4, 1, limits.MAX_TRAIN_HEADS),
     "d_model": state.int_field(32, 1, limits.MAX_TRAIN_D_MODEL),
-    "positional": state.choice_field("sinusoidal", POSITIONAL_CHOICES),
+    "positional": state.choice_field("sinusoidal", POSITIONAL),
     "lr": state.choice_field("0.003", ("0.0003", "0.001", "0.003", "0.01", "0.03")),
     "steps": state.int_field(300, 1, limits.MAX_TRAIN_STEPS),
     "ablation_steps": state.int_field(1000, 1, limits.MAX_TRAIN_STEPS),
@@ -81,7 +81,7 @@ left, mid, right = st.columns(3)
 left.selectbox("Task", tuple(tasks.TASKS), key=k("task"))
 task = st.session_state[k("task")]
 left.caption(tasks.describe(task))
-left.radio("Positional encoding", POSITIONAL_CHOICES, key=k("positional"), horizontal=True)
+left.radio("Positional encoding", POSITIONAL, key=k("positional"), horizontal=True)
 mid.slider(f"Layers (at most {limits.MAX_TRAIN_LAYERS})", 1, limits.MAX_TRAIN_LAYERS, key=k("layers"))
 mid.number_input(f"Heads H (at most {limits.MAX_TRAIN_HEADS})", 1, limits.MAX_TRAIN_HEADS, key=k("heads"))
 mid.number_input(f"d_model (at most {limits.MAX_TRAIN_D_MODEL}; H must divide it)", 1,
@@ -231,8 +231,8 @@ if view.runs and not view.running:
         st.download_button("Download the weights (.npz)", trainer.weights_npz(),
                            file_name=f"encoder_{run.spec.task}_{run.step}steps.npz",
                            mime="application/octet-stream")
-        st.caption("One array per parameter, named as in the design note (`embed`, `layers.0.W_Q`, ..., "
-                   "`W_cls`), plus the head count and the positional encoding (`config.n_heads`, "
+        st.caption("One array per parameter, named as in the design note (`embed`, `blocks.0.attn.W_Q`, ..., "
+                   "`classifier.W`), plus the head count and the positional encoding (`config.n_heads`, "
                    "`config.positional`), so an upload rebuilds exactly this model.")
     except ValueError as err:
         st.error(str(err))

@@ -4,7 +4,8 @@ time to see what the model's accuracy really depends on.
 Every number comes from the one transformer's forward cache (:func:`core.model.transformer.forward`,
 the readable forward pass, which keeps what it computes under the names of the project's one
 vocabulary: ``blocks.{i}.attn.weights``, ``blocks.{i}.ln1.input`` ...). The encoder is a setting of
-that transformer (:func:`core.model.vocabulary.from_encoder`). This module only selects from the
+that transformer (:func:`core.model.presets.encoder_classifier`), its parameters named in the same
+vocabulary (``blocks.{i}.ln1.g``, ``classifier.W`` ...). This module only selects from the
 cache, summarises it (means, standard deviations, fractions) and scores forward passes with heads
 edited (``forward(..., ablate=...)``). No layer is recomputed here.
 
@@ -23,9 +24,9 @@ import dataclasses
 import numpy as np
 
 from core.lessons.analysis import row_entropy_bits
-from core.model import transformer, vocabulary
+from core.model import transformer
+from core.model.config import TransformerConfig
 from core.training import shipped, encoder_runs as training
-from core.model.encoder import EncoderConfig
 from core.training.runs import RunSpec
 from core.training.tasks import Dataset, make_dataset
 
@@ -41,7 +42,7 @@ class Model:
     """A trained encoder, the data it was trained and tested on, and how it came about."""
 
     params: dict
-    cfg: EncoderConfig
+    cfg: TransformerConfig
     data: Dataset
     origin: str
 
@@ -87,11 +88,10 @@ def default_model(task: str = "sum", seed: int = 0, *, n_train: int = 4000, n_va
                  _origin(spec, run["track"]) + " and shipped with the app")
 
 
-def forward(params: dict, cfg: EncoderConfig, tokens, ablate: dict | None = None):
-    """The encoder (its parameters under its own names) run as the one transformer:
-    ``(logits (B, C), cache)``, the cache named as :func:`core.model.transformer.forward` says."""
-    tparams, tcfg = vocabulary.from_encoder(params, cfg)
-    return transformer.forward(tparams, tcfg, tokens, ablate=ablate)
+def forward(params: dict, cfg: TransformerConfig, tokens, ablate: dict | None = None):
+    """The encoder run as the one transformer (its readable forward pass): ``(logits (B, C), cache)``,
+    the cache named as :func:`core.model.transformer.forward` says."""
+    return transformer.forward(params, cfg, tokens, ablate=ablate)
 
 
 def accuracy(logits: np.ndarray, labels: np.ndarray) -> float:
@@ -120,7 +120,7 @@ def shape_label(symbols: tuple[str, ...], sizes: tuple[int, ...]) -> str:
     return f"({', '.join(symbols)}) = ({', '.join(str(int(s)) for s in sizes)})"
 
 
-def walkthrough(cache: dict, params: dict, cfg: EncoderConfig, layer: int, example: int = 0) -> list[Step]:
+def walkthrough(cache: dict, params: dict, cfg: TransformerConfig, layer: int, example: int = 0) -> list[Step]:
     """Example ``example`` of ``cache`` (from :func:`forward`) through block ``layer`` (0-based), one
     :class:`Step` per sublayer of the post-norm block
 
@@ -132,7 +132,6 @@ def walkthrough(cache: dict, params: dict, cfg: EncoderConfig, layer: int, examp
     n = cache["tokens"].shape[0]
     if not 0 <= example < n:
         raise ValueError(f"The cache holds examples 0 to {n - 1}; example {example} is not one of them.")
-    tparams, _ = vocabulary.from_encoder(params, cfg)
     T, d, H, F, C = cache["tokens"].shape[1], cfg.d_model, cfg.n_heads, cfg.d_ff, cfg.n_classes
     b = f"blocks.{layer}."
 
@@ -142,7 +141,7 @@ def walkthrough(cache: dict, params: dict, cfg: EncoderConfig, layer: int, examp
     def layer_norm(ln):
         out = f"{b}resid_mid" if ln == "ln1" else f"{b}resid_post"         # post-norm: LN's output is the residual stream
         return {**entries(*(f"{b}{ln}.{s}" for s in ("input", "mean", "std", "normalized")), out),
-                f"{b}{ln}.g": tparams[f"{b}{ln}.g"], f"{b}{ln}.b": tparams[f"{b}{ln}.b"]}
+                f"{b}{ln}.g": params[f"{b}{ln}.g"], f"{b}{ln}.b": params[f"{b}{ln}.b"]}
 
     td, tf = shape_label(("T", "d_model"), (T, d)), shape_label(("T", "d_ff"), (T, F))
     return [
@@ -158,7 +157,7 @@ def walkthrough(cache: dict, params: dict, cfg: EncoderConfig, layer: int, examp
         Step("residual sum x + FFN", td, entries(f"{b}ln2.input")),
         Step("LayerNorm 2", td, layer_norm("ln2")),
         Step("mean over positions (after the last layer)", shape_label(("d_model",), (d,)), entries("pooled")),
-        Step("logits pooled W_cls + b_cls", shape_label(("classes",), (C,)), entries("logits")),
+        Step("logits pooled classifier.W + classifier.b", shape_label(("classes",), (C,)), entries("logits")),
     ]
 
 
@@ -197,7 +196,7 @@ class HeadReport:
         return self.accuracy[mode] - self.baseline
 
 
-def check_heads(heads, cfg: EncoderConfig) -> list[tuple[int, int]]:
+def check_heads(heads, cfg: TransformerConfig) -> list[tuple[int, int]]:
     """``heads`` as a list of ``(layer, head)`` pairs (0-based), each one of the model's."""
     out = []
     for layer, head in heads:
@@ -208,7 +207,7 @@ def check_heads(heads, cfg: EncoderConfig) -> list[tuple[int, int]]:
     return out
 
 
-def clean_statistics(params: dict, cfg: EncoderConfig, X: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def clean_statistics(params: dict, cfg: TransformerConfig, X: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """From the intact model's forward caches over ``X``, in batches: the logits (n, C), the mean
     attention map of every head (L, H, T, T) and the mean of every head's output (L, H, T, d_k)."""
     logits, maps, means = [], 0.0, 0.0
@@ -222,7 +221,7 @@ def clean_statistics(params: dict, cfg: EncoderConfig, X: np.ndarray) -> tuple[n
     return np.concatenate(logits), maps / len(X), means / len(X)
 
 
-def ablated_logits(params: dict, cfg: EncoderConfig, X: np.ndarray, heads, mode: str = "zero",
+def ablated_logits(params: dict, cfg: TransformerConfig, X: np.ndarray, heads, mode: str = "zero",
                    head_means: np.ndarray | None = None) -> np.ndarray:
     """Logits (n, C) with every ``(layer, head)`` of ``heads`` removed: its output, before ``W_O``,
     replaced by 0 (``mode="zero"``) or by its mean over the data set at each position (``"mean"``,
@@ -236,13 +235,13 @@ def ablated_logits(params: dict, cfg: EncoderConfig, X: np.ndarray, heads, mode:
                            for b0 in range(0, len(X), BATCH)])
 
 
-def ablated_accuracy(params: dict, cfg: EncoderConfig, X: np.ndarray, y: np.ndarray, heads, mode: str = "zero",
+def ablated_accuracy(params: dict, cfg: TransformerConfig, X: np.ndarray, y: np.ndarray, heads, mode: str = "zero",
                      head_means: np.ndarray | None = None) -> float:
     """Test accuracy with ``heads`` removed (:func:`ablated_logits`)."""
     return accuracy(ablated_logits(params, cfg, X, heads, mode, head_means), y)
 
 
-def head_ablation(params: dict, cfg: EncoderConfig, X: np.ndarray, y: np.ndarray) -> HeadReport:
+def head_ablation(params: dict, cfg: TransformerConfig, X: np.ndarray, y: np.ndarray) -> HeadReport:
     """Remove each head alone, both ways, and score the test set (2 L H + 1 forward passes)."""
     X = np.ascontiguousarray(X, dtype=np.int64)
     logits, maps, means = clean_statistics(params, cfg, X)
@@ -264,14 +263,14 @@ def head_averaged_attention(cache: dict, layer: int, example: int) -> np.ndarray
 # ----------------------------------------------------------------------------------------------
 # 3. pooling: the mean over positions, or one position read alone ([CLS]-style)
 # ----------------------------------------------------------------------------------------------
-def position_logits(cache: dict, params: dict, cfg: EncoderConfig) -> np.ndarray:
+def position_logits(cache: dict, params: dict, cfg: TransformerConfig) -> np.ndarray:
     """(B, T, C): the classifier applied to each position's final hidden state alone,
-    ``h_t W_cls + b_cls``. Their mean over positions is the model's logits (the classifier is
-    linear, so mean pooling averages these)."""
-    return cache[f"blocks.{cfg.n_layers - 1}.resid_post"] @ params["W_cls"] + params["b_cls"]
+    ``h_t W + b`` (``classifier.W``, ``classifier.b``). Their mean over positions is the model's
+    logits (the classifier is linear, so mean pooling averages these)."""
+    return cache[f"blocks.{cfg.n_layers - 1}.resid_post"] @ params["classifier.W"] + params["classifier.b"]
 
 
-def pooling_accuracy(cache: dict, params: dict, cfg: EncoderConfig, y: np.ndarray) -> tuple[float, np.ndarray]:
+def pooling_accuracy(cache: dict, params: dict, cfg: TransformerConfig, y: np.ndarray) -> tuple[float, np.ndarray]:
     """Test accuracy with mean pooling (the model as trained) and, (T,), with the classifier
     reading a single position instead, as a [CLS] readout would."""
     single = [accuracy(z, y) for z in position_logits(cache, params, cfg).transpose(1, 0, 2)]   # one per position

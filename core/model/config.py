@@ -144,8 +144,8 @@ def init_params(cfg: TransformerConfig, seed: int = 0, dtype=np.float32) -> dict
     shapes = param_shapes(cfg)
     # params.init_by_name chooses by a name's last part: LayerNorm gains as "..._g", weights as "W_..."
     alias = {name: name[:-2] + "_g" if name.endswith(".g") else name for name in shapes}
-    alias.update({"unembed": "W_unembed", "classifier.W": "W_cls", "classifier.b": "b_cls", "unembed_b": "b_out",
-                  "token_type": "token_type.embed", "pooler.W": "pooler.W_pool"})
+    alias.update({"unembed": "W_unembed", "classifier.W": "W_classifier", "classifier.b": "b_classifier",
+                  "unembed_b": "b_out", "token_type": "token_type.embed", "pooler.W": "pooler.W_pool"})
     fresh = init_by_name({alias[n]: s for n, s in shapes.items()}, seed, dtype)
     params = {n: fresh[alias[n]] for n in shapes}
     if cfg.tied_unembed:

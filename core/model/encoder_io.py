@@ -1,5 +1,10 @@
-"""Saving and loading the tiny encoder's parameters: ``.npz`` archives, one array per name, with the
-settings the weights alone do not determine stored beside them."""
+"""Saving and loading the tiny encoder's parameters: ``.npz`` archives, one array per name of the
+one vocabulary (``embed``, ``blocks.{i}.attn.W_Q``, ``classifier.W`` ...), with the settings the
+weights alone do not determine stored beside them.
+
+Files saved before the one vocabulary name the same arrays ``layers.{i}.W_Q``, ``layers.{i}.ln1_g``,
+``W_cls`` ...: they still load, renamed here (:data:`OLD_NAMES`) and nowhere else.
+"""
 from __future__ import annotations
 
 import io
@@ -9,18 +14,24 @@ import zipfile
 
 import numpy as np
 
-from core.model.encoder_config import POSITIONAL_CHOICES, EncoderConfig, check_params
-
-
-_LAYER_NAME = re.compile(r"^layers\.(\d+)\.(\w+)$")
-
+from core.model import params as P
+from core.model import presets
+from core.model.config import POSITIONAL, TransformerConfig, param_shapes
 
 # Settings the weights alone do not determine, stored beside them as "config.<name>" arrays.
 SETTINGS_PREFIX = "config."
 
+# The older names of a weight file: outside the blocks, and a block's array after "layers.{i}."
+OLD_NAMES = {"W_cls": "classifier.W", "b_cls": "classifier.b"}
+OLD_BLOCK_NAMES = {**{f"{w}_{n}": f"attn.{w}_{n}" for w in "Wb" for n in "QKVO"},
+                   "ln1_g": "ln1.g", "ln1_b": "ln1.b", "ln2_g": "ln2.g", "ln2_b": "ln2.b",
+                   **{f"{w}_{n}": f"ffn.{w}_{n}" for w in "Wb" for n in "12"}}
+_OLD_BLOCK = re.compile(r"^layers\.(\d+)\.(\w+)$")
+_BLOCK = re.compile(r"^blocks\.(\d+)\.")
 
-def save(params: dict, path_or_file, cfg: EncoderConfig | None = None) -> None:
-    """Write the parameters to an ``.npz`` archive, one array per design name.
+
+def save(params: dict, path_or_file, cfg: TransformerConfig | None = None) -> None:
+    """Write the parameters to an ``.npz`` archive, one array per name of the one vocabulary.
 
     With ``cfg``, the head count and the kind of positional encoding are stored too
     (``config.n_heads``, ``config.positional``): the arrays' shapes do not tell them.
@@ -32,18 +43,19 @@ def save(params: dict, path_or_file, cfg: EncoderConfig | None = None) -> None:
     np.savez(path_or_file, **arrays)
 
 
-def load(path_or_file, cfg: EncoderConfig | None = None) -> dict[str, np.ndarray]:
+def load(path_or_file, cfg: TransformerConfig | None = None) -> dict[str, np.ndarray]:
     """Read parameters from an ``.npz`` file (no pickles) and check them.
 
-    With ``cfg`` the names, shapes, dtype and finiteness are checked against it; without, a config
-    is inferred (:func:`infer_config`, with the settings the file stores) and the parameters are
-    checked against that. A file that is not a valid archive, or holds the wrong arrays, raises
-    ``ValueError`` saying what is wrong.
+    Arrays under the older names (:data:`OLD_NAMES`) are renamed to the one vocabulary's. With
+    ``cfg`` the names, shapes, dtype and finiteness are checked against it; without, a config is
+    inferred (:func:`infer_config`, with the settings the file stores) and the parameters are
+    checked against that. Returned in ``param_shapes(cfg)`` order. A file that is not a valid
+    archive, or holds the wrong arrays, raises ``ValueError`` saying what is wrong.
     """
     return load_with_settings(path_or_file, cfg)[0]
 
 
-def load_with_settings(path_or_file, cfg: EncoderConfig | None = None) -> tuple[dict, EncoderConfig, dict]:
+def load_with_settings(path_or_file, cfg: TransformerConfig | None = None) -> tuple[dict, TransformerConfig, dict]:
     """:func:`load`, returning ``(params, cfg, settings)``: the parameters, the config they were
     checked against, and the settings the file stores (``{"n_heads": int, "positional": str}``,
     or fewer keys: none for a file saved without a config)."""
@@ -60,11 +72,28 @@ def load_with_settings(path_or_file, cfg: EncoderConfig | None = None) -> tuple[
         reason = str(err) or type(err).__name__
         raise ValueError(f"Could not read the parameter file: it is not a valid .npz archive ({reason}).") from None
     settings = _take_settings(params)
+    params = _new_names(params)
     if cfg is None:
         cfg = infer_config(params, **settings)
     else:
-        check_params(params, cfg)
-    return params, cfg, settings
+        P.check_params(params, param_shapes(cfg))
+    return {name: params[name] for name in param_shapes(cfg)}, cfg, settings
+
+
+def _new_names(arrays: dict) -> dict:
+    """``arrays`` with every older name (:data:`OLD_NAMES`, ``layers.{i}.`` + :data:`OLD_BLOCK_NAMES`)
+    replaced by the one vocabulary's; other names unchanged."""
+    renamed = {}
+    for name, value in arrays.items():
+        block = _OLD_BLOCK.match(name)
+        if block and block.group(2) in OLD_BLOCK_NAMES:
+            new = f"blocks.{block.group(1)}.{OLD_BLOCK_NAMES[block.group(2)]}"
+        else:
+            new = OLD_NAMES.get(name, name)
+        if new in renamed:
+            raise ValueError(f"The parameter file holds {new!r} twice, under its older and its new name.")
+        renamed[new] = value
+    return renamed
 
 
 def _take_settings(arrays: dict) -> dict:
@@ -76,11 +105,11 @@ def _take_settings(arrays: dict) -> dict:
         if key == "n_heads" and one is not None and value.dtype.kind in "iu" and 1 <= one <= 4096:
             settings[key] = int(one)
         elif key == "positional" and one is not None and value.dtype.kind == "U" \
-                and str(one) in POSITIONAL_CHOICES:
+                and str(one) in POSITIONAL:
             settings[key] = str(one)
         else:
             raise ValueError(f"The parameter file's setting {name!r} is not one this encoder knows "
-                             f"(n_heads: a whole number; positional: one of {', '.join(POSITIONAL_CHOICES)}).")
+                             f"(n_heads: a whole number; positional: one of {', '.join(POSITIONAL)}).")
     return settings
 
 
@@ -106,42 +135,43 @@ def _read_bytes(path_or_file) -> bytes:
 
 
 def infer_config(params: dict, *, n_heads: int | None = None, positional: str | None = None,
-                 ln_eps: float = 1e-5) -> EncoderConfig:
-    """The :class:`EncoderConfig` a parameter dict belongs to (e.g. an uploaded file), checked.
+                 ln_eps: float = 1e-5) -> TransformerConfig:
+    """The encoder classifier (:func:`core.model.presets.encoder_classifier`) a parameter dict,
+    named in the one vocabulary, belongs to (e.g. an uploaded file), checked.
 
     The weights do not determine the head count: ``n_heads`` when given, else the default 4 when
     that divides ``d_model``, else 1. ``positional`` is "learned" when a ``pos`` array is present
     (giving another kind then is an error), else "sinusoidal" unless given.
     """
-    if not isinstance(params, dict) or "embed" not in params or "W_cls" not in params:
-        raise ValueError("These are not encoder parameters: 'embed' and 'W_cls' are required.")
-    embed, W_cls = np.asarray(params["embed"]), np.asarray(params["W_cls"])
-    if embed.ndim != 2 or W_cls.ndim != 2:
-        raise ValueError(f"'embed' and 'W_cls' must be matrices, got shapes {embed.shape} and {W_cls.shape}.")
+    if not isinstance(params, dict) or "embed" not in params or "classifier.W" not in params:
+        raise ValueError("These are not encoder parameters: 'embed' and 'classifier.W' are required.")
+    embed, W = np.asarray(params["embed"]), np.asarray(params["classifier.W"])
+    if embed.ndim != 2 or W.ndim != 2:
+        raise ValueError(f"'embed' and 'classifier.W' must be matrices, got shapes {embed.shape} and {W.shape}.")
     V, d = embed.shape
-    layer_ids = {int(m.group(1)) for name in params if (m := _LAYER_NAME.match(name))}
-    n_layers = len(layer_ids)
-    if n_layers == 0 or layer_ids != set(range(n_layers)):
-        raise ValueError(f"Layers must be numbered 0..L-1 with at least one layer, found {sorted(layer_ids)}.")
-    W_1 = np.asarray(params.get("layers.0.W_1", np.empty((0, 0))))
+    block_ids = {int(m.group(1)) for name in params if (m := _BLOCK.match(name))}
+    n_layers = len(block_ids)
+    if n_layers == 0 or block_ids != set(range(n_layers)):
+        raise ValueError(f"Blocks must be numbered 0..L-1 with at least one block, found {sorted(block_ids)}.")
+    W_1 = np.asarray(params.get("blocks.0.ffn.W_1", np.empty((0, 0))))
     if W_1.ndim != 2:
-        raise ValueError("'layers.0.W_1' must be a matrix.")
+        raise ValueError("'blocks.0.ffn.W_1' must be a matrix.")
     if "pos" in params:
         pos = np.asarray(params["pos"])
         if pos.ndim != 2:
-            raise ValueError(f"'pos' must be a (seq_len, d_model) matrix, got shape {pos.shape}.")
+            raise ValueError(f"'pos' must be a (n_ctx, d_model) matrix, got shape {pos.shape}.")
         if positional not in (None, "learned"):
             raise ValueError(f"The parameters hold a learned position table ('pos'), but the positional "
                              f"encoding is given as {positional!r}.")
-        seq_len, positional = pos.shape[0], "learned"
+        n_ctx, positional = pos.shape[0], "learned"
     else:
-        seq_len = 16
+        n_ctx = 16
         positional = positional or "sinusoidal"
         if positional == "learned":
             raise ValueError("positional='learned' needs a 'pos' array in the parameters.")
     if n_heads is None:
         n_heads = 4 if d % 4 == 0 else 1
-    cfg = EncoderConfig(vocab_size=V, seq_len=seq_len, d_model=d, n_heads=n_heads, d_ff=W_1.shape[1],
-                        n_layers=n_layers, n_classes=W_cls.shape[1], positional=positional, ln_eps=ln_eps)
-    check_params(params, cfg)
+    cfg = presets.encoder_classifier(vocab_size=V, n_ctx=n_ctx, d_model=d, n_heads=n_heads, d_ff=W_1.shape[1],
+                                     n_layers=n_layers, n_classes=W.shape[1], positional=positional, ln_eps=ln_eps)
+    P.check_params(params, param_shapes(cfg))
     return cfg

@@ -1,5 +1,5 @@
 """An uploaded weights file, checked before it becomes a model: size, unpacked size, names,
-shapes and values (``core.model.encoder.load_with_settings`` reads the archive; no pickles)."""
+shapes and values (``core.model.encoder_io.load_with_settings`` reads the archive; no pickles)."""
 from __future__ import annotations
 
 import dataclasses
@@ -7,15 +7,15 @@ import io
 import zipfile
 
 from core import limits
-from core.model import encoder
-from core.model.encoder import EncoderConfig
+from core.model import encoder_io
+from core.model.config import TransformerConfig, check_params
 
 
 def weights_from_upload(raw: bytes, *, n_heads: int, positional: str,
-                        max_mb: float = limits.MAX_UPLOAD_MB) -> tuple[dict, EncoderConfig, list[str]]:
+                        max_mb: float = limits.MAX_UPLOAD_MB) -> tuple[dict, TransformerConfig, list[str]]:
     """Check an uploaded ``.npz`` and rebuild its config: ``(params, cfg, notes)``.
 
-    The archive is read by ``core.model.encoder.load_with_settings`` (no pickles; every name, shape and
+    The archive is read by ``core.model.encoder_io.load_with_settings`` (no pickles; every name, shape and
     value checked). Files saved by this dashboard record the head count and the positional
     encoding; for a file that does not, those come from the page's settings (``n_heads`` when it
     divides the file's d_model) and ``notes`` says so. Anything wrong raises ``ValueError``.
@@ -26,7 +26,7 @@ def weights_from_upload(raw: bytes, *, n_heads: int, positional: str,
     if size == 0:
         raise ValueError("The file is empty.")
     _check_unpacked_size(raw, max_mb)
-    params, cfg, stored = encoder.load_with_settings(raw)    # infers a config and checks everything
+    params, cfg, stored = encoder_io.load_with_settings(raw)    # infers a config and checks everything
     notes = []
     heads = stored.get("n_heads", int(n_heads))
     if "n_heads" not in stored:
@@ -45,7 +45,7 @@ def weights_from_upload(raw: bytes, *, n_heads: int, positional: str,
         kind = "sinusoidal"
         notes.append("The settings ask for learned positions but the file has no 'pos' array: using sinusoidal.")
     cfg = dataclasses.replace(cfg, n_heads=heads, positional=kind)
-    encoder.check_params(params, cfg)
+    check_params(params, cfg)
     return params, cfg, notes
 
 
@@ -55,7 +55,7 @@ def _check_unpacked_size(raw: bytes, max_mb: float) -> None:
         with zipfile.ZipFile(io.BytesIO(raw)) as archive:
             unpacked = sum(info.file_size for info in archive.infolist())
     except (zipfile.BadZipFile, OSError, ValueError, EOFError):
-        return   # not a zip archive: core.model.encoder.load says so in its own words
+        return   # not a zip archive: core.model.encoder_io.load says so in its own words
     if unpacked > max_mb * 2 ** 20:
         raise ValueError(f"The arrays in the file would take {unpacked / 2 ** 20:.1f} MB once unpacked; "
                          f"weight files may hold at most {max_mb:g} MB.")

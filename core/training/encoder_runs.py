@@ -19,10 +19,12 @@ from typing import Iterator
 
 import numpy as np
 
-from core.model import encoder, transformer, vocabulary
+from core.model import encoder, presets, transformer
+from core.model.config import TransformerConfig
+from core.model.optim import Adam
+from core.model.params import pack
 from core.training import loop
 from core.training.steps import DEFAULT_TRACK, encoder_update
-from core.model.encoder import Adam, EncoderConfig
 from core.training.tasks import TASKS, Dataset, make_dataset
 
 
@@ -30,7 +32,7 @@ from core.training.tasks import TASKS, Dataset, make_dataset
 class TrainState:
     """Everything a run needs to continue: parameters (views of ``flat``), Adam, rng, counters."""
 
-    cfg: EncoderConfig
+    cfg: TransformerConfig
     flat: np.ndarray
     params: dict
     grad_flat: np.ndarray
@@ -46,22 +48,22 @@ class TrainState:
     val_acc: float | None = None
 
 
-def new_state(cfg: EncoderConfig, data: Dataset | None = None, *, seed: int = 0, lr: float = 3e-3,
+def new_state(cfg: TransformerConfig, data: Dataset | None = None, *, seed: int = 0, lr: float = 3e-3,
               batch_size: int = 64, decay_steps: int | None = None, dtype=np.float32) -> TrainState:
     """A fresh model and optimiser; ``seed`` fixes both the initial weights and the batch order.
 
     ``decay_steps``: the learning rate falls linearly from ``lr`` to ``lr / 10`` over that many steps
     (then stays there), which settles the last few per cent of accuracy; ``None`` keeps it constant.
     """
-    if data is not None and (data.seq_len > cfg.seq_len or data.vocab_size > cfg.vocab_size):
+    if data is not None and (data.seq_len > cfg.n_ctx or data.vocab_size > cfg.vocab_size):
         raise ValueError(f"The data ({data.seq_len} tokens from {data.vocab_size} ids) does not fit the model "
-                         f"(seq_len {cfg.seq_len}, vocab_size {cfg.vocab_size}).")
+                         f"(n_ctx {cfg.n_ctx}, vocab_size {cfg.vocab_size}).")
     if int(batch_size) < 1:
         raise ValueError(f"batch_size must be a positive whole number, got {batch_size}.")
     if not lr > 0:
         raise ValueError(f"The learning rate must be positive, got {lr}.")
-    flat, params = encoder.pack(encoder.init_params(cfg, seed=seed, dtype=dtype))
-    grad_flat, grads = encoder.pack({k: np.zeros_like(v) for k, v in params.items()})
+    flat, params = pack(encoder.init_params(cfg, seed=seed, dtype=dtype))
+    grad_flat, grads = pack({k: np.zeros_like(v) for k, v in params.items()})
     return TrainState(cfg, flat, params, grad_flat, grads, Adam(flat.size, flat.dtype, lr=lr),
                       np.random.default_rng([seed, 1]), int(batch_size), float(lr), decay_steps)
 
@@ -74,8 +76,8 @@ def accuracy(state: TrainState, X: np.ndarray, y: np.ndarray, track: str = DEFAU
     X = np.ascontiguousarray(X, dtype=np.int64)
     if track == "compiled":
         return float(np.mean(encoder.predict_flat(state.flat, X, state.cfg) == y))
-    params, cfg = vocabulary.from_encoder(state.params, state.cfg)
-    logits = np.concatenate([transformer.forward(params, cfg, X[i:i + 256])[0] for i in range(0, len(X), 256)])
+    logits = np.concatenate([transformer.forward(state.params, state.cfg, X[i:i + 256])[0]
+                             for i in range(0, len(X), 256)])
     return float(np.mean(logits.argmax(axis=-1) == y))
 
 
@@ -140,14 +142,15 @@ def confusion_table(state: TrainState, X: np.ndarray, y: np.ndarray) -> np.ndarr
     return table
 
 
-def config_for(task: str, **overrides) -> EncoderConfig:
-    """The default model sized for a task's default sequences (overrides win)."""
+def config_for(task: str, **overrides) -> TransformerConfig:
+    """The default encoder classifier (:func:`core.model.presets.encoder_classifier`) sized for a
+    task's default sequences (overrides, the preset's arguments, win)."""
     spec = TASKS[task] if task in TASKS else None
     if spec is None:
         raise ValueError(f"Unknown task {task!r}: choose one of {', '.join(TASKS)}.")
-    fields = {"seq_len": spec.seq_len, "vocab_size": spec.vocab_size}
+    fields = {"n_ctx": spec.seq_len, "vocab_size": spec.vocab_size}
     fields.update(overrides)
-    return EncoderConfig(**fields)
+    return presets.encoder_classifier(**fields)
 
 
 def run(task: str = "sum", steps: int = 300, *, seed: int = 0, lr: float = 3e-3, positional: str = "sinusoidal",

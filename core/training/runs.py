@@ -7,8 +7,8 @@ import dataclasses
 import numpy as np
 
 from core import limits
+from core.model.config import TransformerConfig
 from core.training import encoder_runs as training
-from core.model.encoder import EncoderConfig
 from core.validate import check_heads
 
 
@@ -46,8 +46,8 @@ class RunSpec:
             raise ValueError(f"The learning rate must be in (0, 1], got {self.lr}.")
         return self
 
-    def config(self) -> EncoderConfig:
-        """The encoder this spec trains (feed-forward width 2 d_model, as the default 32 -> 64)."""
+    def config(self) -> TransformerConfig:
+        """The encoder classifier this spec trains (feed-forward width 2 d_model, as the default 32 -> 64)."""
         return training.config_for(self.task, d_model=int(self.d_model), n_heads=int(self.n_heads),
                                    d_ff=2 * int(self.d_model), n_layers=int(self.n_layers),
                                    positional=self.positional)

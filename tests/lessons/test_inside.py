@@ -1,12 +1,13 @@
 """The encoder's forward cache and head ablation as "Inside a trained model" reads them
-(core.lessons.inside: the encoder run as the one transformer) against a plain NumPy oracle and the
-compiled forward pass, and the lesson's summaries of them."""
+(core.lessons.inside: the encoder run as the one transformer) against a plain NumPy oracle, and the
+lesson's summaries of them. That the compiled forward pass gives the same cache is
+tests/training/test_steps.py's."""
 import numpy as np
 import pytest
 
 from core.kernels import reference
 from core.lessons import inside
-from core.model import encoder, vocabulary
+from core.model import encoder
 from core.model.encoder import EncoderConfig
 
 SMALL = dict(vocab_size=7, seq_len=6, d_model=8, n_heads=2, d_ff=12, n_layers=2, n_classes=3)
@@ -26,11 +27,11 @@ def _params(cfg, seed=1, dtype=np.float64):
 
 
 def _tokens(cfg, B, seed=0):
-    return np.random.default_rng(seed).integers(0, cfg.vocab_size, (B, cfg.seq_len))
+    return np.random.default_rng(seed).integers(0, cfg.vocab_size, (B, cfg.n_ctx))
 
 
 def _reference(params, tokens, cfg, heads=(), fill=None):
-    """Plain NumPy, like the formulas, with the encoder's own parameter names; each ``(layer, head)``
+    """Plain NumPy, like the formulas, on the parameters' names; each ``(layer, head)``
     of ``heads`` has its output replaced, before W_O, by 0 or by ``fill[layer, head]`` (T, d_k).
     Returns (logits, {cache name: array})."""
     B, T = tokens.shape
@@ -47,25 +48,25 @@ def _reference(params, tokens, cfg, heads=(), fill=None):
         return (x - mu) / std * g + b
 
     for i in range(cfg.n_layers):
-        p = {k.split(".")[-1]: v for k, v in params.items() if k.startswith(f"layers.{i}.")}
         b = f"blocks.{i}."
-        mha = reference.multi_head_attention(h, p["W_Q"], p["W_K"], p["W_V"], p["W_O"], cfg.n_heads,
-                                             b_Q=p["b_Q"], b_K=p["b_K"], b_V=p["b_V"])
+        p = {k.removeprefix(b): v for k, v in params.items() if k.startswith(b)}
+        mha = reference.multi_head_attention(h, p["attn.W_Q"], p["attn.W_K"], p["attn.W_V"], p["attn.W_O"],
+                                             cfg.n_heads, b_Q=p["attn.b_Q"], b_K=p["attn.b_K"], b_V=p["attn.b_V"])
         z = mha["head_outputs"].copy()                                              # (B, H, T, dk)
         for layer, head in heads:
             if layer == i:
                 z[:, head] = 0.0 if fill is None else fill[layer, head]
         concat = z.transpose(0, 2, 1, 3).reshape(B, T, cfg.d_model)
-        attn_out = concat @ p["W_O"] + p["b_O"]
+        attn_out = concat @ p["attn.W_O"] + p["attn.b_O"]
         out.update({b + "resid_pre": h, b + "attn.weights": mha["weights"], b + "attn.head_outputs": z,
                     b + "attn.concat": concat, b + "attn.output": attn_out})
-        out[b + "resid_mid"] = x = layer_norm(h + attn_out, p["ln1_g"], p["ln1_b"], b + "ln1")
-        pre = x @ p["W_1"] + p["b_1"]
-        ffn_out = np.maximum(pre, 0.0) @ p["W_2"] + p["b_2"]
+        out[b + "resid_mid"] = x = layer_norm(h + attn_out, p["ln1.g"], p["ln1.b"], b + "ln1")
+        pre = x @ p["ffn.W_1"] + p["ffn.b_1"]
+        ffn_out = np.maximum(pre, 0.0) @ p["ffn.W_2"] + p["ffn.b_2"]
         out.update({b + "ffn.pre": pre, b + "ffn.hidden": np.maximum(pre, 0.0), b + "ffn.output": ffn_out})
-        out[b + "resid_post"] = h = layer_norm(x + ffn_out, p["ln2_g"], p["ln2_b"], b + "ln2")
+        out[b + "resid_post"] = h = layer_norm(x + ffn_out, p["ln2.g"], p["ln2.b"], b + "ln2")
     out["pooled"] = h.mean(axis=1)
-    return out["pooled"] @ params["W_cls"] + params["b_cls"], out
+    return out["pooled"] @ params["classifier.W"] + params["classifier.b"], out
 
 
 # ----------------------------------------------------------------------------------------------
@@ -83,18 +84,6 @@ def test_cache_entries_match_the_numpy_oracle(positional):
         np.testing.assert_allclose(cache[name], value, rtol=0, atol=1e-12, err_msg=name)
     np.testing.assert_array_equal(cache["blocks.1.resid_pre"], cache["blocks.0.resid_post"])
     np.testing.assert_array_equal(cache["token_embed"] + cache["pos_embed"], cache["blocks.0.resid_pre"])
-
-
-@pytest.mark.parametrize("dtype, tol", [(np.float64, 1e-12), (np.float32, 2e-5)])
-def test_the_cache_is_the_model_the_compiled_forward_runs(dtype, tol):
-    cfg = EncoderConfig(**SMALL)
-    params, tokens = _params(cfg, dtype=dtype), _tokens(cfg, 37)
-    want, plain = encoder.forward(params, tokens, cfg)
-    logits, cache = inside.forward(params, cfg, tokens)
-    assert logits.dtype == dtype
-    np.testing.assert_allclose(logits, want, rtol=0, atol=tol)
-    for i in range(cfg.n_layers):
-        np.testing.assert_allclose(cache[f"blocks.{i}.attn.weights"], plain["attn"][i], rtol=0, atol=tol)
 
 
 def test_layernorm_statistics_reproduce_the_normalised_input():
@@ -142,7 +131,7 @@ def test_ablating_every_head_of_a_layer_leaves_only_the_output_bias(layer):
     np.testing.assert_allclose(logits, _reference(params, tokens, cfg, heads)[0], rtol=0, atol=1e-12)
     np.testing.assert_array_equal(cache[f"blocks.{layer}.attn.concat"], 0.0)
     np.testing.assert_allclose(cache[f"blocks.{layer}.attn.output"],
-                               np.broadcast_to(params[f"layers.{layer}.b_O"], (19, cfg.seq_len, cfg.d_model)),
+                               np.broadcast_to(params[f"blocks.{layer}.attn.b_O"], (19, cfg.n_ctx, cfg.d_model)),
                                rtol=0, atol=1e-15)
     np.testing.assert_array_equal(inside.ablated_logits(params, cfg, tokens, heads), logits)
     assert not np.allclose(logits, inside.forward(params, cfg, tokens)[0])
@@ -151,7 +140,7 @@ def test_ablating_every_head_of_a_layer_leaves_only_the_output_bias(layer):
 def test_one_head_zeroed_or_replaced_by_its_mean_matches_the_oracle():
     cfg = EncoderConfig(**SMALL)
     params, tokens = _params(cfg), _tokens(cfg, 21)
-    means = np.random.default_rng(3).standard_normal((2, 2, cfg.seq_len, cfg.d_k))
+    means = np.random.default_rng(3).standard_normal((2, 2, cfg.n_ctx, cfg.d_k))
     for heads in ([(1, 0)], [(0, 1), (1, 1)]):
         for mode, fill in (("zero", None), ("mean", means)):
             got = inside.ablated_logits(params, cfg, tokens, heads, mode, means)
@@ -191,7 +180,7 @@ def test_head_report_scores_each_head_and_the_mean_fill():
     # mean ablation: the removed head's output is its data-set mean at every position
     _, ablated = inside.forward(params, cfg, tokens, ablate={(0, 1): report.head_means[0, 1]})
     np.testing.assert_array_equal(ablated["blocks.0.attn.head_outputs"][:, 1],
-                                  np.broadcast_to(report.head_means[0, 1], (40, cfg.seq_len, cfg.d_k)))
+                                  np.broadcast_to(report.head_means[0, 1], (40, cfg.n_ctx, cfg.d_k)))
     assert np.all((report.focus >= -1e-12) & (report.focus <= 1 + 1e-12))
 
 
@@ -202,11 +191,10 @@ def test_walkthrough_reads_every_number_from_the_cache():
     cfg = EncoderConfig(**SMALL)
     params = _params(cfg)
     _, cache = inside.forward(params, cfg, _tokens(cfg, 4))
-    tparams, _ = vocabulary.from_encoder(params, cfg)
     steps = inside.walkthrough(cache, params, cfg, layer=1, example=2)
     for step in steps:
         for name, value in step.arrays.items():
-            want = tparams[name] if name in tparams else cache[name] if name == "pos_embed" else cache[name][2]
+            want = params[name] if name in params else cache[name] if name == "pos_embed" else cache[name][2]
             np.testing.assert_array_equal(value, want, err_msg=f"{step.name}: {name}")
     by = {s.name: s for s in steps}
     assert list(by["residual sum h + attention"].arrays) == ["blocks.1.ln1.input"]
@@ -231,7 +219,7 @@ def test_mean_pooling_averages_the_single_position_readouts():
     params, tokens = _params(cfg), _tokens(cfg, 30)
     logits, cache = inside.forward(params, cfg, tokens)
     per_position = inside.position_logits(cache, params, cfg)
-    assert per_position.shape == (30, cfg.seq_len, 3)
+    assert per_position.shape == (30, cfg.n_ctx, 3)
     np.testing.assert_allclose(per_position.mean(axis=1), logits, rtol=0, atol=1e-12)
     labels = np.argmax(per_position[:, 0], axis=1)
     mean_acc, single = inside.pooling_accuracy(cache, params, cfg, labels)

@@ -31,7 +31,7 @@ def test_every_walkthrough_step_follows_from_the_one_before(positional):
     cfg = EncoderConfig(**SMALL, positional=positional)
     params, tokens = _params(cfg), _tokens(cfg, 5)
     _, cache = inside.forward(params, cfg, tokens)
-    H, dk, eps, T = cfg.n_heads, cfg.d_k, cfg.ln_eps, cfg.seq_len
+    H, dk, eps, T = cfg.n_heads, cfg.d_k, cfg.ln_eps, cfg.n_ctx
     example = 3
     h = None
     for layer in range(cfg.n_layers):
@@ -39,7 +39,8 @@ def test_every_walkthrough_step_follows_from_the_one_before(positional):
         emb = steps[0].arrays                                     # the embeddings: named outside any block
         s = {step.name: {name.removeprefix(f"blocks.{layer}."): value for name, value in step.arrays.items()}
              for step in steps}
-        p = {name.split(".")[-1]: v for name, v in params.items() if name.startswith(f"layers.{layer}.")}
+        p = {name.removeprefix(f"blocks.{layer}."): v for name, v in params.items()
+             if name.startswith(f"blocks.{layer}.")}
         _close(emb["token_embed"], params["embed"][tokens[example]], "token embeddings")
         pe = params["pos"][:T] if positional == "learned" else reference.sinusoidal(T, cfg.d_model)
         _close(emb["pos_embed"], pe, "positions")
@@ -47,40 +48,41 @@ def test_every_walkthrough_step_follows_from_the_one_before(positional):
         h = emb["blocks.0.resid_pre"] if layer == 0 else h        # h: the previous layer's LayerNorm 2 output
         _close(s[f"layer {layer + 1} input h"]["resid_pre"], h, "layer input")
         # attention, from h and the weights
-        Q = (h @ p["W_Q"] + p["b_Q"]).reshape(T, H, dk).transpose(1, 0, 2)
-        K = (h @ p["W_K"] + p["b_K"]).reshape(T, H, dk).transpose(1, 0, 2)
-        V = (h @ p["W_V"] + p["b_V"]).reshape(T, H, dk).transpose(1, 0, 2)
+        Q = (h @ p["attn.W_Q"] + p["attn.b_Q"]).reshape(T, H, dk).transpose(1, 0, 2)
+        K = (h @ p["attn.W_K"] + p["attn.b_K"]).reshape(T, H, dk).transpose(1, 0, 2)
+        V = (h @ p["attn.W_V"] + p["attn.b_V"]).reshape(T, H, dk).transpose(1, 0, 2)
         A = reference.softmax(Q @ K.transpose(0, 2, 1) / np.sqrt(dk))
         _close(s["attention weights"]["attn.weights"], A, "attention weights")
         concat = (A @ V).transpose(1, 0, 2).reshape(T, cfg.d_model)
         _close(s["heads' outputs, concatenated"]["attn.concat"], concat, "concat")
-        attn_out = concat @ p["W_O"] + p["b_O"]
+        attn_out = concat @ p["attn.W_O"] + p["attn.b_O"]
         _close(s["attention output concat W_O + b_O"]["attn.output"], attn_out, "attn_out")
         r1 = h + attn_out
         _close(s["residual sum h + attention"]["ln1.input"], r1, "residual sum 1")
-        mu, rstd, xhat, out = _layer_norm(r1, p["ln1_g"], p["ln1_b"], eps)
+        mu, rstd, xhat, out = _layer_norm(r1, p["ln1.g"], p["ln1.b"], eps)
         ln = s["LayerNorm 1"]
         for key, want in (("ln1.input", r1), ("ln1.mean", mu), ("ln1.std", 1 / rstd), ("ln1.normalized", xhat),
-                          ("resid_mid", out), ("ln1.g", p["ln1_g"]), ("ln1.b", p["ln1_b"])):
+                          ("resid_mid", out), ("ln1.g", p["ln1.g"]), ("ln1.b", p["ln1.b"])):
             _close(ln[key], want, f"LayerNorm 1 {key}")
         x = out
-        pre = x @ p["W_1"] + p["b_1"]
+        pre = x @ p["ffn.W_1"] + p["ffn.b_1"]
         ffn = s["FFN hidden relu(x W_1 + b_1)"]
         _close(ffn["ffn.pre"], pre, "FFN pre-activation")
         _close(ffn["ffn.hidden"], np.maximum(pre, 0.0), "FFN hidden")
-        ffn_out = np.maximum(pre, 0.0) @ p["W_2"] + p["b_2"]
+        ffn_out = np.maximum(pre, 0.0) @ p["ffn.W_2"] + p["ffn.b_2"]
         _close(s["FFN output hidden W_2 + b_2"]["ffn.output"], ffn_out, "FFN output")
         r2 = x + ffn_out
         _close(s["residual sum x + FFN"]["ln2.input"], r2, "residual sum 2")
-        mu, rstd, xhat, out = _layer_norm(r2, p["ln2_g"], p["ln2_b"], eps)
+        mu, rstd, xhat, out = _layer_norm(r2, p["ln2.g"], p["ln2.b"], eps)
         ln = s["LayerNorm 2"]
         for key, want in (("ln2.input", r2), ("ln2.mean", mu), ("ln2.std", 1 / rstd), ("ln2.normalized", xhat),
-                          ("resid_post", out), ("ln2.g", p["ln2_g"]), ("ln2.b", p["ln2_b"])):
+                          ("resid_post", out), ("ln2.g", p["ln2.g"]), ("ln2.b", p["ln2.b"])):
             _close(ln[key], want, f"LayerNorm 2 {key}")
         h = out
     pooled = h.mean(axis=0)
     _close(s["mean over positions (after the last layer)"]["pooled"], pooled, "pooled")
-    _close(s["logits pooled W_cls + b_cls"]["logits"], pooled @ params["W_cls"] + params["b_cls"], "logits")
+    _close(s["logits pooled classifier.W + classifier.b"]["logits"],
+           pooled @ params["classifier.W"] + params["classifier.b"], "logits")
 
 
 def test_mean_ablation_fills_a_head_with_its_mean_and_zero_ablation_with_nothing():

@@ -7,7 +7,11 @@ import pytest
 
 from core import encoder
 from core.kernels import reference
+from core.model import encoder_io
+from core.model.config import param_count, param_shapes
 from core.model.encoder import EncoderConfig
+from core.model.optim import Adam
+from core.model.params import pack
 
 SMALL = dict(vocab_size=7, seq_len=5, d_model=8, n_heads=2, d_ff=12, n_layers=2, n_classes=3)
 
@@ -40,14 +44,15 @@ def _reference_forward(params, tokens, cfg):
 
     weights = []
     for i in range(cfg.n_layers):
-        p = {k.split(".")[-1]: v for k, v in params.items() if k.startswith(f"layers.{i}.")}
-        mha = reference.multi_head_attention(h, p["W_Q"], p["W_K"], p["W_V"], p["W_O"], cfg.n_heads,
-                                             b_Q=p["b_Q"], b_K=p["b_K"], b_V=p["b_V"], b_O=p["b_O"])
+        p = {k.removeprefix(f"blocks.{i}."): v for k, v in params.items() if k.startswith(f"blocks.{i}.")}
+        mha = reference.multi_head_attention(h, p["attn.W_Q"], p["attn.W_K"], p["attn.W_V"], p["attn.W_O"],
+                                             cfg.n_heads, b_Q=p["attn.b_Q"], b_K=p["attn.b_K"], b_V=p["attn.b_V"],
+                                             b_O=p["attn.b_O"])
         weights.append(mha["weights"])
-        h = layer_norm(h + mha["output"], p["ln1_g"], p["ln1_b"])
-        ffn = np.maximum(h @ p["W_1"] + p["b_1"], 0.0) @ p["W_2"] + p["b_2"]
-        h = layer_norm(h + ffn, p["ln2_g"], p["ln2_b"])
-    logits = h.mean(axis=1) @ params["W_cls"] + params["b_cls"]
+        h = layer_norm(h + mha["output"], p["ln1.g"], p["ln1.b"])
+        ffn = np.maximum(h @ p["ffn.W_1"] + p["ffn.b_1"], 0.0) @ p["ffn.W_2"] + p["ffn.b_2"]
+        h = layer_norm(h + ffn, p["ln2.g"], p["ln2.b"])
+    logits = h.mean(axis=1) @ params["classifier.W"] + params["classifier.b"]
     return logits, np.stack(weights)
 
 
@@ -166,18 +171,18 @@ def test_init_is_deterministic_and_named_as_designed():
     a, b = encoder.init_params(cfg, seed=5), encoder.init_params(cfg, seed=5)
     assert all(np.array_equal(a[k], b[k]) for k in a)
     assert not np.array_equal(a["embed"], encoder.init_params(cfg, seed=6)["embed"])
-    assert a["pos"].shape == (16, 32) and a["layers.1.W_1"].shape == (32, 64)
-    assert a["W_cls"].shape == (32, 2) and a["b_cls"].shape == (2,)
+    assert a["pos"].shape == (16, 32) and a["blocks.1.ffn.W_1"].shape == (32, 64)
+    assert a["classifier.W"].shape == (32, 2) and a["classifier.b"].shape == (2,)
     assert "pos" not in encoder.init_params(EncoderConfig())
-    assert len(a) == 1 + 1 + 2 * 16 + 2
-    assert encoder.param_count(cfg) == sum(v.size for v in a.values())
+    assert list(a) == list(param_shapes(cfg)) and len(a) == 1 + 1 + 2 * 16 + 2
+    assert param_count(cfg) == sum(v.size for v in a.values())
 
 
 def test_adam_matches_textbook_formula():
     rng = np.random.default_rng(0)
     p = rng.standard_normal(50)
     flat = p.copy()
-    opt = encoder.Adam(50, np.float64, lr=0.01)
+    opt = Adam(50, np.float64, lr=0.01)
     m = v = np.zeros(50)
     for t in range(1, 6):
         g = rng.standard_normal(50)
@@ -186,13 +191,13 @@ def test_adam_matches_textbook_formula():
         v = 0.999 * v + 0.001 * g * g
         p = p - 0.01 * (m / (1 - 0.9 ** t)) / (np.sqrt(v / (1 - 0.999 ** t)) + 1e-8)
     np.testing.assert_allclose(flat, p, rtol=1e-12)
-    again = encoder.Adam.from_state_dict(opt.state_dict())
+    again = Adam.from_state_dict(opt.state_dict())
     assert again.t == 5 and np.array_equal(again.m, opt.m)
 
 
 def test_pack_gives_views_of_one_buffer():
     params = encoder.init_params(EncoderConfig())
-    flat, views = encoder.pack(params)
+    flat, views = pack(params)
     assert all(np.array_equal(views[k], params[k]) for k in params)
     flat[:] = 0.0
     assert all((v == 0).all() for v in views.values())
@@ -202,15 +207,46 @@ def test_save_load_round_trip(tmp_path):
     cfg = EncoderConfig(positional="learned", n_layers=3, d_model=16, n_heads=2)
     params = encoder.init_params(cfg, seed=3)
     path = tmp_path / "model.npz"
-    encoder.save(params, path)
-    loaded = encoder.load(path, cfg)
+    encoder_io.save(params, path)
+    loaded = encoder_io.load(path, cfg)
     assert set(loaded) == set(params)
     assert all(np.array_equal(loaded[k], params[k]) and loaded[k].dtype == params[k].dtype for k in params)
     buffer = io.BytesIO()
-    encoder.save(params, buffer)
-    assert set(encoder.load(buffer.getvalue())) == set(params)
-    inferred = encoder.infer_config(loaded)
-    assert (inferred.n_layers, inferred.d_model, inferred.positional, inferred.seq_len) == (3, 16, "learned", 16)
+    encoder_io.save(params, buffer)
+    assert set(encoder_io.load(buffer.getvalue())) == set(params)
+    inferred = encoder_io.infer_config(loaded)
+    assert (inferred.n_layers, inferred.d_model, inferred.positional, inferred.n_ctx) == (3, 16, "learned", 16)
+
+
+# A file saved before the one vocabulary: a block's arrays under "layers.{i}." and these short
+# names, the classifier as W_cls and b_cls
+OLD_BLOCK_NAMES = {"attn.W_Q": "W_Q", "attn.W_K": "W_K", "attn.W_V": "W_V", "attn.W_O": "W_O",
+                   "attn.b_Q": "b_Q", "attn.b_K": "b_K", "attn.b_V": "b_V", "attn.b_O": "b_O",
+                   "ln1.g": "ln1_g", "ln1.b": "ln1_b", "ln2.g": "ln2_g", "ln2.b": "ln2_b",
+                   "ffn.W_1": "W_1", "ffn.b_1": "b_1", "ffn.W_2": "W_2", "ffn.b_2": "b_2"}
+
+
+def _old_name(name):
+    if name in ("classifier.W", "classifier.b"):
+        return {"classifier.W": "W_cls", "classifier.b": "b_cls"}[name]
+    if name.startswith("blocks."):
+        _, i, short = name.split(".", 2)
+        return f"layers.{i}.{OLD_BLOCK_NAMES[short]}"
+    return name
+
+
+@pytest.mark.parametrize("positional", ["sinusoidal", "learned"])
+def test_a_file_saved_under_the_older_names_loads_to_the_same_arrays(tmp_path, positional):
+    cfg = EncoderConfig(positional=positional, n_layers=2, d_model=16, n_heads=2)
+    params = _perturbed_params(cfg, seed=4)
+    old = {_old_name(name): value for name, value in params.items()}
+    assert "W_cls" in old and "layers.1.ln2_b" in old and not any(k.startswith("blocks.") for k in old)
+    path = _save_dict(tmp_path, {**old, "config.n_heads": np.array(2)}, "old.npz")
+    for loaded, rebuilt in ((encoder_io.load(path, cfg), cfg), encoder_io.load_with_settings(path)[:2]):
+        assert rebuilt == cfg and list(loaded) == list(param_shapes(cfg))
+        assert all(np.array_equal(loaded[k], params[k]) and loaded[k].dtype == params[k].dtype for k in params)
+    with pytest.raises(ValueError, match="twice"):
+        encoder_io.load(_save_dict(tmp_path, {**params, "W_cls": params["classifier.W"]}), cfg)
 
 
 def test_saved_settings_rebuild_the_config(tmp_path):
@@ -219,13 +255,13 @@ def test_saved_settings_rebuild_the_config(tmp_path):
     cfg = EncoderConfig(positional="none", n_layers=2, d_model=12, n_heads=3)
     params = encoder.init_params(cfg, seed=1)
     path = tmp_path / "model.npz"
-    encoder.save(params, path, cfg)
-    loaded, rebuilt, settings = encoder.load_with_settings(path)
+    encoder_io.save(params, path, cfg)
+    loaded, rebuilt, settings = encoder_io.load_with_settings(path)
     assert settings == {"n_heads": 3, "positional": "none"} and rebuilt == cfg
     assert set(loaded) == set(params)                       # the settings are not parameters
-    assert set(encoder.load(path, cfg)) == set(params)
-    encoder.save(params, path)
-    _, plain, settings = encoder.load_with_settings(path)
+    assert set(encoder_io.load(path, cfg)) == set(params)
+    encoder_io.save(params, path)
+    _, plain, settings = encoder_io.load_with_settings(path)
     assert settings == {} and (plain.n_heads, plain.positional) == (4, "sinusoidal")
 
 
@@ -240,7 +276,7 @@ def test_saved_settings_rebuild_the_config(tmp_path):
 def test_bad_saved_settings_are_refused(tmp_path, bad, message):
     arrays = dict(encoder.init_params(EncoderConfig(), seed=0), **bad)
     with pytest.raises(ValueError, match=message):
-        encoder.load(_save_dict(tmp_path, arrays))
+        encoder_io.load(_save_dict(tmp_path, arrays))
 
 
 def _save_dict(tmp_path, arrays, name="bad.npz"):
@@ -255,36 +291,36 @@ def test_load_rejects_bad_files(tmp_path):
     junk = tmp_path / "junk.npz"
     junk.write_bytes(b"this is not a zip archive at all")
     with pytest.raises(ValueError, match="not a valid .npz"):
-        encoder.load(junk, cfg)
+        encoder_io.load(junk, cfg)
     saved = _save_dict(tmp_path, good, "good.npz")
     truncated = tmp_path / "truncated.npz"
     truncated.write_bytes(saved.read_bytes()[:300])
     with pytest.raises(ValueError, match="Could not read"):
-        encoder.load(truncated, cfg)
+        encoder_io.load(truncated, cfg)
     with pytest.raises(ValueError, match="does not exist"):
-        encoder.load(tmp_path / "missing.npz", cfg)
-    missing = {k: v for k, v in good.items() if k != "layers.1.W_O"}
-    with pytest.raises(ValueError, match="missing layers.1.W_O"):
-        encoder.load(_save_dict(tmp_path, missing), cfg)
+        encoder_io.load(tmp_path / "missing.npz", cfg)
+    missing = {k: v for k, v in good.items() if k != "blocks.1.attn.W_O"}
+    with pytest.raises(ValueError, match="missing blocks.1.attn.W_O"):
+        encoder_io.load(_save_dict(tmp_path, missing), cfg)
     with pytest.raises(ValueError, match="shape"):
-        encoder.load(_save_dict(tmp_path, {**good, "W_cls": np.zeros((32, 3), np.float32)}), cfg)
+        encoder_io.load(_save_dict(tmp_path, {**good, "classifier.W": np.zeros((32, 3), np.float32)}), cfg)
     with pytest.raises(ValueError, match="NaN"):
-        encoder.load(_save_dict(tmp_path, {**good, "b_cls": np.array([np.nan, 0], np.float32)}), cfg)
+        encoder_io.load(_save_dict(tmp_path, {**good, "classifier.b": np.array([np.nan, 0], np.float32)}), cfg)
     with pytest.raises(ValueError, match="dtype|float"):
-        encoder.load(_save_dict(tmp_path, {**good, "b_cls": np.zeros(2, np.int64)}), cfg)
+        encoder_io.load(_save_dict(tmp_path, {**good, "classifier.b": np.zeros(2, np.int64)}), cfg)
     with pytest.raises(ValueError, match="Unexpected"):
-        encoder.load(_save_dict(tmp_path, {**good, "extra": np.zeros(2, np.float32)}), cfg)
+        encoder_io.load(_save_dict(tmp_path, {**good, "extra": np.zeros(2, np.float32)}), cfg)
     with pytest.raises(ValueError, match="Could not read"):   # a pickled object array is never unpickled
-        encoder.load(_save_dict(tmp_path, {**good, "b_cls": np.array([{"x": 1}, None], dtype=object)}), cfg)
+        encoder_io.load(_save_dict(tmp_path, {**good, "classifier.b": np.array([{"x": 1}, None], dtype=object)}), cfg)
     with pytest.raises(ValueError, match="embed"):
-        encoder.load(_save_dict(tmp_path, {"weights": np.zeros(3)}))
+        encoder_io.load(_save_dict(tmp_path, {"weights": np.zeros(3)}))
 
 
 def test_config_errors_say_what_is_wrong():
     with pytest.raises(ValueError, match="cannot be split evenly"):
         EncoderConfig(d_model=30, n_heads=4)
     with pytest.raises(ValueError, match="d_ff must be a positive"):
-        EncoderConfig(d_ff=0)
+        EncoderConfig(d_ff=-1)
     with pytest.raises(ValueError, match="n_layers must be a positive"):
         EncoderConfig(n_layers=-1)
     with pytest.raises(ValueError, match="positional must be one of"):
@@ -298,7 +334,7 @@ def test_input_errors_say_what_is_wrong():
     params = encoder.init_params(cfg)
     with pytest.raises(ValueError, match="0..9"):
         encoder.forward(params, np.full((2, 4), 10), cfg)
-    with pytest.raises(ValueError, match="seq_len = 16"):
+    with pytest.raises(ValueError, match="n_ctx = 16"):
         encoder.forward(params, np.zeros((2, 17), int), cfg)
     with pytest.raises(ValueError, match="whole-number"):
         encoder.forward(params, np.full((2, 4), 0.5), cfg)

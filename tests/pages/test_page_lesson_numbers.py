@@ -46,7 +46,7 @@ def test_inside_model_heatmaps_follow_the_block_formulas():
     at.slider(key="inside_model.layer").set_value(2).run()
     assert not at.exception and not at.error
     m, example = inside_page.model(), 0
-    p = {name.split(".")[-1]: value for name, value in m.params.items() if name.startswith("layers.1.")}
+    p = {name.removeprefix("blocks.1."): value for name, value in m.params.items() if name.startswith("blocks.1.")}
     eps, maps = m.cfg.ln_eps, heatmaps(at)
     tokens = m.data.X_test[example]
     np.testing.assert_allclose(maps["token embeddings E[x_t]"], m.params["embed"][tokens], atol=1e-6)
@@ -55,15 +55,15 @@ def test_inside_model_heatmaps_follow_the_block_formulas():
     h = inside_page.cache_of(m, example)["blocks.1.resid_pre"][0]    # layer 2's input: layer 1's output
     r1 = maps["r₁ = h + MHA(h)"]
     np.testing.assert_allclose(r1, h + maps["MHA(h)"], atol=1e-5)
-    np.testing.assert_allclose(maps["MHA(h)"], maps["concat"] @ p["W_O"] + p["b_O"], atol=1e-5)
+    np.testing.assert_allclose(maps["MHA(h)"], maps["concat"] @ p["attn.W_O"] + p["attn.b_O"], atol=1e-5)
     x = maps["LN₁(r₁)"]
-    np.testing.assert_allclose(x, _layer_norm(r1, p["ln1_g"], p["ln1_b"], eps), atol=1e-4)
+    np.testing.assert_allclose(x, _layer_norm(r1, p["ln1.g"], p["ln1.b"], eps), atol=1e-4)
     hidden = maps["relu(x W₁ + b₁)"]
-    np.testing.assert_allclose(hidden, np.maximum(x @ p["W_1"] + p["b_1"], 0), atol=1e-5)
-    np.testing.assert_allclose(maps["FFN(x)"], hidden @ p["W_2"] + p["b_2"], atol=1e-5)
+    np.testing.assert_allclose(hidden, np.maximum(x @ p["ffn.W_1"] + p["ffn.b_1"], 0), atol=1e-5)
+    np.testing.assert_allclose(maps["FFN(x)"], hidden @ p["ffn.W_2"] + p["ffn.b_2"], atol=1e-5)
     r2 = maps["r₂ = x + FFN(x)"]
     np.testing.assert_allclose(r2, x + maps["FFN(x)"], atol=1e-5)
-    np.testing.assert_allclose(maps["the output of layer 2"], _layer_norm(r2, p["ln2_g"], p["ln2_b"], eps),
+    np.testing.assert_allclose(maps["the output of layer 2"], _layer_norm(r2, p["ln2.g"], p["ln2.b"], eps),
                                atol=1e-4)
 
 

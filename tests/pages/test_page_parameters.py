@@ -35,7 +35,7 @@ def test_count_equals_the_sizes_of_the_encoders_attention_arrays():
     at.checkbox(key="parameters.bias").check().run()
     assert not at.exception
     params = encoder.init_params(encoder.EncoderConfig(d_model=32, n_heads=4), dtype=np.float64)
-    built = sum(params[f"layers.0.{n}"].size for n in ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O"))
+    built = sum(params[f"blocks.0.attn.{n}"].size for n in ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O"))
     assert built == analysis.mha_param_count(32, 4, bias=True) == 4 * 32 ** 2 + 4 * 32
     assert _metrics(at)[0] == f"{built:,}"
     # and the per-head shapes the page tabulates add up to the same

@@ -7,6 +7,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from core import encoder, limits, tasks
+from core.model import encoder_io
 from core.training.runs import RunSpec
 from ui.trainer import Trainer
 
@@ -96,9 +97,9 @@ def test_a_short_run_shows_metrics_then_results_and_reset_clears(at, compiled):
     # the model trained is the one the controls describe: its arrays say so
     params, cfg = trainer_of(at).params()
     assert (cfg.n_layers, cfg.n_heads, cfg.d_model, cfg.positional) == (1, 2, 16, "learned")
-    assert params["embed"].shape[1] == 16 and params["pos"].shape == (cfg.seq_len, 16)
-    assert "layers.0.W_Q" in params and "layers.1.W_Q" not in params
-    assert run.attention.shape == (1, 2, cfg.seq_len, cfg.seq_len)
+    assert params["embed"].shape[1] == 16 and params["pos"].shape == (cfg.n_ctx, 16)
+    assert "blocks.0.attn.W_Q" in params and "blocks.1.attn.W_Q" not in params
+    assert run.attention.shape == (1, 2, cfg.n_ctx, cfg.n_ctx)
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["Loss (last batch)"] == f"{run.last['loss']:.4f}"
     assert float(metrics["Validation accuracy"]) == pytest.approx(run.final_val_acc, abs=1e-3)
@@ -175,7 +176,7 @@ def test_good_upload_is_loaded_and_evaluated(at):
     assert any(m.label.startswith("Test accuracy") for m in at.metric)
     params, _ = trainer_of(at).params()
     np.testing.assert_array_equal(params["embed"], source.params()[0]["embed"])
-    assert set(encoder.load(trainer_of(at).weights_npz())) == set(params)
+    assert set(encoder_io.load(trainer_of(at).weights_npz())) == set(params)
 
 
 def test_ablations_run_in_the_worker_and_show_side_by_side(at):
@@ -209,7 +210,7 @@ def test_curves_keep_the_runs_order_for_their_colours():
 def test_upload_without_recorded_settings_takes_them_from_the_page(at):
     cfg = encoder.EncoderConfig(n_layers=1, d_model=16, n_heads=2)
     buffer = io.BytesIO()
-    encoder.save(encoder.init_params(cfg, seed=0), buffer)          # no cfg: weights only
+    encoder_io.save(encoder.init_params(cfg, seed=0), buffer)       # no cfg: weights only
     at.run()
     at.session_state["training.upload_bytes"] = buffer.getvalue()
     at.run()

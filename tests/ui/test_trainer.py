@@ -6,6 +6,8 @@ import numpy as np
 import pytest
 
 from core import encoder, limits
+from core.model import encoder_io
+from core.model.config import param_shapes
 from ui import background_run
 from ui import trainer as trainer_module
 from core.training.runs import RunSpec
@@ -233,8 +235,8 @@ def test_weights_download_and_upload_round_trip(trainer):
     trained = trainer.view().runs[0]
     raw = trainer.weights_npz()
     params, cfg = trainer.params()
-    loaded = encoder.load(raw, cfg)
-    assert set(loaded) == set(encoder.param_shapes(cfg)) and "pos" in loaded
+    loaded = encoder_io.load(raw, cfg)
+    assert set(loaded) == set(param_shapes(cfg)) and "pos" in loaded
     other = Trainer()
     other.load(loaded, cfg, tiny())
     view = other.view()

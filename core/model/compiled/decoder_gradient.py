@@ -23,7 +23,7 @@ from core.model.compiled.encoder_step import (CHUNK, add_in_order, encoder_layer
                                                new_activations, padded_chunk)
 from core.model.compiled.products import gram, project
 from core.model.compiled.elementwise import add_bias, layernorm_backward, residual_layernorm, row_sums
-from core.model.compiled.sublayers import (B_CLS, EMBED, POS, W_CLS, _mat, feed_forward, feed_forward_backward,
+from core.model.compiled.sublayers import (EMBED, OUT_B, OUT_W, POS, _mat, feed_forward, feed_forward_backward,
                                             layer_views, packed_qkv, self_attention, self_attention_backward)
 
 # The fields of one block's cross-attention, in the order of offsets.CROSS_SLOTS ("cross.W_Q" ...
@@ -142,7 +142,7 @@ def decoder_chunk(flat, grads, lay, packed, src, tgt_in, tgt_out, n_real, scale,
     enc, dec = lay.enc, lay.dec
     Bp, T = tgt_in.shape
     S = src.shape[1]
-    L, d, H, V = dec.layers.shape[0], dec.d_model, dec.n_heads, dec.n_classes
+    L, d, H, V = Wqkv_d.shape[0], dec.d_model, dec.n_heads, dec.n_classes     # L: the target stack's blocks
     N, Ns, lanes, dt = T * Bp, S * Bp, simd.lanes_of(flat), flat.dtype
     Lc = lay.cross.shape[0]                        # L with cross-attention, 0 without
     cross = Lc > 0
@@ -169,14 +169,14 @@ def decoder_chunk(flat, grads, lay, packed, src, tgt_in, tgt_out, n_real, scale,
             mid = ca.h2[i]
         feed_forward(p, mid, eps, da.a[i], sub, da.x[i + 1], da.xhat2[i], da.rstd2[i])
     logits, dlogits = np.empty((V, N), dt), np.empty((V, N), dt)
-    unembed = _mat(flat, dec.top[W_CLS], d, V)
+    unembed = _mat(flat, dec.top[OUT_W], d, V)
     project(unembed, da.x[L], logits, logits, False)        # logits = (x unembed + unembed_b)^T  (V, N)
-    add_bias(logits, flat[dec.top[B_CLS]:dec.top[B_CLS] + V])
+    add_bias(logits, flat[dec.top[OUT_B]:dec.top[OUT_B] + V])
     loss = token_cross_entropy(logits, tgt_out, n_real, scale, dlogits)
     # backward, the same steps in reverse
     dh = np.empty((d, N), dt)
-    row_sums(dlogits, grads[dec.top[B_CLS]:dec.top[B_CLS] + V])
-    gram(da.x[L], dlogits, _mat(grads, dec.top[W_CLS], d, V))
+    row_sums(dlogits, grads[dec.top[OUT_B]:dec.top[OUT_B] + V])
+    gram(da.x[L], dlogits, _mat(grads, dec.top[OUT_W], d, V))
     project(unembed.T, dlogits, dh, dh, False)               # dx = dlogits unembed^T
     F = dec.d_ff
     dr, dmid, dh1, dctx = np.empty((d, N), dt), np.empty((d, N), dt), np.empty((d, N), dt), np.empty((d, N), dt)

@@ -3,7 +3,9 @@ backward and Adam), is one call into Numba.
 
     loss, hits = run(STEP, flat, layout, tokens, labels, pe, ln_eps, grads, adam, out)
 
-(``core.model.encoder`` makes these calls: ``forward``, ``loss_and_grads``, ``train_step``.) At this size
+(``core.model.encoder`` makes these calls: ``forward``, ``loss_and_grads``, ``train_step``, with
+``layout`` from :func:`core.model.compiled.offsets.encoder_layout` and ``pe`` from
+:func:`core.model.compiled.offsets.positions`; ``flat`` is packed in ``param_shapes(cfg)`` order.) At this size
 (a 64 x 16 batch, d_model 32, two layers) the arithmetic of a step takes about a millisecond; a
 step made of dozens of separate calls (NumPy products, small kernels, their allocations) spent
 most of its time between them.
@@ -26,7 +28,7 @@ from core.model.compiled import JIT
 from core.model.compiled.ends import (classify, classify_backward, column, cross_entropy, embed_backward,
                                        embed_forward, mean_pool)
 from core.model.compiled.elementwise import adam_update
-from core.model.compiled.sublayers import (B_CLS, EMBED, POS, W_CLS, _mat, feed_forward, feed_forward_backward,
+from core.model.compiled.sublayers import (EMBED, OUT_B, OUT_W, POS, _mat, feed_forward, feed_forward_backward,
                                             layer_views, packed_qkv, self_attention, self_attention_backward)
 
 # Sequences per chunk: the unit of work whose gradients are summed in a fixed order. At T = 16, 16
@@ -68,10 +70,10 @@ def forward_chunk(flat, lay, Wqkv, bqkv, tokens, pe, eps, acts):
     embed_forward(tokens, _mat(flat, lay.top[EMBED], lay.vocab_size, d), pe, acts.x[0])
     # 2.-6. the layers                                                            x[L]: (d, N)
     encoder_layers(flat, lay, Wqkv, bqkv, eps, acts)
-    # 7. logits = mean over positions of h, then W_cls and b_cls       pooled: (d, Bp), logits: (Bp, C)
+    # 7. logits = mean over positions of h, then classifier.W and .b   pooled: (d, Bp), logits: (Bp, C)
     mean_pool(acts.x[L], tokens.shape[1], acts.pooled)
-    classify(acts.pooled, _mat(flat, lay.top[W_CLS], d, lay.n_classes),
-               flat[lay.top[B_CLS]:lay.top[B_CLS] + lay.n_classes], acts.logits)
+    classify(acts.pooled, _mat(flat, lay.top[OUT_W], d, lay.n_classes),
+               flat[lay.top[OUT_B]:lay.top[OUT_B] + lay.n_classes], acts.logits)
 
 
 @njit(**JIT)
@@ -97,8 +99,8 @@ def backward_chunk(flat, grads, lay, Wqkv, tokens, labels, batch, acts):
     dlogits = np.empty((Bp, C), dt)
     # 7'. loss, classifier and the mean over positions
     loss, hits = cross_entropy(acts.logits, labels, 1.0 / batch, dlogits)       # padding rows: 0
-    classify_backward(acts.pooled, _mat(flat, lay.top[W_CLS], d, C), dlogits, T,
-                        _mat(grads, lay.top[W_CLS], d, C), grads[lay.top[B_CLS]:lay.top[B_CLS] + C], dh)
+    classify_backward(acts.pooled, _mat(flat, lay.top[OUT_W], d, C), dlogits, T,
+                        _mat(grads, lay.top[OUT_W], d, C), grads[lay.top[OUT_B]:lay.top[OUT_B] + C], dh)
     # 6'.-2'. the layers, last first
     encoder_layers_backward(flat, grads, lay, Wqkv, acts, dh)
     # 1'. embeddings and (learned) positions

@@ -1,9 +1,10 @@
 """The compiled sublayers: where each parameter sits in the flat buffer, and the self-attention
 and feed-forward sublayers with their backward passes, as the encoder and decoder steps call them.
 
-Parameters live in one flat buffer (``core.model.encoder.pack``, in ``core.model.encoder.param_shapes``
-order) and are read through a :data:`Layout`: the sizes and the offset of every array. Gradients
-go to a buffer of the same layout.
+Parameters live in one flat buffer (:func:`core.model.params.pack`, in
+:func:`core.model.config.param_shapes` order) and are read through a :data:`Layout`: the sizes and
+the offset of every array, built from the parameters' names by :mod:`core.model.compiled.offsets`.
+Gradients go to a buffer of the same layout.
 
 Layout of activations: stored transposed, one row per feature and one column per token:
 ``(features, N)`` with ``N = T * Bp`` for a chunk of ``Bp`` sequences (padded to whole SIMD
@@ -23,19 +24,23 @@ from core.model.compiled.products import gram, project
 from core.model.compiled.elementwise import (add_bias, bias_relu, layernorm_backward, relu_backward,
                                               residual_layernorm, row_sums)
 
-LAYER_PARAMS = ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O",
+# The kernels' names for one block's arrays (Layer's fields), slot by slot in the order of
+# core.model.compiled.offsets.LAYER_SLOTS ("W_Q" is "attn.W_Q", "ln1_g" is "ln1.g", ...).
+LAYER_FIELDS = ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O",
                 "ln1_g", "ln1_b", "ln2_g", "ln2_b", "W_1", "b_1", "W_2", "b_2")
-# Offsets of the arrays outside the layers, in Layout.top
-EMBED, POS, W_CLS, B_CLS = 0, 1, 2, 3
+# Offsets of the arrays outside the blocks, in Layout.top: the output layer is the classifier
+# (classifier.W, classifier.b) or the language model's unembedding (unembed, unembed_b)
+EMBED, POS, OUT_W, OUT_B = 0, 1, 2, 3
 
 Layout = namedtuple("Layout", ["vocab_size", "seq_len", "d_model", "n_heads", "d_ff", "n_classes",
                                "learned_positions", "top", "layers"])
 Layout.__doc__ = """Sizes of the model and where each parameter starts in the flat buffer.
 
-``top`` (4,): offsets of ``embed``, ``pos`` (-1 without learned positions), ``W_cls``, ``b_cls``;
-``layers`` (L, 16): offsets of each layer's arrays, in ``LAYER_PARAMS`` order."""
+``top`` (4,): offsets of ``embed``, ``pos`` (-1 without learned positions) and the output
+layer's weight and bias (``classifier.W``, ``classifier.b`` or ``unembed``, ``unembed_b``);
+``layers`` (L, 16): offsets of each block's arrays, in ``offsets.LAYER_SLOTS`` order."""
 
-Layer = namedtuple("Layer", LAYER_PARAMS)
+Layer = namedtuple("Layer", LAYER_FIELDS)
 
 
 @njit(**JIT)
