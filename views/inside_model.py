@@ -8,7 +8,7 @@ import streamlit as st
 
 from core import limits
 from core.lessons import inside
-from core.model import encoder, transformer
+from core.model import encoder, multi_head, transformer
 from core.training import tasks
 from core import warmup
 from ui import charts, state, widgets
@@ -17,7 +17,7 @@ from ui import charts, state, widgets
 PAGE = "inside_model"
 # the functions whose results the page draws, in the order they run (the source expander shows them)
 SOURCES = (inside.forward, transformer.forward, transformer.forward_checked, transformer.embed, transformer.block,
-           transformer.self_attention, transformer.edit_heads, transformer.layer_norm, transformer.feed_forward,
+           multi_head.attend, multi_head.edit_heads, transformer.layer_norm, transformer.feed_forward,
            transformer.unembed, inside.walkthrough, inside.layernorm_table, inside.head_ablation,
            inside.clean_statistics, inside.ablated_logits, inside.pooling_accuracy, inside.position_logits)
 SPEC = {

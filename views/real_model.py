@@ -10,6 +10,7 @@ from core.lessons import real_model as rm
 from core.model import generation
 from core.model import layers as L
 from core.model import head_scores as hs
+from core.model import multi_head as MH
 from core.model import packaged
 from core.model import transformer as tr
 from core.model import tuned_forward as TF
@@ -89,8 +90,8 @@ W = rm.stack_weights(cache, cfg.n_layers)                                       
 T = len(ids)
 # the functions every forward pass runs, then the loops (or, on a freshly started server, their NumPy
 # formulas) and the softmax and GELU this one ran: GPT-2's sizes run the tuned twins (tuned_forward)
-ran = [tr.forward, tr.forward_checked, tr.embed, tr.block, tr.self_attention, tr.feed_forward,
-       tr.dense, tr.layer_norm, L.layer_norm] + ([L.gelu_erf] if cfg.activation == "gelu_erf" else []) + list(loops)
+ran = [tr.forward, tr.forward_checked, tr.embed, tr.block, MH.attend, tr.feed_forward,
+       L.dense, tr.layer_norm, L.layer_norm] + ([L.gelu_erf] if cfg.activation == "gelu_erf" else []) + list(loops)
 if TF.softmax_rows in loops:
     ran += [TF._softmax_rows, TF.append_kv] + ([TF._gelu_tanh_flat] if TF.gelu_tanh in loops else [])
 
@@ -177,7 +178,7 @@ if m.is_encoder:
     ss[k("how")] = "zero" if ss[k("how")] == "patch" else ss[k("how")]
     how = st.radio("Replace its output by", ["zero", "mean"], format_func=HOW.get, key=k("how"), horizontal=True)
     parts.similarity_edit_section(m, source, sentences, before, layer, head, how)
-    ran += [tr.key_mask_scores, tr.edit_heads, rm.pad_batch, rm.similarity, rm.mean_pool]
+    ran += [tr.key_mask_scores, MH.edit_heads, rm.pad_batch, rm.similarity, rm.mean_pool]
 else:
     parts.logit_lens_section(m, cache, labels)
     st.header(f"Remove or patch head {parts.head_name(layer, head)}")
@@ -195,7 +196,7 @@ else:
     if how != "patch" or other_cache is not None:
         parts.next_token_effect_section(m, ids, out, rm.head_edit(cache, layer, head, how, other_cache))
     parts.generation_section(m, ids, k)
-    ran += [rm.logit_lens, tr.edit_heads, rm.head_edit, rm.edit_effect, generation.generate, generation._run]
+    ran += [rm.logit_lens, MH.edit_heads, rm.head_edit, rm.edit_effect, generation.generate, generation._run]
 
 # 6. its parameters, counted two ways ------------------------------------------------------------------
 st.header("Its parameters, counted two ways")

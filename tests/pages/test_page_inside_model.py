@@ -9,7 +9,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from core.lessons import inside
-from core.model import transformer
+from core.model import multi_head, transformer
 from core.training.runs import RunSpec
 from ui.trainer import Trainer
 
@@ -83,7 +83,7 @@ def test_walkthrough_shows_the_cache_and_follows_example_and_layer():
     assert "`(H, T, T) = (4, 16, 16)`" in markdown and "`(classes) = (2)`" in markdown
     assert len(at.latex) >= 3
     shown = {c.value.strip() for c in at.code}          # the source expander: the functions that ran
-    for fn in (inside.forward, transformer.forward, transformer.block, transformer.self_attention,
+    for fn in (inside.forward, transformer.forward, transformer.block, multi_head.attend,
                transformer.layer_norm, inside.walkthrough, inside.ablated_logits):
         assert inspect.getsource(fn).strip() in shown, fn.__qualname__
 
