@@ -28,7 +28,7 @@ class TransformerConfig:
     or its ``n_inner``), 0 for attention-only. ``bias=False`` drops every linear layer's bias.
     ``head="classify"`` averages the last hidden states over positions and maps them to
     ``n_classes`` logits (the seeds' encoder); ``unembed_b`` adds an output bias to the language
-    model's logits (the decoder's ``b_out``). ``head="none"`` is an encoder without a head (BERT):
+    model's logits (the tiny decoders have one). ``head="none"`` is an encoder without a head (BERT):
     the forward pass returns the last hidden states. ``activation="gelu_erf"`` is the exact GELU
     (BERT's), ``"gelu_tanh"`` its tanh approximation (GPT-2's). ``n_token_types`` adds BERT's
     segment embeddings, ``embed_ln`` its LayerNorm on the embeddings, ``pooler`` its dense layer
@@ -145,7 +145,7 @@ def init_params(cfg: TransformerConfig, seed: int = 0, dtype=np.float32) -> dict
     # params.init_by_name chooses by a name's last part: LayerNorm gains as "..._g", weights as "W_..."
     alias = {name: name[:-2] + "_g" if name.endswith(".g") else name for name in shapes}
     alias.update({"unembed": "W_unembed", "classifier.W": "W_classifier", "classifier.b": "b_classifier",
-                  "unembed_b": "b_out", "token_type": "token_type.embed", "pooler.W": "pooler.W_pool"})
+                  "unembed_b": "b_unembed", "token_type": "token_type.embed", "pooler.W": "pooler.W_pool"})
     fresh = init_by_name({alias[n]: s for n, s in shapes.items()}, seed, dtype)
     params = {n: fresh[alias[n]] for n in shapes}
     if cfg.tied_unembed:

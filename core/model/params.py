@@ -48,7 +48,7 @@ def pack(params: dict) -> tuple[np.ndarray, dict]:
 
 def init_by_name(shapes: dict, seed: int, dtype) -> dict[str, np.ndarray]:
     """Fresh parameters for ``{name: shape}``, deterministic for a seed, chosen by each name's last
-    part: weights (``W_...``, ``cross_W_...``) ``N(0, 1/d_in)``, embeddings ``N(0, 1)``, learned
+    part: weights (``W_...``) ``N(0, 1/d_in)``, embeddings ``N(0, 1)``, learned
     positions ``N(0, 0.1^2)``, layer-norm gains (``..._g``) 1, everything else (biases, shifts) 0."""
     dtype = np.dtype(dtype)
     if dtype not in (np.float32, np.float64):
@@ -61,7 +61,7 @@ def init_by_name(shapes: dict, seed: int, dtype) -> dict[str, np.ndarray]:
             value = rng.standard_normal(shape)
         elif short == "pos":
             value = 0.1 * rng.standard_normal(shape)
-        elif short.startswith(("W_", "cross_W_")):
+        elif short.startswith("W_"):
             value = rng.standard_normal(shape) / math.sqrt(shape[0])
         elif short.endswith("_g"):
             value = np.ones(shape)
