@@ -90,7 +90,7 @@ left.selectbox("Model and task", tuple(TASKS), format_func=TASKS.get, key=k("tas
 task = st.session_state[k("task")]
 setup = setup_of(task)
 cfg = setup.cfg
-stack = decoder.target_stack(cfg)           # the stack that reads the target (the model itself, decoder-only)
+stack = transformer_encdec.target_stack(cfg)    # the stack that reads the target (the model itself, decoder-only)
 left.caption(tasks.SEQUENCE_TASKS[task].description if setup.seq2seq else
              f"Predict the next character of a small English corpus ({stack.vocab_size} characters, "
              f"context {stack.n_ctx}).")

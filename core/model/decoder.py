@@ -35,7 +35,7 @@ from core.model import config, presets, transformer, transformer_backward, trans
 from core.model import layers
 from core.model import params as P
 from core.model.generation import generate
-from core.model.transformer_encdec import EncoderDecoderConfig
+from core.model.transformer_encdec import EncoderDecoderConfig, target_stack
 
 ADAM_BETAS = (0.9, 0.98)          # the original Transformer's; the loop is core.training.decoder_runs.train
 
@@ -63,11 +63,6 @@ def DecoderConfig(vocab_size: int, tgt_len: int, d_model: int = 32, n_heads: int
 # ----------------------------------------------------------------------------------------------
 # the parameters and the inputs
 # ----------------------------------------------------------------------------------------------
-def target_stack(cfg) -> config.TransformerConfig:
-    """The stack that reads the target: an encoder-decoder's decoder, or the model itself."""
-    return cfg.decoder if isinstance(cfg, EncoderDecoderConfig) else cfg
-
-
 def param_shapes(cfg) -> dict[str, tuple[int, ...]]:
     """Every parameter name with its shape, in the flat buffer's order."""
     if isinstance(cfg, EncoderDecoderConfig):
@@ -95,8 +90,8 @@ def check_params(params: dict, cfg) -> np.dtype:
 
 def check_pair(cfg, tgt, src):
     """Checked ``(tgt (B, T), src (B, S) or None, single)``: ``single`` when the caller passed one sequence."""
-    single = np.ndim(tgt) == 1
-    tgt = P.check_tokens(tgt, target_stack(cfg).vocab_size, target_stack(cfg).n_ctx, "The target")
+    single, target = np.ndim(tgt) == 1, target_stack(cfg)
+    tgt = P.check_tokens(tgt, target.vocab_size, target.n_ctx, "The target")
     if not isinstance(cfg, EncoderDecoderConfig):
         if src is not None:
             raise ValueError("This is a decoder-only model: it takes no source.")
@@ -113,7 +108,8 @@ def check_pair(cfg, tgt, src):
 
 def check_targets(cfg, tgt_in, tgt_out) -> np.ndarray:
     """``tgt_out`` checked as int64 ``(B, T)``, the shape of the checked ``tgt_in``."""
-    y = P.check_tokens(tgt_out, target_stack(cfg).vocab_size, target_stack(cfg).n_ctx, "The target output (tgt_out)")
+    target = target_stack(cfg)
+    y = P.check_tokens(tgt_out, target.vocab_size, target.n_ctx, "The target output (tgt_out)")
     if y.shape != tgt_in.shape:
         raise ValueError(f"tgt_out has shape {np.shape(tgt_out)}, it must match tgt_in's {tgt_in.shape}.")
     return y

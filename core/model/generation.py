@@ -17,7 +17,7 @@ import numpy as np
 
 from core.model import config, sampling, transformer, transformer_encdec
 from core.model import params as P
-from core.model.transformer_encdec import EncoderDecoderConfig
+from core.model.transformer_encdec import EncoderDecoderConfig, target_stack
 
 
 def attention_weights(cache: dict, cfg, sublayer: str = "attn", query: int | None = None) -> np.ndarray:
@@ -168,7 +168,7 @@ def generate(params: dict, cfg, src=None, *, prompt=None, max_new_tokens: int,
     src, prompt, single = _check_generation_inputs(cfg, src, prompt, max_new_tokens)
     rng = np.random.default_rng(seed)
     B, n_prompt = prompt.shape
-    stack = cfg.decoder if isinstance(cfg, EncoderDecoderConfig) else cfg
+    stack = target_stack(cfg)
     n, Lr, H, V = int(max_new_tokens), stack.n_layers, stack.n_heads, stack.vocab_size
 
     # the encoder runs once: its output serves every step

@@ -54,6 +54,11 @@ class EncoderDecoderConfig:
             raise ValueError(f"bos_id must be a token id in 0..{d.vocab_size - 1} (or None), got {self.bos_id!r}.")
 
 
+def target_stack(cfg) -> TransformerConfig:
+    """The stack that reads the target: an encoder-decoder's decoder, or a decoder-only model itself."""
+    return cfg.decoder if isinstance(cfg, EncoderDecoderConfig) else cfg
+
+
 def _in_stack(name: str, prefix: str) -> bool:
     return name in (f"{prefix}embed", f"{prefix}pos") or name.startswith(f"{prefix}blocks.")
 

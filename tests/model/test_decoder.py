@@ -10,9 +10,9 @@ from core import tasks
 from core.kernels import reference
 from core.model import decoder as D
 from core.model import decoder_step, layers, presets
-from core.model.decoder import DecoderConfig, target_stack
+from core.model.decoder import DecoderConfig
 from core.model.generation import attention_weights
-from core.model.transformer_encdec import EncoderDecoderConfig
+from core.model.transformer_encdec import EncoderDecoderConfig, target_stack
 from core.training import decoder_runs
 from oracle_support import require
 

@@ -8,7 +8,7 @@ import pytest
 from core.model import decoder, presets
 from core.model.decoder_step import Gradient
 from core.model.params import pack
-from core.model.transformer_encdec import EncoderDecoderConfig
+from core.model.transformer_encdec import EncoderDecoderConfig, target_stack
 from core.training import steps
 
 BASE = dict(vocab_size=11, n_ctx=7, d_model=16, n_heads=2, n_layers=2)
@@ -34,7 +34,7 @@ def _case(cfg, dtype, B, T, S, seed=0):
         if value.ndim == 1:
             value += (0.3 * rng.standard_normal(value.shape)).astype(dtype)
     flat, views = pack({name: params[name] for name in decoder.param_shapes(cfg)})
-    vocab = decoder.target_stack(cfg).vocab_size
+    vocab = target_stack(cfg).vocab_size
     src = rng.integers(0, cfg.encoder.vocab_size, (B, S)) if isinstance(cfg, EncoderDecoderConfig) else None
     return flat, views, rng.integers(0, vocab, (B, T)), rng.integers(0, vocab, (B, T)), src
 
