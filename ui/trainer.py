@@ -27,13 +27,12 @@ from typing import Callable
 import numpy as np
 
 from core import limits, warmup
-from core.model import encoder, encoder_io
+from core.model import encoder, encoder_io, names
 from core.model.config import TransformerConfig, check_params
 from core.training import encoder_runs as training
 from core.training.runs import RunSpec
 from core.training.tasks import Dataset, make_dataset
-from ui.background_run import (DONE, ERROR, IDLE, LOADED, PAUSED, QUEUED, RUNNING,  # noqa: F401 (read from here too)
-                               BackgroundRun)
+from ui.background_run import DONE, LOADED, PAUSED, QUEUED, RUNNING, BackgroundRun
 
 RATE_WINDOW = 25              # steps per second is measured over the last this-many steps
 
@@ -350,7 +349,7 @@ class Trainer(BackgroundRun):
             i = min(self._example, len(run.data.y_val) - 1)
         tokens = run.data.X_val[i:i + 1]
         _, cache = encoder.forward(run.state.params, tokens, run.cfg)
-        attn = np.array([cache[f"blocks.{i}.attn.weights"][0] for i in range(run.cfg.n_layers)],
+        attn = np.array([w[0] for w in names.per_block(cache, run.cfg.n_layers, "attn", "weights")],
                         dtype=np.float64)                             # (L, H, T, T)
         with self._lock:
             run.attention, run.attention_step = attn, run.state.step

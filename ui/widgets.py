@@ -12,7 +12,6 @@ import streamlit as st
 from core import backend as core_backend
 from core import validate
 from core.kernels import dispatch
-from core.kernels.dispatch import lesson_recording as recording  # noqa: F401  (pages wrap their computation in it: lesson kernels, recorded)
 
 BACKEND_KEY = "backend_choice"      # "auto" | "cpu" | "cuda", set in the sidebar by app.py
 PRECISION_KEY = "precision_choice"  # "float64" | "float32"

@@ -8,7 +8,8 @@ from core.lessons import heads
 from core.limits import MAX_MATRIX_ENTRY
 from ui import charts
 from ui.state import matrix_input
-from ui.widgets import chosen_backend, ensure_kernels, kernel_source, recording
+from core.kernels.dispatch import lesson_recording
+from ui.widgets import chosen_backend, ensure_kernels, kernel_source
 
 
 st.title("Check yourself")
@@ -69,7 +70,7 @@ st.markdown(f"The first-token head marks key 1 with strength *gain*; every query
 st.latex(r"H_t = -\sum_i A_{ti}\log_2 A_{ti}, \qquad \text{effective positions} = 2^{H_t}, \qquad "
          r"\text{score}(t, 1) = \frac{\text{gain}}{\sqrt{d_k}}")
 gain = st.slider("gain", -20.0, 20.0, 3.0, step=0.1, key="cy_gain")
-with recording() as ran:
+with lesson_recording() as ran:
     A = exercises.first_token_weights(gain, backend=chosen_backend())
 T = exercises.FIRST_TOKEN_T
 labels = [str(i + 1) for i in range(T)]
@@ -102,7 +103,7 @@ with st.expander("Hint"):
     st.markdown("Softmax gives equal scores equal weights. What could keys 1 and 3 have in common that "
                 "keys 2 and 4 lack, and what should query 4 ask for?")
 try:
-    with recording() as ran:
+    with lesson_recording() as ran:
         result = exercises.check_two_position_head(Q, K, backend=chosen_backend())
 except ValueError as err:
     st.error(str(err))

@@ -9,7 +9,8 @@ from core.lessons import heads
 from core.attention import filter_bank, multi_head_attention
 from core.limits import MAX_MATRIX_ENTRY
 from ui import charts, state
-from ui.widgets import as_shown, chosen_backend, chosen_dtype, ensure_kernels, kernel_source, recording
+from core.kernels.dispatch import lesson_recording
+from ui.widgets import as_shown, chosen_backend, chosen_dtype, ensure_kernels, kernel_source
 
 
 PAGE = "filter_bank"
@@ -69,7 +70,7 @@ state.publish(PAGE, SPEC, extra={"WV": W_V if ss[k("wv")] == "custom" and not np
 dtype, backend = chosen_dtype(), chosen_backend()
 mask = masks.causal(D) if ss[k("causal")] else None
 try:
-    with recording() as ran:
+    with lesson_recording() as ran:
         args = [m.astype(dtype) for m in (pipe.X, pipe.W_Q, pipe.W_K, W_V, W_O)]
         res = multi_head_attention(*args, H, mask, backend=backend)
         terms = filter_bank(args[0], args[3], args[4], res.weights, H, backend=backend)   # (H, T, d_model)

@@ -8,7 +8,7 @@ import streamlit as st
 
 from core import limits
 from core.lessons import inside
-from core.model import encoder, multi_head, transformer
+from core.model import encoder, multi_head, names, transformer
 from core.training import tasks
 from core import warmup
 from ui import charts, state, widgets
@@ -153,7 +153,7 @@ tokens = X[example]
 T = len(tokens)
 rows = [f"{t + 1}:{tok}" for t, tok in enumerate(tokens)]
 feat = lambda n: [str(j + 1) for j in range(n)]  # noqa: E731
-blk = f"blocks.{layer}."                      # this layer's entries in the cache
+blk = names.block(layer) + "."               # this layer's entries in the cache
 st.markdown(f"Tokens `{' '.join(map(str, tokens))}`, label **{y[example]}**. Each arrow below writes out its "
             "shape and names the cache entries it shows.")
 

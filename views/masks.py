@@ -7,7 +7,8 @@ from core import attention, masks, positional
 from core.lessons import analysis
 from core.limits import MAX_HEADS, MAX_TOKENS
 from ui import charts, state
-from ui.widgets import chosen_backend, chosen_dtype, ensure_kernels, kernel_source, recording, tokens_from
+from core.kernels.dispatch import lesson_recording
+from ui.widgets import chosen_backend, chosen_dtype, ensure_kernels, kernel_source, tokens_from
 
 
 D_MODEL = 8
@@ -59,7 +60,7 @@ st.latex(r"M_{ij} = \begin{cases} 0 & j \le i \\ -\infty & j > i \end{cases} \qq
 sentence = st.text_input("Sentence", key=k("sentence"))
 st.caption(f"At most {MAX_TOKENS} words; one head, d_model = {D_MODEL}.")
 try:
-    with recording() as ran:
+    with lesson_recording() as ran:
         words = tokens_from(sentence, max_tokens=MAX_TOKENS)
         X = embed(words, D_MODEL)
         W_Q, W_K, W_V, W_O = seeded_layer(D_MODEL, 1)
@@ -101,7 +102,7 @@ try:
     mask = masks.combine(pad, masks.causal(T_pad) if also_causal else None)
     rng = np.random.default_rng(2)
     Xb = rng.normal(size=(len(lengths), T_pad, D_MODEL)).astype(chosen_dtype())   # (B, T, d)
-    with recording() as ran:
+    with lesson_recording() as ran:
         res = attention.multi_head_attention(Xb, *seeded_layer(D_MODEL, n_heads), n_heads, mask=mask,
                                              backend=chosen_backend())
 except ValueError as err:
@@ -131,7 +132,7 @@ c1, c2 = st.columns(2)
 source = c1.text_input("Source (encoder side)", key=k("source"))
 target = c2.text_input("Target so far (decoder side)", key=k("target"))
 try:
-    with recording() as ran:
+    with lesson_recording() as ran:
         src = tokens_from(source, max_tokens=MAX_TOKENS)
         tgt = tokens_from(target, max_tokens=MAX_TOKENS)
         H_enc, Y = embed(src, D_MODEL, seed=3), embed(tgt, D_MODEL, seed=4)

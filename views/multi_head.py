@@ -9,7 +9,8 @@ from core.lessons import heads
 from core.attention import attention, scores
 from core.limits import MAX_D_K, MAX_HEADS, MAX_MATRIX_ENTRY, MAX_TOKENS
 from ui import charts, state
-from ui.widgets import chosen_backend, chosen_dtype, ensure_kernels, kernel_source, recording
+from core.kernels.dispatch import lesson_recording
+from ui.widgets import chosen_backend, chosen_dtype, ensure_kernels, kernel_source
 
 
 PAGE = "multi_head"
@@ -71,7 +72,7 @@ mask = masks.causal(T) if ss[k("causal")] else None
 dtype, backend = chosen_dtype(), chosen_backend()
 V = np.broadcast_to(np.eye(T, dtype=dtype), (H, T, T)).copy()   # one-hot values: output row = weight row
 try:
-    with recording() as ran:
+    with lesson_recording() as ran:
         _, A = attention(Qs.astype(dtype), Ks.astype(dtype), V, mask, backend=backend)
         S = scores(Qs.astype(dtype), Ks.astype(dtype), mask, backend=backend)
 except ValueError as err:

@@ -8,7 +8,8 @@ from core.lessons import heads
 from core.attention import attention, scores
 from core.limits import MAX_D_K, MAX_MATRIX_ENTRY, MAX_TOKENS
 from ui import charts, state
-from ui.widgets import (as_shown, chosen_backend, chosen_dtype, ensure_kernels, kernel_source, recording,
+from core.kernels.dispatch import lesson_recording
+from ui.widgets import (as_shown, chosen_backend, chosen_dtype, ensure_kernels, kernel_source,
                         tokens_from)
 
 
@@ -74,7 +75,7 @@ state.publish(PAGE, SPEC, extra={"Q": Q if hand and not np.array_equal(Q, as_sho
 # 3. scores and weights (values are one-hot, so each output row is its weight row)
 dtype, backend = chosen_dtype(), chosen_backend()
 try:
-    with recording() as ran:
+    with lesson_recording() as ran:
         S = scores(Q.astype(dtype), K.astype(dtype), mask, scale=scale, backend=backend)
         out, A = attention(Q.astype(dtype), K.astype(dtype), np.eye(T, dtype=dtype), mask, scale=scale,
                            backend=backend)

@@ -7,7 +7,8 @@ from core import masks, positional
 from core.lessons import positions, relative_positions
 from core.limits import MAX_D_MODEL, MAX_PE_POSITIONS, MAX_TOKENS
 from ui import charts, state
-from ui.widgets import chosen_backend, chosen_dtype, ensure_kernels, kernel_source, recording, tokens_from
+from core.kernels.dispatch import lesson_recording
+from ui.widgets import chosen_backend, chosen_dtype, ensure_kernels, kernel_source, tokens_from
 
 
 DRAW_POSITIONS = 128   # heatmaps draw at most this many positions (the numbers use all of them)
@@ -44,7 +45,7 @@ sentence_a = c1.text_input("Sentence A", key=key("a"))
 sentence_b = c2.text_input("Sentence B (the same words, reordered)", key=key("b"))
 st.caption(f"At most {MAX_TOKENS} words. One layer: d_model = 8, 2 heads, fixed seeded embeddings and weights.")
 try:
-    with recording() as ran:
+    with lesson_recording() as ran:
         words_a = tokens_from(sentence_a, max_tokens=MAX_TOKENS)
         words_b = tokens_from(sentence_b, max_tokens=MAX_TOKENS)
         plain = positions.order_blindness(words_a, words_b, with_pe=False, backend=chosen_backend(),
@@ -80,7 +81,7 @@ base = s3.number_input("Base b", 2.0, 1e6, key=key("base"))
 st.caption(f"Caps: T ≤ {MAX_PE_POSITIONS}, d_model ≤ {MAX_D_MODEL}; heatmaps draw the first "
            f"{DRAW_POSITIONS} positions and {DRAW_DIMS} dimensions.")
 try:
-    with recording() as ran:
+    with lesson_recording() as ran:
         PE = positional.sinusoidal(T, d_model, base, backend=chosen_backend(), dtype=chosen_dtype())
 except ValueError as err:
     st.error(str(err))
@@ -148,7 +149,7 @@ trained = l1.number_input(f"Positions the learned table was trained on (at most 
                           MAX_PE_POSITIONS, key=key("trained"))
 asked = l2.number_input(f"Positions asked for (at most {2 * MAX_PE_POSITIONS})", 1, 2 * MAX_PE_POSITIONS,
                         key=key("asked"))
-with recording() as ran:
+with lesson_recording() as ran:
     longer = positions.longer_than_trained(int(trained), int(asked), d_model, base, backend=chosen_backend(),
                                             dtype=chosen_dtype())
 last = int(asked) - 1

@@ -24,7 +24,7 @@ import dataclasses
 import numpy as np
 
 from core.lessons.analysis import row_entropy_bits
-from core.model import transformer
+from core.model import names, transformer
 from core.model.config import TransformerConfig
 from core.training import shipped, encoder_runs as training
 from core.training.runs import RunSpec
@@ -133,10 +133,10 @@ def walkthrough(cache: dict, params: dict, cfg: TransformerConfig, layer: int, e
     if not 0 <= example < n:
         raise ValueError(f"The cache holds examples 0 to {n - 1}; example {example} is not one of them.")
     T, d, H, F, C = cache["tokens"].shape[1], cfg.d_model, cfg.n_heads, cfg.d_ff, cfg.n_classes
-    b = f"blocks.{layer}."
+    b = names.block(layer) + "."
 
-    def entries(*names):
-        return {name: cache[name] if name == "pos_embed" else cache[name][example] for name in names}
+    def entries(*keys):
+        return {k: cache[k] if k == "pos_embed" else cache[k][example] for k in keys}
 
     def layer_norm(ln):
         out = f"{b}resid_mid" if ln == "ln1" else f"{b}resid_post"         # post-norm: LN's output is the residual stream
@@ -214,10 +214,10 @@ def clean_statistics(params: dict, cfg: TransformerConfig, X: np.ndarray) -> tup
     for b0 in range(0, len(X), BATCH):
         z, cache = forward(params, cfg, X[b0:b0 + BATCH])
         logits.append(z)
-        maps = maps + np.stack([cache[f"blocks.{i}.attn.weights"].sum(axis=0, dtype=np.float64)
-                                for i in range(cfg.n_layers)])                       # (L, H, T, T)
-        means = means + np.stack([cache[f"blocks.{i}.attn.head_outputs"].sum(axis=0, dtype=np.float64)
-                                  for i in range(cfg.n_layers)])                     # (L, H, T, d_k)
+        maps = maps + np.stack([w.sum(axis=0, dtype=np.float64)
+                                for w in names.per_block(cache, cfg.n_layers, "attn", "weights")])  # (L, H, T, T)
+        means = means + np.stack([z.sum(axis=0, dtype=np.float64)
+                                  for z in names.per_block(cache, cfg.n_layers, "attn", "head_outputs")])
     return np.concatenate(logits), maps / len(X), means / len(X)
 
 
@@ -257,7 +257,7 @@ def head_ablation(params: dict, cfg: TransformerConfig, X: np.ndarray, y: np.nda
 def head_averaged_attention(cache: dict, layer: int, example: int) -> np.ndarray:
     """(T, T): the attention weights of ``layer`` for ``example``, averaged over the heads (as
     PyTorch's ``average_attn_weights=True``); ``cache`` from :func:`forward`."""
-    return cache[f"blocks.{layer}.attn.weights"][example].mean(axis=0)
+    return cache[names.key(names.block(layer), "attn", "weights")][example].mean(axis=0)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -267,7 +267,7 @@ def position_logits(cache: dict, params: dict, cfg: TransformerConfig) -> np.nda
     """(B, T, C): the classifier applied to each position's final hidden state alone,
     ``h_t W + b`` (``classifier.W``, ``classifier.b``). Their mean over positions is the model's
     logits (the classifier is linear, so mean pooling averages these)."""
-    return cache[f"blocks.{cfg.n_layers - 1}.resid_post"] @ params["classifier.W"] + params["classifier.b"]
+    return cache[names.key(names.block(cfg.n_layers - 1), "resid_post")] @ params["classifier.W"] + params["classifier.b"]
 
 
 def pooling_accuracy(cache: dict, params: dict, cfg: TransformerConfig, y: np.ndarray) -> tuple[float, np.ndarray]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from core.model import head_scores as hs
+from core.model import names
 from core.model import transformer as tr
 from core.model import config as C
 
@@ -29,7 +30,7 @@ def fit_context(ids: np.ndarray, n_ctx: int, keep_last: bool = False) -> tuple[n
 
 def stack_weights(cache: dict, n_layers: int, batch: int = 0) -> np.ndarray:
     """Every layer's attention weights of one sequence: ``(L, H, T, T)``."""
-    return np.stack([cache[f"blocks.{i}.attn.weights"][batch] for i in range(n_layers)])
+    return np.stack([w[batch] for w in names.per_block(cache, n_layers, "attn", "weights")])
 
 
 # ----------------------------------------------------------------------------------------------
@@ -78,7 +79,7 @@ def detect_heads(params: dict, cfg: C.TransformerConfig, *, n: int = 20, batch: 
     n = min(n, (cfg.n_ctx - (first is not None)) // 2)
     seq = repeated_random_tokens(cfg.vocab_size, n, batch=batch, seed=seed, first=first)
     _, cache = tr.forward(params, cfg, seq)
-    W = np.stack([cache[f"blocks.{i}.attn.weights"] for i in range(cfg.n_layers)])   # (L, B, H, T, T)
+    W = np.stack(names.per_block(cache, cfg.n_layers, "attn", "weights"))               # (L, B, H, T, T)
     return head_scores(W, n, offset=int(first is not None))
 
 
@@ -154,8 +155,8 @@ def logit_lens(params: dict, cfg: C.TransformerConfig, cache: dict, batch: int =
     Returns ``(top_ids, top_probs)``, each ``(L + 1, T)``: row 0 after the embeddings, row ``l``
     after block ``l - 1``; the last row is the model's own prediction.
     """
-    streams = [cache[f"blocks.{i}.resid_pre"][batch] for i in range(cfg.n_layers)]
-    streams.append(cache[f"blocks.{cfg.n_layers - 1}.resid_post"][batch])
+    streams = [h[batch] for h in names.per_block(cache, cfg.n_layers, "resid_pre")]
+    streams.append(cache[names.key(names.block(cfg.n_layers - 1), "resid_post")][batch])
     h = np.stack(streams)                                             # (L+1, T, d)
     logits = tr.unembed(params, cfg, h, {})                           # (L+1, T, V)
     z = logits - logits.max(axis=-1, keepdims=True)
@@ -205,8 +206,8 @@ def head_edit(cache: dict, layer: int, head: int, how: str, other_cache: dict | 
         return {(layer, head): how}
     if how != "patch" or other_cache is None:
         raise ValueError("A head is changed by 'zero', 'mean' or 'patch' (patching needs a second prompt).")
-    own = cache[f"blocks.{layer}.attn.head_outputs"][0, head]         # (T, d_k)
-    theirs = other_cache[f"blocks.{layer}.attn.head_outputs"][0, head]
+    entry = names.key(names.block(layer), "attn", "head_outputs")
+    own, theirs = cache[entry][0, head], other_cache[entry][0, head]      # (T, d_k) each
     value = own.copy()
     n = min(len(own), len(theirs))
     value[len(own) - n:] = theirs[len(theirs) - n:]

@@ -29,6 +29,7 @@ import functools
 import numpy as np
 
 from core import backend as _backend
+from core.model import names
 from core.model import params as P
 from core.model import presets
 from core.model.compiled import encoder_step as K
@@ -104,8 +105,8 @@ def forward(params: dict, tokens, cfg: TransformerConfig, *, backend=None):
     _run(K.FORWARD, flat, tok, None, cfg, out=out)
     logits, attn, hidden, pooled = out
     cache = {"attn": attn, "hidden": hidden, "pooled": pooled, "logits": logits, "tokens": tok,
-             f"blocks.{L - 1}.resid_post": hidden}
-    cache.update({f"blocks.{i}.attn.weights": attn[i] for i in range(L)})
+             names.key(names.block(L - 1), "resid_post"): hidden}
+    cache.update({names.key(names.block(i), "attn", "weights"): attn[i] for i in range(L)})
     return logits, cache
 
 

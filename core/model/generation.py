@@ -15,7 +15,7 @@ import dataclasses
 
 import numpy as np
 
-from core.model import config, sampling, transformer, transformer_encdec
+from core.model import config, names, sampling, transformer, transformer_encdec
 from core.model import params as P
 from core.model.transformer_encdec import EncoderDecoderConfig, target_stack
 
@@ -27,7 +27,7 @@ def attention_weights(cache: dict, cfg, sublayer: str = "attn", query: int | Non
     self-attention) or ``"cross"`` (an encoder-decoder's cross-attention, ``Tk = S``)."""
     cross = isinstance(cfg, EncoderDecoderConfig)
     stack, n_layers = ("dec.", cfg.decoder.n_layers) if cross else ("", cfg.n_layers)
-    weights = [cache[f"{stack}blocks.{i}.{sublayer}.weights"] for i in range(n_layers)]
+    weights = names.per_block(cache, n_layers, sublayer, "weights", stack=stack)
     return np.stack(weights if query is None else [w[:, :, query] for w in weights])
 
 

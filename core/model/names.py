@@ -19,3 +19,8 @@ def block(i: int, stack: str = "") -> str:
 def key(*parts: str) -> str:
     """The name of an entry: its parts joined by dots."""
     return ".".join(parts)
+
+
+def per_block(cache: dict, n_layers: int, *parts: str, stack: str = "") -> list:
+    """The same entry of every block, first block first: ``per_block(cache, L, "attn", "weights")``."""
+    return [cache[key(block(i, stack), *parts)] for i in range(n_layers)]

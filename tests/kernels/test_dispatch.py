@@ -108,15 +108,13 @@ def test_either_track_can_be_forced_for_a_block_or_a_process(set_track_env):
 
 
 def test_the_lesson_pages_largest_inputs_run_the_lesson_kernels():
-    """What a lesson page records (``lesson_recording``, which ``ui.widgets.recording`` is) runs
+    """What a lesson page records (``lesson_recording``) runs
     the lesson kernels at every size a page allows (core/limits.py): multi-head attention with every
     head of the widest width over the longest sentence (one-hot values, d_v = T), and the
     positional page's largest code, though a call from code of that size runs the tuned ones."""
-    from ui import widgets
-    assert widgets.recording is dispatch.lesson_recording
     Q, K, _ = qkv((MAX_HEADS, MAX_TOKENS, MAX_D_K))
     values = np.broadcast_to(np.eye(MAX_TOKENS), (MAX_HEADS, MAX_TOKENS, MAX_TOKENS)).copy()
-    with widgets.recording() as ran:
+    with dispatch.lesson_recording() as ran:
         at.attention(Q, K, values, masks.causal(MAX_TOKENS), backend="cpu")
         positional.sinusoidal(MAX_PE_POSITIONS, MAX_D_MODEL, backend="cpu")
     assert [call.module for call in ran] == [dispatch.LESSON_CPU] * 2
