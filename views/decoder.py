@@ -473,7 +473,7 @@ with st.expander(f"Source: generation, and the {track_ran} training step"):
                transformer_encdec.decoder_block] if setup.seq2seq
               else [transformer.forward_checked])      # what teacher forcing and generation call
     function_sources([decoding.generate, decoding._run, *stacks, transformer.block, multi_head.attend,
-                      sampling.distribution, decoder_runs.train]
+                      sampling.distribution, decoder_runs.train, decoder_runs.train_on]
                      + steps.step_functions("decoder", track_ran, setup.seq2seq))
 
 state.publish(PAGE, spec_for(task))

@@ -6,7 +6,7 @@ import pandas as pd
 import streamlit as st
 
 from core.model import head_scores
-from core.training import induction
+from core.training import decoder_runs, induction
 from core import warmup
 from ui import charts, state
 
@@ -170,7 +170,8 @@ st.markdown(
 
 with st.expander("Source: the code that computed these numbers"):
     for fn in (induction.make_data, head_scores.induction_targets, head_scores.induction,
-               head_scores.previous_token, induction.measure, induction.default_run, induction.train_induction):
+               head_scores.previous_token, induction.measure, induction.default_run, induction.train_induction,
+               decoder_runs.train_on):
         st.code(inspect.getsource(fn), language="python")
 
 state.publish(PAGE, SPEC)

@@ -149,28 +149,17 @@ def fit(setup: Setup, *, steps: int | None = None, seed: int = 0, callback=None,
 def train(params: dict, cfg, tgt_in, tgt_out, src=None, *, steps: int, batch_size: int = 64,
           lr: float = 3e-3, warmup: int = 50, seed: int = 0, callback=None, every: int = 0,
           on_params=None, track: str = DEFAULT_TRACK) -> list[float]:
-    """Train ``params`` in place with Adam on random minibatches; return each step's loss. ``cfg``: a
-    decoder-only TransformerConfig or an EncoderDecoderConfig.
+    """Train ``params`` in place on random minibatches of a data set (``seed`` draws them); return
+    each step's loss. ``cfg``: a decoder-only TransformerConfig or an EncoderDecoderConfig.
 
     The learning rate rises linearly over ``warmup`` steps, then decays as a half cosine to a tenth
-    of ``lr`` at the last step. ``callback(step, loss)``, if given, runs after every step; it may
-    return True to stop early. ``on_params(step, params)``, if given, runs after every ``every``-th
-    step but the last, with the parameters as they are then (views into the training buffer: read
-    them, do not keep them). Each step's loss and gradient come from ``track``'s step
-    (:mod:`core.training.steps`): ``"compiled"``, one Numba call (``core.model.decoder_step``), or
-    ``"readable"``, the one transformer's forward and hand-written backward; the tests hold the two
-    together.
+    of ``lr`` at the last step. ``callback``, ``every``, ``on_params`` and ``track`` as in
+    :func:`train_on`.
     """
-    decoder.check_params(params, cfg)
     tgt_all, src_all, _ = decoder.check_pair(cfg, tgt_in, src)
     y_all = decoder.check_targets(cfg, tgt_all, tgt_out)
     if not P.whole(steps) or steps < 1 or not P.whole(batch_size) or batch_size < 1:
         raise ValueError("steps and batch_size must be positive whole numbers.")
-    names = list(decoder.param_shapes(cfg))
-    flat, views = P.pack({name: params[name] for name in names})      # flat follows the names' order
-    gradient = decoder_gradient(track, cfg, flat)
-    update = loop.gradient_update(gradient, flat, np.empty_like(flat), optim.Adam(flat.size, flat.dtype, lr,
-                                                                                   betas=decoder.ADAM_BETAS))
     rng = np.random.default_rng(seed)
 
     def batch(step):
@@ -181,8 +170,31 @@ def train(params: dict, cfg, tgt_in, tgt_out, src=None, *, steps: int, batch_siz
         progress = step / max(steps - 1, 1)
         return lr * min(1.0, (step + 1) / max(warmup, 1)) * (0.55 + 0.45 * math.cos(math.pi * progress))
 
+    return train_on(params, cfg, batch, steps=steps, lr=lr, rate=rate, callback=callback, every=every,
+                    on_params=on_params, track=track)
+
+
+def train_on(params: dict, cfg, next_batch, *, steps: int, lr: float, rate, callback=None, every: int = 0,
+             on_params=None, track: str = DEFAULT_TRACK) -> list[float]:
+    """The training of every decoder (the tasks above, the induction model): ``steps`` Adam steps on
+    ``params``, in place, each on ``next_batch(step)`` (``(tgt_in, tgt_out, src or None)``, checked
+    int64 arrays) at the rate ``rate(step)``; returns each step's loss.
+
+    ``callback(step, loss)``, if given, runs after every step; it may return True to stop early.
+    ``on_params(step, params)``, if given, runs after every ``every``-th step but the last, with the
+    parameters as they are then (views into the training buffer: read them, do not keep them). Each
+    step's loss and gradient come from ``track``'s step (:mod:`core.training.steps`): ``"compiled"``,
+    one Numba call (``core.model.decoder_step``), or ``"readable"``, the one transformer's forward
+    and hand-written backward; the tests hold the two together.
+    """
+    decoder.check_params(params, cfg)
+    names = list(decoder.param_shapes(cfg))
+    flat, views = P.pack({name: params[name] for name in names})      # flat follows the names' order
+    gradient = decoder_gradient(track, cfg, flat)
+    update = loop.gradient_update(gradient, flat, np.empty_like(flat), optim.Adam(flat.size, flat.dtype, lr,
+                                                                                   betas=decoder.ADAM_BETAS))
     losses = []
-    for s in loop.steps(update, batch, stop=steps, rate=rate):
+    for s in loop.steps(update, next_batch, stop=steps, rate=rate):
         losses.append(s.loss)
         if callback is not None and callback(s.step, s.loss):
             break
@@ -191,7 +203,6 @@ def train(params: dict, cfg, tgt_in, tgt_out, src=None, *, steps: int, batch_siz
     for name in names:
         params[name][...] = views[name]
     return losses
-
 
 
 def train_task(task: str, *, steps: int | None = None, seed: int = 0, callback=None, track: str = DEFAULT_TRACK,

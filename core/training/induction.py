@@ -23,11 +23,10 @@ import time
 
 import numpy as np
 
-from core.model import decoder, decoder_step, head_scores, layers, optim, presets
-from core.model import params as P
+from core.model import decoder, decoder_step, head_scores, layers, presets
 from core.model.config import TransformerConfig
 from core.model.generation import attention_weights
-from core.training import loop, shipped, steps as tracks
+from core.training import decoder_runs, shipped, steps as tracks
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,21 +133,17 @@ def train_induction(setup: InductionSetup = InductionSetup(), *, seed: int = 0, 
                     track: str = tracks.DEFAULT_TRACK) -> InductionRun:
     """Train a fresh model with Adam on new random sequences each step (seeded: same seed, same
     model, to rounding whichever ``track``'s training step runs). The rate rises linearly over
-    ``warmup`` steps, then stays. ``callback(step, loss)`` runs after each step."""
+    ``warmup`` steps, then stays. The training is every decoder's (:func:`decoder_runs.train_on`);
+    ``callback(step, loss)`` runs after each step and may return True to stop it."""
     cfg = setup.config
-    flat, params = P.pack(decoder.init_params(cfg, seed=seed, dtype=np.float32))
-    gradient = tracks.decoder_gradient(track, cfg, flat)       # decoder.loss_and_grads, readable or compiled
-    update = loop.gradient_update(gradient, flat, np.empty_like(flat),
-                                  optim.Adam(flat.size, flat.dtype, setup.lr, betas=decoder.ADAM_BETAS))
+    params = decoder.init_params(cfg, seed=seed, dtype=np.float32)
     rng = np.random.default_rng([seed, 1])
     if track == "compiled":
         decoder_step.warm_up()                      # compiling (the first time) is not training
-    losses, t0 = [], time.perf_counter()
-    for s in loop.steps(update, lambda step: (*make_data(setup.batch_size, setup, rng=rng), None),
-                        stop=setup.steps, rate=lambda step: setup.lr * min(1.0, (step + 1) / setup.warmup)):
-        losses.append(s.loss)
-        if callback is not None:
-            callback(s.step, s.loss)
+    t0 = time.perf_counter()
+    losses = decoder_runs.train_on(params, cfg, lambda step: (*make_data(setup.batch_size, setup, rng=rng), None),
+                                   steps=setup.steps, lr=setup.lr, callback=callback, track=track,
+                                   rate=lambda step: setup.lr * min(1.0, (step + 1) / setup.warmup))
     return InductionRun(setup, cfg, params, losses, time.perf_counter() - t0, seed, track)
 
 
