@@ -53,7 +53,8 @@ with st.form(k("train")):
                     help="With a few hundred steps the repeated half is not learned yet: no induction head.")
     st.form_submit_button("Train")
 seed, steps = int(ss[k("seed")]), int(ss[k("steps")])
-with st.spinner(f"Training a two-layer attention-only model, {steps} steps (a few seconds, once per seed; "
+with st.spinner(f"Loading the shipped model, or training a two-layer attention-only model, {steps} steps (a few "
+                "seconds, once per seed; "
                 "ten to fifteen on a freshly started server, which trains on the readable step while it compiles)…"):
     run, (tgt_in, tgt_out), m = trained(seed, steps)
 prev, ind = induction.head_verdicts(m)

@@ -47,7 +47,8 @@ st.markdown(
 
 
 # 0. the model ----------------------------------------------------------------------------------
-@st.cache_resource(show_spinner="Training the default model (a few seconds, once per task and seed)…", max_entries=8)
+@st.cache_resource(show_spinner="Loading the model shipped with the app, or training this one (a few seconds, once per task "
+                                "and seed)…", max_entries=8)
 def default_model(task: str, seed: int, sizes: tuple, steps) -> inside.Model:
     """The shipped model for the default run; any other trained once per server on the compiled step,
     or on the readable one while a freshly started server still compiles it; the model's origin says
