@@ -177,11 +177,15 @@ def train_step(flat: np.ndarray, grad_flat: np.ndarray, optimizer: Adam, tok: np
     receives the gradient; ``tok`` int64 (B, T) and ``lab`` int64 (B,) are trusted (no checks).
     Returns the batch's mean loss before the update and its number of correct arg-max predictions.
     """
-    if flat.size != param_count(cfg) or grad_flat.shape != flat.shape or optimizer.m.shape != flat.shape:
+    if flat.size != _param_count(cfg) or grad_flat.shape != flat.shape or optimizer.m.shape != flat.shape:
         raise ValueError(f"The flat buffers hold {flat.size} numbers; this configuration has {param_count(cfg)}.")
     optimizer.t += 1
     loss, hits = _run(K.STEP, flat, tok, lab, cfg, grad_flat=grad_flat, optimizer=optimizer)
     return float(loss), int(hits)
+
+
+# param_count walks every parameter's shape (about 14 us): once per configuration, not per step
+_param_count = functools.lru_cache(maxsize=64)(param_count)
 
 
 def warm_up(cfg: TransformerConfig, dtype=np.float32) -> None:

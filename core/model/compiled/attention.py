@@ -4,12 +4,14 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from llvmlite import ir
 from numba import njit
 from numba.extending import intrinsic
 
 from core.kernels.tuned import simd
 from core.kernels.tuned.fastexp import fast_exp
 from core.model.compiled import JIT
+from core.model.compiled.products import WIDE
 
 
 # A SIMD vector holds one position of `lanes` sequences (the chunk's sequences are padded to whole
@@ -28,6 +30,19 @@ def _maximum(typingctx, a, b):
         return builder.select(builder.fcmp_ordered(">", args[0], args[1]), args[0], args[1])
 
     return a(a, b), codegen
+
+
+@intrinsic
+def _reciprocal(typingctx, a):
+    """``1 / a`` lane by lane, one correctly rounded division (as the scalar ``1.0 / x`` in float64
+    rounded to float32: the same bits), instead of a scalar loop over the lanes."""
+    if not isinstance(a, simd.Vector):
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.fdiv(ir.Constant(args[0].type, [1.0] * a.lanes), args[0])
+
+    return a(a), codegen
 
 
 @njit(**JIT)
@@ -85,6 +100,65 @@ def _dots_into(out, oo, orr, w, wo, ws, y, yo, yr, yt, n, m, like):
 
 
 @njit(inline="always", **JIT)
+def _dot8x2(w, wo, wo2, ws, y, yo, yr, yt, n, like):
+    """:func:`_dot8` for two ``w`` at once (offsets ``wo``, ``wo2``): each load of ``y`` feeds two
+    multiply-adds, where :func:`_dot8` needs nine loads for eight (sixteen chains, 32 registers)."""
+    o0 = o1 = o2 = o3 = o4 = o5 = o6 = o7 = simd.zeros(like)
+    p0 = p1 = p2 = p3 = p4 = p5 = p6 = p7 = simd.zeros(like)
+    for t in range(n):
+        u, u2, at = simd.load(w, wo + t * ws), simd.load(w, wo2 + t * ws), yo + t * yt
+        z = simd.load(y, at)
+        o0, p0 = simd.fma(u, z, o0), simd.fma(u2, z, p0)
+        z = simd.load(y, at + yr)
+        o1, p1 = simd.fma(u, z, o1), simd.fma(u2, z, p1)
+        z = simd.load(y, at + 2 * yr)
+        o2, p2 = simd.fma(u, z, o2), simd.fma(u2, z, p2)
+        z = simd.load(y, at + 3 * yr)
+        o3, p3 = simd.fma(u, z, o3), simd.fma(u2, z, p3)
+        z = simd.load(y, at + 4 * yr)
+        o4, p4 = simd.fma(u, z, o4), simd.fma(u2, z, p4)
+        z = simd.load(y, at + 5 * yr)
+        o5, p5 = simd.fma(u, z, o5), simd.fma(u2, z, p5)
+        z = simd.load(y, at + 6 * yr)
+        o6, p6 = simd.fma(u, z, o6), simd.fma(u2, z, p6)
+        z = simd.load(y, at + 7 * yr)
+        o7, p7 = simd.fma(u, z, o7), simd.fma(u2, z, p7)
+    return (o0, o1, o2, o3, o4, o5, o6, o7), (p0, p1, p2, p3, p4, p5, p6, p7)
+
+
+@njit(inline="always", **JIT)
+def _store8(out, at, orr, o):
+    """``out[at + r orr] = o[r]`` for the eight vectors ``o``."""
+    simd.store(out, at, o[0]), simd.store(out, at + orr, o[1])
+    simd.store(out, at + 2 * orr, o[2]), simd.store(out, at + 3 * orr, o[3])
+    simd.store(out, at + 4 * orr, o[4]), simd.store(out, at + 5 * orr, o[5])
+    simd.store(out, at + 6 * orr, o[6]), simd.store(out, at + 7 * orr, o[7])
+
+
+@njit(inline="always", **JIT)
+def _dots_rows(count, out, oo, oi, orr, w, wo, wi, ws, y, yo, yr, yt, n, m, like):
+    """:func:`_dots_into` for ``count`` rows i (``out`` at ``oo + i oi``, ``w`` at ``wo + i wi``)
+    against the same ``y``: with 32 registers two rows at a time, sharing the loads of ``y``
+    (each output the same chain of multiply-adds, so the same bits)."""
+    i = 0
+    while WIDE and i + 2 <= count:
+        r = 0
+        while r + 8 <= m:
+            o, o2 = _dot8x2(w, wo + i * wi, wo + (i + 1) * wi, ws, y, yo + r * yr, yr, yt, n, like)
+            _store8(out, oo + i * oi + r * orr, orr, o)
+            _store8(out, oo + (i + 1) * oi + r * orr, orr, o2)
+            r += 8
+        while r < m:
+            for j in range(i, i + 2):
+                simd.store(out, oo + j * oi + r * orr, _dot1(w, wo + j * wi, ws, y, yo + r * yr, yt, n, like))
+            r += 1
+        i += 2
+    while i < count:
+        _dots_into(out, oo + i * oi, orr, w, wo + i * wi, ws, y, yo, yr, yt, n, m, like)
+        i += 1
+
+
+@njit(inline="always", **JIT)
 def _head_block(h, v, q_row, k_row, v_row, dk, Bv, Tq, L, Nq, Nk, TL):
     """Where head ``h`` of vector ``v`` starts: its query, key and value rows at this vector's
     columns (``q0`` in ``xq``, ``k0`` and ``v0`` in ``xkv``), its output rows (``o0`` in ``ctx`` or
@@ -117,15 +191,18 @@ def attention_forward(xq, q_row, xkv, k_row, v_row, causal, P, ctx):
     scale = simd.splat(1.0 / math.sqrt(dk), xq)
     minus_one = simd.splat(-1.0, xq)
     masked = simd.splat(-np.inf, xq)
-    lanes = np.empty(L, xq.dtype)
     for h in range(H):
         for v in range(Bv):
             q0, k0, v0, o0, block = _head_block(h, v, q_row, k_row, v_row, dk, Bv, Tq, L, Nq, Nk, TL)
+            # 1. scores s_j = q_i . k_j / sqrt(d_k) of every visible key j, minus their maximum
+            if causal:
+                for i in range(Tq):
+                    _dots_into(p, block + i * TL, L, x, q0 + i * L, Nq, y, k0, L, Nk, dk, min(i + 1, Tk), xq)
+            else:
+                _dots_rows(Tq, p, block, TL, L, x, q0, L, Nq, y, k0, L, Nk, dk, Tk, xq)
             for i in range(Tq):
                 row = block + i * TL                                     # P[h, v, i]: (Tk, lanes)
                 live = min(i + 1, Tk) if causal else Tk                  # keys this query may see
-                # 1. scores s_j = q_i . k_j / sqrt(d_k) of every visible key j, minus their maximum
-                _dots_into(p, row, L, x, q0 + i * L, Nq, y, k0, L, Nk, dk, live, xq)
                 top = simd.splat(-np.inf, xq)
                 for j in range(live):
                     s = _mul(simd.load(p, row + j * L), scale, xq)
@@ -147,14 +224,11 @@ def attention_forward(xq, q_row, xkv, k_row, v_row, causal, P, ctx):
                 total = simd.zeros(xq)
                 for j in range(Tk):
                     total = simd.add(total, simd.load(p, row + j * L))
-                simd.store(lanes, 0, total)
-                for lane in range(L):
-                    lanes[lane] = 1.0 / lanes[lane]
-                inverse = simd.load(lanes, 0)
+                inverse = _reciprocal(total)
                 for j in range(Tk):
                     simd.store(p, row + j * L, _mul(simd.load(p, row + j * L), inverse, xq))
-                # 4. the head's output for query i: o_c = sum_j P_ij v_j[c]
-                _dots_into(out, o0 + i * L, Nq, p, row, L, y, v0, Nk, L, Tk, dk, xq)
+            # 4. the head's output for each query i: o_c = sum_j P_ij v_j[c]
+            _dots_rows(Tq, out, o0, L, Nq, p, block, TL, L, y, v0, Nk, L, Tk, dk, xq)
 
 
 @njit(**JIT)
@@ -180,10 +254,10 @@ def attention_backward(xq, q_row, xkv, k_row, v_row, P, dctx, dxq, dxkv):
     for h in range(H):
         for v in range(Bv):
             q0, k0, v0, o0, block = _head_block(h, v, q_row, k_row, v_row, dk, Bv, Tq, L, Nq, Nk, TL)
+            # 1. dP_ij = dO_i . v_j
+            _dots_rows(Tq, dS, 0, TL, L, g, o0, L, Nq, y, v0, L, Nk, dk, Tk, xq)
             for i in range(Tq):
                 row = i * TL
-                # 1. dP_ij = dO_i . v_j
-                _dots_into(dS, row, L, g, o0 + i * L, Nq, y, v0, L, Nk, dk, Tk, xq)
                 # 2. through the softmax and the 1 / sqrt(d_k): dS_ij = P_ij (dP_ij - sum_j P_ij dP_ij)
                 rowdot = _dot1(p, block + row, L, dS, row, L, Tk, xq)
                 minus_rowdot = _mul(rowdot, minus_one, xq)
@@ -200,7 +274,5 @@ def attention_backward(xq, q_row, xkv, k_row, v_row, P, dctx, dxq, dxkv):
                     d_out, out, n_out, N_out, w, wo, ws, src, so, sr, n = dy, k0, Tk, Nk, dS, 0, TL, x, q0, Nq, Tq
                 else:
                     d_out, out, n_out, N_out, w, wo, ws, src, so, sr, n = dy, v0, Tk, Nk, p, block, TL, g, o0, Nq, Tq
-                for t in range(n_out):
-                    # job 0 reads row t of dS (stride L over keys), jobs 1 and 2 column t (stride TL)
-                    start = wo + (t * TL if job == 0 else t * L)
-                    _dots_into(d_out, out + t * L, N_out, w, start, ws, src, so, sr, L, n, dk, xq)
+                # job 0 reads row t of dS (stride L over keys), jobs 1 and 2 column t (stride TL)
+                _dots_rows(n_out, d_out, out, L, N_out, w, wo, TL if job == 0 else L, ws, src, so, sr, L, n, dk, xq)

@@ -181,7 +181,6 @@ def decoder_chunk(flat, grads, lay, packed, src, tgt_in, tgt_out, n_real, scale,
     F = dec.d_ff
     dr, dmid, dh1, dctx = np.empty((d, N), dt), np.empty((d, N), dt), np.empty((d, N), dt), np.empty((d, N), dt)
     d_a, dqkv = np.empty((F, N), dt), np.empty((3 * d, N), dt)
-    dW_qkv, db_qkv = np.empty((d, 3 * d), dt), np.empty(3 * d, dt)
     dmemory, scratch = np.zeros((d, Ns), dt), np.empty((d, Ns), dt)
     dcq, dckv = np.empty((d, N), dt), np.empty((2 * d, Ns), dt)
     dW_kv, db_kv = np.empty((d, 2 * d), dt), np.empty(2 * d, dt)
@@ -197,7 +196,7 @@ def decoder_chunk(flat, grads, lay, packed, src, tgt_in, tgt_out, n_real, scale,
                                      dmemory, dh1)
             d_in = dh1
         self_attention_backward(p, g, Wqkv_d[i], d_in, da.xhat1[i], da.rstd1[i], da.x[i], da.qkv[i],
-                                da.P[i], da.ctx[i], dr, dctx, dqkv, dW_qkv, db_qkv, dh)
+                                da.P[i], da.ctx[i], dr, dctx, dqkv, dh)
     embed_backward(tgt_in, dh, _mat(grads, dec.top[EMBED], dec.vocab_size, d), _positions(grads, dec, T))
     if cross:
         encoder_layers_backward(flat, grads, enc, Wqkv_e, ea, dmemory)

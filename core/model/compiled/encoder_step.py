@@ -11,7 +11,7 @@ step made of dozens of separate calls (NumPy products, small kernels, their allo
 most of its time between them.
 
 Determinism: the batch is cut into fixed chunks of :data:`CHUNK` sequences. Each chunk runs forward
-and backward into its own gradient buffer, and the buffers are added in chunk order. The products
+and backward into a gradient buffer, and the buffers are added in chunk order. The products
 are our own (``core.model.compiled.products``), not a BLAS: no thread pool, so the result depends
 on the inputs alone, bit for bit: not on the number of threads, on other work in the process, or on
 timing.
@@ -35,7 +35,11 @@ from core.model.compiled.sublayers import (EMBED, OUT_B, OUT_W, POS, _mat, feed_
 # sequences make rows of 256 float32 (1 kB) and about 0.8 MB of activations, near the core's caches.
 # Measured (batch 64, float32, 2-core x86-64): 8 sequences 2.7 ms per forward and backward, 16
 # 2.3-2.6 ms, 32 from 2.4 to 6.5 ms from one process to the next (rows of 2 kB: the addresses of the
-# arrays then often fall on the same cache sets), 64 slower still.
+# arrays then often fall on the same cache sets), 64 slower still. Again on an AMD EPYC (Zen 4,
+# AVX-512: 16 float32 lanes, so 16 sequences are one vector), 2026-12-06, the whole step on a fixed
+# batch (4-vector product tiles, before the paired attention rows): 16 sequences 1.48 ms, 32
+# 1.42-1.51 ms (within the noise), 64 3.1 ms (its 3 MB of activations, allocated for each chunk,
+# came back from the system with ~900 page faults a step). 16 it stays: the same sums as before.
 CHUNK = 16
 
 # What the forward pass leaves for the backward pass, per layer i (chunk of Bp sequences, N = T Bp,
@@ -121,12 +125,11 @@ def encoder_layers_backward(flat, grads, lay, Wqkv, acts, dh):
     dt = flat.dtype
     dr, dh1, dctx = np.empty((d, N), dt), np.empty((d, N), dt), np.empty((d, N), dt)
     da, dqkv = np.empty((F, N), dt), np.empty((3 * d, N), dt)
-    dW_qkv, db_qkv = np.empty((d, 3 * d), dt), np.empty(3 * d, dt)
     for i in range(lay.layers.shape[0] - 1, -1, -1):
         p, g = layer_views(flat, lay, i), layer_views(grads, lay, i)
         feed_forward_backward(p, g, dh, acts.xhat2[i], acts.rstd2[i], acts.a[i], acts.h1[i], dr, da, dh1)
         self_attention_backward(p, g, Wqkv[i], dh1, acts.xhat1[i], acts.rstd1[i], acts.x[i], acts.qkv[i],
-                                acts.P[i], acts.ctx[i], dr, dctx, dqkv, dW_qkv, db_qkv, dh)
+                                acts.P[i], acts.ctx[i], dr, dctx, dqkv, dh)
 
 
 @njit(**JIT)
@@ -158,7 +161,7 @@ def run(mode, flat, lay, tokens, labels, pe, eps, grads, adam, out):
       returns the mean cross-entropy and the number of arg-max hits;
     - ``STEP``: then Adam, ``adam = (m, v, lr, beta1, beta2, eps, t)``, updates ``flat`` in place.
 
-    Each chunk's gradient goes to a buffer of its own; they are added in chunk order.
+    The chunks' gradients are added in chunk order.
     """
     B, T = tokens.shape
     L, d, H = lay.layers.shape[0], lay.d_model, lay.n_heads
@@ -166,7 +169,9 @@ def run(mode, flat, lay, tokens, labels, pe, eps, grads, adam, out):
     lanes = simd.lanes_of(flat)
     n_chunks = (B + CHUNK - 1) // CHUNK
     Wqkv, bqkv = packed_qkv(flat, lay)
-    partial = np.empty((n_chunks if mode != FORWARD else 0, flat.size), flat.dtype)
+    # the first chunk's gradient goes straight to grads, each later one to chunk_grads, then added:
+    # grads = ((g_0 + g_1) + g_2) + ..., chunk order
+    chunk_grads = np.empty(flat.size if mode != FORWARD and n_chunks > 1 else 0, flat.dtype)
     losses = np.zeros(n_chunks)
     hits = np.zeros(n_chunks, np.int64)
     for ci in range(n_chunks):
@@ -176,7 +181,10 @@ def run(mode, flat, lay, tokens, labels, pe, eps, grads, adam, out):
         acts = new_activations(lay, T, Bp, flat)
         forward_chunk(flat, lay, Wqkv, bqkv, chunk, pe, eps, acts)
         if mode != FORWARD:
-            losses[ci], hits[ci] = backward_chunk(flat, partial[ci], lay, Wqkv, chunk, labels[b0:b1], B, acts)
+            into = grads if ci == 0 else chunk_grads
+            losses[ci], hits[ci] = backward_chunk(flat, into, lay, Wqkv, chunk, labels[b0:b1], B, acts)
+            if ci > 0:
+                add_into(grads, chunk_grads)
             continue
         # what a forward pass shows: back from the chunk's layout to (sequence, position, ...)
         for b in range(b1 - b0):
@@ -196,8 +204,7 @@ def run(mode, flat, lay, tokens, labels, pe, eps, grads, adam, out):
                                 attn[i, b0 + b, h, q, k] = acts.P[i, h, vec, q, k, lane]
     if mode == FORWARD:
         return 0.0, 0
-    # the chunks' gradients, losses and hits, added in chunk order
-    add_in_order(partial, grads)
+    # the chunks' losses and hits, added in chunk order
     loss, hit = losses[0], hits[0]
     for ci in range(1, n_chunks):
         loss += losses[ci]
@@ -211,9 +218,14 @@ def run(mode, flat, lay, tokens, labels, pe, eps, grads, adam, out):
 @njit(**JIT)
 def add_in_order(partial, out):
     """``out = partial[0] + partial[1] + ...``, added in that order: the same bits however the
-    chunks were computed."""
+    chunks were computed. (One chunk's buffer at a time, along its length: in SIMD lanes.)"""
+    out[:] = partial[0]
+    for ci in range(1, partial.shape[0]):
+        add_into(out, partial[ci])
+
+
+@njit(**JIT)
+def add_into(out, part):
+    """``out += part``, element by element."""
     for n in range(out.shape[0]):
-        total = partial[0, n]
-        for ci in range(1, partial.shape[0]):
-            total += partial[ci, n]
-        out[n] = total
+        out[n] += part[n]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 from numba import njit
 
 from core.kernels.tuned import simd
@@ -20,21 +21,27 @@ def column(b, t, T, L):
 
 @njit(**JIT)
 def embed_forward(tokens, embed, pe, X):
-    """``X[:, column(b, t)] = embed[tokens[b, t]] + pe[t]``: ``X`` (d, N), ``pe`` (T, d)."""
+    """``X[:, column(b, t)] = embed[tokens[b, t]] + pe[t]``: ``X`` (d, N), ``pe`` (T, d).
+
+    One row of ``X`` (one feature) at a time, its columns in order: writes along the row, where
+    a column at a time wrote one number per cache line."""
     Bp, T = tokens.shape
     d = embed.shape[1]
     L = simd.lanes_of(X)
-    for b in range(Bp):
-        for t in range(T):
-            n, tok = column(b, t, T, L), tokens[b, t]
-            for c in range(d):
-                X[c, n] = embed[tok, c] + pe[t, c]
+    for c in range(d):
+        for v in range(Bp // L):
+            for t in range(T):
+                n0, p = (v * T + t) * L, pe[t, c]
+                for lane in range(L):
+                    X[c, n0 + lane] = embed[tokens[v * L + lane, t], c] + p
 
 
 @njit(**JIT)
 def embed_backward(tokens, dX, d_embed, d_pos):
     """Scatter-add the columns of ``dX`` (d, N) into ``d_embed`` (V, d) by token and ``d_pos``
-    (at least T, d) by position; both are zeroed first."""
+    (at least T, d) by position; both are zeroed first. Each entry adds its columns in sequence
+    order, then position order, whatever the loop order; one feature (a row of ``dX``) at a time
+    reads the rows in order."""
     Bp, T = tokens.shape
     d = dX.shape[0]
     L = simd.lanes_of(dX)
@@ -44,25 +51,31 @@ def embed_backward(tokens, dX, d_embed, d_pos):
     for t in range(d_pos.shape[0]):
         for c in range(d):
             d_pos[t, c] = 0.0
-    for b in range(Bp):
-        for t in range(T):
-            n, tok = column(b, t, T, L), tokens[b, t]
-            for c in range(d):
-                d_embed[tok, c] += dX[c, n]
-                d_pos[t, c] += dX[c, n]
+    for c in range(d):
+        for b in range(Bp):
+            for t in range(T):
+                g = dX[c, column(b, t, T, L)]
+                d_embed[tokens[b, t], c] += g
+                d_pos[t, c] += g
 
 
 @njit(**JIT)
 def mean_pool(X, T, pooled):
-    """``pooled[:, b] = mean_t X[:, column(b, t)]``: ``X`` (d, N), ``pooled`` (d, Bp)."""
+    """``pooled[:, b] = mean_t X[:, column(b, t)]``: ``X`` (d, N), ``pooled`` (d, Bp). A vector of
+    sequences at a time, each lane adding its positions in order."""
     d, Bp = pooled.shape
     L = simd.lanes_of(X)
+    x, out = X.ravel(), pooled.ravel()
+    N = X.shape[1]
     for c in range(d):
-        for b in range(Bp):
-            total = X[c, column(b, 0, T, L)]
+        for v in range(Bp // L):
+            at = c * N + v * T * L
+            total = simd.load(x, at)
             for t in range(1, T):
-                total += X[c, column(b, t, T, L)]
-            pooled[c, b] = total / T
+                total = simd.add(total, simd.load(x, at + t * L))
+            simd.store(out, c * Bp + v * L, total)
+        for b in range(Bp):
+            pooled[c, b] /= T
 
 
 @njit(**JIT)
@@ -113,6 +126,7 @@ def classify_backward(pooled, W, dlogits, T, dW, dbias, dX):
     d, Bp = pooled.shape
     C = W.shape[1]
     L = simd.lanes_of(dX)
+    gb = np.empty(Bp, dX.dtype)                     # one feature's dpooled / T, per sequence
     for k in range(C):
         total = dlogits[0, k]
         for b in range(1, Bp):
@@ -129,5 +143,9 @@ def classify_backward(pooled, W, dlogits, T, dW, dbias, dX):
             for k in range(1, C):
                 g += dlogits[b, k] * W[c, k]
             g /= T
+            gb[b] = g
+        for v in range(Bp // L):                    # along the row: sequences v L .. v L + L - 1
             for t in range(T):
-                dX[c, column(b, t, T, L)] = g
+                n0 = (v * T + t) * L
+                for lane in range(L):
+                    dX[c, n0 + lane] = gb[v * L + lane]

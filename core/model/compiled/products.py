@@ -1,16 +1,26 @@
-"""Matrix products for the compiled steps, as register tiles (4 output rows by 3 SIMD vectors).
+"""Matrix products for the compiled steps, as register tiles (4 output rows by 3 or 4 SIMD vectors).
 
 Our own products, not a BLAS: no thread pool, so a result depends on the inputs alone, bit for bit.
-Twelve running sums stay in SIMD registers while a loop over the shared axis feeds them (see
-``core/kernels/tuned/simd.py``); written as plain loops the sums went back to memory at every step,
-which ran the products 2-3x slower.
+Twelve running sums (sixteen with AVX-512's 32 registers) stay in SIMD registers while a loop over
+the shared axis feeds them (see ``core/kernels/tuned/simd.py``); written as plain loops the sums
+went back to memory at every step, which ran the products 2-3x slower.
 """
 from __future__ import annotations
 
-from numba import njit
+import numpy as np
+from llvmlite import ir
+from numba import njit, types
+from numba.extending import intrinsic
 
 from core.kernels.tuned import simd
+from core.kernels.tuned.target import REGISTERS
 from core.model.compiled import JIT
+
+# With 32 vector registers (AVX-512) :func:`project` uses tiles 4 vectors wide (16 running sums + 4
+# loaded + 1 broadcast = 21 registers): a chunk's rows of 256 float32 are 4 tiles exactly, where
+# 3-vector tiles need 6 (the last overlapping, so 12 % of the multiply-adds were done twice).
+# Every output is the same chain of multiply-adds whatever the tile: the same bits.
+WIDE = REGISTERS >= 32
 
 
 @njit(**JIT)
@@ -62,6 +72,43 @@ def _project_tile(A, x, y0, y, K, N, m, n, add):
     simd.store(y, o, a30), simd.store(y, o + L, a31), simd.store(y, o + 2 * L, a32)
 
 
+@njit(inline="always", **JIT)
+def _project_tile4(A, x, y0, y, K, N, m, n, add):
+    """:func:`_project_tile` 4 vectors wide: ``Y[m:m+4, n:n+4 lanes]`` (sixteen running sums)."""
+    L = simd.lanes_of(x)
+    if add:
+        o = m * N + n
+        a00, a01, a02, a03 = simd.load(y0, o), simd.load(y0, o + L), simd.load(y0, o + 2 * L), simd.load(y0, o + 3 * L)
+        o += N
+        a10, a11, a12, a13 = simd.load(y0, o), simd.load(y0, o + L), simd.load(y0, o + 2 * L), simd.load(y0, o + 3 * L)
+        o += N
+        a20, a21, a22, a23 = simd.load(y0, o), simd.load(y0, o + L), simd.load(y0, o + 2 * L), simd.load(y0, o + 3 * L)
+        o += N
+        a30, a31, a32, a33 = simd.load(y0, o), simd.load(y0, o + L), simd.load(y0, o + 2 * L), simd.load(y0, o + 3 * L)
+    else:
+        a00 = a01 = a02 = a03 = a10 = a11 = a12 = a13 = simd.zeros(x)
+        a20 = a21 = a22 = a23 = a30 = a31 = a32 = a33 = simd.zeros(x)
+    for k in range(K):
+        i = k * N + n
+        u0, u1, u2, u3 = simd.load(x, i), simd.load(x, i + L), simd.load(x, i + 2 * L), simd.load(x, i + 3 * L)
+        w = simd.splat(A[k, m], x)
+        a00, a01, a02, a03 = simd.fma(w, u0, a00), simd.fma(w, u1, a01), simd.fma(w, u2, a02), simd.fma(w, u3, a03)
+        w = simd.splat(A[k, m + 1], x)
+        a10, a11, a12, a13 = simd.fma(w, u0, a10), simd.fma(w, u1, a11), simd.fma(w, u2, a12), simd.fma(w, u3, a13)
+        w = simd.splat(A[k, m + 2], x)
+        a20, a21, a22, a23 = simd.fma(w, u0, a20), simd.fma(w, u1, a21), simd.fma(w, u2, a22), simd.fma(w, u3, a23)
+        w = simd.splat(A[k, m + 3], x)
+        a30, a31, a32, a33 = simd.fma(w, u0, a30), simd.fma(w, u1, a31), simd.fma(w, u2, a32), simd.fma(w, u3, a33)
+    o = m * N + n
+    simd.store(y, o, a00), simd.store(y, o + L, a01), simd.store(y, o + 2 * L, a02), simd.store(y, o + 3 * L, a03)
+    o += N
+    simd.store(y, o, a10), simd.store(y, o + L, a11), simd.store(y, o + 2 * L, a12), simd.store(y, o + 3 * L, a13)
+    o += N
+    simd.store(y, o, a20), simd.store(y, o + L, a21), simd.store(y, o + 2 * L, a22), simd.store(y, o + 3 * L, a23)
+    o += N
+    simd.store(y, o, a30), simd.store(y, o + L, a31), simd.store(y, o + 2 * L, a32), simd.store(y, o + 3 * L, a33)
+
+
 @njit(**JIT)
 def project(A, X, Y0, Y, add):
     """``Y = A^T X`` (``add`` False) or ``Y = Y0 + A^T X`` (``add`` True): ``Y[m] = sum_k A[k, m] X[k]``.
@@ -78,11 +125,17 @@ def project(A, X, Y0, Y, add):
         _project_plain(A, X, Y0, Y, add)
         return
     x, y0, y = X.ravel(), Y0.ravel(), Y.ravel()
-    # columns outer: a tile's rows of X (K by 3 vectors) stay in the L1 cache for every row block
+    V = simd.lanes_of(X)
+    if WIDE and N >= 4 * V and (N + 4 * V - 1) // (4 * V) * 4 <= (N + W - 1) // W * 3:
+        W = 4 * V                                  # fewer vectors' work in all, overlaps included
+    # columns outer: a tile's rows of X (K by 3 or 4 vectors) stay in the L1 cache for every row block
     for tn in range((N + W - 1) // W):
         n = _tile_starts(N, W, tn)
         for tm in range((M + 3) // 4):
-            _project_tile(A, x, y0, y, K, N, _tile_starts(M, 4, tm), n, add)
+            if WIDE and W == 4 * V:
+                _project_tile4(A, x, y0, y, K, N, _tile_starts(M, 4, tm), n, add)
+            else:
+                _project_tile(A, x, y0, y, K, N, _tile_starts(M, 4, tm), n, add)
 
 
 @njit(**JIT)
@@ -123,6 +176,65 @@ def _gram_tile(x, g, N, NV, k, m, out):
             out[k + r, m + s] = total
 
 
+@intrinsic
+def _totals_into(typingctx, buf, vectors):
+    """``buf[i] = total(vectors[i])`` for 16 vectors, each the tree of adds of :func:`simd.total`
+    (upper half of the lanes onto the lower, and again), so the same bits; but two vectors'
+    halves share each add: 15 vector adds for the 16 totals instead of 16 x log2(lanes)."""
+    if not (isinstance(vectors, types.UniTuple) and len(vectors) == 16 and isinstance(vectors.dtype, simd.Vector)
+            and isinstance(buf, types.Array) and buf.dtype == vectors.dtype.dtype):
+        return None
+    lanes = vectors.dtype.lanes
+
+    def fold(builder, a, b, w):
+        # each group of 2w lanes of a, then of b, to w lanes: low half + high half
+        groups = [g * 2 * w for g in range(lanes // (2 * w))]
+        low = [g + j for g in groups for j in range(w)]
+        high = [g + w + j for g in groups for j in range(w)]
+        index = lambda idx: ir.Constant(ir.VectorType(ir.IntType(32), lanes), idx + [i + lanes for i in idx])
+        return builder.fadd(builder.shuffle_vector(a, b, index(low)), builder.shuffle_vector(a, b, index(high)))
+
+    def codegen(context, builder, signature, args):
+        vs = [builder.extract_value(args[1], i) for i in range(16)]
+        w = lanes // 2
+        while w >= 1:                 # pairs of neighbours: the totals come out in order
+            vs = [fold(builder, vs[i], vs[i + 1], w) for i in range(0, len(vs), 2)]
+            w //= 2
+        data = context.make_array(buf)(context, builder, args[0]).data
+        for i, v in enumerate(vs):    # 16 // lanes vectors of totals
+            pointer = builder.bitcast(builder.gep(data, [ir.Constant(ir.IntType(64), i * lanes)]),
+                                      v.type.as_pointer())
+            builder.store(v, pointer, align=buf.dtype.bitwidth // 8)
+        return context.get_dummy_value()
+
+    return types.none(buf, vectors), codegen
+
+
+@njit(inline="always", **JIT)
+def _gram_tile4(x, g, N, NV, k, m, out, buf):
+    """``out[k:k+4, m:m+4]``, as :func:`_gram_tile` but sixteen running sums (32 registers), their
+    lanes added by :func:`_totals_into`."""
+    L = simd.lanes_of(x)
+    a00 = a01 = a02 = a03 = a10 = a11 = a12 = a13 = simd.zeros(x)
+    a20 = a21 = a22 = a23 = a30 = a31 = a32 = a33 = simd.zeros(x)
+    r0, r1, r2, r3 = k * N, (k + 1) * N, (k + 2) * N, (k + 3) * N
+    s0, s1, s2, s3 = m * N, (m + 1) * N, (m + 2) * N, (m + 3) * N
+    for n in range(0, NV, L):
+        x0, x1, x2, x3 = simd.load(x, r0 + n), simd.load(x, r1 + n), simd.load(x, r2 + n), simd.load(x, r3 + n)
+        g0, g1, g2, g3 = simd.load(g, s0 + n), simd.load(g, s1 + n), simd.load(g, s2 + n), simd.load(g, s3 + n)
+        a00, a01, a02, a03 = simd.fma(x0, g0, a00), simd.fma(x0, g1, a01), simd.fma(x0, g2, a02), simd.fma(x0, g3, a03)
+        a10, a11, a12, a13 = simd.fma(x1, g0, a10), simd.fma(x1, g1, a11), simd.fma(x1, g2, a12), simd.fma(x1, g3, a13)
+        a20, a21, a22, a23 = simd.fma(x2, g0, a20), simd.fma(x2, g1, a21), simd.fma(x2, g2, a22), simd.fma(x2, g3, a23)
+        a30, a31, a32, a33 = simd.fma(x3, g0, a30), simd.fma(x3, g1, a31), simd.fma(x3, g2, a32), simd.fma(x3, g3, a33)
+    _totals_into(buf, (a00, a01, a02, a03, a10, a11, a12, a13, a20, a21, a22, a23, a30, a31, a32, a33))
+    for r in range(4):
+        for s in range(4):
+            total = buf[4 * r + s]
+            for n in range(NV, N):
+                total += x[(k + r) * N + n] * g[(m + s) * N + n]
+            out[k + r, m + s] = total
+
+
 @njit(**JIT)
 def gram(X, G, out):
     """``out = X G^T``: ``out[k, m] = sum_n X[k, n] G[m, n]`` (a weight's gradient, ``h^T dy``).
@@ -142,6 +254,12 @@ def gram(X, G, out):
     L = simd.lanes_of(X)
     x, g = X.ravel(), G.ravel()
     NV = N - N % L
+    if WIDE and M >= 4:
+        buf = np.empty(16, X.dtype)
+        for tk in range((K + 3) // 4):
+            for tm in range((M + 3) // 4):
+                _gram_tile4(x, g, N, NV, _tile_starts(K, 4, tk), _tile_starts(M, 4, tm), out, buf)
+        return
     for tk in range((K + 3) // 4):
         for tm in range((M + 2) // 3):
             _gram_tile(x, g, N, NV, _tile_starts(K, 4, tk), _tile_starts(M, 3, tm), out)

@@ -128,7 +128,7 @@ def feed_forward_backward(p, g, dy, xhat2, rstd2, a, h1, dr, da, dh1):
 
 
 @njit(**JIT)
-def self_attention_backward(p, g, Wqkv, dh1, xhat1, rstd1, x, qkv, P, ctx, dr, dctx, dqkv, dW_qkv, db_qkv, dx):
+def self_attention_backward(p, g, Wqkv, dh1, xhat1, rstd1, x, qkv, P, ctx, dr, dctx, dqkv, dx):
     """Backward of :func:`self_attention`: ``dx`` from ``dh1``; the rest after ``ctx`` is scratch."""
     d = x.shape[0]
     # 4'. through LN1; dr is the gradient of x + ctx W_O + b_O
@@ -138,11 +138,12 @@ def self_attention_backward(p, g, Wqkv, dh1, xhat1, rstd1, x, qkv, P, ctx, dr, d
     project(p.W_O.T, dr, dctx, dctx, False)          # dctx = dr W_O^T
     # 3'. the attention core                                                      dqkv: (3d, N)
     attention_backward(qkv, 0, qkv, d, 2 * d, P, dctx, dqkv, dqkv)
-    # 2'. the packed projection; the residual path adds dr
-    row_sums(dqkv, db_qkv)
-    gram(x, dqkv, dW_qkv)                            # [dW_Q | dW_K | dW_V] = x^T [dq dk dv]
-    for c in range(d):
-        g.b_Q[c], g.b_K[c], g.b_V[c] = db_qkv[c], db_qkv[d + c], db_qkv[2 * d + c]
-        for r in range(d):
-            g.W_Q[r, c], g.W_K[r, c], g.W_V[r, c] = dW_qkv[r, c], dW_qkv[r, d + c], dW_qkv[r, 2 * d + c]
+    # 2'. the packed projection; the residual path adds dr. Each weight's gradient straight into
+    # its place (the same sums as one product into [dW_Q | dW_K | dW_V], without the copy)
+    row_sums(dqkv[:d], g.b_Q)
+    row_sums(dqkv[d:2 * d], g.b_K)
+    row_sums(dqkv[2 * d:], g.b_V)
+    gram(x, dqkv[:d], g.W_Q)                         # dW_Q = x^T dq
+    gram(x, dqkv[d:2 * d], g.W_K)                    # dW_K = x^T dk
+    gram(x, dqkv[2 * d:], g.W_V)                     # dW_V = x^T dv
     project(Wqkv.T, dqkv, dr, dx, True)              # dx = dr + [dq dk dv] [W_Q|W_K|W_V]^T
