@@ -6,13 +6,13 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from core.lessons import analysis, heads
+from core.lessons import analysis, heads, param_counts
 from core.limits import MAX_D_MODEL, MAX_TOKENS
 from ui import charts, state
 
 
 PAGE = "parameters"
-PRESET_LABELS = {"custom": "Custom (the sizes above)"} | {k: s.name for k, s in analysis.MODEL_PRESETS.items()}
+PRESET_LABELS = {"custom": "Custom (the sizes above)"} | {k: s.name for k, s in param_counts.MODEL_PRESETS.items()}
 # The sizes and the preset, kept in the page's address so a link reopens this exact configuration.
 SPEC = {"d_model": state.int_field(64, 8, MAX_D_MODEL), "heads": state.int_field(8, 1, 64),
         "d_ff": state.int_field(4 * 64, 8, 4 * MAX_D_MODEL), "layers": state.int_field(6, 1, 48),
@@ -71,8 +71,8 @@ st.caption(f"Caps: d_model ≤ {MAX_D_MODEL} here (the whole-model calculator be
            f"the attention pages draw at most {MAX_TOKENS} tokens.")
 
 try:
-    shapes = analysis.mha_param_shapes(d_model, int(n_heads), bias=bias)
-    mha = analysis.mha_param_count(d_model, int(n_heads), bias=bias)
+    shapes = param_counts.mha_param_shapes(d_model, int(n_heads), bias=bias)
+    mha = param_counts.mha_param_count(d_model, int(n_heads), bias=bias)
 except ValueError as err:
     divisors = [h for h in range(1, d_model + 1) if d_model % h == 0 and h <= 64]
     st.error(f"{err} Head counts that divide {d_model}: {', '.join(map(str, divisors))}.")
@@ -98,7 +98,7 @@ st.caption(f"Check: allocating every weight array with these shapes gives {built
 
 # 2b. the lesson's own example: d_model = 4, two heads ----------------------------------------------
 st.subheader("The lesson's example: d_model = 4, two heads")
-toy = analysis.packed_param_split(4, 2)
+toy = param_counts.packed_param_split(4, 2)
 st.latex(rf"\underbrace{{3 \cdot {toy.per_matrix}}}_{{W_Q,\,W_K,\,W_V}} + \underbrace{{{toy.out}}}_{{W_O}}"
          rf" = {toy.qkv} + {toy.out} = {toy.total}")
 st.markdown(f"Each of W_Q, W_K, W_V packs the two heads' 4 × 2 matrices side by side into one 4 × 4 matrix: "
@@ -113,7 +113,7 @@ t3.metric("total (d_model = 4, H = 2)", f"{toy.total}")
 pipe = heads.two_head_pipeline()
 toy_dk = pipe.W_Q.shape[1] // pipe.n_heads
 per_head_W_Q = [heads.self_position(4, toy_dk)[0], heads.uniform(4, toy_dk)[0]]   # how each head was built
-slice_err = analysis.packed_slice_error(pipe.X, pipe.W_Q, per_head_W_Q)
+slice_err = param_counts.packed_slice_error(pipe.X, pipe.W_Q, per_head_W_Q)
 q_cols = [f"h{h + 1}.q{j + 1}" for h in range(pipe.n_heads) for j in range(toy_dk)]
 x_rows = [f"x{i + 1}" for i in range(pipe.W_Q.shape[0])]
 packed = charts.heatmap(pipe.W_Q, x_rows, q_cols, kind="signed", value_name="W_Q", row_title="input feature",
@@ -141,7 +141,7 @@ st.caption("Head 1 (self, on the circle code) owns columns 1–2, head 2 (unifor
 st.subheader("Change H, keep d_model: d_k moves, the count does not")
 divisors = [h for h in range(1, d_model + 1) if d_model % h == 0 and h <= 64]
 sweep = pd.DataFrame({"H": divisors, "d_k": [d_model // h for h in divisors],
-                      "parameters": [analysis.mha_param_count(d_model, h, bias) for h in divisors]})
+                      "parameters": [param_counts.mha_param_count(d_model, h, bias) for h in divisors]})
 left, right = st.columns([1, 2])
 left.dataframe(sweep, hide_index=True, height=260, column_config={"parameters": COUNT})
 long = sweep.melt(id_vars="H", value_vars=["d_k", "parameters"], var_name="quantity")
@@ -194,7 +194,7 @@ else:
 st.header("One Transformer block")
 st.latex(r"\underbrace{4d^2 + 4d}_{\text{attention}} + \underbrace{2\,d\,d_{ff} + d_{ff} + d}_{\text{FFN}}"
          r" + \underbrace{2 \cdot 2d}_{\text{2 LayerNorms}}")
-block = analysis.block_param_count(d_model, int(n_heads), d_ff, bias=bias)
+block = param_counts.block_param_count(d_model, int(n_heads), d_ff, bias=bias)
 parts = {"attention": block.self_attention, "FFN": block.ffn, "LayerNorms": block.layernorms}
 st.vega_lite_chart(charts.bar(list(parts.values()), list(parts), title="parameters per sublayer",
                            x_title="sublayer", y_title="parameters", y_domain=None), width="stretch")
@@ -206,7 +206,7 @@ st.markdown(f"Block total **{block.total:,}**: the FFN holds **{block.ffn / bloc
 # 6. whole models ---------------------------------------------------------------------------------
 st.header("A whole model")
 preset = st.selectbox("Start from", list(PRESET_LABELS), format_func=PRESET_LABELS.get, key=key("preset"))
-base = analysis.MODEL_PRESETS.get(preset) or analysis.TransformerSpec(
+base = param_counts.MODEL_PRESETS.get(preset) or param_counts.TransformerSpec(
     architecture="encoder-only", d_model=d_model, n_heads=int(n_heads), d_ff=d_ff, n_encoder_layers=n_layers,
     n_decoder_layers=0, vocab_size=int(vocab), max_positions=max(T, 1), bias=bias, lm_head=False)
 # one set of widgets per preset, so switching presets starts from the preset's own choices
@@ -215,8 +215,8 @@ for name, value in (("arch", base.architecture), ("pos", base.positional), ("lm"
                     ("tied", base.tied_output)):
     ss.setdefault(k(name), value)
 a1, a2, a3 = st.columns(3)
-arch = a1.radio("Architecture", analysis.ARCHITECTURES, key=k("arch"))
-positional = a2.radio("Positions", analysis.POSITIONAL, key=k("pos"),
+arch = a1.radio("Architecture", param_counts.ARCHITECTURES, key=k("arch"))
+positional = a2.radio("Positions", param_counts.POSITIONAL, key=k("pos"),
                       help="sinusoidal: fixed, 0 parameters; learned: one vector per position.")
 lm_head = a3.checkbox("Output projection to the vocabulary", key=k("lm"))
 tied = a3.checkbox("Tied to the token embedding", key=k("tied"), disabled=not lm_head)
@@ -227,7 +227,7 @@ try:
     spec = dataclasses.replace(base, architecture=arch, positional=positional, lm_head=lm_head,
                                tied_output=tied, n_encoder_layers=layers_by_arch[arch][0],
                                n_decoder_layers=layers_by_arch[arch][1])
-    counted = analysis.model_param_count(spec)
+    counted = param_counts.model_param_count(spec)
 except ValueError as err:
     st.error(str(err))
     state.publish(PAGE, SPEC)
@@ -238,7 +238,7 @@ m1, m2 = st.columns(2)
 m1.metric("Our count", f"{counted.total:,}", help=f"{counted.total / 1e6:.1f}M")
 changed = spec != base
 if base.published_total and not changed:
-    err = analysis.relative_error_to_published(spec)
+    err = param_counts.relative_error_to_published(spec)
     m2.metric("Published", f"{base.published_total / 1e6:.0f}M", delta=f"{err:+.1%} ours vs published",
               delta_color="off")
     st.caption(f"Source: {base.source}. The published figures are rounded, and papers omit small details "
@@ -246,7 +246,7 @@ if base.published_total and not changed:
 elif base.published_total:
     m2.metric("Published (unchanged preset)", f"{base.published_total / 1e6:.0f}M")
     st.caption("You changed the preset, so the published figure no longer describes this model.")
-split = analysis.blocks_and_embeddings(spec)
+split = param_counts.blocks_and_embeddings(spec)
 millions = lambda n: f"{n / 1e6:.0f}M" if n >= 1e7 else f"{n / 1e6:.1f}M" if n >= 1e5 else f"{n:,}"  # noqa: E731
 label = spec.name if preset != "custom" and not changed else "This model"
 st.markdown(f"**{label}: {split.n_blocks} blocks ≈ {millions(split.blocks)} "

@@ -2,8 +2,8 @@
 and what changing the head count does.
 
 Everything here is plain arithmetic on shapes or small arrays; nothing calls a kernel. The
-parameter counts live in :mod:`core.lessons.param_counts` and are importable from here too
-(``analysis.mha_param_count`` is public API).
+parameter counts live in :mod:`core.lessons.param_counts`; ``analysis.mha_param_count``, the
+public API's name for one of them, is imported here.
 """
 from __future__ import annotations
 
@@ -11,11 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from core.lessons.param_counts import (  # noqa: F401 (re-exported: the pages and the public API read them here)
-    ARCHITECTURES, BERT_BASE, MODEL_PRESETS, POSITIONAL, TRANSFORMER_BASE, TRANSFORMER_BIG, BlockParams,
-    BlocksAndEmbeddings, ModelParams, PackedSplit, TransformerSpec, block_param_count, blocks_and_embeddings,
-    ffn_param_count, layernorm_param_count, mha_param_count, mha_param_shapes, model_param_count,
-    packed_param_split, packed_slice_error, relative_error_to_published)
+from core.lessons.param_counts import mha_param_count
 from core.validate import as_float_array, check_heads
 
 # ---------------------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from typing import NamedTuple
 import numpy as np
 
 from core import attention, masks
-from core.lessons import analysis
+from core.lessons import analysis, param_counts
 from core.lessons import heads
 from core.validate import as_float_array
 
@@ -207,7 +207,7 @@ NUMERIC_QUESTIONS: tuple[NumericQuestion, ...] = (
         "params_384",
         "d_model = 384 with H = 6 heads, weights only (no biases): how many parameters does one "
         "multi-head attention block have?",
-        analysis.mha_param_count(384, 6),
+        param_counts.mha_param_count(384, 6),
         "W_Q, W_K, W_V and W_O are each 384 × 384, so 4 · 384² = 589,824. The same for H = 1, 2, "
         "4, 8 or 12: only d_k = 384 / H changes.",
     ),

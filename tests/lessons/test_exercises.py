@@ -4,7 +4,7 @@ import math
 import numpy as np
 import pytest
 
-from core.lessons import analysis
+from core.lessons import analysis, param_counts
 from core.lessons import exercises
 from core.lessons import heads
 
@@ -43,9 +43,9 @@ def test_the_head_width_answer_is_what_the_core_computes():
 def test_numeric_answers():
     assert exercises.NUMERIC_BY_KEY["params_384"].answer == 4 * 384 ** 2 == 589_824
     for H in (1, 2, 4, 6, 8, 12):                                          # independent of H
-        assert analysis.mha_param_count(384, H) == 589_824
-    assert exercises.NUMERIC_BY_KEY["fixed_head_width"].answer == 2 * analysis.mha_param_count(512, 8)
-    assert exercises.mha_param_count_fixed_head_width(512, 8, 64) == analysis.mha_param_count(512, 8)
+        assert param_counts.mha_param_count(384, H) == 589_824
+    assert exercises.NUMERIC_BY_KEY["fixed_head_width"].answer == 2 * param_counts.mha_param_count(512, 8)
+    assert exercises.mha_param_count_fixed_head_width(512, 8, 64) == param_counts.mha_param_count(512, 8)
 
 
 @pytest.mark.parametrize("typed, ok", [

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from core import encoder
-from core.lessons import analysis
+from core.lessons import param_counts
 
 from page_support import open_page
 
@@ -36,10 +36,10 @@ def test_count_equals_the_sizes_of_the_encoders_attention_arrays():
     assert not at.exception
     params = encoder.init_params(encoder.EncoderConfig(d_model=32, n_heads=4), dtype=np.float64)
     built = sum(params[f"blocks.0.attn.{n}"].size for n in ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O"))
-    assert built == analysis.mha_param_count(32, 4, bias=True) == 4 * 32 ** 2 + 4 * 32
+    assert built == param_counts.mha_param_count(32, 4, bias=True) == 4 * 32 ** 2 + 4 * 32
     assert _metrics(at)[0] == f"{built:,}"
     # and the per-head shapes the page tabulates add up to the same
-    assert sum(np.zeros(s).size for s in analysis.mha_param_shapes(32, 4, bias=True).values()) == built
+    assert sum(np.zeros(s).size for s in param_counts.mha_param_shapes(32, 4, bias=True).values()) == built
     assert any(f"gives {built:,} numbers (equal to" in c.value for c in at.caption)
 
 
@@ -127,25 +127,25 @@ def test_a_head_count_that_does_not_divide_gives_a_message():
 
 def test_presets_show_our_count_next_to_the_published_one():
     at = open_page(PAGE)
-    for key, spec in analysis.MODEL_PRESETS.items():
+    for key, spec in param_counts.MODEL_PRESETS.items():
         at.selectbox(key="parameters.preset").set_value(key).run()
         assert not at.exception
-        ours = analysis.model_param_count(spec).total
+        ours = param_counts.model_param_count(spec).total
         values = _metrics(at)
         assert f"{ours:,}" in values and f"{spec.published_total / 1e6:.0f}M" in values
         assert abs(ours - spec.published_total) / spec.published_total < 0.03
     # untie the Transformer's output projection: the count grows by V·d and the page says why
     at.selectbox(key="parameters.preset").set_value("transformer_base").run()
     at.checkbox(key="parameters.p_transformer_base_tied").uncheck().run()
-    untied = analysis.model_param_count(analysis.TransformerSpec(
-        **{**analysis.TRANSFORMER_BASE.__dict__, "tied_output": False})).total
+    untied = param_counts.model_param_count(param_counts.TransformerSpec(
+        **{**param_counts.TRANSFORMER_BASE.__dict__, "tied_output": False})).total
     assert f"{untied:,}" in _metrics(at)
-    assert untied - analysis.model_param_count(analysis.TRANSFORMER_BASE).total == 37000 * 512
+    assert untied - param_counts.model_param_count(param_counts.TRANSFORMER_BASE).total == 37000 * 512
     assert any("no longer describes" in c.value for c in at.caption)
     at.radio(key="parameters.p_transformer_base_arch").set_value("decoder-only").run()
     assert not at.exception
-    decoder_only = analysis.model_param_count(analysis.TransformerSpec(**{
-        **analysis.TRANSFORMER_BASE.__dict__, "tied_output": False, "architecture": "decoder-only",
+    decoder_only = param_counts.model_param_count(param_counts.TransformerSpec(**{
+        **param_counts.TRANSFORMER_BASE.__dict__, "tied_output": False, "architecture": "decoder-only",
         "n_encoder_layers": 0}))
     assert metric(at, "Our count") == f"{decoder_only.total:,}"
     assert decoder_only.total < untied                                 # one stack instead of two
@@ -201,8 +201,8 @@ def test_the_slice_error_is_computed_not_typed():
     from core.lessons import heads
     pipe = heads.two_head_pipeline()
     Q1, Q2 = heads.self_position(4, 2)[0], heads.uniform(4, 2)[0]
-    assert analysis.packed_slice_error(pipe.X, pipe.W_Q, [Q1, Q2]) == 0.0
-    assert analysis.packed_slice_error(pipe.X, pipe.W_Q, [Q2, Q1]) == 3.0
+    assert param_counts.packed_slice_error(pipe.X, pipe.W_Q, [Q1, Q2]) == 0.0
+    assert param_counts.packed_slice_error(pipe.X, pipe.W_Q, [Q2, Q1]) == 3.0
 
 
 def test_bert_base_shows_12_blocks_of_about_85M_plus_embeddings_next_to_110M():
