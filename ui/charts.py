@@ -58,13 +58,39 @@ def _cells(matrix, row_labels, col_labels, value_name, **extra) -> list[dict]:
             for i, r in enumerate(row_labels) for j, c in enumerate(col_labels)]
 
 
+def label_format(values) -> str:
+    """The d3 number format for the numbers written in cells, chosen from the largest ``|value|``.
+
+    ``".2f"`` when it is 0.1 or more (weights, scores: "0.43", "-12.07"). Below, enough decimals to
+    write it with two significant digits ("0.031", "0.0031"): a matrix of changes within +-0.003,
+    written ".2f", read "0.00" in every cell while its colour scale ran to 0.003. Below 0.001,
+    scientific with two significant digits ("3.1e-4"), as short as "0.0031". Either way a label is
+    off by at most 5 % of the largest value, the colour scale's own resolution.
+    """
+    finite = np.abs(np.asarray(values, dtype=float))
+    finite = finite[np.isfinite(finite)]
+    peak = float(finite.max()) if finite.size else 0.0
+    if not peak or peak >= 0.1:
+        return ".2f"
+    if peak < 1e-3:
+        return ".1e"
+    return f".{1 - int(np.floor(np.log10(peak)))}f"
+
+
+def _tooltip_format(label: str) -> str:
+    """The tooltip's format: four decimals, or four significant digits where the labels need
+    scientific notation (a tooltip never reads less than its cell)."""
+    return ".3e" if label.endswith("e") else ".4f"
+
+
 def _heat_layers(row_labels, col_labels, *, kind, value_name, row_title, col_title, scale, annotate,
-                 extra_tooltip=(), every_label=(True, True)) -> list[dict]:
-    """The cells (and their numbers). ``every_label``: (rows, columns) whose cells are tall or wide
-    enough to label each one (see :func:`_labels_fit`); elsewhere Vega thins the labels."""
+                 extra_tooltip=(), every_label=(True, True), label: str = ".2f") -> list[dict]:
+    """The cells (and their numbers, in the d3 format ``label``: see :func:`label_format`).
+    ``every_label``: (rows, columns) whose cells are tall or wide enough to label each one (see
+    :func:`_labels_fit`); elsewhere Vega thins the labels."""
     tooltip = [*extra_tooltip, {"field": "row", "type": "nominal", "title": row_title},
                {"field": "col", "type": "nominal", "title": col_title},
-               {"field": value_name, "type": "quantitative", "format": ".4f"}]
+               {"field": value_name, "type": "quantitative", "format": _tooltip_format(label)}]
     enc = {"x": {"field": "col", "type": "nominal", "sort": list(col_labels), "title": col_title,
                  "axis": {"labelAngle": -45, "labelOverlap": not every_label[1]}},
            "y": {"field": "row", "type": "nominal", "sort": list(row_labels), "title": row_title,
@@ -72,7 +98,7 @@ def _heat_layers(row_labels, col_labels, *, kind, value_name, row_title, col_tit
     layers = [{"mark": "rect", "encoding": {**enc, "tooltip": tooltip, "color": {
         "field": value_name, "type": "quantitative", "scale": scale, "title": value_name}}}]
     if annotate:
-        text = {**enc, "text": {"field": value_name, "type": "quantitative", "format": ".2f"}}
+        text = {**enc, "text": {"field": value_name, "type": "quantitative", "format": label}}
         text["color"] = {"condition": {"test": _dark_cell_test(kind, value_name, scale), "value": "white"},
                          "value": "black"}
         layers.append({"mark": {"type": "text", "fontSize": 10}, "encoding": text,
@@ -126,7 +152,7 @@ def heatmap(matrix, row_labels, col_labels, *, title: str = "", kind: str = "wei
             "data": {"values": _cells(M, row_labels, col_labels, value_name)},
             "layer": _heat_layers(row_labels, col_labels, kind=kind, value_name=value_name,
                                   row_title=row_title, col_title=col_title, scale=scale, annotate=annotate,
-                                  every_label=_labels_fit(row_px, col_px))}
+                                  every_label=_labels_fit(row_px, col_px), label=label_format(M))}
 
 
 def heatmap_grid(matrices, row_labels, col_labels, titles, *, kind: str = "weights",
@@ -146,6 +172,7 @@ def heatmap_grid(matrices, row_labels, col_labels, titles, *, kind: str = "weigh
                      "layer": _heat_layers(row_labels, col_labels, kind=kind, value_name=value_name,
                                            row_title=row_title, col_title=col_title, scale=scale,
                                            annotate=annotate, every_label=_labels_fit(row_px, col_px),
+                                           label=label_format(np.concatenate([m.ravel() for m in mats])),
                                            extra_tooltip=({"field": "panel", "type": "nominal",
                                                            "title": panel_title},))},
             "resolve": {"scale": {"color": "shared"}}}
