@@ -5,8 +5,12 @@ The sampler works on one row of logits ``(V,)`` at a time:
 1. temperature ``tau``: ``p = softmax(logits / tau)``; ``tau -> 0`` tends to the argmax, and
    ``tau = 0`` is exactly greedy decoding (the argmax, first index on ties);
 2. top-k: keep the ``k`` most likely tokens (ties broken by the lower id);
-3. top-p: of what is left, keep the smallest set of most likely tokens whose mass reaches ``p``
-   (renormalised after top-k, as most libraries do);
+3. top-p: of what is left, keep the nucleus, the shortest prefix of the most likely tokens whose
+   cumulative mass is ``>= p`` (renormalised after top-k, as most libraries do). With
+   probabilities ``(1/2, 1/4, 1/4)`` and ``p = 0.75`` that is two tokens. A mass counts as reaching
+   ``p`` when it falls short by no more than ``TOP_P_SLACK``: the softmax rounds, and rounding must
+   not add a token to the nucleus. ``p = 1`` keeps every token, even one whose probability
+   rounds to zero;
 4. renormalise over the kept tokens and draw one with the caller's ``numpy.random.Generator``.
 
 Randomness comes only from the generator passed in, never from NumPy's global state, so a seed
@@ -19,6 +23,10 @@ import math
 import numbers
 
 import numpy as np
+
+# How far below p a cumulative mass may fall and still count as reaching it: the softmax and the
+# running sum round, and can leave a mass that is exactly p a few units in the last place short.
+TOP_P_SLACK = 1e-12
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,11 +79,12 @@ def distribution(logits, settings: SamplerSettings) -> tuple[np.ndarray, np.ndar
     # 2. top-k
     if settings.top_k is not None:
         keep = min(keep, int(settings.top_k))
-    # 3. top-p on the (renormalised) survivors of top-k: the shortest prefix whose mass reaches p
-    if settings.top_p is not None:
+    # 3. top-p on the (renormalised) survivors of top-k: the shortest prefix whose mass is >= p
+    if settings.top_p is not None and settings.top_p < 1:
         head = probs[order[:keep]]
-        mass = np.cumsum(head) / head.sum()
-        keep = min(keep, int(np.searchsorted(mass, settings.top_p, side="left")) + 1)
+        mass = np.cumsum(head) / head.sum()                        # non-decreasing
+        reached = int(np.searchsorted(mass, settings.top_p - TOP_P_SLACK, side="left"))
+        keep = min(keep, reached + 1)
     allowed = np.zeros(V, dtype=bool)
     allowed[order[:keep]] = True
     # 4. renormalise over the kept tokens

@@ -37,7 +37,7 @@ def test_top_p_never_picks_outside_the_smallest_set_that_reaches_p(logits, p, te
     # the kept tokens are the most likely ones ...
     assert kept[0] >= full[~allowed].max(initial=0.0)
     # ... their mass reaches p, and without the least likely of them it would not
-    assert kept.sum() >= p - 1e-12
+    assert kept.sum() >= p - sampling.TOP_P_SLACK - 1e-14
     assert kept.size == 1 or kept[1:].sum() < p + 1e-12
     assert allowed[token]
     np.testing.assert_allclose(probs[allowed], full[allowed] / full[allowed].sum(), rtol=1e-12)
@@ -117,3 +117,103 @@ def test_bad_logits_are_refused():
         sampling.distribution(np.array([0.0, np.nan]), SamplerSettings())
     with pytest.raises(ValueError, match="1-D"):
         sampling.distribution(np.zeros((2, 3)), SamplerSettings())
+
+
+# ----------------------------------------------------------------------------------------------
+# exact boundaries: the nucleus, top-k ties, temperature applied once
+# ----------------------------------------------------------------------------------------------
+HALF_QUARTER_QUARTER = np.log([0.5, 0.25, 0.25])         # softmax gives 1/2, 1/4, 1/4 to the last bit
+
+
+def _kept(logits, **kw):
+    """The ids the sampler may pick, in order."""
+    return np.flatnonzero(sampling.distribution(np.asarray(logits, dtype=np.float64), SamplerSettings(**kw))[1]).tolist()
+
+
+@pytest.mark.parametrize("p, kept", [
+    (0.75, [0, 1]),                       # exactly at a cumulative boundary: the mass 3/4 reaches it
+    (0.75 - 1e-9, [0, 1]), (0.75 + 1e-9, [0, 1, 2]),
+    (0.5, [0]), (0.5 - 1e-9, [0]), (0.5 + 1e-9, [0, 1]),
+    (0.25, [0]), (1e-9, [0]), (1.0, [0, 1, 2]),
+])
+def test_the_nucleus_is_the_shortest_prefix_whose_mass_reaches_p(p, kept):
+    probs, _ = sampling.distribution(HALF_QUARTER_QUARTER, SamplerSettings())
+    np.testing.assert_array_equal(probs, [0.5, 0.25, 0.25])              # the boundaries below are exact
+    assert _kept(HALF_QUARTER_QUARTER, top_p=p) == kept
+    # the same distribution in another order, with a tie: the most likely first, then the lower id
+    assert _kept(HALF_QUARTER_QUARTER[[2, 0, 1]], top_p=p) == sorted([[1, 0, 2][i] for i in kept])
+
+
+@pytest.mark.parametrize("p, n_kept", [(0.25, 1), (0.5, 2), (0.75, 3), (0.5 + 1e-9, 3), (1.0, 4)])
+def test_equal_logits_keep_the_lowest_ids_that_reach_p(p, n_kept):
+    assert _kept([3.0, 3.0, 3.0, 3.0], top_p=p) == list(range(n_kept))
+
+
+def test_rounding_in_the_softmax_never_adds_a_token_to_the_nucleus():
+    """Logits that are the logs of simple fractions: the softmax and the running sum round, so the
+    mass at the boundary can come out a little under p; the nucleus must still stop there."""
+    rng = np.random.default_rng(0)
+    cases = 0
+    for _ in range(300):
+        q = rng.integers(1, 20, rng.integers(2, 8)).astype(np.float64)
+        q = np.sort(q / q.sum())[::-1]
+        for n_kept, p in enumerate(np.cumsum(q)[:-1], start=1):
+            if q[n_kept] == q[n_kept - 1]:
+                continue                      # a tie across the boundary: which of them stays is the id rule
+            assert len(_kept(np.log(q), top_p=float(p))) == n_kept, (q, p)
+            cases += 1
+    assert cases > 500
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.01])
+def test_top_p_one_keeps_every_token_even_those_that_round_to_zero(temperature):
+    logits = np.array([0.0, -1000.0, -40.0, 1e-20])           # exp(-1000) and exp(-4000) are 0 in float64
+    assert _kept(logits, temperature=temperature, top_p=1.0) == [0, 1, 2, 3]
+    assert _kept(logits, temperature=temperature) == [0, 1, 2, 3]
+
+
+def test_top_k_ties_go_to_the_lower_id():
+    logits = [1.0, 5.0, 2.0, 5.0, 2.0, 5.0]
+    assert _kept(logits, top_k=1) == [1]
+    assert _kept(logits, top_k=2) == [1, 3]
+    assert _kept(logits, top_k=4) == [1, 2, 3, 5]                     # 2 before 4: the lower id
+    assert _kept(logits, top_k=5) == [1, 2, 3, 4, 5]
+    assert _kept([0.0] * 5, top_k=3) == [0, 1, 2]
+
+
+@pytest.mark.parametrize("k", [5, 6, 100])
+def test_top_k_of_at_least_the_vocabulary_keeps_every_token(k):
+    logits = np.array([0.3, -2.0, 1.5, 0.0, -700.0])
+    probs, allowed = sampling.distribution(logits, SamplerSettings(top_k=k))
+    assert allowed.all()
+    np.testing.assert_array_equal(probs, sampling.distribution(logits, SamplerSettings())[0])
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_top_k_one_is_greedy(seed):
+    logits = np.random.default_rng(seed).normal(size=7)
+    logits[seed % 7] = logits.max() + 0.1
+    token, probs, allowed = sampling.sample(logits, SamplerSettings(3.0, top_k=1), np.random.default_rng(seed))
+    assert token == seed % 7 and probs[token] == 1.0 and allowed.sum() == 1
+
+
+class _Draws:
+    """A stand-in for numpy's Generator that hands out the given uniform draws, in order."""
+
+    def __init__(self, *u):
+        self.u = list(u)
+
+    def random(self):
+        return self.u.pop(0)
+
+
+@pytest.mark.parametrize("temperature", [0.5, 2.0, 3.0])
+def test_temperature_divides_the_logits_once(temperature):
+    """``softmax(z / T)``, not ``z / T^2`` or ``z * T``: logits ``T log(1/2, 1/4, 1/4)`` give back
+    exactly 1/2, 1/4, 1/4, and a uniform draw ``u`` picks the token where the cumulative mass
+    (1/2, 3/4, 1) first exceeds it."""
+    logits = temperature * HALF_QUARTER_QUARTER
+    probs, _ = sampling.distribution(logits, SamplerSettings(temperature))
+    np.testing.assert_allclose(probs, [0.5, 0.25, 0.25], rtol=1e-15)
+    for u, token in ((0.49, 0), (0.51, 1), (0.74, 1), (0.76, 2), (0.0, 0), (0.999, 2)):
+        assert sampling.sample(logits, SamplerSettings(temperature), _Draws(u))[0] == token, u
