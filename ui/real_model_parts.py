@@ -12,13 +12,61 @@ import streamlit as st
 from core import pretrained
 from core.lessons import real_model as rm
 from core.model import layers as L
+from core.model import packaged
 from core.model import generation
 from core.model import transformer as tr
-from ui import charts
+from core.training import make_tiny_gpt
+from ui import charts, state
 
 SHIPPED = os.path.join(os.path.dirname(tr.__file__), "tiny_gpt")
+MODELS = {"minilm": "all-MiniLM-L6-v2: a real encoder (BERT family)",
+          "tiny_gpt": "The small GPT shipped with the dashboard (a decoder)",
+          "other": "Another checkpoint: a folder or a Hub name"}
+SOURCES = {"minilm": packaged.MINILM, "tiny_gpt": ""}   # what each choice loads ("": the shipped small GPT)
+DEFAULT_MODEL = "minilm"                                # the page opens on this one
+DESCRIBED = {"minilm": f"{packaged.MINILM.rsplit('/', 1)[-1]}, a pretrained sentence encoder of the BERT family",
+             "tiny_gpt": "the small GPT shipped with the dashboard, a decoder trained here"}
 MAX_SENTENCES = 8
 show = lambda token: token.replace(" ", "·").replace("\n", "⏎")  # noqa: E731  (spaces and new lines, visible)
+
+
+def visible_ends(text: str) -> str:
+    """``text`` with the spaces at its two ends shown as ·, so that a continuation that starts a new
+    word shows it (inside, spaces stay spaces)."""
+    core = text.strip(" ")
+    if not core:
+        return show(text)
+    start = len(text) - len(text.lstrip(" "))
+    end = len(text) - len(text.rstrip(" "))
+    return "·" * start + core + "·" * end
+
+
+def code_span(text: str) -> str:
+    """``text`` as a markdown code span, shown as typed: fenced by more backticks than it holds in a row,
+    and padded with a space where it starts or ends with one (CommonMark's rule)."""
+    longest, current = 0, 0
+    for c in text:
+        current = current + 1 if c == "`" else 0
+        longest = max(longest, current)
+    fence = "`" * (longest + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def clip_long_text(key: str, what_has: str) -> None:
+    """Call before the text box ``key`` is drawn. A text longer than a link can carry (``state.MAX_TEXT``
+    characters) is cut at a word to fit, and while the box holds that cut text the page says so."""
+    ss = st.session_state
+    note = f"{key}.__clipped"
+    text = ss.get(key, "")
+    if len(text) > state.MAX_TEXT:
+        kept = rm.clip_text(text, state.MAX_TEXT)
+        ss[key], ss[note] = kept, (kept, len(text), len(text.split()))
+    if ss.get(note) and ss[note][0] == ss.get(key):
+        kept, n_chars, n_words = ss[note]
+        st.warning(f"{what_has} {n_chars:,} characters ({n_words:,} words); this page takes at most "
+                   f"{state.MAX_TEXT} characters, so that a link can carry it. It keeps the first "
+                   f"{len(kept.split()):,} words ({len(kept)} characters) and runs the model on those.")
 
 
 @st.cache_resource(show_spinner=False, max_entries=3)
@@ -122,7 +170,7 @@ def logit_lens_section(m, cache, labels) -> None:
     st.latex(r"\text{guess}_\ell(t) = \arg\max \operatorname{softmax}\big(\mathrm{LN}_f(h_\ell(t))\, W_E^\top\big)")
     cfg = m.config
     top, prob = rm.logit_lens(m.params, cfg, cache)
-    lens = pd.DataFrame([[f"{show(m.decode([t]))} ({p:.0%})" for t, p in zip(top[r], prob[r])]
+    lens = pd.DataFrame([[f"{show(text)} ({p:.0%})" for text, p in zip(rm.token_texts(m, top[r]), prob[r])]
                          for r in range(cfg.n_layers + 1)],
                         columns=labels, index=["embeddings"] + [f"after block {l + 1}" for l in range(cfg.n_layers)])
     st.dataframe(lens.rename_axis("logit lens").reset_index(), hide_index=True)
@@ -132,14 +180,28 @@ def logit_lens_section(m, cache, labels) -> None:
 
 def next_token_effect_section(m, ids, logits, edit: dict) -> None:
     rows = rm.edit_effect(m.params, m.config, ids, logits, edit)
-    effect = pd.DataFrame([{"next token": show(m.decode([r["id"]])), "before": r["before"],
-                            "after": r["after"], "change": r["change"]} for r in rows])
+    texts = rm.token_texts(m, [r["id"] for r in rows])
+    effect = pd.DataFrame([{"next token": show(text), "before": r["before"], "after": r["after"],
+                            "change": r["change"]} for text, r in zip(texts, rows)])
     st.metric("largest change in a next-token probability", f"{effect['change'].abs().max():.4f}")
     st.dataframe(effect.style.format({"before": "{:.4f}", "after": "{:.4f}", "change": "{:+.4f}"}), hide_index=True)
 
 
-def generation_section(m, ids, key) -> None:
+def shipped_model_note(m) -> str:
+    """What the small GPT shipped with the dashboard is, and why its text repeats itself."""
+    kilobytes = os.path.getsize(make_tiny_gpt.CORPUS) / 1000
+    return (f"This is the small GPT shipped with the dashboard: {rm.parameter_count(m.params):,} parameters, trained "
+            f"here in a few minutes on {kilobytes:.1f} kB of text (core/training/corpus.txt, short sentences about "
+            "attention). That is far too little to learn a language: it repeats itself (\"sat sat satat sat\") and "
+            "breaks words. It is here to be taken apart, and its heads do find the previous token and copy what "
+            "followed it. A real language model needs far more data and parameters: GPT-2 small, the smallest "
+            "GPT-2, has about 124 million parameters and read about 40 GB of web text.")
+
+
+def generation_section(m, ids, key, shipped: bool = False) -> None:
     st.header("Generation")
+    if shipped:
+        st.info(shipped_model_note(m))
     g = st.columns(5)
     g[0].slider("temperature", 0.0, 2.0, key=key("temperature"), help="0 = greedy")
     g[1].number_input("top-k (0 = off)", 0, 1000, key=key("top_k"))
@@ -153,6 +215,14 @@ def generation_section(m, ids, key) -> None:
     else:
         gen = generation.generate(m.params, m.config, prompt=ids, max_new_tokens=room, temperature=ss[key("temperature")],
                                   top_k=ss[key("top_k")] or None, top_p=ss[key("top_p")], seed=ss[key("seed")])
-        st.markdown(f"Continued: {m.decode(ids)}**{m.decode(gen.new_tokens)}**")
+        # shown as plain text: the model's output may hold spaces at its ends and *, _, `, # or $, which
+        # markdown would read as markup
+        st.markdown("**Your prompt**, as the model read it:")
+        st.code(rm.text_of(m, ids), language=None, wrap_lines=True)
+        st.markdown(f"**Continued** by the model ({len(gen.new_tokens)} new tokens, · a space at either end):")
+        continued = rm.text_of(m, gen.new_tokens)
+        st.code(visible_ends(continued), language=None, wrap_lines=True)
+        if "<0x" in continued:
+            st.caption("<0xD9> and the like: bytes that make no whole character, as in the tokens above.")
     st.caption("The prompt runs once and fills the KV cache; each new token then runs alone, its query attending "
                "over the cached keys and values.")

@@ -3,6 +3,7 @@ import pandas as pd
 import streamlit as st
 
 from core.lessons.analysis import interaction_paths
+from ui.real_model_parts import DEFAULT_MODEL, DESCRIBED
 from ui.widgets import function_sources
 
 
@@ -16,7 +17,7 @@ you **set those matrices yourself** and watch what happens, computed live by sma
 )
 st.latex(r"\mathrm{Attention}(Q, K, V) = \mathrm{softmax}\!\left(\frac{Q K^\top}{\sqrt{d_k}} + M\right) V")
 st.markdown(
-    """
+    f"""
 **Where to go**
 
 | Page | What you do there |
@@ -31,7 +32,7 @@ st.markdown(
 | Inside a trained model | follow one example through a layer, then remove heads and measure what changes |
 | Decoder and generation | train an encoder-decoder or a small language model, then generate token by token |
 | Induction heads | watch two attention layers learn to copy what followed the last time |
-| A real model | open a pretrained GPT-2-family model on your own text and find its heads' jobs |
+| A real model | open {DESCRIBED[DEFAULT_MODEL]}, on your own text (or {", or ".join(about for choice, about in DESCRIBED.items() if choice != DEFAULT_MODEL)}, or a GPT-2- or BERT-family checkpoint of your choice): find its heads' jobs, then remove one and measure what changes |
 | Check yourself | questions and hands-on exercises the app checks for you |
 | Make it fast | the same attention timed on the lesson kernel, the tuned kernel and NumPy |
 

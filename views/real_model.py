@@ -18,11 +18,9 @@ from ui import charts, state
 from ui import real_model_parts as parts
 
 PAGE = "real_model"
-MODELS = {"minilm": "all-MiniLM-L6-v2: a real encoder (BERT family)",
-          "tiny_gpt": "The small GPT shipped with the dashboard (a decoder)",
-          "other": "Another checkpoint: a folder or a Hub name"}
+MODELS = parts.MODELS
 HOW = {"zero": "zero (remove the head)", "mean": "mean over positions", "patch": "patch from the second prompt"}
-SPEC = {"which": state.choice_field("minilm", list(MODELS)), "model": state.text_field(""),
+SPEC = {"which": state.choice_field(parts.DEFAULT_MODEL, list(MODELS)), "model": state.text_field(""),
         "text": state.text_field("The cat sat on the mat. The cat sat on the mat."),
         "sentences": state.text_field("The weather is lovely today.\nIt's so sunny outside!\nHe drove to the stadium."),
         "layer": state.int_field(1, 1, 96), "head": state.int_field(1, 1, 64),
@@ -43,7 +41,7 @@ st.radio("Model", list(MODELS), format_func=MODELS.get, key=k("which"), horizont
 if ss[k("which")] == "other":
     st.text_input("A folder (config.json, model.safetensors, tokenizer.json) or a Hub name such as gpt2 or "
                   "bert-base-uncased", key=k("model"))
-source = {"minilm": packaged.MINILM, "tiny_gpt": "", "other": ss[k("model")].strip()}[ss[k("which")]]
+source = {**parts.SOURCES, "other": ss[k("model")].strip()}[ss[k("which")]]
 bar = st.progress(0.0) if ss[k("which")] == "other" and source else None
 try:
     m = parts.model_for(source, (lambda f, msg: bar.progress(f, text=msg)) if bar else None)
@@ -70,27 +68,40 @@ about = {packaged.MINILM: f"all-MiniLM-L6-v2 (sentence-transformers, {packaged.L
 st.caption(f"{about.get(source, source)}: {'an encoder' if m.is_encoder else 'a decoder'}, {cfg.n_layers} layers × "
            f"{cfg.n_heads} heads, d = {cfg.d_model}, vocabulary {cfg.vocab_size:,}, context {cfg.n_ctx}, run in float32.")
 
-st.text_area("Your text", key=k("text"), max_chars=state.MAX_TEXT)
+parts.clip_long_text(k("text"), "The text has")
+st.text_area("Your text", key=k("text"))
 try:
-    ids, cut = rm.fit_context(m.encode(ss[k("text")]), cfg.n_ctx, keep_last=m.is_encoder)
-    ss[k("good_text")] = ss[k("text")]
+    text = ss[k("text")]
+    ids, cut = rm.fit_context(m.encode(text), cfg.n_ctx, keep_last=m.is_encoder)
+    ss[k("good_text")] = text
 except ValueError as err:
     text = ss.get(k("good_text"), SPEC["text"].default)
-    st.error(f"{err} Still showing: “{text}”.")
+    st.error(f"{err} Still showing: {parts.code_span(text)}.")
     ids, cut = rm.fit_context(m.encode(text), cfg.n_ctx, keep_last=m.is_encoder)
 if cut:
     st.warning(f"The text is {cut} tokens longer than the model's context: only {cfg.n_ctx} of its tokens are used.")
-words = m.tokens(ids)
+words = rm.token_texts(m, ids)
 labels = charts.position_labels([parts.show(w) for w in words])
 st.markdown("**Tokens**, as the tokenizer cut them (· is a space, ⏎ a new line"
             + (", [CLS] and [SEP] the encoder's own" if m.is_encoder else "") + "): "
-            + " ".join(f"`{parts.show(w)}`" for w in words))
+            + " ".join(parts.code_span(parts.show(w)) for w in words))
+if rm.has_partial_character(words):
+    examples = ", ".join(f"{c} = {hexes}" for c, hexes in rm.multibyte_characters(text))
+    st.info("Tokens such as `<0xF0>` hold **part of a character**. This model's tokenizer cuts bytes, not "
+            "characters: in UTF-8 one character takes 1 to 4 bytes (a letter of the English alphabet 1, é or an "
+            "Arabic letter 2, most emoji 4), and a character that was rare in the model's training text stays "
+            "in pieces. A piece of a character is no character at all, so decoding it alone "
+            "gives \"�\": the page shows such a token as its bytes in hexadecimal."
+            + (f" Characters of several bytes in your text: {examples}." if examples else ""))
+if m.is_encoder and "[UNK]" in words:
+    st.info("`[UNK]` stands for a character this encoder's vocabulary does not have (an emoji, for instance): "
+            "the model sees only that something unknown was there.")
 out, cache, loops = parts.run(m, source, tuple(int(i) for i in ids))
 W = rm.stack_weights(cache, cfg.n_layers)                                         # (L, H, T, T)
 T = len(ids)
 # the functions every forward pass runs, then the loops (or, on a freshly started server, their NumPy
 # formulas) and the softmax and GELU this one ran: GPT-2's sizes run the tuned twins (tuned_forward)
-ran = [tr.forward, tr.forward_checked, tr.embed, tr.block, MH.attend, tr.feed_forward,
+ran = [rm.token_texts, tr.forward, tr.forward_checked, tr.embed, tr.block, MH.attend, tr.feed_forward,
        L.dense, tr.layer_norm, L.layer_norm] + ([L.gelu_erf] if cfg.activation == "gelu_erf" else []) + list(loops)
 if TF.softmax_rows in loops:
     ran += [TF._softmax_rows, TF.append_kv] + ([TF._gelu_tanh_flat] if TF.gelu_tanh in loops else [])
@@ -164,7 +175,8 @@ if m.is_encoder:
     st.markdown("A sentence's embedding is the **mean of its last hidden states** over its tokens (padding left "
                 "out by the key mask), made unit length: the pooling all-MiniLM-L6-v2 was trained with. Similar "
                 "sentences point the same way.")
-    st.text_area(f"Sentences, one per line (2 to {parts.MAX_SENTENCES})", key=k("sentences"), max_chars=state.MAX_TEXT)
+    parts.clip_long_text(k("sentences"), "The sentences have")
+    st.text_area(f"Sentences, one per line (2 to {parts.MAX_SENTENCES})", key=k("sentences"))
     try:
         sentences = parts.read_sentences(ss[k("sentences")])
         ss[k("good_sentences")] = ss[k("sentences")]
@@ -195,7 +207,7 @@ else:
             st.error(f"Second prompt: {err}")
     if how != "patch" or other_cache is not None:
         parts.next_token_effect_section(m, ids, out, rm.head_edit(cache, layer, head, how, other_cache))
-    parts.generation_section(m, ids, k)
+    parts.generation_section(m, ids, k, shipped=source == "")
     ran += [rm.logit_lens, MH.edit_heads, rm.head_edit, rm.edit_effect, generation.generate, generation._run]
 
 # 6. its parameters, counted two ways ------------------------------------------------------------------

@@ -16,6 +16,18 @@ THRESHOLDS = {"previous-token": 0.5, "next-token": 0.5, "[CLS] sink": 0.5, "[SEP
               "duplicate-token": 0.5, "induction": 0.3, "first-token": 0.5}
 
 
+def clip_text(text: str, limit: int) -> str:
+    """``text`` cut to at most ``limit`` characters, ending between words where the cut would split
+    one (unless the first word alone is longer), trailing spaces dropped; shorter text unchanged."""
+    if len(text) <= limit:
+        return text
+    kept = text[:limit]
+    if not text[limit].isspace():                        # the cut falls inside a word: drop that word
+        last_space = max((i for i, c in enumerate(kept) if c.isspace()), default=0)
+        kept = kept[:last_space] or kept
+    return kept.rstrip()
+
+
 def fit_context(ids: np.ndarray, n_ctx: int, keep_last: bool = False) -> tuple[np.ndarray, int]:
     """The first ``n_ctx`` ids and how many were cut off (0 when the text fits); with ``keep_last``
     the last id (BERT's ``[SEP]``) stays at the end of a cut text."""
@@ -225,3 +237,81 @@ def edit_effect(params: dict, cfg: C.TransformerConfig, ids: np.ndarray, logits:
     picks = picks[np.argsort(-np.abs(change[picks]), kind="stable")][:top]
     return [{"id": int(t), "before": float(before[t]), "after": float(after[t]), "change": float(change[t])}
             for t in picks]
+
+
+# ----------------------------------------------------------------------------------------------
+# tokens as text: a byte-level tokenizer's tokens as their bytes
+# ----------------------------------------------------------------------------------------------
+def _gpt2_byte_alphabet() -> dict[str, int]:
+    """GPT-2's byte-level alphabet: the printable character that stands for each of the 256 bytes
+    in its vocabulary's token strings (printable bytes stand for themselves; the space is ``Ġ``)."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    others = [b for b in range(256) if b not in printable]
+    chars = printable + [256 + i for i in range(len(others))]
+    return {chr(c): b for b, c in zip(printable + others, chars)}
+
+
+BYTE_OF = _gpt2_byte_alphabet()
+
+
+def is_byte_level(tokenizer) -> bool:
+    """Whether ``tokenizer`` (a ``tokenizers.Tokenizer``) cuts bytes, not characters, as GPT-2's does."""
+    from tokenizers import decoders
+
+    return isinstance(getattr(tokenizer, "decoder", None), decoders.ByteLevel)
+
+
+def bytes_as_text(data: bytes) -> str:
+    """``data`` as UTF-8 text, every byte that is not part of a whole character written ``<0xF0>``."""
+    text = data.decode("utf-8", errors="surrogateescape")       # a stray byte b becomes U+DC00 + b
+    return "".join(f"<0x{ord(c) - 0xDC00:02X}>" if 0xDC80 <= ord(c) <= 0xDCFF else c for c in text)
+
+
+def _token_bytes(tokenizer, i: int) -> bytes:
+    """The bytes a byte-level tokenizer's token ``i`` stands for; a token spelled outside its byte
+    alphabet (an added one) as its own spelling in UTF-8."""
+    token = tokenizer.id_to_token(int(i))
+    if token is None:
+        return tokenizer.decode([int(i)]).encode("utf-8")
+    if any(c not in BYTE_OF for c in token):
+        return token.encode("utf-8")
+    return bytes(BYTE_OF[c] for c in token)
+
+
+def token_texts(model, ids) -> list[str]:
+    """Each id as the text it stands for, for the page's labels. A byte-level tokenizer's token
+    holds bytes, and a character of several UTF-8 bytes (an emoji, an Arabic letter) may be split
+    between tokens: such a token shows its bytes (``<0xF0><0x9F>``), not the "�" its decoding gives."""
+    if model.is_encoder or not is_byte_level(model.tokenizer):
+        return model.tokens(ids)
+    return [bytes_as_text(_token_bytes(model.tokenizer, i)) for i in np.asarray(ids).reshape(-1)]
+
+
+def text_of(model, ids) -> str:
+    """The text of a run of ids, for the page: a byte-level tokenizer's bytes joined, then read as
+    UTF-8, a byte that completes no character shown as ``<0xD9>`` (where decoding gives "�")."""
+    if model.is_encoder or not is_byte_level(model.tokenizer):
+        return model.decode(ids)
+    return bytes_as_text(b"".join(_token_bytes(model.tokenizer, i) for i in np.asarray(ids).reshape(-1)))
+
+
+def has_partial_character(texts) -> bool:
+    """Whether any of :func:`token_texts` holds part of a character (written as its bytes)."""
+    return any("<0x" in t for t in texts)
+
+
+def multibyte_characters(text: str, most: int = 3) -> list[tuple[str, str]]:
+    """The first ``most`` distinct characters of ``text`` that take more than one byte in UTF-8, each
+    with its bytes in hex: ``[("é", "C3 A9"), ...]``."""
+    seen = []
+    for c in text:
+        if len(c.encode("utf-8")) > 1 and c not in (s for s, _ in seen):
+            seen.append((c, c.encode("utf-8").hex(" ").upper()))
+            if len(seen) == most:
+                break
+    return seen
+
+
+def parameter_count(params: dict) -> int:
+    """How many numbers a model's parameters hold: the sum of its arrays' sizes."""
+    return int(sum(np.asarray(p).size for p in params.values()))

@@ -26,9 +26,23 @@ def effect(at):
     return float(at.metric[0].value)
 
 
+def plain_blocks(at) -> list[str]:
+    """The blocks shown as plain text (no markup read in them): the prompt, then the continuation."""
+    return [c.value for c in at.code if c.proto.language == "plaintext"]
+
+
 def generated(at):
-    (text,) = [md.value for md in at.markdown if md.value.startswith("Continued: ")]
+    prompt, continued = plain_blocks(at)
+    return continued
+
+
+def tokens_line(at) -> str:
+    (text,) = [md.value for md in at.markdown if md.value.startswith("**Tokens**")]
     return text
+
+
+def shipped_model():
+    return pretrained.load(pretrained.os.path.join(pretrained.os.path.dirname(tr.__file__), "tiny_gpt"))
 
 
 @pytest.fixture(scope="module")
