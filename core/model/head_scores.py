@@ -24,7 +24,10 @@ def next_token(A) -> np.ndarray:
     r"""Weight one step ahead, :math:`\frac{1}{T-1}\sum_{t < T-1} A_{t, t+1}` (only a model that
     attends both ways can)."""
     A = np.asarray(A, dtype=np.float64)
-    t = np.arange(A.shape[-1] - 1)
+    T = A.shape[-1]
+    if T < 2:
+        raise ValueError("A single position has no next token.")
+    t = np.arange(T - 1)
     return A[..., t, t + 1].mean(axis=-1)
 
 
@@ -35,8 +38,14 @@ def on_key(A, key: int) -> np.ndarray:
 
 
 def broad(A) -> np.ndarray:
-    """Each row's entropy over ``log2 T``, its mean: 1 for uniform rows, 0 for one-hot ones."""
+    r"""Each row's entropy in bits over the most a row of ``T`` keys can have, ``log2 T``, its mean:
+
+    .. math:: \frac{1}{T} \sum_t \frac{-\sum_j A_{tj} \log_2 A_{tj}}{\log_2 T}
+
+    1 for rows uniform over every key, 0 for one-hot rows (``0 log 0 = 0``)."""
     A = np.asarray(A, dtype=np.float64)
+    if A.shape[-1] < 2:
+        raise ValueError("Over a single key every row is one-hot: breadth needs at least two keys.")
     plogp = np.where(A > 0, A * np.log2(np.where(A > 0, A, 1.0)), 0.0)                 # 0 log 0 = 0
     return (-plogp.sum(-1) / np.log2(A.shape[-1])).mean(-1)
 
@@ -44,8 +53,14 @@ def broad(A) -> np.ndarray:
 def offset_back(A, queries, back: int) -> np.ndarray:
     """Weight each of ``queries`` gives the key ``back`` positions earlier, its mean: on a sequence
     repeated after ``n`` tokens, ``back = n`` finds duplicate-token heads, ``n - 1`` induction heads."""
+    A = np.asarray(A, dtype=np.float64)
     q = np.asarray(queries)
-    return np.asarray(A, dtype=np.float64)[..., q, q - back].mean(axis=-1)
+    keys = q - back
+    if q.size == 0 or q.min() < 0 or q.max() >= A.shape[-2] or keys.min() < 0 or keys.max() >= A.shape[-1]:
+        # a negative index would silently read a key from the far end of the row
+        raise ValueError(f"Queries {q.tolist()} looking {back} positions back need keys in 0..{A.shape[-1] - 1}: "
+                         f"a query closer than {back} to the start has no key that far back.")
+    return A[..., q, keys].mean(axis=-1)
 
 
 def induction_targets(tokens) -> np.ndarray:
