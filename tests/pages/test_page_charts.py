@@ -209,3 +209,178 @@ def test_filter_bank_reconstruction_error_compares_the_terms_with_the_output():
         assert metric.value == f"{gap:.2e}"
         shown.append(gap)
     assert max(shown) > 0, "no W_O here shows a rounding-level difference: pick others"
+
+
+# ----------------------------------------------------------------------------------------------
+# Parameters and cost
+# ----------------------------------------------------------------------------------------------
+def test_parameters_charts_are_the_packed_projection_and_the_counts():
+    """Fails when the packed W_Q is drawn transposed or with its heads' blocks swapped, when a curve
+    leaves out a divisor of d_model or plots d_model·H for d_k, when the count ignores the biases, or
+    when a sublayer's bar holds another's count."""
+    at = open_page(view("parameters"))
+    at.slider(key="parameters.d_model").set_value(96)
+    at.checkbox(key="parameters.ff_auto").set_value(False)
+    at.run()
+    at.slider(key="parameters.d_ff").set_value(200)
+    at.checkbox(key="parameters.bias").set_value(True)
+    at.run()
+    check(at)
+    d, d_ff = 96, 200
+    # X = I: each head's queries are its own W_Q^h, and the packed matrix holds them side by side
+    packed = np.hstack([heads.self_position(4, 2)[0], heads.uniform(4, 2)[0]])
+    np.testing.assert_allclose(named(heatmaps(at), "Packed W_Q"), packed, **CLOSE)
+    divisors = [h for h in range(1, 65) if d % h == 0]
+    curves = line_charts(at)
+    d_k = curves["d_k = d_model / H"]
+    assert list(d_k["H"]) == divisors and list(d_k["value"]) == [d / h for h in divisors]
+    flat = curves["parameters (flat)"]
+    assert list(flat["H"]) == divisors and set(flat["value"]) == {4 * d * d + 4 * d}
+    bars = bar_charts(at)["parameters per sublayer"]
+    assert bars.to_dict() == {"attention": 4 * d * d + 4 * d, "FFN": 2 * d * d_ff + d_ff + d, "LayerNorms": 2 * 2 * d}
+
+
+# ----------------------------------------------------------------------------------------------
+# Positional encoding
+# ----------------------------------------------------------------------------------------------
+def sinusoid(T: int, d: int, base: float = 10000.0) -> np.ndarray:
+    """PE[p, 2i] = sin(p / base^(2i/d)), PE[p, 2i+1] = cos(p / base^(2i/d)), written out here."""
+    PE = np.zeros((T, d))
+    for p in range(T):
+        for i in range(0, d, 2):
+            PE[p, i] = np.sin(p / base ** (i / d))
+            if i + 1 < d:
+                PE[p, i + 1] = np.cos(p / base ** (i / d))
+    return PE
+
+
+def cosines(P: np.ndarray) -> np.ndarray:
+    unit = P / np.linalg.norm(P, axis=1, keepdims=True)
+    return unit @ unit.T
+
+
+def rotate(x: np.ndarray, p: int, base: float) -> np.ndarray:
+    """RoPE: feature pair (2i, 2i+1) turned by the angle p · base^(-2i/d)."""
+    out = x.copy()
+    for i in range(0, len(x), 2):
+        a = p * base ** (-i / len(x))
+        out[i], out[i + 1] = x[i] * np.cos(a) - x[i + 1] * np.sin(a), x[i] * np.sin(a) + x[i + 1] * np.cos(a)
+    return out
+
+
+def test_positional_charts_are_the_codes_and_their_measures():
+    """Fails when the PE heatmap is drawn transposed or with another base, the cosine curve reads
+    another row, the offset curves use another k or lose their normalisation, the longer-than-trained
+    rows start elsewhere, RoPE's scores skip the rotation of the keys, or ALiBi's heads swap slopes."""
+    at = open_page(view("positional"))
+    at.slider(key="positional.T").set_value(40)
+    at.slider(key="positional.d").set_value(32)
+    at.number_input(key="positional.base").set_value(100.0)
+    at.run()
+    at.slider(key="positional.from").set_value(7)
+    at.slider(key="positional.k").set_value(3)
+    at.slider(key="positional.Ts").set_value(6)
+    at.number_input(key="positional.trained").set_value(20)
+    at.number_input(key="positional.asked").set_value(30)
+    at.run()
+    check(at)
+    T, d, base, Ts = 40, 32, 100.0, 6
+    PE = sinusoid(T, d, base)
+    maps = heatmaps(at)
+    np.testing.assert_allclose(maps["PE (positions × dimensions)"], PE, **CLOSE)
+    np.testing.assert_allclose(maps["cosine similarity between positions"], cosines(PE), **CLOSE)
+    curves = line_charts(at)
+    cosine = curves["cosine similarity to position 7"]
+    assert list(cosine["position"]) == list(range(T))
+    np.testing.assert_allclose(cosine["cosine"], cosines(PE)[7], **CLOSE)
+    dots = curves["PE_p · PE_(p+3) / mean |PE|², for every p"]
+    learned = positions.learned(T, d, seed=0)                       # the page's untrained table
+    for code, P in (("sinusoidal", PE), ("learned (random init)", learned)):
+        curve = dots[dots["code"] == code]
+        want = np.einsum("pi,pi->p", P[:-3], P[3:]) / np.mean((P ** 2).sum(axis=1))
+        assert list(curve["p"]) == list(range(T - 3))
+        np.testing.assert_allclose(curve["dot"], want, **CLOSE, err_msg=code)
+    blind, coded, longer, scores, alibi = heatmap_grids(at)
+    # learned rows exist up to the trained length (blank after); the formula gives every row
+    lo, hi = 20 - 8, 28
+    rows = np.full((hi - lo, 16), np.nan)
+    rows[:20 - lo] = positions.learned(20, d, seed=0)[lo:, :16]
+    assert_same_panels(longer, {f"learned: rows {lo}–{hi - 1} (blank: no row)": rows,
+                                f"sinusoidal: rows {lo}–{hi - 1}": sinusoid(30, d, base)[lo:hi, :16]})
+    P_sin, P_learned = sinusoid(Ts, d, base), positions.learned(Ts, d, seed=0)
+    assert_same_panels(scores, {"sinusoidal: P Pᵀ/√d": P_sin @ P_sin.T / np.sqrt(d),
+                                "learned (random init): P Pᵀ/√d": P_learned @ P_learned.T / np.sqrt(d)})
+    rng = np.random.default_rng(0)
+    q, k = rng.normal(size=8), rng.normal(size=8)
+    rope = np.array([[rotate(q, m, base) @ rotate(k, n, base) / np.sqrt(8) for n in range(Ts)] for m in range(Ts)])
+    np.testing.assert_allclose(maps["RoPE scores, same q and k everywhere"], rope, **CLOSE)
+    distance = np.abs(np.arange(Ts)[:, None] - np.arange(Ts)[None, :])
+    slopes = [2.0 ** (-8 * h / 4) for h in range(1, 5)]
+    assert_same_panels(alibi, {f"head {h + 1}: slope {m:.3f}": masked_blank(-m * distance + causal(Ts))
+                               for h, m in enumerate(slopes)})
+
+
+def test_positional_order_blindness_charts_are_the_outputs_in_b_s_order():
+    """Fails when A's outputs are drawn in A's own order (not B's) or one panel repeats the other:
+    without positions A's outputs, reordered, are B's outputs; with positions they are not, and each
+    panel is the lesson's layer output on its own sentence."""
+    at = open_page(view("positional"))
+    at.text_input(key="positional.a").set_value("the cat saw a dog")
+    at.text_input(key="positional.b").set_value("a dog saw the cat")
+    at.run()
+    check(at)
+    a, b = "the cat saw a dog".split(), "a dog saw the cat".split()
+    order = [a.index(w) for w in b]                                  # B's word i is A's word order[i]
+    blind, coded = heatmap_grids(at)[:2]
+    for grid, with_pe, name in ((blind, False, "without PE"), (coded, True, "with PE")):
+        run = positions.order_blindness(a, b, with_pe=with_pe)
+        assert_same_panels(grid, {f"A's outputs, in B's order ({name})": run.outputs_a[order],
+                                  f"B's outputs ({name})": run.outputs_b})
+    np.testing.assert_allclose(*blind.values(), atol=1e-12)
+    assert np.abs(np.subtract(*coded.values())).max() > 1e-3
+
+
+# ----------------------------------------------------------------------------------------------
+# Masks and cross-attention
+# ----------------------------------------------------------------------------------------------
+def masks_layer(d: int, seed: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [rng.normal(0.0, 1.0 / np.sqrt(d), (d, d)) for _ in range(4)]
+
+
+def masks_embed(words, d: int, seed: int) -> np.ndarray:
+    table = {w: np.random.default_rng([seed, *map(ord, w)]).normal(size=d) for w in set(words)}
+    return np.stack([table[w] for w in words]) + sinusoid(len(words), d)
+
+
+def test_masks_charts_are_each_masks_weights():
+    """Fails when a grid draws the unmasked weights for the causal panel, another head than head 1
+    of each padded sequence, one sequence's weights for another, or cross-attention transposed."""
+    at = open_page(view("masks"))
+    at.text_input(key="masks.sentence").set_value("a cat sat on a mat")
+    at.text_input(key="masks.lengths").set_value("5, 2, 4")
+    at.slider(key="masks.T").set_value(5)
+    at.select_slider(key="masks.heads").set_value("4")
+    at.checkbox(key="masks.causal").set_value(True)
+    at.text_input(key="masks.source").set_value("le chat noir dort")
+    at.text_input(key="masks.target").set_value("the black cat")
+    at.run()
+    check(at)
+    d = 8
+    free_grid, pad_grid, cross_grid = heatmap_grids(at)
+    words = "a cat sat on a mat".split()
+    X = masks_embed(words, d, seed=1)
+    W = masks_layer(d, 0)
+    free = ref.multi_head_attention(X, *W, 1)["weights"][0]
+    masked = ref.multi_head_attention(X, *W, 1, causal(len(words)))["weights"][0]
+    assert_same_panels(free_grid, {"no mask": free, "causal mask": masked})
+    lengths, T = [5, 2, 4], 5
+    Xb = np.random.default_rng(2).normal(size=(3, T, d))
+    mask = np.where(np.arange(T)[None, None, :] < np.array(lengths)[:, None, None], 0.0, -np.inf) + causal(T)
+    A = ref.multi_head_attention(Xb, *masks_layer(d, 0), 4, mask)["weights"]          # (B, H, T, T)
+    assert not np.allclose(A[:, 0], A[:, 1])                                          # head 1 is not head 2
+    assert_same_panels(pad_grid, {f"sequence {b + 1}: length {n}": A[b, 0] for b, n in enumerate(lengths)})
+    src, tgt = "le chat noir dort".split(), "the black cat".split()
+    cross = ref.multi_head_attention(masks_embed(tgt, d, seed=4), *masks_layer(d, 5), 2,
+                                     X_kv=masks_embed(src, d, seed=3))["weights"]     # (H, 3, 4)
+    assert_same_panels(cross_grid, {"head 1": cross[0], "head 2": cross[1]})
