@@ -226,10 +226,10 @@ class WarmUp:
             self._signal_child(signal.SIGKILL)
 
     def _run(self) -> None:
-        try:   # a lower priority for this thread alone (Linux): a student's page comes first
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), CHILD_NICE)
-        except (AttributeError, OSError):
-            pass
+        # This thread keeps the process's priority. Numba compiles and loads while holding the
+        # interpreter's lock: a thread niced below a busy machine's other work would hold that lock
+        # for as long as it waits for a core, and every page of the server would wait with it.
+        # What runs long (the heavy compiles) runs in the niced child instead.
         while (label := self._next()) is not None:
             _, fn, in_child = self._all[self._index[label]]
             start = time.perf_counter()

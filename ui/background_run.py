@@ -26,16 +26,21 @@ the caller's choice, not this class's. Nothing here imports Streamlit: tests dri
 from __future__ import annotations
 
 import collections
+import contextlib
+import math
 import os
 import threading
 from typing import Callable
+
+from core import limits
 
 # worker threads training at once, over all sessions of the server: one per core, so that a run
 # trains at about the speed it would alone (its own metrics say so: ms per step)
 MAX_CONCURRENT_RUNS = max(1, os.cpu_count() or 1)
 
-IDLE, QUEUED, RUNNING, PAUSED, STOPPED, DONE, LOADED, ERROR = (
-    "idle", "queued", "running", "paused", "stopped", "done", "loaded", "error")
+IDLE, QUEUED, COMPILING, RUNNING, PAUSED, STOPPED, DONE, LOADED, ERROR = (
+    "idle", "queued", "compiling", "running", "paused", "stopped", "done", "loaded", "error")
+BUSY = (QUEUED, COMPILING, RUNNING)     # a worker holds, or waits for, a training slot
 
 
 class TrainingQueue:
@@ -82,11 +87,23 @@ class TrainingQueue:
 QUEUE = TrainingQueue(MAX_CONCURRENT_RUNS)
 
 
+def queue_message(place: int, training: int, slots: int, cap_s: float) -> str:
+    """What a queued run tells its student: its place, who is training, and the longest wait (each
+    run ahead trains for at most ``cap_s`` seconds, ``slots`` at once)."""
+    longest = math.ceil(place / slots) * cap_s
+    return (f"waiting for a training slot: place {place} in the queue ({training} runs are training on this "
+            f"server, {slots} at most at once: one per core); at most about {longest:.0f} s, since each run "
+            f"trains for at most {cap_s:.0f} s")
+
+
 class BackgroundRun:
     """One worker thread at a time and the status it reports; every public method is thread-safe.
 
-    ``name`` names the thread (it shows in a debugger).
+    ``name`` names the thread (it shows in a debugger). ``max_seconds`` caps one run's training time
+    (a subclass sets it; the queue's estimate of a wait reads it).
     """
+
+    max_seconds: float = limits.MAX_TRAIN_SECONDS
 
     def __init__(self, name: str):
         self._name = name
@@ -105,8 +122,8 @@ class BackgroundRun:
 
     @property
     def running(self) -> bool:
-        """Training, or queued to train."""
-        return self.status in (RUNNING, QUEUED)
+        """Training, compiling to train, or queued to train."""
+        return self.status in BUSY
 
     def join(self, timeout: float | None = None) -> bool:
         """Wait for the worker to end; True when no worker is left."""
@@ -115,7 +132,7 @@ class BackgroundRun:
     # -- for subclasses ----------------------------------------------------------------------------
     def _refuse_while_running(self, message: str) -> None:
         with self._lock:
-            if self._status in (RUNNING, QUEUED):
+            if self._status in BUSY:
                 raise ValueError(message)
 
     def _claim(self) -> None:
@@ -138,9 +155,7 @@ class BackgroundRun:
 
     def _work(self, work: Callable[[int], None], generation: int) -> None:
         def tell(place: int, training: int) -> None:
-            self._set_status(generation, QUEUED,
-                             f"waiting for a training slot: place {place} in the queue ({training} runs are training "
-                             f"on this server, {QUEUE.slots} at most at once: one per core)")
+            self._set_status(generation, QUEUED, queue_message(place, training, QUEUE.slots, self.max_seconds))
         if not QUEUE.wait_turn(self._stop, tell):
             self._set_status(generation, self._left_queue_status, "Stopped while it waited for a training slot.")
             return
@@ -151,6 +166,18 @@ class BackgroundRun:
             self._set_status(generation, ERROR, f"Training stopped: {err}")
         finally:
             QUEUE.release()
+
+    @contextlib.contextmanager
+    def _compiling(self, generation: int, what: str):
+        """Status ``compiling`` (with ``what`` and why it takes a while) for the ``with`` block, then
+        ``running`` again: a run whose first step waits on Numba says so instead of standing at step 0."""
+        self._set_status(generation, COMPILING,
+                         f"preparing {what}: loaded from the disk cache in a moment, or compiled on its first use "
+                         f"on this server (a minute or two on two cores, longer when they are busy)")
+        try:
+            yield
+        finally:
+            self._set_status(generation, RUNNING, "")
 
     def _halt(self, timeout: float) -> None:
         """Ask the worker to stop after its current step, and wait for it (at most ``timeout`` s)."""

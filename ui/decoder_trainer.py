@@ -29,7 +29,7 @@ from core.model import decoder, decoder_step
 from core.training import decoder_runs
 from core.training.decoder_runs import LM_TASK, Setup
 from core.training.steps import DEFAULT_TRACK, check_track
-from ui.background_run import DONE, QUEUED, RUNNING, STOPPED, BackgroundRun
+from ui.background_run import BUSY, DONE, STOPPED, BackgroundRun
 # Steps between two measurements of the validation metric during a run (about a tenth of a second
 # each for the reverse task, a quarter for the language model; a step takes about 2 ms)
 EVAL_EVERY = 100
@@ -58,7 +58,7 @@ class DecoderView:
 
     @property
     def running(self) -> bool:
-        return self.status in (RUNNING, QUEUED)
+        return self.status in BUSY
 
     @property
     def last(self) -> dict | None:
@@ -177,8 +177,9 @@ class DecoderTrainer(BackgroundRun):
                     self._evals.append({"step": step, "value": value})
                     self._bump()
 
-        if track == "compiled":
-            decoder_step.warm_up()            # loaded already (the warm-up), or compiled here (no warm-up)
+        if track == "compiled":               # loaded already (the warm-up), or compiled here (no warm-up)
+            with self._compiling(generation, "the compiled training step"):
+                decoder_step.warm_up()
         self._set_status(generation, None, "This server has just started and still compiles the compiled step: "
                                            "this run trains on the readable step." if compiled_missing else "")
         start = time.perf_counter()           # the time cap counts training, not compiling

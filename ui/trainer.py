@@ -32,7 +32,7 @@ from core.model.config import TransformerConfig, check_params
 from core.training import encoder_runs as training
 from core.training.runs import RunSpec
 from core.training.tasks import Dataset, make_dataset
-from ui.background_run import DONE, LOADED, PAUSED, QUEUED, RUNNING, BackgroundRun
+from ui.background_run import BUSY, DONE, LOADED, PAUSED, BackgroundRun
 
 RATE_WINDOW = 25              # steps per second is measured over the last this-many steps
 
@@ -97,7 +97,7 @@ class TrainerView:
 
     @property
     def running(self) -> bool:
-        return self.status in (RUNNING, QUEUED)
+        return self.status in BUSY
 
 
 # ----------------------------------------------------------------------------------------------
@@ -185,7 +185,7 @@ class Trainer(BackgroundRun):
             n = len(self._runs[0].data.y_val) if self._runs else 0
             self._example = int(np.clip(index, 0, max(n - 1, 0)))
             self._bump()
-            idle = self._status not in (RUNNING, QUEUED)
+            idle = self._status not in BUSY
         if idle:   # no worker touches the parameters: refresh now
             for run in self._runs:
                 self._snapshot(run)
@@ -238,7 +238,7 @@ class Trainer(BackgroundRun):
     def params(self, index: int = 0) -> tuple[dict, TransformerConfig]:
         """A copy of run ``index``'s parameters and its config (not while training)."""
         with self._lock:
-            if self._status in (RUNNING, QUEUED):
+            if self._status in BUSY:
                 raise ValueError("The model is still training: pause it to take a copy.")
             if not self._runs:
                 raise ValueError("There is no model yet: start a run or upload one.")
@@ -259,8 +259,9 @@ class Trainer(BackgroundRun):
         with self._lock:
             runs = list(self._runs)
         if warmup.ready(warmup.ENCODER):  # loading (or compiling, with no warm-up) is not training: outside the clock
-            for run in runs:
-                encoder.warm_up(run.cfg, run.state.grad_flat.dtype)
+            with self._compiling(generation, "the compiled training step"):
+                for run in runs:
+                    encoder.warm_up(run.cfg, run.state.grad_flat.dtype)
         while True:
             left = [run for run in runs if not run.finished]
             if not left:

@@ -50,8 +50,8 @@ def live_view(draw, what: str, running, every: float) -> None:
 def run_progress(view, done: float, total: float, text: str | None = None) -> None:
     """A background run's progress bar, ``done`` of ``total`` (by default "status: step done of
     total"), and its error message when the worker failed; ``view`` has ``status`` and ``message``."""
-    if view.status == "queued":          # the server's training queue: the run's place in it
-        st.progress(0.0, text=f"queued: {view.message}")
+    if view.status in ("queued", "compiling"):   # its place in the server's queue, or what it waits on
+        st.progress(min(done / max(total, 1), 1.0), text=f"{view.status}: {view.message}")
         return
     st.progress(min(done / max(total, 1), 1.0),
                 text=f"{view.status}: step {done} of {total}" if text is None else f"{view.status}: {text}")

@@ -121,7 +121,7 @@ def draw_live() -> None:
     if view.task and view.task != task:
         st.caption(f"The last run trained the task '{view.task}'.")
     run_progress(view, view.step, view.target_steps)
-    if view.status not in ("error", "queued") and view.message:
+    if view.status not in ("error", "queued", "compiling") and view.message:
         st.caption(view.message)
     last = view.last
     c = st.columns(4)

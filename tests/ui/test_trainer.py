@@ -11,7 +11,7 @@ from core.model.config import param_shapes
 from ui import background_run
 from ui import trainer as trainer_module
 from core.training.runs import RunSpec
-from ui.background_run import DONE, ERROR, IDLE, LOADED, PAUSED, QUEUED, RUNNING
+from ui.background_run import BUSY, COMPILING, DONE, ERROR, IDLE, LOADED, PAUSED, QUEUED, RUNNING
 from ui.trainer import Trainer
 
 TINY = dict(task="sum", n_layers=1, d_model=16, n_heads=2, n_train=200, n_val=40, n_test=40, eval_every=5)
@@ -40,7 +40,9 @@ def trainer():
     assert t.join(10)
 
 
-def wait_for(predicate, timeout=20.0):
+def wait_for(predicate, timeout=300.0):
+    """Poll ``predicate`` until it holds; the limit only guards against a hang (a busy machine is slow,
+    not wrong), so it is generous."""
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         if predicate():
@@ -51,8 +53,8 @@ def wait_for(predicate, timeout=20.0):
 
 def test_start_runs_to_the_step_count_and_the_thread_ends(trainer):
     trainer.start(tiny(steps=30))
-    assert trainer.status in (RUNNING, DONE)
-    assert trainer.join(30)
+    assert trainer.status in (*BUSY, DONE)
+    assert trainer.join(300), "the 30-step run's worker did not end"
     view = trainer.view()
     assert view.status == DONE and not workers_alive()
     run = view.runs[0]
@@ -319,3 +321,63 @@ def test_a_time_cap_stops_every_ablation_run_at_the_same_step():
     assert len(steps) == 1 and 0 < steps.pop() < limits.MAX_TRAIN_STEPS
     assert all(r.finished and "time cap" in r.stop_reason and f"step {r.step} of" in r.stop_reason for r in runs)
     assert all(r.metrics[-1]["evaluated"] and r.test_acc is not None for r in runs)
+
+
+def test_a_run_that_waits_on_the_compiled_step_says_so(trainer, monkeypatch):
+    """While the first step waits for Numba (loading, or compiling on first use) the status is
+    ``compiling`` with what it prepares, not "running: step 0"; then it trains as usual."""
+    gate, entered = threading.Event(), threading.Event()
+    real_warm_up = trainer_module.encoder.warm_up
+
+    def slow_warm_up(*args, **kwargs):
+        entered.set()
+        assert gate.wait(300), "the test never released the compile"
+        return real_warm_up(*args, **kwargs)
+
+    monkeypatch.setattr(trainer_module.encoder, "warm_up", slow_warm_up)
+    trainer.start(tiny(steps=3))
+    assert entered.wait(300), "the worker never reached the compiled step"
+    view = trainer.view()
+    assert view.status == COMPILING and trainer.running
+    assert "compiled training step" in view.message and "first use" in view.message
+    with pytest.raises(ValueError):                 # busy: a second start is refused meanwhile
+        trainer.start(tiny(steps=3))
+    gate.set()
+    assert trainer.join(300), "the run did not end after its compile"
+    assert trainer.view().status == DONE and trainer.view().runs[0].step == 3
+
+
+def test_the_decoder_trainer_says_when_it_waits_on_the_compiled_step(monkeypatch):
+    from core.training.decoder_runs import build
+    from ui import decoder_trainer
+
+    gate, entered = threading.Event(), threading.Event()
+
+    def slow_warm_up(*args, **kwargs):
+        entered.set()
+        assert gate.wait(300), "the test never released the compile"
+
+    monkeypatch.setattr(decoder_trainer.decoder_step, "warm_up", slow_warm_up)
+    monkeypatch.setattr(decoder_trainer.warmup, "track", lambda label: "compiled")
+    def fit(setup, *, steps, callback, track, **_):     # the loop itself is not what is tested here
+        assert track == "compiled"
+        for step in range(steps):
+            callback(step, 1.0)
+        return decoder_trainer._untrained(setup), [1.0] * steps
+
+    trainer = decoder_trainer.DecoderTrainer()
+    trainer.start(build("reverse"), 2, track="compiled", fit=fit)
+    assert entered.wait(300), "the worker never reached the compiled step"
+    view = trainer.view()
+    assert view.status == COMPILING and view.running and "compiled training step" in view.message
+    gate.set()
+    assert trainer.join(300), "the run did not end after its compile"
+    assert trainer.view().status == DONE
+
+
+@pytest.mark.parametrize("place, slots, cap, longest", [(1, 2, 60, 60), (2, 2, 60, 60), (3, 2, 60, 120),
+                                                         (5, 1, 30, 150)])
+def test_a_queued_run_is_told_its_place_and_its_longest_wait(place, slots, cap, longest):
+    message = background_run.queue_message(place, slots, slots, cap)
+    assert f"place {place} in the queue" in message
+    assert f"at most about {longest} s" in message and f"at most {cap} s" in message
