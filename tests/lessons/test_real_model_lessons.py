@@ -77,6 +77,35 @@ def test_rollout_of_one_layer_is_half_attention_half_identity():
     np.testing.assert_allclose(two.sum(-1), 1.0, rtol=1e-13)
 
 
+def rollout_by_hand(weights):
+    """Abnar & Zuidema's rollout in plain NumPy: each layer's head-mean map, half attention and half
+    identity, rows renormalised; then R_l = Ā_l Ā_(l-1) ··· Ā_0, the latest layer on the left."""
+    L, H, T, _ = weights.shape
+    mixed = []
+    for l in range(L):
+        M = 0.5 * sum(weights[l, h] for h in range(H)) / H + 0.5 * np.eye(T)
+        mixed.append(M / M.sum(axis=1, keepdims=True))
+    return np.stack([np.linalg.multi_dot([np.eye(T), *mixed[l::-1], np.eye(T)]) for l in range(L)])
+
+
+def test_rollout_multiplies_the_layers_latest_on_the_left():
+    """Layers that differ: the rollout is Ā_l ··· Ā_0 (not Ā_0 ··· Ā_l, nor the first layer alone),
+    a token's shares of the inputs summing to 1 after every layer. Row l of a causal model's rollout
+    stays causal: a query draws on no later token through any number of layers."""
+    rng = np.random.default_rng(3)
+    T = 6
+    A = rng.random((3, 2, T, T)) ** 4 * np.tril(np.ones((T, T)))         # three different causal layers
+    A /= A.sum(-1, keepdims=True)
+    R = rm.rollout(A)
+    want = rollout_by_hand(A)
+    np.testing.assert_allclose(R, want, rtol=1e-13, atol=1e-15)
+    np.testing.assert_allclose(R.sum(-1), 1.0, rtol=1e-13)
+    assert np.all(np.triu(R, 1) == 0)
+    reversed_order = rollout_by_hand(A[::-1])[-1]                         # Ā_0 Ā_1 Ā_2: the same layers
+    assert np.abs(want[-1] - reversed_order).max() > 1e-2                 # the order matters here
+    assert np.abs(want[-1] - want[0]).max() > 1e-2                        # and so does every layer after the first
+
+
 GPT_CFG = C.TransformerConfig(vocab_size=17, n_ctx=16, d_model=16, n_heads=4, d_ff=32, n_layers=3, norm="pre",
                                activation="gelu_tanh", positional="learned", tied_unembed=True, final_ln=True)
 
