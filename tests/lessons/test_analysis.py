@@ -24,6 +24,34 @@ def test_entropy_keeps_leading_axes_and_never_nans():
     assert np.isfinite(H).all() and (H == 0).all()
 
 
+@pytest.mark.parametrize("n_keys, bits", [(1, 0.0), (2, 1.0), (4, 2.0), (8, 3.0), (1024, 10.0)])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_a_uniform_row_over_n_keys_holds_exactly_log2_n_bits(n_keys, bits, dtype):
+    """In bits, not nats (``ln 8 = 2.08``) and not over the row's full width: the padding of
+    masked keys (zeros) adds nothing."""
+    A = np.zeros((2, n_keys + 3), dtype=dtype)
+    A[:, :n_keys] = 1.0 / n_keys
+    assert analysis.row_entropy_bits(A).tolist() == [bits, bits]
+    assert analysis.effective_positions(A).tolist() == [n_keys, n_keys]
+    assert analysis.row_entropy_bits(np.ones((3, 1), dtype=dtype)).tolist() == [0.0, 0.0, 0.0]
+
+
+def test_entropy_of_a_dyadic_row_is_exact():
+    # 1/2 * 1 + 1/4 * 2 + 2 * (1/8 * 3) = 1.75 bits
+    assert analysis.row_entropy_bits([0.125, 0.5, 0.0, 0.25, 0.125]) == 1.75
+
+
+def test_the_entropy_ceiling_is_log2_of_the_visible_keys():
+    np.testing.assert_array_equal(analysis.entropy_ceiling_bits(8), np.log2(np.arange(1.0, 9.0)))
+    assert analysis.entropy_ceiling_bits(8)[[0, 1, 3, 7]].tolist() == [0.0, 1.0, 2.0, 3.0]
+    assert analysis.entropy_ceiling_bits(8, causal=False).tolist() == [3.0] * 8
+    assert analysis.entropy_ceiling_bits(1).tolist() == [0.0]
+    # a uniform causal map sits exactly on its ceiling
+    A = np.tril(np.ones((8, 8)))
+    A /= A.sum(axis=1, keepdims=True)
+    np.testing.assert_allclose(analysis.row_entropy_bits(A), analysis.entropy_ceiling_bits(8), rtol=1e-15, atol=0)
+
+
 def test_entropy_refuses_nan():
     with pytest.raises(ValueError, match="NaN"):
         analysis.row_entropy_bits([[np.nan, 1.0]])
