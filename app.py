@@ -6,6 +6,7 @@ Run with ``streamlit run app.py``. This file only declares the pages and the sid
 import streamlit as st
 
 from core import backend, warmup
+from ui import redraw_log
 from ui.widgets import BACKEND_KEY, PRECISION_KEY
 
 st.set_page_config(page_title="Attention, operated by hand", page_icon="🔍", layout="wide")
@@ -47,4 +48,6 @@ with st.sidebar:
         st.caption(f"Running on: {description}")
 
 # expanded: every page stays a link (the default folds all past the tenth under "View more").
-st.navigation(PAGES, expanded=True).run()
+page = st.navigation(PAGES, expanded=True)
+with redraw_log.timed(page.url_path or "home"):
+    page.run()

@@ -46,6 +46,17 @@ print(json.dumps({
 """
 
 
+def run_python(args: list[str], what: str, *, guard_s: float = 800, **kwargs) -> subprocess.CompletedProcess:
+    """Run ``python *args`` to its end. ``guard_s`` only stops a hang (a busy machine is slow, not
+    wrong): past it the test fails naming ``what`` it waited on and the last lines the child wrote."""
+    try:
+        return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=guard_s, **kwargs)
+    except subprocess.TimeoutExpired as err:
+        said = "".join(x.decode(errors="replace") if isinstance(x, bytes) else x
+                       for x in (err.stdout or "", err.stderr or ""))
+        pytest.fail(f"still waiting after {guard_s:.0f} s on {what}; the child's last output:\n{said[-3000:]}")
+
+
 def _read_only_copy(dest: Path) -> Path:
     app = dest / "app"
     shutil.copytree(ROOT / "core", app / "core", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
@@ -60,8 +71,8 @@ def _read_only_copy(dest: Path) -> Path:
 def _run_child(app: Path, xdg: Path) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in ("NUMBA_CACHE_DIR", "NUMBA_ENABLE_CUDASIM")}
     env.update(PYTHONPATH=os.pathsep.join([str(app), str(ROOT / "tests")]), XDG_CACHE_HOME=str(xdg), PYTHONDONTWRITEBYTECODE="1")
-    proc = subprocess.run([sys.executable, "-c", CHILD], cwd=app, env=env, capture_output=True,
-                          text=True, timeout=300)
+    proc = run_python(["-c", CHILD], "a fresh process running the lesson kernels from a read-only install",
+                      cwd=app, env=env)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -100,8 +111,8 @@ def test_explicit_cache_dir_is_respected(tmp_path):
     chosen = tmp_path / "chosen"
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
     env.update(NUMBA_CACHE_DIR=str(chosen), PYTHONPATH=str(ROOT), PYTHONDONTWRITEBYTECODE="1")
-    proc = subprocess.run([sys.executable, "-c", "import core, os; print(os.environ['NUMBA_CACHE_DIR'])"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    proc = run_python(["-c", "import core, os; print(os.environ['NUMBA_CACHE_DIR'])"], "importing core",
+                      cwd=tmp_path, env=env)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == str(chosen)
 
@@ -133,7 +144,7 @@ def test_dockerfile_serves_what_the_app_needs():
 LESSON_PAGE = r"""
 import json, sys
 from streamlit.testing.v1 import AppTest
-page = AppTest.from_file(sys.argv[1], default_timeout=300).run()
+page = AppTest.from_file(sys.argv[1], default_timeout=700).run()
 assert not page.exception, [e.message for e in page.exception]
 from core.kernels import cpu
 from kernel_tables import cpu_kernels
@@ -154,8 +165,8 @@ def test_a_lesson_page_compiles_only_the_lesson_kernels_it_runs(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
     env.update(NUMBA_CACHE_DIR=str(tmp_path / "cache"), PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "tests")]),
                ATTN_BACKEND="cpu")
-    proc = subprocess.run([sys.executable, "-c", LESSON_PAGE, str(ROOT / "views" / "one_head.py")], cwd=ROOT,
-                          env=env, capture_output=True, text=True, timeout=600)
+    proc = run_python(["-c", LESSON_PAGE, str(ROOT / "views" / "one_head.py")],
+                      "the one-head page's first run on an empty cache", cwd=ROOT, env=env)
     assert proc.returncode == 0, proc.stderr[-4000:]
     ran = json.loads(proc.stdout.strip().splitlines()[-1])
     assert ran["compiled"] == ["add_mask_kernel", "attention_steps", "scores_kernel", "softmax_kernel",
@@ -165,15 +176,17 @@ def test_a_lesson_page_compiles_only_the_lesson_kernels_it_runs(tmp_path):
 
 
 EMPTY_CACHE_PAGE = r"""
-import json, time
+import json, sys, time
 from streamlit.testing.v1 import AppTest
 from core import warmup
 warm = warmup.start_once()               # as app.py does on a server's first visit
-at = AppTest.from_file("views/inside_model.py", default_timeout=300)
+print("warm-up started; the page runs", file=sys.stderr, flush=True)
+at = AppTest.from_file("views/inside_model.py", default_timeout=700)
 at.session_state["inside_model.data_sizes"] = (160, 40, 40)
 at.session_state["inside_model.steps"] = 6
 start = time.perf_counter()
 at.run()
+print(f"the page ran in {time.perf_counter() - start:.1f} s; warm-up at {warm.progress()}", file=sys.stderr, flush=True)
 print(json.dumps({"seconds": time.perf_counter() - start, "encoder_loaded": warm.has_done(warmup.ENCODER),
                   "captions": [c.value for c in at.caption], "exceptions": [e.message for e in at.exception]}))
 """
@@ -185,8 +198,8 @@ def test_on_an_empty_cache_a_model_page_draws_on_the_readable_track(tmp_path):
     trained on the readable step (which its caption names) while the compiled step still compiles."""
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
     env.update(NUMBA_CACHE_DIR=str(tmp_path / "numba"), ATTN_WARMUP="1", PYTHONPATH=str(ROOT))
-    out = subprocess.run([sys.executable, "-c", EMPTY_CACHE_PAGE], cwd=ROOT, env=env, capture_output=True,
-                         text=True, timeout=600)
+    out = run_python(["-c", EMPTY_CACHE_PAGE], "Inside a trained model's first run on an empty cache, beside "
+                     "the warm-up", cwd=ROOT, env=env)
     assert out.returncode == 0, out.stderr[-3000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["exceptions"] == [] and not result["encoder_loaded"]

@@ -29,7 +29,7 @@ import pytest
 
 from browser_support import (CHART, MAIN, SCREENSHOTS, StreamlitServer, app_background, chart_colours,
                              chromium_or_skip, charts_drawn, contrast_ratio, discover_pages, error_texts,
-                             failure_screenshot, launch_options, operate_first_number_input,
+                             failure_screenshot, follow_run, launch_options, operate_first_number_input,
                              operate_first_selectbox, operate_first_slider, over, relative_luminance, skip_or_fail,
                              wait_idle)
 
@@ -194,23 +194,10 @@ def _progress(page) -> tuple[str, int, int] | None:
     return (match[1], int(match[2]), int(match[3])) if match else None
 
 
-def _train_to_the_end(page, timeout_s: float = 300) -> list[tuple[str, int, int]]:
-    """Press "Start training" and follow the progress bar until the run ends: every progress seen.
-
-    Ends on what the page shows (a status other than running), not on a number of redraws. The
-    limit is generous because, with an empty Numba cache, the encoder's kernels compile first;
-    only a failure waits for it.
-    """
-    before = _progress(page)           # a previous run's last state, or None
-    page.get_by_role("button", name="Start training").click()
-    seen, deadline = [], time.monotonic() + timeout_s
-    while not (seen and seen[-1][0] not in ("running", "idle")):
-        progress = _progress(page)
-        if progress and progress != before and (not seen or seen[-1] != progress):
-            seen.append(progress)
-        assert time.monotonic() < deadline, f"the run did not end in {timeout_s:.0f} s (progress seen: {seen})"
-        page.wait_for_timeout(200)
-    return seen
+def _train_to_the_end(page) -> list[tuple[str, int, int]]:
+    """Press "Start training" and follow the progress bar until the run ends: every progress seen
+    (see :func:`browser_support.follow_run`: it ends on what the page shows, never on a clock)."""
+    return follow_run(page, _progress, page.get_by_role("button", name="Start training").click)
 
 
 def test_training_loss_curve_grows(server, browser):

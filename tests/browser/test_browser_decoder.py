@@ -8,12 +8,11 @@ Skipped without Chromium or Playwright, as ``tests/browser/test_browser.py`` is.
 from __future__ import annotations
 
 import re
-import time
 
 import pytest
 
 from browser_support import (CHART, MAIN, SCREENSHOTS, charts_drawn, chromium_or_skip,
-                             discover_pages, error_texts, launch_options, skip_or_fail, wait_idle)
+                             discover_pages, error_texts, follow_run, launch_options, skip_or_fail, wait_idle)
 
 VIEWPORT = {"width": 1400, "height": 900}
 COLD_MS = 180_000
@@ -85,21 +84,20 @@ def test_train_briefly_then_step_through_a_generation(page):
         raise
 
 
+def _progress(page) -> tuple[str, int, int] | None:
+    """(status, step, target) from the progress bar's text, or None while it shows none."""
+    bars = page.query_selector_all('[data-testid="stProgress"]')
+    match = PROGRESS.search(bars[0].inner_text()) if bars else None
+    return (match[1], int(match[2]), int(match[3])) if match else None
+
+
 def check_train_and_step(page) -> None:
     assert page.query_selector(f"{MAIN} h1"), "no title"
     assert error_texts(page) == []
     assert "untrained" in page.inner_text(MAIN)
     # 1. a short run: the progress bar reaches its end, and the page then shows the trained model
-    page.get_by_role("button", name="Train", exact=True).click()
-    deadline, progress = time.monotonic() + 300, None
-    while time.monotonic() < deadline:
-        bars = page.query_selector_all('[data-testid="stProgress"]')
-        match = PROGRESS.search(bars[0].inner_text()) if bars else None
-        progress = (match[1], int(match[2]), int(match[3])) if match else None
-        if progress and progress[0] not in ("running", "idle"):
-            break
-        page.wait_for_timeout(200)
-    assert progress == ("done", STEPS, STEPS), f"the run ended as {progress}"
+    seen = follow_run(page, _progress, page.get_by_role("button", name="Train", exact=True).click)
+    assert seen[-1] == ("done", STEPS, STEPS), f"the run ended as {seen[-1]} (progress seen: {seen})"
     wait_idle(page, timeout_ms=WARM_MS)
     assert "untrained" not in page.inner_text(MAIN)
     assert re.fullmatch(r"\d+\.\d{4}", metric_value(page, "Loss (last batch)"))
