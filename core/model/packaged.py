@@ -40,9 +40,15 @@ def minilm_folder() -> str:
 
 
 def check_sha256(path: str, expected: str) -> None:
-    """A ValueError unless the file's sha256 is ``expected`` (checked once per file version and process)."""
-    stat = os.stat(path)
-    found = _sha256(path, stat.st_size, stat.st_mtime_ns)
+    """A ValueError unless the file's sha256 is ``expected``.
+
+    The hash is kept per version of the file and process, so an unchanged file is read once. A
+    version is what ``os.stat`` says changes with the bytes: the inode (a file replaced under the
+    same name), the size, the modification time and the change time (which no one can set back,
+    so a file rewritten in place with its old modification time is seen too).
+    """
+    st = os.stat(path)
+    found = _sha256(path, (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
     if found != expected:
         raise ValueError(f"{path} has sha256 {found}, not the published {expected}: the file is damaged or "
                          f"not the published checkpoint, so it is not loaded. Reinstall it with: {INSTALL} "
@@ -50,7 +56,8 @@ def check_sha256(path: str, expected: str) -> None:
 
 
 @functools.lru_cache(maxsize=8)
-def _sha256(path: str, size: int, mtime_ns: int) -> str:
+def _sha256(path: str, version: tuple) -> str:
+    """The file's sha256; ``version`` only keys the memo."""
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):

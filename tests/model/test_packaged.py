@@ -1,0 +1,115 @@
+"""The packaged model's weights checksum (core.model.packaged): checked before every load, hashed
+again whenever the file has changed since it was last hashed, and not rehashed while it has not.
+
+A small checkpoint stands in for the installed package, so these run without it."""
+import hashlib
+import os
+import time
+import types
+
+import pytest
+
+from core import pretrained
+from core.model import config as C
+from core.model import packaged, presets
+
+
+@pytest.fixture
+def installed(tmp_path, monkeypatch):
+    """A tiny GPT-2 checkpoint where the package would be, published with its own sha256; returns
+    the weights file's path."""
+    cfg = presets.gpt2(vocab_size=13, n_ctx=8, d_model=8, n_heads=2, n_layers=1)
+    folder = tmp_path / packaged.FOLDER
+    pretrained.save(C.init_params(cfg, seed=0), cfg, str(folder))
+    weights = folder / "model.safetensors"
+    monkeypatch.setattr(packaged, "WEIGHTS_SHA256", hashlib.sha256(weights.read_bytes()).hexdigest())
+    dist = types.SimpleNamespace(locate_file=lambda path: tmp_path / path)
+    monkeypatch.setattr(packaged.importlib.metadata, "distribution",
+                        lambda name: dist if name == packaged.DISTRIBUTION else None)
+    return str(weights)
+
+
+@pytest.fixture
+def hashes(monkeypatch):
+    """Counts the files the checksum hashes: ``hashes.n``."""
+    counter = types.SimpleNamespace(n=0)
+
+    def sha256():
+        counter.n += 1
+        return hashlib.sha256()
+
+    monkeypatch.setattr(packaged, "hashlib", types.SimpleNamespace(sha256=sha256))
+    return counter
+
+
+def _load():
+    return pretrained.load(packaged.MINILM)
+
+
+def _flip_a_byte(path, at=-5):
+    """Change one byte in place: same file, same size, different bytes."""
+    with open(path, "r+b") as f:
+        f.seek(at, os.SEEK_END)
+        b = f.read(1)
+        f.seek(at, os.SEEK_END)
+        f.write(bytes([b[0] ^ 0xFF]))
+
+
+def test_an_unchanged_file_is_hashed_once(installed, hashes):
+    for _ in range(3):
+        assert _load().config.vocab_size == 13
+    assert hashes.n == 1
+
+
+def test_a_file_changed_in_place_is_refused_at_the_next_load(installed, hashes):
+    _load()
+    before = os.stat(installed)
+    _flip_a_byte(installed)
+    os.utime(installed, ns=(before.st_atime_ns, before.st_mtime_ns + 1_000_000_000))
+    assert os.path.getsize(installed) == before.st_size
+    for _ in range(2):                                           # and at every load after it
+        with pytest.raises(ValueError, match="damaged or not the published checkpoint"):
+            _load()
+    _flip_a_byte(installed)                                      # the published bytes again: loads
+    assert _load().config.n_layers == 1
+
+
+def test_a_change_that_keeps_the_size_and_modification_time_is_still_seen(installed):
+    _load()
+    before = os.stat(installed)
+    # rewritten in place with its modification time put back (as a copy that keeps times does):
+    # only the change time (ctime, which no one can set) tells
+    while True:
+        _flip_a_byte(installed, at=-7)
+        os.utime(installed, ns=(before.st_atime_ns, before.st_mtime_ns))
+        if os.stat(installed).st_ctime_ns != before.st_ctime_ns:
+            break
+        _flip_a_byte(installed, at=-7)                           # the clock has not ticked yet: again
+        time.sleep(0.001)
+    after = os.stat(installed)
+    assert (after.st_size, after.st_mtime_ns, after.st_ino) == (before.st_size, before.st_mtime_ns, before.st_ino)
+    with pytest.raises(ValueError, match="damaged or not the published checkpoint"):
+        _load()
+
+
+def test_a_file_replaced_by_another_of_the_same_size_and_time_is_refused(installed):
+    _load()
+    before = os.stat(installed)
+    other = installed + ".new"
+    with open(installed, "rb") as f:
+        data = bytearray(f.read())
+    data[-3] ^= 0xFF
+    with open(other, "wb") as f:
+        f.write(data)
+    os.utime(other, ns=(before.st_atime_ns, before.st_mtime_ns))
+    os.replace(other, installed)                                 # a new inode under the old name
+    after = os.stat(installed)
+    assert (after.st_size, after.st_mtime_ns) == (before.st_size, before.st_mtime_ns)
+    with pytest.raises(ValueError, match="damaged or not the published checkpoint"):
+        _load()
+
+
+def test_a_wrong_published_checksum_is_refused(installed, monkeypatch):
+    monkeypatch.setattr(packaged, "WEIGHTS_SHA256", "0" * 64)
+    with pytest.raises(ValueError, match="not the published 0000.*--force-reinstall"):
+        _load()
