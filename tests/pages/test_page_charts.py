@@ -384,3 +384,137 @@ def test_masks_charts_are_each_masks_weights():
     cross = ref.multi_head_attention(masks_embed(tgt, d, seed=4), *masks_layer(d, 5), 2,
                                      X_kv=masks_embed(src, d, seed=3))["weights"]     # (H, 3, 4)
     assert_same_panels(cross_grid, {"head 1": cross[0], "head 2": cross[1]})
+
+
+# ----------------------------------------------------------------------------------------------
+# A real model
+# ----------------------------------------------------------------------------------------------
+REAL_MODEL = view("real_model")
+GPT_TEXT = "the query and the key give a score. the query and the key give"
+SHIPPED_GPT = str(Path(__file__).resolve().parents[2] / "core" / "model" / "tiny_gpt")
+F32 = dict(rtol=0, atol=2e-5)            # the page runs a real model in float32
+
+
+def rollout_by_hand(W: np.ndarray) -> np.ndarray:
+    """Abnar & Zuidema's rollout through every layer: Ā_L ··· Ā_1, Ā = rownorm(½ mean_h A + ½ I)."""
+    T = W.shape[-1]
+    R = np.eye(T)
+    for layer in W:                                    # the latest layer multiplies on the left
+        mixed = 0.5 * layer.mean(axis=0) + 0.5 * np.eye(T)
+        R = mixed / mixed.sum(axis=1, keepdims=True) @ R
+    return R
+
+
+def first_layer_mixed(W: np.ndarray) -> np.ndarray:
+    mixed = 0.5 * W[0].mean(axis=0) + 0.5 * np.eye(W.shape[-1])
+    return mixed / mixed.sum(axis=1, keepdims=True)
+
+
+def real_model_maps(at, W: np.ndarray, layer: int, head: int) -> None:
+    """The grid, the chosen head's map, the last layer's mean and the rollout are the weights ``W``
+    (L, H, T, T) of the text, computed here."""
+    L, H, T, _ = W.shape
+    n = min(T, 16)
+    (grid,) = heatmap_grids(at)
+    assert_same_panels_f32(grid, {f"L{l + 1}H{h + 1}": W[l, h, :n, :n] for l in range(L) for h in range(H)})
+    maps = heatmaps(at)
+    np.testing.assert_allclose(named(maps, f"L{layer + 1}H{head + 1} "), W[layer, head], **F32)
+    assert np.abs(W[layer, head] - W[0, 0]).max() > 1e-2                      # not the default head
+    np.testing.assert_allclose(maps["Last layer, mean over heads"], W[-1].mean(axis=0), **F32)
+    R = rollout_by_hand(W)
+    np.testing.assert_allclose(maps["Rollout through every layer"], R, **F32)
+    # the rollout is neither the first layer's map nor the layers multiplied the other way round
+    assert np.abs(R - first_layer_mixed(W)).max() > 1e-2
+    assert np.abs(R - rollout_by_hand(W[::-1])).max() > 1e-2
+
+
+def assert_same_panels_f32(shown: dict, want: dict) -> None:
+    assert list(shown) == list(want)
+    for title, matrix in want.items():
+        np.testing.assert_allclose(shown[title], matrix, **F32, err_msg=title)
+
+
+def test_real_model_charts_are_the_decoders_weights_rollout_and_scores():
+    """On the shipped small GPT: fails when the rollout chart draws the first layer's map, or its
+    layers multiplied in the reverse order; when the chosen head's map is another head's or layer's;
+    when the grid's panels are out of order; or when a detector chart is drawn transposed or from the
+    wrong offset. Everything is recomputed here with the readable transformer in float64."""
+    from core import pretrained
+    from core.lessons import real_model as rm
+    from core.model import transformer as tr
+
+    at = open_page(REAL_MODEL, {"which": "tiny_gpt", "text": GPT_TEXT})
+    at.number_input(key="real_model.layer").set_value(2)
+    at.number_input(key="real_model.head").set_value(3)
+    at.run()
+    check(at)
+    m = pretrained.load(SHIPPED_GPT)
+    cfg, params = m.config, {k: np.asarray(v, np.float64) for k, v in m.params.items()}
+    ids = m.encode(GPT_TEXT)[:cfg.n_ctx]
+    _, cache = tr.forward(params, cfg, ids[None])
+    W = np.stack([cache[f"blocks.{l}.attn.weights"][0] for l in range(cfg.n_layers)])        # (L, H, T, T)
+    real_model_maps(at, W, 1, 2)
+    # the detector: mean attention on n random ids repeated once, after a first token
+    n = min(20, cfg.n_ctx // 2 - 1)
+    seq = rm.repeated_random_tokens(cfg.vocab_size, n, batch=4, seed=0, first=m.token_id("<|endoftext|>"))
+    _, cache = tr.forward(params, cfg, seq)
+    A = np.stack([cache[f"blocks.{l}.attn.weights"] for l in range(cfg.n_layers)])           # (L, B, H, T, T)
+    t = np.arange(1, 2 * n + 1)
+    second = np.arange(1 + n, 1 + 2 * n)
+    want = {"previous-token score": A[..., t, t - 1].mean(axis=(1, 3)),
+            "duplicate-token score": A[..., second, second - n].mean(axis=(1, 3)),
+            "induction score": A[..., second, second - n + 1].mean(axis=(1, 3)),
+            "first-token score": A[..., :, 0].mean(axis=(1, 3))}
+    maps = heatmaps(at)
+    for title, scores in want.items():
+        np.testing.assert_allclose(maps[title], scores, **F32, err_msg=title)
+
+
+@pytest.fixture(scope="module")
+def minilm():
+    from core.model import packaged
+    from core import pretrained
+    try:
+        return pretrained.load(packaged.MINILM)
+    except ValueError as err:
+        pytest.skip(f"all-MiniLM-L6-v2 is not installed: {err}")
+
+
+def sentence_embedding(m, text, ablate=None) -> np.ndarray:
+    """One sentence alone (no padding): the mean of its last hidden states, unit length."""
+    hidden, _ = m.forward(m.encode(text)[None], ablate=ablate)
+    e = hidden[0].astype(np.float64).mean(axis=0)
+    return e / np.linalg.norm(e)
+
+
+def test_real_model_charts_are_the_encoders_weights_scores_and_similarities(minilm):
+    """On all-MiniLM-L6-v2 (the page's default): the maps and the rollout as for the decoder; each
+    detector chart is its formula on the text's weights; the similarity charts are the cosines of the
+    sentences' mean-pooled embeddings, each sentence run alone, with and without the head (zeroed)."""
+    m = minilm
+    text = "The quick brown fox jumps over the lazy dog."
+    sentences = ["The weather is lovely today.", "It's so sunny outside!", "He drove to the stadium."]
+    at = open_page(REAL_MODEL, {"text": text})
+    at.number_input(key="real_model.layer").set_value(3)
+    at.number_input(key="real_model.head").set_value(5)
+    at.run()
+    check(at)
+    ids = m.encode(text)
+    _, cache = m.forward(ids[None])
+    W = np.stack([cache[f"blocks.{l}.attn.weights"][0] for l in range(m.config.n_layers)]).astype(np.float64)
+    real_model_maps(at, W, 2, 4)
+    T = W.shape[-1]
+    t = np.arange(T)
+    entropy = -np.sum(np.where(W > 0, W * np.log2(np.where(W > 0, W, 1)), 0), axis=-1)   # (L, H, T) bits
+    want = {"previous-token score": W[..., t[1:], t[1:] - 1].mean(-1), "next-token score": W[..., t[:-1], t[:-1] + 1].mean(-1),
+            "[CLS] sink score": W[..., :, 0].mean(-1), "[SEP] sink score": W[..., :, -1].mean(-1),
+            "broad score": entropy.mean(-1) / np.log2(T)}
+    maps = heatmaps(at)
+    for title, scores in want.items():
+        np.testing.assert_allclose(maps[title], scores, **F32, err_msg=title)
+    E = np.stack([sentence_embedding(m, s) for s in sentences])
+    np.testing.assert_allclose(maps["Cosine similarity"], E @ E.T, **F32)
+    E2 = np.stack([sentence_embedding(m, s, {(2, 4): "zero"}) for s in sentences])
+    np.testing.assert_allclose(maps["Without L3H5 (2.4)"], E2 @ E2.T, **F32)
+    np.testing.assert_allclose(maps["After − before"], E2 @ E2.T - E @ E.T, **F32)
+    assert np.abs(E2 @ E2.T - E @ E.T).max() > 1e-4                           # removing the head moves them
