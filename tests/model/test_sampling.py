@@ -217,3 +217,10 @@ def test_temperature_divides_the_logits_once(temperature):
     np.testing.assert_allclose(probs, [0.5, 0.25, 0.25], rtol=1e-15)
     for u, token in ((0.49, 0), (0.51, 1), (0.74, 1), (0.76, 2), (0.0, 0), (0.999, 2)):
         assert sampling.sample(logits, SamplerSettings(temperature), _Draws(u))[0] == token, u
+
+
+@pytest.mark.parametrize("p, kept", [(0.6, [0]), (2 / 3, [0]), (0.7, [0, 1]), (1.0, [0, 1])])
+def test_top_p_reads_the_mass_renormalised_after_top_k(p, kept):
+    """``(1/2, 1/4, 1/8, 1/8)`` cut to its top two is ``(2/3, 1/3)``: p up to 2/3 keeps one token
+    (over the full distribution 1/2 would not reach 0.6)."""
+    assert _kept(np.log([0.5, 0.25, 0.125, 0.125]), top_k=2, top_p=p) == kept
