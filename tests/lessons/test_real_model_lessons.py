@@ -1,6 +1,10 @@
 """The analyses of the real-model page: head detector, logit lens, rollout, edits, generation."""
+import os
+import re
+
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as hst
 
 from core.lessons import real_model as rm
 from core.model.generation import generate
@@ -171,3 +175,55 @@ def test_fit_context():
     assert rm.fit_context([5], 4)[1] == 0
     with pytest.raises(ValueError, match="empty"):
         rm.fit_context([], 4)
+
+
+# ----------------------------------------------------------------------------------------------
+# texts the page cuts, and tokens as bytes
+# ----------------------------------------------------------------------------------------------
+@settings(max_examples=200, deadline=None)
+@given(hst.text(alphabet=hst.sampled_from("ab é😀\n"), max_size=40), hst.integers(1, 30))
+def test_clip_text_keeps_a_start_of_whole_words_within_the_limit(text, limit):
+    kept = rm.clip_text(text, limit)
+    if len(text) <= limit:
+        assert kept == text
+        return
+    assert len(kept) <= limit and text.startswith(kept) and kept == kept.rstrip()
+    words = text[:limit].split()
+    if len(words) > 1 or text[limit].isspace():               # a whole word fits: no word is split
+        assert kept.split() == text[:len(kept)].split() and (kept == "" or text[len(kept)].isspace())
+
+
+def read_back(shown: str) -> bytes:
+    """The bytes of :func:`rm.bytes_as_text`'s text: <0xNN> one byte, the rest UTF-8."""
+    parts = re.split(r"<0x([0-9A-F]{2})>", shown)
+    return b"".join(bytes([int(p, 16)]) if i % 2 else p.encode() for i, p in enumerate(parts))
+
+
+@settings(max_examples=300, deadline=None)
+@given(hst.binary(max_size=24).filter(lambda data: b"<0x" not in data))
+def test_bytes_as_text_loses_no_byte_and_draws_no_replacement_character(data):
+    shown = rm.bytes_as_text(data)
+    assert read_back(shown) == data
+    assert ("\ufffd" in shown) == ("\ufffd".encode() in data)     # only a real U+FFFD in the text
+
+
+def test_the_byte_alphabet_is_the_tokenizers_own():
+    from tokenizers import pre_tokenizers
+
+    assert sorted(rm.BYTE_OF.values()) == list(range(256))
+    assert set(rm.BYTE_OF) == set(pre_tokenizers.ByteLevel.alphabet())
+    assert rm.BYTE_OF["Ġ"] == ord(" ") and rm.BYTE_OF["Ċ"] == ord("\n") and rm.BYTE_OF["a"] == ord("a")
+
+
+@pytest.mark.parametrize("text", ["I love 😀 and مرحبا", "a café, ☕ and 🤖\nthe end", "the query and the key"])
+def test_the_shipped_gpts_tokens_are_the_texts_bytes(text):
+    from core import pretrained
+
+    m = pretrained.load(os.path.join(os.path.dirname(tr.__file__), "tiny_gpt"))
+    ids = m.encode(text)
+    texts = rm.token_texts(m, ids)
+    assert len(texts) == len(ids) and "\ufffd" not in "".join(texts)
+    assert b"".join(read_back(t) for t in texts) == text.encode("utf-8")
+    assert rm.text_of(m, ids) == text
+    assert rm.has_partial_character(texts) == any(len(c.encode()) > 1 for c in text)
+    assert rm.parameter_count(m.params) == m.checkpoint_params

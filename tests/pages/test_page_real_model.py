@@ -1,6 +1,9 @@
 """The "A real model" page on the shipped decoder: the numbers it shows, and each control moving them.
 (tests/pages/test_page_real_model_encoder.py: the page on the real encoder, its default.)"""
+import dataclasses
+import re
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -9,6 +12,7 @@ from core import pretrained
 from core.model import transformer as tr
 from core.model import config as C
 from tests.page_support import open_page, table_named
+from ui import state
 
 PAGE = str(Path(__file__).resolve().parents[2] / "views" / "real_model.py")
 DECODER = {"which": "tiny_gpt", "text": "the query and the key give a score. the query and the key"}
@@ -151,3 +155,106 @@ def test_each_bad_checkpoint_gets_its_message_and_the_page_stays_usable(tmp_path
         assert not at.exception
         assert any(message in e.value for e in at.error), (case, [e.value for e in at.error])
         np.testing.assert_array_equal(detector(at), good)               # still the shipped model
+
+
+def paragraph(n_words: int) -> str:
+    words = "attention lets each token look at every other token and take what it needs".split()
+    return " ".join(words[i % len(words)] for i in range(n_words)) + "."
+
+
+def test_a_text_longer_than_a_link_carries_is_cut_at_a_word_and_the_page_says_so():
+    """A pasted paragraph is not refused in silence: the page says how long it is, the limit, and
+    that it keeps the first words; the box then holds those words and the model runs on them."""
+    at = open_page(PAGE, DECODER)
+    before = lens(at)
+    pasted = paragraph(300)
+    at.text_area(key="real_model.text").set_value(pasted).run()
+    assert not at.exception
+    kept = at.text_area(key="real_model.text").value
+    assert 0 < len(kept) <= state.MAX_TEXT and pasted.startswith(kept)
+    assert pasted[len(kept)] == " "                                   # cut between two words
+    (message,) = [w.value for w in at.warning if "characters" in w.value and "at most" in w.value]
+    assert f"{len(pasted):,} characters (300 words)" in message
+    assert f"at most {state.MAX_TEXT} characters" in message
+    assert f"keeps the first {len(kept.split())} words" in message
+    assert not lens(at).equals(before)                              # the model ran on the kept words
+    at.number_input(key="real_model.seed").set_value(3).run()       # still said while the box holds them
+    assert any(f"{len(pasted):,} characters" in w.value for w in at.warning)
+    at.text_area(key="real_model.text").set_value("a short text again.").run()
+    assert not any(f"{len(pasted):,} characters" in w.value for w in at.warning)
+
+
+@pytest.mark.parametrize("continuation", [" **bold** and _this_ `code` # not a heading ", "  *a lone star ",
+                                          "# $x$ and a `tick"])
+def test_generated_text_is_shown_as_the_model_wrote_it(monkeypatch, continuation):
+    """A continuation with spaces at its ends and markdown's characters is shown as typed, apart from
+    the prompt, not read as markup (before, `**` showed around a continuation that started with a space)."""
+    from core.model import generation
+
+    m = shipped_model()
+    written = m.encode(continuation)
+
+    def generate(params, cfg, **kwargs):                       # the model "writes" the continuation above
+        return SimpleNamespace(new_tokens=written, tokens=np.concatenate([kwargs["prompt"], written]))
+
+    monkeypatch.setattr(generation, "generate", generate)
+    at = open_page(PAGE, DECODER)
+    assert not at.exception
+    prompt, shown = plain_blocks(at)
+    assert prompt == DECODER["text"]
+    ends = len(continuation) - len(continuation.lstrip(" ")), len(continuation) - len(continuation.rstrip(" "))
+    assert shown == "·" * ends[0] + continuation.strip(" ") + "·" * ends[1]   # spaces at the ends made visible
+    markup = " ".join(md.value for md in at.markdown)
+    assert continuation.strip() not in markup                              # never handed to markdown
+
+
+def test_the_shipped_small_gpt_is_introduced_with_its_own_size():
+    """Its text repeats itself; the page says why, with the parameter count of the model it runs and
+    the size of the text it was trained on, and says it of that model only."""
+    from core.training import make_tiny_gpt
+
+    at = open_page(PAGE, DECODER)
+    n = sum(p.size for p in shipped_model().params.values())
+    kilobytes = Path(make_tiny_gpt.CORPUS).stat().st_size / 1000
+    (note,) = [i.value for i in at.info if "small GPT shipped" in i.value]
+    assert f"{n:,} parameters" in note and f"{kilobytes:.1f} kB of text" in note
+    assert "repeats itself" in note and "far more data and parameters" in note
+
+
+def test_a_smaller_checkpoint_of_ours_gets_no_note_about_the_shipped_one(tmp_path):
+    m = shipped_model()
+    cfg = dataclasses.replace(m.config, d_model=32, d_ff=64, n_heads=2)
+    pretrained.save(C.init_params(cfg, seed=1), cfg, str(tmp_path), tokenizer=m.tokenizer)
+    at = open_page(PAGE, {"which": "other", "model": str(tmp_path), "text": DECODER["text"]})
+    assert not at.exception and not at.error
+    assert not any("small GPT shipped" in i.value for i in at.info)
+
+
+def token_bytes(line: str) -> bytes:
+    """The bytes the tokens line spells: · a space, ⏎ a new line, <0xNN> one byte."""
+    spans = re.findall(r"`([^`]*)`", line.split(": ", 1)[1])
+    text = "".join(spans).replace("·", " ").replace("⏎", "\n")
+    return b"".join(bytes([int(h, 16)]) if h else piece.encode()
+                    for piece, h in re.findall(r"(<0x([0-9A-F]{2})>|[^<]+|<)", text))
+
+
+@pytest.mark.parametrize("text", ["I love 😀 and مرحبا", "café ☕ and 🤖"])
+def test_tokens_that_hold_part_of_a_character_show_their_bytes_and_why(text):
+    """A byte-level tokenizer cuts an emoji or an Arabic letter into bytes; each piece is shown as its
+    bytes (never "�"), the pieces together are the text's UTF-8, and the page says why."""
+    at = open_page(PAGE, {**DECODER, "text": text})
+    assert not at.exception
+    line = tokens_line(at)
+    assert "�" not in line and "<0x" in line
+    assert token_bytes(line) == text.encode("utf-8")
+    lens_cells = " ".join(map(str, lens(at).to_numpy().ravel()))
+    assert "�" not in lens_cells
+    (why,) = [i.value for i in at.info if "part of a character" in i.value]
+    assert "UTF-8" in why and "�" in why
+    first = next(c for c in text if len(c.encode()) > 1)
+    assert f"{first} = {first.encode().hex(' ').upper()}" in why
+
+
+def test_plain_text_gets_no_word_about_bytes():
+    at = open_page(PAGE, DECODER)
+    assert not any("part of a character" in i.value for i in at.info)
