@@ -23,6 +23,7 @@ SPEC = {"T": state.text_field("6, 64, 256, 1024"), "H": state.int_field(4, 1, sp
         "op": state.choice_field(speed.OPERATIONS[0], speed.OPERATIONS)}
 key = lambda name: state.key(PAGE, name)  # noqa: E731
 RESULTS = key("results")   # the last measurement: its settings and rows, so a plain rerun keeps it
+REMEASURE = key("remeasure")   # the button under a "machine was busy" message
 
 
 @st.cache_resource(show_spinner="Compiling the lesson and tuned kernels for this operation (once per server; "
@@ -50,7 +51,7 @@ operation = st.radio("Operation", speed.OPERATIONS, key=key("op"), horizontal=Tr
                           "kernel (online softmax) never builds them. NumPy builds them either way.")
 st.caption(f"At most {speed.MAX_LENGTHS} lengths; H·T² at most {speed.MAX_WEIGHT_ENTRIES:,} weights (64 MiB). "
            f"A call predicted to take over {speed.CALL_CAP_S:g} s is skipped with a note (the lesson kernel "
-           f"at T = 2048).")
+           f"at T = 2048): predicted from {speed.PROBES} trial runs at T = {speed.PREDICT_FROM_T}, never one.")
 
 try:
     lengths = speed.parse_lengths(lengths_text)
@@ -63,7 +64,9 @@ except ValueError as err:
 if lengths is not None:
     settings = (lengths, n_heads, d_k, operation)
     again = st.button("Measure again", help="The machine's speed drifts; a second run shows by how much.")
-    if again or st.session_state.get(RESULTS, {}).get("settings") != settings:
+    again = again or st.session_state.get(REMEASURE, False)
+    kept = st.session_state.get(RESULTS, {})
+    if again or kept.get("settings") != settings or "result" not in kept:
         # this page's kernels compile next, in the background; the page waits for them
         wait_for_kernels(warmup.SPEED_FOR[operation], why="The timing starts once they are loaded.")
         _kernels_compiled(operation)                  # loaded by now (compiled here when no warm-up runs)
@@ -74,38 +77,47 @@ if lengths is not None:
                 "Another visitor to this server is timing the kernels: yours start when theirs end, so that "
                 "neither run slows the other.", icon="⏳")):
             bar.progress(0.0, text="Measuring this machine's matrix-product speed…")
-            before = speed.sgemm_gflops()
-            rows = speed.measure(lengths, n_heads, d_k, operation,
-                                 progress=lambda fraction, text: bar.progress(fraction, text=f"Timing {text}…"))
-            bar.progress(1.0, text="Measuring this machine's matrix-product speed again…")
-            # the ceiling is what the machine can do: the faster of two tries, in case one was slowed,
-            # and measured again while a kernel reads faster than it (the ceiling was then taken under load)
-            fastest = max((r.gflops for r in rows if r.gflops == r.gflops), default=0.0)
-            sgemm, under_load = speed.checked_ceiling(max(before, speed.sgemm_gflops()), fastest,
-                                                      speed.sgemm_gflops)
-        st.session_state[RESULTS] = {"settings": settings, "rows": rows, "sgemm": sgemm, "under_load": under_load,
+            # the ceiling is what the machine can do: the faster of a reading before and one after, measured
+            # again while a kernel reads faster than it; the run says when the machine was too busy to time
+            result = speed.measure_against_ceiling(
+                lengths, n_heads, d_k, operation,
+                progress=lambda fraction, text: bar.progress(fraction, text=f"Timing {text}…"))
+        st.session_state[RESULTS] = {"settings": settings, "result": result,
                                      "blas": speed.blas_info(), "when": time.strftime("%H:%M:%S")}
         bar.empty()
     run = st.session_state[RESULTS]
-    rows, sgemm = run["rows"], run["sgemm"]
+    result = run["result"]
+    rows, sgemm = result.rows, result.ceiling
+    if result.busy:
+        st.warning("**This machine was too busy to time fairly**: other programs (or other visitors to this "
+                   "server) had the cores while it was measured, so the times below may be slower than the "
+                   "kernels are, and their share of the ceiling is not shown.\n\n"
+                   + "\n".join(f"- {reason}" for reason in result.busy), icon="⚠️")
+        st.button("Measure again now", key=REMEASURE, type="primary",
+                  help="Times every kernel and the ceiling again; close other programs first if you can.")
+
+    def number(value: float, digits: int, missing: str) -> str:
+        return f"{value:.{digits}f}" if value == value else missing
+
+    # the table writes its numbers as text: a cell with no number says why in words (an empty number
+    # cell would read "None")
     table = pd.DataFrame({
         "T": [r.T for r in rows], "kernel": [r.kernel for r in rows], "operation": [r.operation for r in rows],
-        "time (µs)": [r.seconds * 1e6 for r in rows], "GFLOP/s": [r.gflops for r in rows],
-        "% of sgemm": [speed.percent_of_ceiling(r.gflops, sgemm) for r in rows], "note": [r.note for r in rows]})
-    st.dataframe(table, hide_index=True, column_config={
-        "time (µs)": st.column_config.NumberColumn(format="%.1f"),
-        "GFLOP/s": st.column_config.NumberColumn(format="%.2f"),
-        "% of sgemm": st.column_config.NumberColumn(format="%.1f")})
+        "time (µs)": [number(r.seconds * 1e6, 1, "not run") for r in rows],
+        "GFLOP/s": [number(r.gflops, 2, "not run") for r in rows],
+        "% of sgemm": [number(result.share(r), 1, "not run" if r.skipped else
+                              "not shown: machine busy" if result.busy else "over the ceiling") for r in rows],
+        "note": [r.note for r in rows]})
+    st.dataframe(table, hide_index=True)
     st.caption(f"Measured at {run['when']}: each time is the faster of two passes over the table, each the "
                f"best of up to five rounds (a round repeats short calls); GFLOP/s counts the two matrix "
                f"products, H·(2T²d_k + 2T²d_v) flops. A time far off its neighbours usually means other "
                f"programs, or other visitors to this server, had the cores then: measure again.")
 
-    if run["under_load"]:
-        st.warning(f"The sgemm ceiling read {sgemm:.1f} GFLOP/s, below a kernel measured here, even when measured "
-                   f"again: it was measured while other programs had the cores. The % of sgemm column stops at "
-                   f"100 %; press **Measure again** for a fair ceiling.")
-    measured = table.dropna(subset=["time (µs)"])
+    measured = pd.DataFrame({"T": [r.T for r in rows if not r.skipped],
+                             "kernel": [r.kernel for r in rows if not r.skipped],
+                             "time (µs)": [r.seconds * 1e6 for r in rows if not r.skipped],
+                             "GFLOP/s": [r.gflops for r in rows if not r.skipped]})
     # one colour per kernel in every chart, whichever kernels a run measured: a fixed domain takes the
     # theme's series colours in its order (each readable on the light and the dark background)
     colour = alt.Color("kernel:N", scale=alt.Scale(domain=[*speed.KERNELS, "sgemm ceiling"]))
@@ -126,18 +138,22 @@ if lengths is not None:
 
     # 3. against what the machine can do ----------------------------------------------------------
     st.header("Against what this machine can do")
-    best = measured.loc[measured["GFLOP/s"].idxmax()] if len(measured) else None
+    best = result.fastest
     m1, m2 = st.columns(2)
     blas = run["blas"]
     which = (f"{blas.get('internal_api')} {blas.get('version')} (kernel {blas.get('architecture')}, "
              f"{blas.get('num_threads')} threads)" if blas else "NumPy's BLAS")
-    m1.metric("sgemm ceiling", f"{sgemm:.1f} GFLOP/s",
+    m1.metric("sgemm ceiling", f"{sgemm:.1f} GFLOP/s", "measured while the machine was busy" if result.busy else None,
+              delta_color="off",
               help=f"A 1024 × 1024 float32 matrix product through {which} (2·1024³ flops): the fastest of a few "
                    "runs just before the kernels were timed and a few just after, measured again while a kernel "
                    "read faster.")
     if best is not None:
-        m2.metric("fastest here", f"{best['GFLOP/s']:.1f} GFLOP/s",
-                  f"{best['kernel']} at T = {best['T']}: {best['% of sgemm']:.0f}% of the ceiling", delta_color="off")
+        share = result.share(best)
+        m2.metric("fastest here", f"{best.gflops:.1f} GFLOP/s",
+                  f"{best.kernel} at T = {best.T}" + (f": {share:.0f}% of the ceiling" if share == share else
+                                                      ", no share of the ceiling: the machine was busy"),
+                  delta_color="off")
     st.markdown(
         "The ceiling is one large matrix product: long runs of multiply-adds with nothing in between. "
         "The gap between it and a kernel's GFLOP/s is time that kernel spends on something other than "

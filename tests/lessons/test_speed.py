@@ -195,10 +195,159 @@ def test_measure_keeps_each_cells_faster_pass(monkeypatch):
 
 def test_measure_skips_a_call_predicted_over_the_cap():
     rows = speed.measure([6, speed.PREDICT_FROM_T + 8], 1, 2, speed.OPERATIONS[0], budget_s=0.01,
-                         call_cap_s=1e-9)
+                         call_cap_s=1e-9, pause_s=0)
     small, large = rows[:3], rows[3:]
     assert all(r.seconds > 0 and not r.note for r in small)          # never skipped at small T
-    assert all(math.isnan(r.seconds) and math.isnan(r.gflops) and r.note.startswith("skipped") for r in large)
+    assert all(math.isnan(r.seconds) and math.isnan(r.gflops) and r.skipped and r.note.startswith("skipped")
+               for r in large)
+
+
+class Probes:
+    """Stands in for the trial runs: ``speeds[kernel]`` lists the flops per second each trial run of
+    that kernel reads, in order (the last one repeats)."""
+
+    def __init__(self, speeds):
+        self.speeds, self.calls = speeds, []
+
+    def __call__(self, kernel, operation, n_heads, d_k, T):
+        assert T == speed.PREDICT_FROM_T
+        readings = self.speeds[kernel]
+        self.calls.append(kernel)
+        return readings[min(self.calls.count(kernel), len(readings)) - 1]
+
+
+def steady_timings(monkeypatch, seconds=1e-4):
+    """Every cell reads ``seconds`` per call, and no kernel runs; returns the list of cells timed."""
+    timed = []
+
+    def best_seconds(fn, budget_s):
+        timed.append(budget_s)
+        return seconds
+
+    monkeypatch.setattr(speed, "best_seconds", best_seconds)
+    return timed
+
+
+BIG_T = 2 * speed.PREDICT_FROM_T      # 2 heads, d_k 8: 4.2 million flops a call
+
+
+def test_one_slow_trial_run_does_not_skip_a_call(monkeypatch):
+    """On a busy machine one trial run read NumPy's 3 ms call at T = 256 as "about 1.1 s" and the call
+    was skipped. A trial run that predicts a call over the cap is run again; the fastest decides."""
+    flops = speed.attention_flops(2, BIG_T, BIG_T, 8)
+    slow, fast = flops / 5.0, flops / 1e-3          # predict 5 s, then 1 ms
+    probes = Probes({kernel: [slow, fast] for kernel in speed.KERNELS})
+    monkeypatch.setattr(speed, "_probe_speed", probes)
+    timed = steady_timings(monkeypatch)
+    rows = speed.measure([6, BIG_T], 2, 8, speed.OPERATIONS[0], budget_s=0.01, pause_s=0)
+    assert [r.note for r in rows] == [""] * 6 and not any(r.skipped for r in rows)
+    assert sorted(probes.calls) == sorted(2 * list(speed.KERNELS)) and len(timed) == 12
+
+
+def test_a_call_is_skipped_only_when_every_trial_run_agrees_and_says_why(monkeypatch):
+    flops = speed.attention_flops(2, BIG_T, BIG_T, 8)
+    probes = Probes({"lesson": [flops / 7.0], "tuned": [flops / 1e-3], "NumPy": [flops / 9.0, flops / 6.0]})
+    monkeypatch.setattr(speed, "_probe_speed", probes)
+    steady_timings(monkeypatch)
+    slept = []
+    monkeypatch.setattr(speed.time, "sleep", slept.append)
+    rows = {(r.T, r.kernel): r for r in speed.measure([6, BIG_T], 2, 8, speed.OPERATIONS[0], budget_s=0.01,
+                                                      probes=3, pause_s=0.25)}
+    assert not rows[BIG_T, "tuned"].skipped
+    for kernel, predicted in (("lesson", "7.0"), ("NumPy", "6.0")):       # NumPy: the fastest trial run
+        row = rows[BIG_T, kernel]
+        assert row.skipped and math.isnan(row.gflops)
+        assert row.note == (f"skipped: predicted about {predicted} s per call, over the 1 s limit "
+                            f"(the fastest of 3 trial runs at T = {speed.PREDICT_FROM_T})")
+        assert probes.calls.count(kernel) == 3 * 2                        # three in each of the two passes
+    assert probes.calls.count("tuned") == 1
+    assert slept == [0.25] * (2 * 2 * 2)                                 # between trial runs, never before the first
+
+
+def test_a_call_skipped_in_one_pass_is_timed_in_the_next_when_the_machine_is_quiet_again(monkeypatch):
+    flops = speed.attention_flops(2, BIG_T, BIG_T, 8)
+    probes = Probes({kernel: [flops / 5.0] * 3 + [flops / 1e-3] for kernel in speed.KERNELS})
+    monkeypatch.setattr(speed, "_probe_speed", probes)
+    steady_timings(monkeypatch)
+    rows = speed.measure([6, BIG_T], 2, 8, speed.OPERATIONS[0], budget_s=0.01, pause_s=0)
+    assert not any(r.skipped or r.note for r in rows)
+    assert all(r.passes == (1e-4,) for r in rows if r.T == BIG_T)         # timed in the second pass only
+
+
+def test_measure_records_each_pass_and_the_spread_between_them(monkeypatch):
+    answers = iter([1e-5, 2e-5, 3e-5, 4e-5, 5e-5, 6e-5] + [1e-5] * 6)
+    monkeypatch.setattr(speed, "best_seconds", lambda fn, budget_s: next(answers))
+    rows = speed.measure([6, 16], 2, 8, speed.OPERATIONS[0], budget_s=0.01)
+    assert [r.passes for r in rows] == [(t, 1e-5) for t in (1e-5, 2e-5, 3e-5, 4e-5, 5e-5, 6e-5)]
+    assert [r.spread for r in rows] == pytest.approx([1, 2, 3, 4, 5, 6])
+    assert [r.seconds for r in rows] == [1e-5] * 6
+
+
+# --- when the machine is too busy to time ----------------------------------------------------------
+
+
+def timing(T=64, kernel="tuned", seconds=1e-4, passes=None):
+    flops = speed.attention_flops(1, T, T, 8)
+    return speed.Timing(T, kernel, speed.OPERATIONS[0], flops, seconds, "", passes or (seconds,))
+
+
+def test_a_quiet_run_is_not_called_busy():
+    rows = [timing(seconds=1e-4, passes=(1e-4, 2e-4)), timing(T=16), timing(T=2048, seconds=math.nan, passes=())]
+    assert speed.busy_reasons(rows, [50.0, 60.0], 60.0, fastest_before=70.0) == ()
+
+
+def test_a_kernel_faster_than_the_ceiling_means_a_busy_machine():
+    row = timing(seconds=1e-6)                                       # 131.1 GFLOP/s
+    (reason,) = speed.busy_reasons([row], [100.0, 100.0], 100.0)
+    assert "faster than" in reason and f"{row.gflops:.1f} GFLOP/s" in reason and "(100.0 GFLOP/s)" in reason
+    assert speed.busy_reasons([row], [140.0, 140.0], 140.0) == ()
+
+
+def test_ceiling_readings_far_apart_mean_a_busy_machine():
+    (reason,) = speed.busy_reasons([timing()], [10.0, 80.0], 80.0)
+    assert "10.0" in reason and "80.0" in reason
+    assert speed.busy_reasons([timing()], [30.0, 80.0], 80.0) == ()
+
+
+def test_a_ceiling_far_below_an_earlier_one_means_a_busy_machine():
+    (reason,) = speed.busy_reasons([timing()], [20.0, 20.0], 20.0, fastest_before=90.0)
+    assert "20.0" in reason and "90.0" in reason
+    assert speed.busy_reasons([timing()], [60.0, 60.0], 60.0, fastest_before=90.0) == ()
+
+
+def test_passes_that_disagree_in_many_cells_mean_a_busy_machine():
+    steady, unsteady = timing(passes=(1e-4, 1.5e-4)), timing(passes=(1e-4, 5e-4))
+    (reason,) = speed.busy_reasons([unsteady, unsteady, steady, steady], [50.0], 50.0)
+    assert reason.startswith("2 of 4 timings differed")
+    # one slow moment in one pass is what the second pass is for
+    assert speed.busy_reasons([unsteady] + [steady] * 5, [50.0], 50.0) == ()
+    assert speed.busy_reasons([unsteady, unsteady] + [steady] * 7, [50.0], 50.0) == ()
+
+
+def test_no_share_of_the_ceiling_from_a_busy_run_a_skipped_cell_or_over_100_percent():
+    row = timing(seconds=1e-4)                                  # 1.31 GFLOP/s
+    fair = speed.Measurement([row], ceiling=2.0, readings=(2.0,))
+    assert fair.share(row) == pytest.approx(100 * row.gflops / 2.0)
+    assert math.isnan(speed.Measurement([row], 2.0, (2.0,), busy=("busy",)).share(row))
+    assert math.isnan(speed.Measurement([row], 1.0, (1.0,)).share(row))
+    skipped = timing(seconds=math.nan, passes=())
+    assert math.isnan(fair.share(skipped))
+    assert speed.Measurement([skipped, row, timing(seconds=2e-4)], 2.0, (2.0,)).fastest is row
+    assert speed.Measurement([skipped], 2.0, (2.0,)).fastest is None
+
+
+def test_measure_against_ceiling_reads_the_ceiling_around_the_table_and_judges_the_machine(monkeypatch):
+    monkeypatch.setitem(speed._fastest_ceiling, "gflops", 0.0)
+    steady_timings(monkeypatch, seconds=1e-4)
+    readings = iter([50.0, 55.0, 12.0, 11.0, 54.0, 56.0])
+    monkeypatch.setattr(speed, "sgemm_gflops", lambda: next(readings))
+    quiet = speed.measure_against_ceiling([6, 16], 2, 8, speed.OPERATIONS[0], budget_s=0.01)
+    assert quiet.readings == (50.0, 55.0) and quiet.ceiling == 55.0 and quiet.busy == ()
+    assert len(quiet.rows) == 6
+    busy = speed.measure_against_ceiling([6, 16], 2, 8, speed.OPERATIONS[0], budget_s=0.01)
+    assert busy.ceiling == 12.0 and busy.busy and "earlier this server measured 55.0" in busy.busy[0]
+    again = speed.measure_against_ceiling([6, 16], 2, 8, speed.OPERATIONS[0], budget_s=0.01)
+    assert again.ceiling == 56.0 and again.busy == ()
 
 
 def test_measure_refuses_bad_sizes():
@@ -256,7 +405,11 @@ def test_checked_ceiling_remeasures_only_while_a_kernel_reads_faster():
     assert speed.checked_ceiling(40.0, 80.0, lambda: 60.0) == (60.0, True)                # still below: under load
 
 
-def test_percent_of_ceiling_never_exceeds_100():
+def test_percent_of_ceiling_is_no_result_over_100():
+    """A kernel never beats the machine's own matrix product: a share over 100 % is a ceiling measured
+    under load, and was shown as "100 % of the ceiling"."""
     assert speed.percent_of_ceiling(50.0, 200.0) == 25.0
-    assert speed.percent_of_ceiling(300.0, 200.0) == 100.0
+    assert speed.percent_of_ceiling(200.0, 200.0) == 100.0
+    assert math.isnan(speed.percent_of_ceiling(300.0, 200.0))
     assert math.isnan(speed.percent_of_ceiling(math.nan, 200.0))
+    assert math.isnan(speed.percent_of_ceiling(50.0, math.nan))
