@@ -9,6 +9,7 @@ from core.model import packaged
 from tests.page_support import heatmaps, open_page, table_named
 from tests.model.test_minilm import PUBLISHED, minilm  # noqa: F401  (the fixture: skip or fail without the package)
 from ui import real_model_parts as parts
+from ui import state
 
 PAGE = str(Path(__file__).resolve().parents[2] / "views" / "real_model.py")
 
@@ -110,3 +111,39 @@ def test_on_a_freshly_started_server_the_numpy_formulas_run_and_the_source_shows
     assert "def _gelu_erf_rational" not in shown and "def _layer_norm_rows(" not in shown
     assert "**next-token** (≥ 0.5): L2H9 (1.8)" in named(at)
     np.testing.assert_allclose(chart(at, "Cosine similarity"), PUBLISHED, atol=1e-3)
+
+
+def test_sentences_longer_than_a_link_carries_are_cut_and_the_page_says_so(minilm):  # noqa: F811
+    at = open_page(PAGE)
+    pasted = "\n".join(f"Sentence number {i} says something about the weather today." for i in range(8))
+    assert len(pasted) > state.MAX_TEXT
+    at.text_area(key="real_model.sentences").set_value(pasted).run()
+    assert not at.exception and not at.error
+    kept = at.text_area(key="real_model.sentences").value
+    assert len(kept) <= state.MAX_TEXT and pasted.startswith(kept)
+    assert any(f"The sentences have {len(pasted):,} characters" in w.value and f"at most {state.MAX_TEXT}" in w.value
+               for w in at.warning)
+    n = len([line for line in kept.splitlines() if line.strip()])
+    assert chart(at, "Cosine similarity").shape == (n, n)                  # the kept sentences, compared
+
+
+def test_an_emoji_the_encoder_does_not_know_is_said_to_be_unknown(minilm):  # noqa: F811
+    at = open_page(PAGE, {"text": "I love 😀 and مرحبا"})
+    assert not at.exception and not at.error
+    line = " ".join(md.value for md in at.markdown if md.value.startswith("**Tokens**"))
+    assert "`[UNK]`" in line and "�" not in line
+    assert any("[UNK]" in i.value and "does not have" in i.value for i in at.info)
+    assert not any("part of a character" in i.value for i in at.info)     # it cuts characters, not bytes
+
+
+def test_the_overview_names_the_model_this_page_opens_on(page):
+    """The Overview's row for this page names the model the page opens on by default (once it said "a
+    pretrained GPT-2-family model" while the page opened a BERT-family encoder)."""
+    home = open_page(str(Path(PAGE).parent / "home.py"))
+    (row,) = [line for md in home.markdown for line in md.value.splitlines() if line.startswith("| A real model |")]
+    (caption,) = [c.value for c in page.caption if " layers × " in c.value]
+    opened = caption.split(" (")[0]                                        # the model's name, as the page gives it
+    kind = "an encoder" if ": an encoder," in caption else "a decoder"
+    assert row.split("|")[2].strip().startswith(f"open {opened}")
+    assert ("encoder" in row.split("(")[0]) == (kind == "an encoder")
+    assert "GPT-2-family model" not in row.split("(")[0]
