@@ -518,3 +518,75 @@ def test_real_model_charts_are_the_encoders_weights_scores_and_similarities(mini
     np.testing.assert_allclose(maps["Without L3H5 (2.4)"], E2 @ E2.T, **F32)
     np.testing.assert_allclose(maps["After − before"], E2 @ E2.T - E @ E.T, **F32)
     assert np.abs(E2 @ E2.T - E @ E.T).max() > 1e-4                           # removing the head moves them
+
+
+# ----------------------------------------------------------------------------------------------
+# Inside a trained model
+# ----------------------------------------------------------------------------------------------
+def layer_norm(x, g, b, eps):
+    mu = x.mean(-1, keepdims=True)
+    return (x - mu) / np.sqrt(((x - mu) ** 2).mean(-1, keepdims=True) + eps) * g + b
+
+
+def test_inside_model_charts_are_the_named_cache_entries():
+    """Layer 2 of test example 3: each walkthrough chart is the cache entry it names and the post-norm
+    block's formula from the charts before it. Fails when the chart titled as LayerNorm 1's input
+    (r₁ = h + MHA(h)) draws its output, when any chart draws layer 1's or example 0's arrays, when the
+    heads' grid is another layer's, when the head's mean map is another head's, or when a gain, bias
+    or the pooled vector is another's."""
+    import test_page_inside_model as inside_page
+    from core.lessons import inside
+
+    at = inside_page.page({"example": "3", "layer": "2", "show": "L2H3"})
+    check(at)
+    m = inside_page.model()
+    p, eps = m.params, m.cfg.ln_eps
+    tokens = m.data.X_test[3]
+    _, cache = inside.forward(p, m.cfg, tokens[None])
+    c = {name: value[0] for name, value in cache.items() if name != "pos_embed"}
+    blk = lambda name: c[f"blocks.1.{name}"]               # noqa: E731  layer 2's entries
+    par = lambda name: p[f"blocks.1.{name}"]               # noqa: E731
+    tol = dict(rtol=1e-6, atol=1e-6)                      # the model's own float32 arithmetic
+    maps = heatmaps(at)
+    np.testing.assert_allclose(maps["token embeddings E[x_t]"], p["embed"][tokens], **tol)
+    np.testing.assert_allclose(maps["E[x_t] + PE_t"], p["embed"][tokens] + sinusoid(len(tokens), m.cfg.d_model),
+                               rtol=1e-5, atol=1e-5)
+    h = blk("resid_pre")
+    np.testing.assert_allclose(h, c["blocks.0.resid_post"], **tol)            # layer 2 reads layer 1's output
+    np.testing.assert_allclose(maps["concat"], blk("attn.concat"), **tol)
+    np.testing.assert_allclose(maps["MHA(h)"], blk("attn.concat") @ par("attn.W_O") + par("attn.b_O"), **tol)
+    r1 = h + blk("attn.output")
+    x = layer_norm(r1, par("ln1.g"), par("ln1.b"), eps)
+    np.testing.assert_allclose(maps["r₁ = h + MHA(h)"], r1, **tol)
+    np.testing.assert_allclose(maps["LN₁(r₁)"], x, rtol=1e-5, atol=1e-5)
+    assert np.abs(r1 - x).max() > 0.1                                           # input and output differ
+    hidden = np.maximum(x @ par("ffn.W_1") + par("ffn.b_1"), 0)
+    np.testing.assert_allclose(maps["relu(x W₁ + b₁)"], hidden, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(maps["FFN(x)"], blk("ffn.output"), **tol)
+    r2 = blk("resid_mid") + blk("ffn.output")
+    np.testing.assert_allclose(maps["r₂ = x + FFN(x)"], r2, **tol)
+    np.testing.assert_allclose(maps["the output of layer 2"], layer_norm(r2, par("ln2.g"), par("ln2.b"), eps),
+                               rtol=1e-5, atol=1e-5)
+    assert np.abs(r2 - blk("resid_post")).max() > 0.1
+    grid, pair = heatmap_grids(at)
+    assert_same_panels_f32(grid, {f"head {i + 1}": blk("attn.weights")[i] for i in range(m.cfg.n_heads)})
+    assert np.abs(blk("attn.weights") - c["blocks.0.attn.weights"]).max() > 1e-2   # layer 2 is not layer 1
+    # the head shown beside the ablation table: its map averaged over the test set
+    _, test_cache = inside.forward(p, m.cfg, m.data.X_test)
+    mean_map = test_cache["blocks.1.attn.weights"][:, 2].astype(np.float64).mean(axis=0)
+    np.testing.assert_allclose(maps["L2H3: mean map over the test set"], mean_map, **tol)
+    assert np.abs(mean_map - test_cache["blocks.1.attn.weights"][:, 0].mean(axis=0)).max() > 1e-3
+    # layer 1, averaged over the heads, for test examples 0 and 5
+    want = [test_cache["blocks.0.attn.weights"][i].astype(np.float64).mean(axis=0) for i in (0, 5)]
+    assert [title.split(" (")[0] for title in pair] == ["Example A", "Example B"]
+    for shown, w in zip(pair.values(), want):
+        np.testing.assert_allclose(shown, w, **tol)
+    # the bars, in page order: LayerNorm 1's gain and bias, LayerNorm 2's, the pooled vector
+    bars = [chart.data.to_numpy() for chart in charts(at) if chart.kind == "bars"]
+    final = test_cache["blocks.1.resid_post"][3].astype(np.float64)
+    for shown, want in zip(bars[:5], [par("ln1.g"), par("ln1.b"), par("ln2.g"), par("ln2.b"), final.mean(axis=0)]):
+        np.testing.assert_allclose(shown, want, **tol)
+    # the change in test accuracy with each head removed, and the accuracy reading one position alone
+    np.testing.assert_allclose(bars[5], inside_page.report().change("zero").ravel(), **CLOSE)
+    logits = test_cache["blocks.1.resid_post"] @ p["classifier.W"] + p["classifier.b"]       # (n, T, C)
+    np.testing.assert_allclose(bars[6], (logits.argmax(-1) == m.data.y_test[:, None]).mean(axis=0), **CLOSE)
