@@ -166,7 +166,7 @@ def test_one_slow_trial_run_skips_nothing(monkeypatch):
 
     def probe(kernel, operation, n_heads, d_k, T):
         trials.append(kernel)
-        seconds = 5.0 if trials.count(kernel) == 1 else 1e-4  # the first trial run of each kernel: busy
+        seconds = 5.0 if trials.count(kernel) <= 2 else 1e-4  # each kernel's first two trial runs: busy
         return speed.attention_flops(n_heads, T, T, d_k) / seconds
 
     monkeypatch.setattr(speed, "_probe_speed", probe)
@@ -174,7 +174,7 @@ def test_one_slow_trial_run_skips_nothing(monkeypatch):
     steady_timings(monkeypatch)
     at = open_page(PAGE, {**SMALL, "T": "6, 256"})
     table = check_table(at, (6, 256), 2, 8, "with weights")
-    assert not (table["time (µs)"] == "not run").any() and sorted(trials) == sorted(2 * list(speed.KERNELS))
+    assert not (table["time (µs)"] == "not run").any() and sorted(trials) == sorted(3 * list(speed.KERNELS))
     assert not busy(at)
 
 
