@@ -69,7 +69,7 @@ st.caption(f"{about.get(source, source)}: {'an encoder' if m.is_encoder else 'a 
            f"{cfg.n_heads} heads, d = {cfg.d_model}, vocabulary {cfg.vocab_size:,}, context {cfg.n_ctx}, run in float32.")
 
 parts.clip_long_text(k("text"), "The text has")
-st.text_area("Your text", key=k("text"))
+st.text_area(f"Your text (at most {state.MAX_TEXT} characters; a longer one is cut at a word)", key=k("text"))
 try:
     text = ss[k("text")]
     ids, cut = rm.fit_context(m.encode(text), cfg.n_ctx, keep_last=m.is_encoder)
@@ -176,7 +176,8 @@ if m.is_encoder:
                 "out by the key mask), made unit length: the pooling all-MiniLM-L6-v2 was trained with. Similar "
                 "sentences point the same way.")
     parts.clip_long_text(k("sentences"), "The sentences have")
-    st.text_area(f"Sentences, one per line (2 to {parts.MAX_SENTENCES})", key=k("sentences"))
+    st.text_area(f"Sentences, one per line (2 to {parts.MAX_SENTENCES}, at most {state.MAX_TEXT} characters in all)",
+                 key=k("sentences"))
     try:
         sentences = parts.read_sentences(ss[k("sentences")])
         ss[k("good_sentences")] = ss[k("sentences")]
