@@ -223,6 +223,6 @@ def generation_section(m, ids, key, shipped: bool = False) -> None:
         continued = rm.text_of(m, gen.new_tokens)
         st.code(visible_ends(continued), language=None, wrap_lines=True)
         if "<0x" in continued:
-            st.caption("<0xD9> and the like: bytes that make no whole character, as in the tokens above.")
+            st.caption("`<0xD9>` and the like: bytes that make no whole character (see the tokens above).")
     st.caption("The prompt runs once and fills the KV cache; each new token then runs alone, its query attending "
                "over the cached keys and values.")
