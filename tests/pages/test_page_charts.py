@@ -590,3 +590,80 @@ def test_inside_model_charts_are_the_named_cache_entries():
     np.testing.assert_allclose(bars[5], inside_page.report().change("zero").ravel(), **CLOSE)
     logits = test_cache["blocks.1.resid_post"] @ p["classifier.W"] + p["classifier.b"]       # (n, T, C)
     np.testing.assert_allclose(bars[6], (logits.argmax(-1) == m.data.y_test[:, None]).mean(axis=0), **CLOSE)
+
+
+# ----------------------------------------------------------------------------------------------
+# Decoder and generation (untrained weights, seed 0: the page's until a run ends)
+# ----------------------------------------------------------------------------------------------
+def test_decoder_charts_are_the_generation_step_and_the_teacher_forced_maps():
+    """Generation step 5, layer 2, head 3 of the reverse task's validation example 4. The attention rows
+    and the K and V caches must be those of a teacher-forced pass over the tokens read so far (not of
+    another step, layer or head, nor transposed); the bars softmax(z/τ) of that pass's last logits; the
+    positions curves P, 1, 1, ... with the cache and P, P + 1, ... without; the grid each head's
+    teacher-forced cross-attention of the example."""
+    import test_page_decoder as decoder_page
+    from core.model import decoder, generation
+    from core.training.decoder_runs import build
+
+    at = decoder_page.page()
+    at.run()
+    at.number_input(key="decoder.example").set_value(4)
+    at.number_input(key="decoder.temperature").set_value(0.7)
+    at.run()
+    at.slider(key="decoder.step").set_value(5)
+    at.selectbox(key="decoder.layer").set_value(2)
+    at.selectbox(key="decoder.head").set_value(3)
+    at.run()
+    check(at)
+    setup = build("reverse")
+    cfg = setup.cfg
+    params = {k: np.asarray(v, np.float64) for k, v in decoder.init_params(cfg, seed=0).items()}
+    tgt_in, _, src = (a[4] for a in setup.val_arrays())
+    n = cfg.decoder.n_ctx
+    gen = generation.generate(params, cfg, src, max_new_tokens=n, temperature=0.7, seed=0)   # the tokens written
+    P, j = gen.prompt_len, 4
+    read = gen.tokens[:P + j]
+    logits, cache = decoder.forward(params, cfg, read, src)                     # teacher-forced, no KV cache
+    maps = heatmaps(at)
+    self_row = cache["dec.blocks.1.attn.weights"][0, :, -1]                     # (H, P + j)
+    np.testing.assert_allclose(maps["Causal self-attention of the new query, layer 2"], self_row, atol=1e-12)
+    np.testing.assert_allclose(maps["Cross-attention of the new query, layer 2"],
+                               cache["dec.blocks.1.cross.weights"][0, :, -1], atol=1e-12)
+    assert np.abs(cache["dec.blocks.1.cross.weights"][0, :, -1] - cache["dec.blocks.0.cross.weights"][0, :, -1]).max() > 1e-3
+    for name in ("K", "V"):
+        rows = cache[f"dec.blocks.1.attn.{name.lower()}"][0, 2]                # (P + j, d_k), head 3
+        np.testing.assert_allclose(maps[f"{name} cache, layer 2, head 3: {P + j} rows"], rows, atol=1e-12)
+    z = logits[-1] / 0.7
+    bars = bar_charts(at)["Next-token distribution at step 5 (τ = 0.7)"]
+    np.testing.assert_allclose(bars.to_numpy(), np.exp(z - z.max()) / np.exp(z - z.max()).sum(), atol=1e-12)
+    per_step = line_charts(at)["Positions run through the decoder at each step"]
+    steps = np.arange(1, n + 1)
+    want = pd.DataFrame({"step": np.tile(steps, 2), "positions": np.r_[[P] + [1] * (n - 1), P + steps - 1],
+                         "generation": ["with the KV cache"] * n + ["full recompute"] * n})
+    pd.testing.assert_frame_equal(per_step, want, check_dtype=False)
+    (grid,) = heatmap_grids(at)
+    _, forced = decoder.forward(params, cfg, tgt_in, src)
+    assert_same_panels(grid, {f"layer {l + 1}, head {h + 1}": forced[f"dec.blocks.{l}.cross.weights"][0, h]
+                              for l in range(2) for h in range(cfg.decoder.n_heads)})
+
+
+def test_decoder_language_model_grid_is_its_causal_self_attention():
+    """The character model's grid: each head's teacher-forced self-attention on validation window 2,
+    layer by layer (fails when the grid draws the layers or heads out of order, or another window)."""
+    import test_page_decoder as decoder_page
+    from core.model import decoder
+    from core.training.decoder_runs import build
+
+    at = decoder_page.page()
+    at.run()
+    at.selectbox(key="decoder.task").set_value("lm").run()
+    at.number_input(key="decoder.example").set_value(2).run()
+    check(at)
+    setup = build("lm")
+    params = {k: np.asarray(v, np.float64) for k, v in decoder.init_params(setup.cfg, seed=0).items()}
+    window = setup.val_arrays()[0][2]
+    _, cache = decoder.forward(params, setup.cfg, window)
+    (grid,) = heatmap_grids(at)
+    want = {f"layer {l + 1}, head {h + 1}": cache[f"blocks.{l}.attn.weights"][0, h]
+            for l in range(setup.cfg.n_layers) for h in range(setup.cfg.n_heads)}
+    assert_same_panels(grid, want)
