@@ -40,7 +40,7 @@ st.markdown("The lesson's two-head pipeline: T = 4 one-hot tokens (X = I), head 
 c = st.columns([2, 1, 1, 1])   # the W_V choices are long sentences: the widest column
 c[0].selectbox("Value projections W_V", list(VALUE_CHOICES), key=k("wv"), format_func=VALUE_CHOICES.get)
 c[1].selectbox("W_O preset", list(heads.W_O_PRESETS), key=k("wo"))
-c[2].number_input("Seed (random choices)", 0, 9999, key=k("seed"))
+state.whole_number_input(c[2], "Seed (random choices)", 0, 9999, key=k("seed"))
 c[3].slider("Gain of head 1", 0.0, 10.0, step=0.5, key=k("gain"))
 st.toggle("Causal mask", key=k("causal"))
 st.caption(heads.W_O_PRESETS[ss[k("wo")]])

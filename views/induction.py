@@ -48,9 +48,9 @@ st.latex(r"x_{1..2n} = (a_1, \dots, a_n,\; a_1, \dots, a_n), \qquad n = %d,\ \te
 # 1. the model ------------------------------------------------------------------------------------
 with st.form(k("train")):
     f1, f2 = st.columns(2)
-    f1.number_input("Seed (initial weights and training sequences)", 0, 999, key=k("seed"))
-    f2.number_input("Training steps", 20, MAX_STEPS, step=100, key=k("steps"),
-                    help="With a few hundred steps the repeated half is not learned yet: no induction head.")
+    state.whole_number_input(f1, "Seed (initial weights and training sequences)", 0, 999, key=k("seed"))
+    state.whole_number_input(f2, "Training steps", 20, MAX_STEPS, step=100, key=k("steps"),
+                             help="With a few hundred steps the repeated half is not learned yet: no induction head.")
     st.form_submit_button("Train")
 seed, steps = int(ss[k("seed")]), int(ss[k("steps")])
 with st.spinner(f"Loading the shipped model, or training a two-layer attention-only model, {steps} steps (a few "

@@ -34,9 +34,9 @@ st.latex(r"A_h = \mathrm{softmax}\!\left(\frac{Q_h K_h^\top}{\sqrt{d_k}} + M\rig
 
 # 1. sizes and the shared mask
 c = st.columns(4)
-c[0].number_input(f"T (tokens, at most {MAX_TOKENS})", 2, MAX_TOKENS, key=k("T"))
-c[1].number_input(f"d_k (head width, at most {MAX_D_K})", 1, MAX_D_K, key=k("d_k"))
-c[2].number_input(f"H (heads, 1 to {MAX_HEADS})", 1, MAX_HEADS, key=k("H"))
+state.whole_number_input(c[0], f"T (tokens, at most {MAX_TOKENS})", 2, MAX_TOKENS, key=k("T"))
+state.whole_number_input(c[1], f"d_k (head width, at most {MAX_D_K})", 1, MAX_D_K, key=k("d_k"))
+state.whole_number_input(c[2], f"H (heads, 1 to {MAX_HEADS})", 1, MAX_HEADS, key=k("H"))
 c[3].toggle("Shared causal mask", key=k("causal"))
 T, d_k, H = int(ss[k("T")]), int(ss[k("d_k")]), int(ss[k("H")])
 labels = [f"t{i + 1}" for i in range(T)]
@@ -84,7 +84,10 @@ st.vega_lite_chart(charts.heatmap_grid(list(A), labels, labels, titles, annotate
 
 # 4. one head opened up
 st.subheader("Open one head")
-ss[k("open")], ss[k("row")] = min(int(ss[k("open")]), H), min(int(ss[k("row")]), T)
+if ss[k("open")] > H:
+    state.settle(PAGE, "open", H, f"there are {H} heads, so the last head to open is {H}.")
+if ss[k("row")] > T:
+    state.settle(PAGE, "row", T, f"there are {T} tokens, so the last query row is {T}.")
 c = st.columns(2)
 c[0].selectbox("Head", list(range(1, H + 1)), key=k("open"), format_func=lambda h: titles[h - 1])
 c[1].slider("Query row t (its impulse response)", 1, T, key=k("row"))

@@ -48,8 +48,8 @@ T, labels = len(tokens), charts.position_labels(tokens)
 left, right = st.columns(2)
 left.radio("Queries and keys", ["random", "hand"], key=k("source"), horizontal=True,
            format_func={"random": "drawn at random (seeded)", "hand": "typed by hand"}.get)
-left.number_input("d_k (width of a query or key)", 1, MAX_D_K, key=k("d_k"))
-left.number_input("Random seed", 0, 9999, key=k("seed"))
+state.whole_number_input(left, "d_k (width of a query or key)", 1, MAX_D_K, key=k("d_k"))
+state.whole_number_input(left, "Random seed", 0, 9999, key=k("seed"))
 right.toggle("Divide by √d_k", key=k("scaled"))
 right.slider("Temperature τ (large: flatter; small: sharper)", 0.1, 5.0, step=0.1, key=k("temperature"))
 right.toggle("Causal mask (no looking at later words)", key=k("causal"))
@@ -97,7 +97,8 @@ with st.expander("The numbers behind the heatmaps"):
         st.dataframe({name: labels} | {c: M[:, j] for j, c in enumerate(cols)}, hide_index=True)
 
 # 4. one query's weights
-st.session_state[k("query")] = min(int(st.session_state[k("query")]), T)
+if st.session_state[k("query")] > T:
+    state.settle(PAGE, "query", T, f"the sentence has {T} words, so its last query row is {T}.")
 if T > 1:
     st.slider("Query row to read", 1, T, key=k("query"))
 q = int(st.session_state[k("query")])

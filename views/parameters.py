@@ -20,18 +20,49 @@ SPEC = {"d_model": state.int_field(64, 8, MAX_D_MODEL), "heads": state.int_field
         "bias": state.bool_field(False), "preset": state.choice_field("custom", tuple(PRESET_LABELS)),
         "ff_auto": state.bool_field(True),
         "keep": state.choice_field("d_k", analysis.GROW_KEEPING), "h0": state.int_field(8, 1, 64),
-        "h1": state.int_field(16, 1, 64), "dk0": state.int_field(64, 1, 512)}
+        "h1": state.int_field(16, 1, 64), "dk0": state.int_field(64, 1, 512),
+        # the whole model's choices; their defaults are the preset's own (see whole_model_spec)
+        "arch": state.choice_field("encoder-only", param_counts.ARCHITECTURES),
+        "pos": state.choice_field("sinusoidal", param_counts.POSITIONAL),
+        "lm": state.bool_field(False), "tied": state.bool_field(True)}
+WHOLE_MODEL = ("arch", "pos", "lm", "tied")
 key = lambda name: state.key(PAGE, name)  # noqa: E731
 ss = st.session_state
+
+
+def preset_choices(preset: str) -> dict:
+    """The whole-model choices a preset starts from (the custom model: SPEC's defaults)."""
+    base = param_counts.MODEL_PRESETS.get(preset)
+    if base is None:
+        return {name: SPEC[name].default for name in WHOLE_MODEL}
+    return {"arch": base.architecture, "pos": base.positional, "lm": base.lm_head, "tied": base.tied_output}
+
+
+def whole_model_spec(preset: str) -> dict:
+    """SPEC with the preset's own whole-model choices as defaults, so a link leaves them out."""
+    return SPEC | {name: dataclasses.replace(SPEC[name], default=value) for name, value in preset_choices(preset).items()}
+
+
+def preset_changed() -> None:
+    """Another preset starts from its own choices, or from those last made for it in this visit."""
+    memory = ss.setdefault(key("whole_model_memory"), {})
+    memory[ss.get(key("whole_model_of"), "custom")] = {name: ss[key(name)] for name in WHOLE_MODEL}
+    for name, value in memory.get(ss[key("preset")], preset_choices(ss[key("preset")])).items():
+        ss[key(name)] = value
+
+
 COUNT = st.column_config.NumberColumn(format="localized")   # 1,073,741,824: thousands separated
 
 st.title("Parameters and cost")
 first_run = key("__restored") not in ss
 state.restore(PAGE, SPEC)
-for name in [n for n in ss if str(n).startswith(key("p_"))]:   # the whole-model choices, kept like SPEC's
-    ss[name] = ss[name]                                          # (ui.state.restore says why)
+if first_run:        # a link that names a preset but not a whole-model choice: the preset's own
+    for name, value in preset_choices(ss[key("preset")]).items():
+        if state.from_link(PAGE, name) is None:
+            ss[key(name)] = value
 for name in ("d_model", "d_ff"):          # these sliders move in steps of 8
-    ss[key(name)] = max(8, ss[key(name)] // 8 * 8)
+    if ss[key(name)] % 8:
+        state.settle(PAGE, name, max(8, ss[key(name)] // 8 * 8), f"{name} moves in steps of 8.")
 # d_ff follows 4·d_model until the student sets it. A moved d_ff slider differs from the value the
 # page last wrote; on a link's first run, a d_ff other than the default and 4·d_model was chosen.
 auto_ff = 4 * ss[key("d_model")]
@@ -58,13 +89,13 @@ with st.expander("What to look for"):
 c1, c2, c3 = st.columns(3)
 d_model = c1.slider("d_model", 8, MAX_D_MODEL, step=8, key=key("d_model"),
                     help=f"Model width (at most {MAX_D_MODEL} on this page).")
-n_heads = c2.number_input("Heads H", 1, 64, key=key("heads"), help="Must divide d_model.")
+n_heads = state.whole_number_input(c2, "Heads H", 1, 64, key=key("heads"), help="Must divide d_model.")
 d_ff = c3.slider("d_ff (feed-forward width)", 8, 4 * MAX_D_MODEL, step=8, key=key("d_ff"),
                  help="Starts at 4·d_model, the original Transformer's ratio, and follows d_model until you move it.")
 c3.checkbox("d_ff = 4·d_model", key=key("ff_auto"), help="Untick to set d_ff yourself; tick to follow d_model again.")
 c4, c5, c6 = st.columns(3)
 n_layers = c4.slider("Layers", 1, 48, key=key("layers"))
-vocab = c5.number_input("Vocabulary size", 1, 1_000_000, step=1000, key=key("vocab"))
+vocab = state.whole_number_input(c5, "Vocabulary size", 1, 1_000_000, step=1000, key=key("vocab"))
 T = c6.slider("Sequence length T", 1, 4096, key=key("T"), help="Only the FLOPs depend on it.")
 bias = st.checkbox("Biases on the projections", key=key("bias"))
 st.caption(f"Caps: d_model ≤ {MAX_D_MODEL} here (the whole-model calculator below goes further); "
@@ -76,7 +107,7 @@ try:
 except ValueError as err:
     divisors = [h for h in range(1, d_model + 1) if d_model % h == 0 and h <= 64]
     st.error(f"{err} Head counts that divide {d_model}: {', '.join(map(str, divisors))}.")
-    state.publish(PAGE, SPEC)
+    state.publish(PAGE, whole_model_spec(ss[key("preset")]))
     st.stop()
 d_k = d_model // int(n_heads)
 
@@ -166,9 +197,9 @@ st.markdown("The lesson's exercise 5: d_model = 512 with H = 8 gives d_k = 64. K
 g = st.columns(4)
 keep = g[0].radio("Keep fixed", analysis.GROW_KEEPING, key=key("keep"), horizontal=True,
                   format_func={"d_k": "d_k (d_model = H·d_k grows)", "d_model": "d_model (d_k = d_model/H shrinks)"}.get)
-h0 = g[1].number_input("H before", 1, 64, key=key("h0"))
-h1 = g[2].number_input("H after", 1, 64, key=key("h1"))
-dk0 = g[3].number_input("d_k before", 1, 512, key=key("dk0"), help="So d_model before = H before · d_k.")
+h0 = state.whole_number_input(g[1], "H before", 1, 64, key=key("h0"))
+h1 = state.whole_number_input(g[2], "H after", 1, 64, key=key("h1"))
+dk0 = state.whole_number_input(g[3], "d_k before", 1, 512, key=key("dk0"), help="So d_model before = H before · d_k.")
 try:
     before, after = analysis.grow_heads(int(h0), int(h1), int(dk0), T, keep=keep, bias=bias)
 except ValueError as err:
@@ -205,21 +236,18 @@ st.markdown(f"Block total **{block.total:,}**: the FFN holds **{block.ffn / bloc
 
 # 6. whole models ---------------------------------------------------------------------------------
 st.header("A whole model")
-preset = st.selectbox("Start from", list(PRESET_LABELS), format_func=PRESET_LABELS.get, key=key("preset"))
+preset = st.selectbox("Start from", list(PRESET_LABELS), format_func=PRESET_LABELS.get, key=key("preset"),
+                      on_change=preset_changed)
+ss[key("whole_model_of")] = preset
 base = param_counts.MODEL_PRESETS.get(preset) or param_counts.TransformerSpec(
     architecture="encoder-only", d_model=d_model, n_heads=int(n_heads), d_ff=d_ff, n_encoder_layers=n_layers,
     n_decoder_layers=0, vocab_size=int(vocab), max_positions=max(T, 1), bias=bias, lm_head=False)
-# one set of widgets per preset, so switching presets starts from the preset's own choices
-k = lambda name: key(f"p_{preset}_{name}")  # noqa: E731
-for name, value in (("arch", base.architecture), ("pos", base.positional), ("lm", base.lm_head),
-                    ("tied", base.tied_output)):
-    ss.setdefault(k(name), value)
 a1, a2, a3 = st.columns(3)
-arch = a1.radio("Architecture", param_counts.ARCHITECTURES, key=k("arch"))
-positional = a2.radio("Positions", param_counts.POSITIONAL, key=k("pos"),
+arch = a1.radio("Architecture", param_counts.ARCHITECTURES, key=key("arch"))
+positional = a2.radio("Positions", param_counts.POSITIONAL, key=key("pos"),
                       help="sinusoidal: fixed, 0 parameters; learned: one vector per position.")
-lm_head = a3.checkbox("Output projection to the vocabulary", key=k("lm"))
-tied = a3.checkbox("Tied to the token embedding", key=k("tied"), disabled=not lm_head)
+lm_head = a3.checkbox("Output projection to the vocabulary", key=key("lm"))
+tied = a3.checkbox("Tied to the token embedding", key=key("tied"), disabled=not lm_head)
 n_enc = base.n_encoder_layers or base.n_decoder_layers
 n_dec = base.n_decoder_layers or base.n_encoder_layers
 layers_by_arch = {"encoder-only": (n_enc, 0), "decoder-only": (0, n_dec), "encoder-decoder": (n_enc, n_dec)}
@@ -230,7 +258,7 @@ try:
     counted = param_counts.model_param_count(spec)
 except ValueError as err:
     st.error(str(err))
-    state.publish(PAGE, SPEC)
+    state.publish(PAGE, whole_model_spec(preset))
     st.stop()
 st.dataframe(pd.DataFrame(counted.rows(), columns=["part", "parameters", "share"]),
              hide_index=True, column_config={"parameters": COUNT, "share": st.column_config.NumberColumn(format="percent")})
@@ -254,4 +282,4 @@ st.markdown(f"**{label}: {split.n_blocks} blocks ≈ {millions(split.blocks)} "
             + (f" and {millions(split.other)} more ({', '.join(split.other_parts)})" if split.other else "")
             + f": {split.blocks:,} + {split.embeddings:,}" + (f" + {split.other:,}" if split.other else "")
             + f" = {counted.total:,} ≈ {counted.total / 1e6:.1f}M.")
-state.publish(PAGE, SPEC)
+state.publish(PAGE, whole_model_spec(preset))

@@ -26,7 +26,8 @@ key = lambda name: state.key(PAGE, name)  # noqa: E731
 st.title("Positional encoding")
 ensure_kernels("sinusoidal", "project_heads", "attention_with_weights", "merge_heads_project")
 state.restore(PAGE, SPEC)
-st.session_state[key("d")] -= st.session_state[key("d")] % 2    # the d_model slider moves in steps of 2
+if st.session_state[key("d")] % 2:                                 # the d_model slider moves in steps of 2
+    state.settle(PAGE, "d", st.session_state[key("d")] - 1, "d_model is even here (sine and cosine in pairs).")
 st.markdown("Attention compares every token with every other, but nothing in it says *where* a token "
             "sits. This page measures that blindness, then looks at the codes that cure it.")
 with st.expander("What to look for"):
@@ -99,7 +100,8 @@ right.vega_lite_chart(charts.heatmap(C[:DRAW_POSITIONS, :DRAW_POSITIONS], pos_la
                                   size=360, annotate=False))
 kernel_source(ran)
 
-st.session_state[key("from")] = min(st.session_state[key("from")], T - 1)   # within this T
+if st.session_state[key("from")] > T - 1:                                 # within this T
+    state.settle(PAGE, "from", T - 1, f"with {T} positions the last one is {T - 1}.")
 origin = st.slider("Similarity from position", 0, T - 1, key=key("from"))
 curve = pd.DataFrame({"position": np.arange(T), "cosine": positions.similarity_from(PE, origin)})
 st.vega_lite_chart(charts.lines(curve, "position", "cosine", title=f"cosine similarity to position {origin}",
@@ -110,8 +112,9 @@ with st.expander(f"Cosine similarity to position {origin}, as numbers"):
 st.subheader("The dot product depends only on the offset")
 st.latex(r"PE_p \cdot PE_{p+k} = \sum_i \bigl[\sin(p\omega_i)\sin((p{+}k)\omega_i) + "
          r"\cos(p\omega_i)\cos((p{+}k)\omega_i)\bigr] = \sum_i \cos(k\,\omega_i)")
+if st.session_state[key("k")] > T - 1:
+    state.settle(PAGE, "k", T - 1, f"with {T} positions the largest offset is {T - 1}.")
 if T > 2:
-    st.session_state[key("k")] = min(st.session_state[key("k")], T - 1)
     k = st.slider("Offset k", 1, T - 1, key=key("k"))
 else:  # a slider needs two values to choose from
     k = 1
@@ -145,10 +148,10 @@ st.markdown("A learned table has one row per position it was trained on. Ask a t
             "positions for 1024 and half the rows do not exist; the sinusoidal code is a formula of p and "
             "gives every row.")
 l1, l2 = st.columns(2)
-trained = l1.number_input(f"Positions the learned table was trained on (at most {MAX_PE_POSITIONS})", 1,
-                          MAX_PE_POSITIONS, key=key("trained"))
-asked = l2.number_input(f"Positions asked for (at most {2 * MAX_PE_POSITIONS})", 1, 2 * MAX_PE_POSITIONS,
-                        key=key("asked"))
+trained = state.whole_number_input(l1, f"Positions the learned table was trained on (at most {MAX_PE_POSITIONS})",
+                                   1, MAX_PE_POSITIONS, key=key("trained"))
+asked = state.whole_number_input(l2, f"Positions asked for (at most {2 * MAX_PE_POSITIONS})", 1,
+                                 2 * MAX_PE_POSITIONS, key=key("asked"))
 with lesson_recording() as ran:
     longer = positions.longer_than_trained(int(trained), int(asked), d_model, base, backend=chosen_backend(),
                                             dtype=chosen_dtype())

@@ -25,6 +25,7 @@ SPEC = {
     "steps": state.int_field(300, 1, limits.MAX_TRAIN_STEPS),
     "ablation_steps": state.int_field(1000, 1, limits.MAX_TRAIN_STEPS),
     "track": state.choice_field(steps.DEFAULT_TRACK, steps.TRACKS),
+    "example": state.int_field(0, 0, 100_000),       # the validation example whose maps are shown
 }
 k = lambda name: state.key(PAGE, name)  # noqa: E731
 # test hooks: tests put tiny data-set sizes and a faster poll here
@@ -83,12 +84,13 @@ task = st.session_state[k("task")]
 left.caption(tasks.describe(task))
 left.radio("Positional encoding", POSITIONAL, key=k("positional"), horizontal=True)
 mid.slider(f"Layers (at most {limits.MAX_TRAIN_LAYERS})", 1, limits.MAX_TRAIN_LAYERS, key=k("layers"))
-mid.number_input(f"Heads H (at most {limits.MAX_TRAIN_HEADS})", 1, limits.MAX_TRAIN_HEADS, key=k("heads"))
-mid.number_input(f"d_model (at most {limits.MAX_TRAIN_D_MODEL}; H must divide it)", 1,
-                 limits.MAX_TRAIN_D_MODEL, key=k("d_model"))
+state.whole_number_input(mid, f"Heads H (at most {limits.MAX_TRAIN_HEADS})", 1, limits.MAX_TRAIN_HEADS,
+                         key=k("heads"))
+state.whole_number_input(mid, f"d_model (at most {limits.MAX_TRAIN_D_MODEL}; H must divide it)", 1,
+                         limits.MAX_TRAIN_D_MODEL, key=k("d_model"))
 right.select_slider("Learning rate (Adam; falls to a tenth by the last step)",
                     SPEC["lr"].choices, key=k("lr"))
-right.number_input(f"Steps (at most {limits.MAX_TRAIN_STEPS})", 1, limits.MAX_TRAIN_STEPS, key=k("steps"))
+state.whole_number_input(right, f"Steps (at most {limits.MAX_TRAIN_STEPS})", 1, limits.MAX_TRAIN_STEPS, key=k("steps"))
 right.caption(f"Caps per run: {limits.MAX_TRAIN_STEPS} steps and {limits.MAX_TRAIN_SECONDS:.0f} s of "
               "training, whichever comes first, so one run cannot hold the server.")
 left.radio("Training step", steps.TRACKS, key=k("track"), horizontal=True,
@@ -133,8 +135,10 @@ if b4.button("Reset"):
 
 view = trainer.view()
 if view.runs:
-    example = st.number_input(f"Validation example whose attention is shown (0 to {n_val - 1})",
-                              0, max(n_val - 1, 0), key=k("example"))
+    if st.session_state[k("example")] > max(n_val - 1, 0):
+        state.settle(PAGE, "example", max(n_val - 1, 0), f"the validation set has {n_val} examples, 0 to {n_val - 1}.")
+    example = state.whole_number_input(st, f"Validation example whose attention is shown (0 to {n_val - 1})",
+                                       0, max(n_val - 1, 0), key=k("example"))
     if int(example) != view.example_index:
         trainer.set_example(int(example))
 
@@ -276,8 +280,8 @@ st.markdown(
     "1 head. The first is the reference for both comparisons. The runs take turns, 25 steps each, and "
     f"share {limits.MAX_TRAIN_SECONDS:.0f} s of training: if that cap ends them, it ends them all at the same "
     "step, so each comparison stays between equally trained models.")
-st.number_input(f"Steps per ablation run (at most {limits.MAX_TRAIN_STEPS})", 1, limits.MAX_TRAIN_STEPS,
-                key=k("ablation_steps"))
+state.whole_number_input(st, f"Steps per ablation run (at most {limits.MAX_TRAIN_STEPS})", 1,
+                         limits.MAX_TRAIN_STEPS, key=k("ablation_steps"))
 abl_steps = int(st.session_state[k("ablation_steps")])
 sizes = dict(n_train=n_train, n_val=n_val, n_test=n_test, steps=abl_steps, task="increasing")
 ABLATIONS = [RunSpec(label="PE, 4 heads", **sizes),

@@ -85,10 +85,10 @@ def check_counts(at, *, d, H, d_ff, L, V, T, bias, arch="encoder-only", learned=
     ("number_input", "parameters.vocab", 5000, dict(V=5000)),
     ("slider", "parameters.T", 64, dict(T=64)),
     ("checkbox", "parameters.bias", True, dict(bias=True)),
-    ("radio", "parameters.p_custom_arch", "decoder-only", dict(arch="decoder-only")),
-    ("radio", "parameters.p_custom_arch", "encoder-decoder", dict(arch="encoder-decoder")),
-    ("radio", "parameters.p_custom_pos", "learned", dict(learned=True)),
-    ("checkbox", "parameters.p_custom_lm", True, dict(lm_head=True)),            # tied to the embedding: + 0
+    ("radio", "parameters.arch", "decoder-only", dict(arch="decoder-only")),
+    ("radio", "parameters.arch", "encoder-decoder", dict(arch="encoder-decoder")),
+    ("radio", "parameters.pos", "learned", dict(learned=True)),
+    ("checkbox", "parameters.lm", True, dict(lm_head=True)),            # tied to the embedding: + 0
 ])
 def test_each_size_moves_the_counts_as_the_formulas_say(widget, key, value, changes):
     at = open_page(PAGE)
@@ -99,10 +99,10 @@ def test_each_size_moves_the_counts_as_the_formulas_say(widget, key, value, chan
 
 def test_an_untied_output_projection_adds_the_vocabulary_times_d_model():
     at = open_page(PAGE)
-    at.checkbox(key="parameters.p_custom_lm").check().run()
-    at.checkbox(key="parameters.p_custom_tied").uncheck().run()
+    at.checkbox(key="parameters.lm").check().run()
+    at.checkbox(key="parameters.tied").uncheck().run()
     check_counts(at, **SIZES, lm_head=True, tied=False)
-    at.radio(key="parameters.p_custom_pos").set_value("learned").run()
+    at.radio(key="parameters.pos").set_value("learned").run()
     at.slider(key="parameters.T").set_value(32).run()
     check_counts(at, **{**SIZES, "T": 32}, lm_head=True, tied=False, learned=True)
 
@@ -136,13 +136,13 @@ def test_presets_show_our_count_next_to_the_published_one():
         assert abs(ours - spec.published_total) / spec.published_total < 0.03
     # untie the Transformer's output projection: the count grows by V·d and the page says why
     at.selectbox(key="parameters.preset").set_value("transformer_base").run()
-    at.checkbox(key="parameters.p_transformer_base_tied").uncheck().run()
+    at.checkbox(key="parameters.tied").uncheck().run()
     untied = param_counts.model_param_count(param_counts.TransformerSpec(
         **{**param_counts.TRANSFORMER_BASE.__dict__, "tied_output": False})).total
     assert f"{untied:,}" in _metrics(at)
     assert untied - param_counts.model_param_count(param_counts.TRANSFORMER_BASE).total == 37000 * 512
     assert any("no longer describes" in c.value for c in at.caption)
-    at.radio(key="parameters.p_transformer_base_arch").set_value("decoder-only").run()
+    at.radio(key="parameters.arch").set_value("decoder-only").run()
     assert not at.exception
     decoder_only = param_counts.model_param_count(param_counts.TransformerSpec(**{
         **param_counts.TRANSFORMER_BASE.__dict__, "tied_output": False, "architecture": "decoder-only",
