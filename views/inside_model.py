@@ -123,9 +123,11 @@ else:
     c[0].caption("A finished run on the “Train an encoder” page can be taken apart here too.")
 if trained is None and ss[k("source")] == "trained":
     st.info("The “Train an encoder” page holds no finished run in this session: using the default model.")
+    if state.from_link(PAGE, "source") is not None:        # a link cannot carry a run: the address drops it
+        state.settle(PAGE, "source", "default", "a link cannot carry a run from “Train an encoder”.")
 use_trained = trained is not None and ss[k("source")] == "trained"
 c[1].selectbox("Task of the default model", tuple(tasks.TASKS), key=k("task"), disabled=use_trained)
-c[2].number_input("Seed of the default model (0 to 999)", 0, 999, key=k("seed"), disabled=use_trained)
+state.whole_number_input(c[2], "Seed of the default model (0 to 999)", 0, 999, key=k("seed"), disabled=use_trained)
 try:
     model = trained if use_trained else default_model(ss[k("task")], int(ss[k("seed")]),
                                                       tuple(ss.get(SIZES_KEY, (4000, 1000, 1000))),
@@ -141,10 +143,12 @@ st.caption(f"Using the {model.origin}: {cfg.n_layers} layers, {cfg.n_heads} head
 # 1. one example, sublayer by sublayer ----------------------------------------------------------
 st.header("1. One example through one layer")
 n_test, L = len(y), cfg.n_layers
-ss[k("example")] = min(int(ss[k("example")]), n_test - 1)
-ss[k("layer")] = min(int(ss[k("layer")]), L)
+if ss[k("example")] > n_test - 1:
+    state.settle(PAGE, "example", n_test - 1, f"the test set has {n_test} examples, 0 to {n_test - 1}.")
+if ss[k("layer")] > L:
+    state.settle(PAGE, "layer", L, f"this model has {L} layer{'s' if L > 1 else ''}.")
 c = st.columns(2)
-c[0].number_input(f"Test example (0 to {n_test - 1})", 0, n_test - 1, key=k("example"))
+state.whole_number_input(c[0], f"Test example (0 to {n_test - 1})", 0, n_test - 1, key=k("example"))
 if L > 1:
     c[1].slider("Layer", 1, L, key=k("layer"))
 example, layer = int(ss[k("example")]), int(ss[k("layer")]) - 1
@@ -268,8 +272,9 @@ change = report.change(mode).ravel()
 table = pd.DataFrame({"head": labels, "focus of its mean map": report.focus.ravel(),
                       "test accuracy without it": report.accuracy[mode].ravel(), "change": change})
 focused = labels[int(np.argmax(report.focus))]
+heads_are = f"this model's heads are L1H1 to {labels[-1]} ({L} layers of {cfg.n_heads} heads)"
 if ss[k("show")] not in labels:
-    ss[k("show")] = focused
+    state.settle(PAGE, "show", focused, f"{heads_are}; the most focused one is shown.")
 st.metric("Test accuracy, every head in place", f"{report.baseline:.3f}")
 a, b = st.columns([3, 2])
 with a:
@@ -289,6 +294,10 @@ st.caption(f"Focus = 1 − (mean row entropy of the head's test-set mean map) / 
            f"{change[labels.index(focused)]:+.3f}, while the largest drop comes from removing "
            f"{labels[int(np.argmin(change))]} ({change.min():+.3f}).")
 
+asked = [t for t in ss[k("remove")].split(",") if t]
+if any(t not in labels for t in asked):
+    state.settle(PAGE, "remove", ",".join(t for t in asked if t in labels),
+                 f"{heads_are}, so {', '.join(t for t in asked if t not in labels)} cannot be removed.")
 ss[k("remove_heads")] = [x for x in ss.get(k("remove_heads"), [t for t in ss[k("remove")].split(",") if t])
                          if x in labels]
 st.multiselect("Remove several heads at once", labels, key=k("remove_heads"))
