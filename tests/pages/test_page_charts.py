@@ -667,3 +667,46 @@ def test_decoder_language_model_grid_is_its_causal_self_attention():
     want = {f"layer {l + 1}, head {h + 1}": cache[f"blocks.{l}.attn.weights"][0, h]
             for l in range(setup.cfg.n_layers) for h in range(setup.cfg.n_heads)}
     assert_same_panels(grid, want)
+
+
+# ----------------------------------------------------------------------------------------------
+# Induction heads
+# ----------------------------------------------------------------------------------------------
+def test_induction_charts_are_the_held_out_maps_scores_and_losses():
+    """Held-out sequence 4, layer 1, head 3. Fails when a map is another sequence's, layer's or head's,
+    when the loss curve is the training loss or another half's labelling, or when a score's bars
+    are the other score's. The maps, the previous-token scores and the losses are recomputed from a
+    teacher-forced pass of the same model over the held-out sequences."""
+    import test_page_induction as induction_page
+    from core.model import decoder, head_scores
+    from core.training import induction as I
+
+    at = induction_page._open(example=4, layer=1, head=3)
+    check(at)
+    setup = I.InductionSetup(steps=induction_page.STEPS)
+    run = I.train_induction(setup, seed=0)
+    tgt_in, tgt_out = I.held_out(setup, 0)
+    logits, cache = decoder.forward(run.params, run.cfg, tgt_in)
+    A = np.stack([cache[f"blocks.{l}.attn.weights"] for l in range(2)]).astype(np.float64)   # (L, B, H, T, T)
+    tol = dict(rtol=1e-5, atol=1e-6)
+    T = tgt_in.shape[1]
+    previous = A[..., np.arange(1, T), np.arange(T - 1)].mean(axis=(1, 3))                  # (L, H)
+    induction = head_scores.induction(A.transpose(0, 2, 1, 3, 4), tgt_in)                  # (L, H)
+    maps = heatmaps(at)
+    prev_head, ind_head = int(np.argmax(previous[0])), int(np.argmax(induction[1]))
+    np.testing.assert_allclose(named(maps, f"Layer 1, head {prev_head + 1}: "), A[0, 4, prev_head], **tol)
+    np.testing.assert_allclose(named(maps, f"Layer 2, head {ind_head + 1}: "), A[1, 4, ind_head], **tol)
+    np.testing.assert_allclose(maps["Layer 1, head 3"], A[0, 4, 2], **tol)
+    assert np.abs(A[0, 4, 2] - A[1, 4, 0]).max() > 1e-2                  # not the default layer 2, head 1
+    bars = bar_charts(at)
+    heads_ = [f"L{l}H{h}" for l in (1, 2) for h in range(1, A.shape[2] + 1)]
+    assert list(bars["Previous-token score"].index) == heads_
+    np.testing.assert_allclose(bars["Previous-token score"], previous.ravel(), **tol)
+    np.testing.assert_allclose(bars["Induction score"], induction.ravel(), **tol)
+    z = logits.astype(np.float64)
+    log_p = z - z.max(-1, keepdims=True) - np.log(np.exp(z - z.max(-1, keepdims=True)).sum(-1, keepdims=True))
+    loss = -np.take_along_axis(log_p, tgt_out[..., None], axis=-1)[..., 0].mean(axis=0)     # (T,)
+    curve = line_charts(at)["Mean loss per position (held-out)"]
+    assert list(curve["query position"]) == list(range(T))
+    assert list(curve["half"]) == ["first" if t < setup.half else "repeated" for t in range(T)]
+    np.testing.assert_allclose(curve["loss"], loss, **tol)
