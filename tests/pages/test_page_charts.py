@@ -710,3 +710,84 @@ def test_induction_charts_are_the_held_out_maps_scores_and_losses():
     assert list(curve["query position"]) == list(range(T))
     assert list(curve["half"]) == ["first" if t < setup.half else "repeated" for t in range(T)]
     np.testing.assert_allclose(curve["loss"], loss, **tol)
+
+
+# ----------------------------------------------------------------------------------------------
+# Train an encoder
+# ----------------------------------------------------------------------------------------------
+@pytest.fixture
+def training_page():
+    import test_page_training as training_page
+    at = training_page.page()
+    yield at, training_page
+    for key in ("training.trainer", "training.ablation_trainer"):
+        if key in at.session_state:
+            at.session_state[key].reset()
+
+
+def test_training_charts_are_the_runs_curves_and_the_trained_models_attention(training_page):
+    """A short run on the readable step, then validation example 3: the loss curve is every step's
+    batch loss, the accuracy curves the batch and validation accuracies where measured, and the grid
+    each layer's and head's attention of the trained model on that example (fails on a grid drawn
+    from the initial weights, from example 0, or with layers and heads out of order)."""
+    from core import tasks
+    from core.model import transformer
+
+    at, training_page = training_page
+    at.run()
+    for key, value in (("steps", 30), ("d_model", 16), ("heads", 2)):
+        at.number_input(key=f"training.{key}").set_value(value)
+    at.selectbox(key="training.task").set_value("increasing")
+    at.radio(key="training.positional").set_value("learned")
+    at.radio(key="training.track").set_value("readable")
+    at.run()
+    training_page.button(at, "Start training").click().run()
+    assert training_page.rerun_until(at, lambda a: training_page.trainer_of(a).status == "done", timeout=120)
+    at.number_input(key="training.example").set_value(3).run()
+    check(at)
+    trainer = training_page.trainer_of(at)
+    run = trainer.view().runs[0]
+    assert run.step == 30
+    curves = line_charts(at)
+    loss = curves["Loss (cross-entropy of each batch)"]
+    assert list(loss["step"]) == [m["step"] for m in run.metrics] == list(range(1, 31))
+    np.testing.assert_allclose(loss["loss"], [m["loss"] for m in run.metrics], **CLOSE)
+    accuracy = curves["Accuracy"]
+    batch = accuracy[accuracy["curve"] == "training batch"]
+    np.testing.assert_allclose(batch["accuracy"], [m["train_acc"] for m in run.metrics], **CLOSE)
+    val = accuracy[accuracy["curve"] == "validation"]
+    evaluated = [m for m in run.metrics if m["evaluated"]]
+    assert list(val["step"]) == [m["step"] for m in evaluated] and len(evaluated) >= 2
+    np.testing.assert_allclose(val["accuracy"], [m["val_acc"] for m in evaluated], **CLOSE)
+    params, cfg = trainer.params()
+    X_val = tasks.make_dataset("increasing", *training_page.SIZES, seed=0).X_val
+    _, cache = transformer.forward(params, cfg, X_val[3][None])
+    (grid,) = heatmap_grids(at)
+    want = {f"layer {l + 1}, head {h + 1}": cache[f"blocks.{l}.attn.weights"][0, h]
+            for l in range(cfg.n_layers) for h in range(cfg.n_heads)}
+    assert_same_panels_f32(grid, want)
+    _, other = transformer.forward(params, cfg, X_val[0][None])
+    assert np.abs(other["blocks.1.attn.weights"] - cache["blocks.1.attn.weights"]).max() > 1e-3
+
+
+def test_training_ablation_charts_are_each_runs_validation_accuracy(training_page):
+    """The two ablation charts: the reference run against the run without positions, then against
+    the one-head run, each curve that run's validation accuracy at the steps it was measured."""
+    at, training_page = training_page
+    at.run()
+    at.number_input(key="training.ablation_steps").set_value(30).run()
+    training_page.button(at, "Run the ablations").click().run()
+    ablation = at.session_state["training.ablation_trainer"]
+    assert training_page.rerun_until(at, lambda a: ablation.status == "done", timeout=300)
+    at.run()
+    check(at)
+    pe, no_pe, one_head = ablation.view().runs
+    shown = [chart.data for chart in charts(at) if chart.kind == "lines" and chart.title == "Validation accuracy"]
+    assert len(shown) == 2
+    for frame, runs in zip(shown, ((pe, no_pe), (pe, one_head))):
+        assert list(dict.fromkeys(frame["curve"])) == [r.label for r in runs]
+        for r in runs:
+            evaluated = [m for m in r.metrics if m["evaluated"]]
+            curve = frame[frame["curve"] == r.label]
+            assert list(curve["step"]) == [m["step"] for m in evaluated] and len(evaluated) >= 2
+            np.testing.assert_allclose(curve["accuracy"], [m["val_acc"] for m in evaluated], **CLOSE)
