@@ -94,8 +94,8 @@ stack = transformer_encdec.target_stack(cfg)    # the stack that reads the targe
 left.caption(tasks.SEQUENCE_TASKS[task].description if setup.seq2seq else
              f"Predict the next character of a small English corpus ({stack.vocab_size} characters, "
              f"context {stack.n_ctx}).")
-right.number_input(f"Steps (at most {limits.MAX_TRAIN_STEPS}; this task's default is {setup.defaults.steps})",
-                   1, limits.MAX_TRAIN_STEPS, key=k("steps"))
+state.whole_number_input(right, f"Steps (at most {limits.MAX_TRAIN_STEPS}; this task's default is "
+                         f"{setup.defaults.steps})", 1, limits.MAX_TRAIN_STEPS, key=k("steps"))
 right.caption(f"{stack.n_layers} layers, d_model {stack.d_model}, {stack.n_heads} heads, "
               f"{decoder.param_count(cfg):,} parameters; Adam, batch {setup.defaults.batch_size}, learning rate "
               f"{setup.defaults.lr:g} with {setup.defaults.warmup} warm-up steps and a cosine decay. A run stops after "
@@ -172,8 +172,8 @@ st.header("2. Training: teacher forcing and the causal mask")
 tgt_in_val, tgt_out_val, src_val = setup.val_arrays()
 n_val = len(tgt_in_val)
 if st.session_state[k("example")] > n_val - 1:
-    st.session_state[k("example")] = n_val - 1
-st.number_input(f"Validation example (0 to {n_val - 1})", 0, n_val - 1, key=k("example"))
+    state.settle(PAGE, "example", n_val - 1, f"this task has {n_val} validation examples, 0 to {n_val - 1}.")
+state.whole_number_input(st, f"Validation example (0 to {n_val - 1})", 0, n_val - 1, key=k("example"))
 i = int(st.session_state[k("example")])
 src = None if src_val is None else src_val[i]
 tgt_in, tgt_out = tgt_in_val[i], tgt_out_val[i]
@@ -223,7 +223,7 @@ g1, g2, g3, g4 = st.columns(4)
 g1.number_input("Temperature τ (0 = greedy)", key=k("temperature"), step=0.1, format="%.2f")
 g2.text_input("top-k (blank: no limit)", key=k("top_k"))
 g3.number_input("top-p (1 keeps every token)", key=k("top_p"), step=0.05, format="%.2f")
-g4.number_input("Seed of the sampler", 0, 1_000_000, key=k("seed"))
+state.whole_number_input(g4, "Seed of the sampler", 0, 1_000_000, key=k("seed"))
 if not setup.seq2seq:
     st.text_input(f"Prompt (1 to {stack.n_ctx} characters from the corpus's alphabet)", key=k("prompt"))
 
@@ -320,7 +320,8 @@ def step_by(delta: int) -> None:
     st.session_state[k("step")] = int(np.clip(st.session_state[k("step")] + delta, 1, n_new))
 
 
-st.session_state[k("step")] = int(np.clip(st.session_state[k("step")], 1, n_new))
+if st.session_state[k("step")] > n_new:
+    state.settle(PAGE, "step", n_new, f"this generation has {n_new} step{'s' if n_new > 1 else ''}.")
 s1, s2, s3 = st.columns([1, 1, 6])
 s1.button("◀ Previous", on_click=step_by, args=(-1,), disabled=st.session_state[k("step")] <= 1)
 s2.button("Next ▶", on_click=step_by, args=(1,), disabled=st.session_state[k("step")] >= n_new)
@@ -339,7 +340,8 @@ m[2].metric("Probability of the token written", f"{gen.step_probs[j, picked]:.3f
 
 c1, c2 = st.columns(2)
 for col, name, count in ((c1, "layer", stack.n_layers), (c2, "head", stack.n_heads)):
-    st.session_state[k(name)] = int(np.clip(st.session_state[k(name)], 1, count))
+    if st.session_state[k(name)] > count:
+        state.settle(PAGE, name, count, f"this model has {count} {name}{'s' if count > 1 else ''}.")
     col.selectbox(f"{name.capitalize()} (attention rows: every head; K and V: this head)", range(1, count + 1),
                   key=k(name))
 layer, head = int(st.session_state[k("layer")]) - 1, int(st.session_state[k("head")]) - 1
