@@ -204,10 +204,10 @@ def generation_section(m, ids, key, shipped: bool = False) -> None:
         st.info(shipped_model_note(m))
     g = st.columns(5)
     g[0].slider("temperature", 0.0, 2.0, key=key("temperature"), help="0 = greedy")
-    g[1].number_input("top-k (0 = off)", 0, 1000, key=key("top_k"))
+    state.whole_number_input(g[1], "top-k (0 = off)", 0, 1000, key=key("top_k"))
     g[2].slider("top-p", 0.05, 1.0, key=key("top_p"))
-    g[3].number_input("new tokens", 1, 60, key=key("n_new"))
-    g[4].number_input("seed", 0, 999, key=key("seed"))
+    state.whole_number_input(g[3], "new tokens", 1, 60, key=key("n_new"))
+    state.whole_number_input(g[4], "seed", 0, 999, key=key("seed"))
     ss = st.session_state
     room = min(ss[key("n_new")], m.config.n_ctx - len(ids))          # new tokens, each with a position of its own
     if room < 1:

@@ -116,10 +116,11 @@ st.vega_lite_chart(charts.heatmap_grid([W[l, h, :n, :n] for l in range(cfg.n_lay
 if T > n:
     st.caption(f"The grid shows the first {n} tokens; the head below shows all {T}.")
 c1, c2 = st.columns(2)
-ss[k("layer")] = min(ss[k("layer")], cfg.n_layers)
-ss[k("head")] = min(ss[k("head")], cfg.n_heads)
-layer = c1.number_input("Layer", 1, cfg.n_layers, key=k("layer")) - 1
-head = c2.number_input("Head", 1, cfg.n_heads, key=k("head")) - 1
+for name, count in (("layer", cfg.n_layers), ("head", cfg.n_heads)):
+    if ss[k(name)] > count:
+        state.settle(PAGE, name, count, f"this model has {cfg.n_layers} layers of {cfg.n_heads} heads.")
+layer = state.whole_number_input(c1, "Layer", 1, cfg.n_layers, key=k("layer")) - 1
+head = state.whole_number_input(c2, "Head", 1, cfg.n_heads, key=k("head")) - 1
 st.vega_lite_chart(charts.heatmap(W[layer, head], labels, labels, annotate=False, size=420,
                                   title=f"{parts.head_name(layer, head)}: attention weights"))
 
@@ -188,7 +189,8 @@ if m.is_encoder:
     if source == packaged.MINILM and sentences == SPEC["sentences"].default.splitlines():
         st.caption("The model's published figures for these three sentences: 0.6660, 0.1046 and 0.1411.")
     st.header(f"Remove head {parts.head_name(layer, head)}")
-    ss[k("how")] = "zero" if ss[k("how")] == "patch" else ss[k("how")]
+    if ss[k("how")] == "patch":
+        state.settle(PAGE, "how", "zero", "patching needs a second prompt, which only the decoders take.")
     how = st.radio("Replace its output by", ["zero", "mean"], format_func=HOW.get, key=k("how"), horizontal=True)
     parts.similarity_edit_section(m, source, sentences, before, layer, head, how)
     ran += [tr.key_mask_scores, MH.edit_heads, rm.pad_batch, rm.similarity, rm.mean_pool]
