@@ -791,3 +791,27 @@ def test_training_ablation_charts_are_each_runs_validation_accuracy(training_pag
             curve = frame[frame["curve"] == r.label]
             assert list(curve["step"]) == [m["step"] for m in evaluated] and len(evaluated) >= 2
             np.testing.assert_allclose(curve["accuracy"], [m["val_acc"] for m in evaluated], **CLOSE)
+
+
+# ----------------------------------------------------------------------------------------------
+# Make it fast
+# ----------------------------------------------------------------------------------------------
+def test_make_it_fast_charts_are_the_measured_table():
+    """The two curves plot the table's measured rows: each kernel's time per call at each T, and its
+    GFLOP/s, which must be H (2 T² d_k + 2 T² d_v) over that time (fails on a curve drawn from another
+    column, a kernel's points under another kernel, or a rate computed with another size)."""
+    at = open_page(view("make_it_fast"), {"T": "6, 16", "H": "2", "dk": "8"})
+    check(at)
+    (table,) = [d.value for d in at.dataframe if len(d.value.columns) and d.value.columns[0] == "T"]
+    # the table writes its times to 0.1 µs and its rates to 0.01 GFLOP/s (a row not run says so instead)
+    numbers = table.assign(**{c: pd.to_numeric(table[c], errors="coerce") for c in ("time (µs)", "GFLOP/s")})
+    measured = numbers.dropna(subset=["time (µs)"]).reset_index(drop=True)
+    assert len(measured) == 6
+    curves = line_charts(at)
+    times, rates = curves["time per call"], named(curves, "achieved GFLOP/s")
+    for curve in (times, rates):
+        assert list(zip(curve["T"], curve["kernel"])) == list(zip(measured["T"], measured["kernel"]))
+    np.testing.assert_allclose(times["time (µs)"], measured["time (µs)"], rtol=0, atol=0.05 + 1e-9)
+    np.testing.assert_allclose(rates["GFLOP/s"], measured["GFLOP/s"], rtol=0, atol=0.005 + 1e-9)
+    flops = 2 * (2 * rates["T"] ** 2 * 8 + 2 * rates["T"] ** 2 * 8)
+    np.testing.assert_allclose(rates["GFLOP/s"], flops / (times["time (µs)"] * 1e-6) / 1e9, rtol=1e-9)
