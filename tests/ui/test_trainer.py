@@ -381,3 +381,154 @@ def test_a_queued_run_is_told_its_place_and_its_longest_wait(place, slots, cap, 
     message = background_run.queue_message(place, slots, slots, cap)
     assert f"place {place} in the queue" in message
     assert f"at most about {longest} s" in message and f"at most {cap} s" in message
+
+
+# ----------------------------------------------------------------------------------------------
+# a reset (or a new start) leaves the old worker nowhere to write
+# ----------------------------------------------------------------------------------------------
+def held_encoder_loop(reached: threading.Event, release: threading.Event, tag: str):
+    """The default training loop, every step it reports marked ``tag`` (in its ``track``), held
+    before its third step until ``release`` is set (``reached`` says it got there)."""
+    def train(state, data, **kw):
+        for m in trainer_module.training.train(state, data, **kw):
+            if m["step"] == 3:
+                reached.set()
+                assert release.wait(300), "the test never released the held run"
+            yield {**m, "track": tag}
+    return train
+
+
+def tagged_encoder_loop(tag: str):
+    """The default training loop, every step it reports marked ``tag``."""
+    def train(state, data, **kw):
+        for m in trainer_module.training.train(state, data, **kw):
+            yield {**m, "track": tag}
+    return train
+
+
+def start_in_thread(start, *args, **kwargs) -> threading.Thread:
+    """``start(*args, **kwargs)`` in a thread of its own (a start waits for a stale worker to end)."""
+    thread = threading.Thread(target=start, args=args, kwargs=kwargs, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.mark.parametrize("then", ["reset", "reset and start anew while it is held"])
+def test_an_encoder_run_s_old_worker_writes_nowhere_after_a_reset(trainer, then):
+    """A reset while the worker is inside a step: when that step ends, the worker's metric,
+    attention snapshot, evaluation, weights and status land nowhere the page reads; a new run shows
+    its own steps only, from step 1, and ends with the weights a run of its own alone ends with."""
+    straight = Trainer()
+    straight.start(tiny(steps=4, seed=1), train=tagged_encoder_loop("new run"))
+    assert straight.join(300), "the straight 4-step run did not end"
+    expected, _ = straight.params()
+    reached, release = threading.Event(), threading.Event()
+    try:
+        trainer.start(tiny(steps=50), train=held_encoder_loop(reached, release, "old run"))
+        assert reached.wait(300), "the run never reached its third step"
+        held = trainer.view()
+        assert [m["step"] for m in held.runs[0].metrics] == [1, 2] and held.status == RUNNING
+        trainer.reset(timeout=0.01)                 # the worker is held: the reset cannot wait for it
+        assert workers_alive(), "the held worker should outlive the reset"
+        cleared = trainer.view()
+        assert cleared.status == IDLE and cleared.runs == [] and cleared.version > held.version
+        starter = None
+        if then != "reset":
+            starter = start_in_thread(trainer.start, tiny(steps=4, seed=1), train=tagged_encoder_loop("new run"))
+            starter.join(0.5)
+            assert starter.is_alive(), "a new start must wait for the old worker to end"
+            assert trainer.view().runs == []
+        release.set()
+        if starter is None:
+            assert trainer.join(300), "the old worker did not end once released"
+            after = trainer.view()
+            assert (after.status, after.message, after.runs) == (IDLE, "", []), after
+            assert after.version >= cleared.version
+            with pytest.raises(ValueError, match="no model"):
+                trainer.params()
+            trainer.start(tiny(steps=4, seed=1), train=tagged_encoder_loop("new run"))
+        else:
+            starter.join(300)
+            assert not starter.is_alive(), "the new start did not return once the old worker ended"
+    finally:
+        release.set()
+    assert trainer.join(300), "the new 4-step run did not end"
+    view = trainer.view()
+    assert view.status == DONE and view.message == "" and len(view.runs) == 1 and not workers_alive()
+    run = view.runs[0]
+    assert run.spec.seed == 1 and run.step == 4 and run.finished
+    assert [m["step"] for m in run.metrics] == [1, 2, 3, 4]
+    assert {m["track"] for m in run.metrics} == {"new run"}, "the old worker's metrics reached the new run"
+    assert run.attention_step == 4 and view.version > cleared.version
+    got, _ = trainer.params()
+    for name in expected:
+        np.testing.assert_array_equal(got[name], expected[name], err_msg=name)
+
+
+def held_decoder_fit(reached: threading.Event, release: threading.Event, params: dict):
+    """A decoder loop whose every step is an evaluation point and reports a loss of 1000 + step
+    (no real run reaches it), returning ``params``; held before its third step until ``release``."""
+    def fit(setup, *, steps, callback, on_params, **_):
+        for step in range(steps):
+            if step == 2:
+                reached.set()
+                assert release.wait(300), "the test never released the held run"
+            on_params(step, params)
+            if callback(step, 1000.0 + step):
+                break
+        return params, []
+    return fit
+
+
+@pytest.mark.parametrize("then", ["reset", "reset and start anew while it is held"])
+def test_a_decoder_run_s_old_worker_writes_nowhere_after_a_reset(then):
+    """The decoder's worker, held inside its third step while the run is reset: its metric, its
+    evaluation, its trained weights and its status all land nowhere; the model shown stays the
+    untrained one until the new run ends, and then it is the new run's, under a new version."""
+    from core.model import decoder
+    from core.training.decoder_runs import build
+    from ui import decoder_trainer
+
+    setup = build("reverse")
+    stale = decoder.init_params(setup.cfg, seed=123)            # weights no real run here ends with
+    trainer = decoder_trainer.DecoderTrainer()
+    reached, release = threading.Event(), threading.Event()
+    try:
+        trainer.start(setup, 50, fit=held_decoder_fit(reached, release, stale), track="readable")
+        assert reached.wait(300), "the run never reached its third step"
+        held = trainer.view()
+        assert [m["step"] for m in held.metrics] == [1, 2] and held.status == RUNNING
+        trainer.reset(timeout=0.01)                 # the worker is held: the reset cannot wait for it
+        cleared = trainer.view()
+        assert (cleared.status, cleared.metrics, cleared.evals, cleared.task) == (IDLE, [], [], "")
+        assert cleared.version > held.version
+        untrained, version, trained = trainer.model(setup)
+        assert version == -1 and not trained
+        starter = None
+        if then != "reset":
+            starter = start_in_thread(trainer.start, setup, 3, track="readable")
+            starter.join(0.5)
+            assert starter.is_alive(), "a new start must wait for the old worker to end"
+        release.set()
+        if starter is None:
+            assert trainer.join(300), "the old worker did not end once released"
+            assert trainer.view() == cleared, "the old worker changed the record after the reset"
+            assert trainer.model(setup)[1:] == (-1, False), "the old worker's weights became the model"
+            trainer.start(setup, 3, track="readable")
+        else:
+            starter.join(300)
+            assert not starter.is_alive(), "the new start did not return once the old worker ended"
+        assert trainer.join(300), "the new 3-step run did not end"
+        view = trainer.view()
+        assert view.status == DONE and view.message == "Trained all 3 steps." and view.task == "reverse"
+        assert [m["step"] for m in view.metrics] == [1, 2, 3]
+        assert all(m["loss"] < 1000 for m in view.metrics), "the old worker's metrics reached the new run"
+        assert [e["step"] for e in view.evals] == [0, 3], "the old worker's evaluations reached the new run"
+        assert view.version > cleared.version
+        params, version, trained = trainer.model(setup)
+        assert trained and version > 0 and params is not stale and params is not untrained
+        assert any(not np.array_equal(params[name], stale[name]) for name in stale)
+    finally:
+        release.set()
+        trainer.reset()
+        assert trainer.join(300)
