@@ -815,3 +815,46 @@ def test_make_it_fast_charts_are_the_measured_table():
     np.testing.assert_allclose(rates["GFLOP/s"], measured["GFLOP/s"], rtol=0, atol=0.005 + 1e-9)
     flops = 2 * (2 * rates["T"] ** 2 * 8 + 2 * rates["T"] ** 2 * 8)
     np.testing.assert_allclose(rates["GFLOP/s"], flops / (times["time (µs)"] * 1e-6) / 1e9, rtol=1e-9)
+
+
+def test_decoder_run_curves_are_its_metrics_and_the_maps_its_trained_weights():
+    """After a short run: the loss curve is every step's batch loss, the validation curve the metric
+    at each step it was measured (the start and the end), and the teacher-forced grid is drawn with
+    the trained weights, not the initial ones."""
+    import test_page_decoder as decoder_page
+    from core.model import decoder
+    from core.training.decoder_runs import build
+
+    at = decoder_page.page()
+    try:
+        at.run()
+        at.number_input(key="decoder.steps").set_value(12)
+        at.radio(key="decoder.track").set_value("readable")
+        at.run()
+        decoder_page.button(at, "Train").click().run()
+        trainer = at.session_state[decoder_page.TRAINER]
+        assert trainer.join(120)
+        at.run()
+        check(at)
+        view = trainer.view()
+        assert view.status == "done" and len(view.metrics) == 12
+        curves = line_charts(at)
+        loss = curves["Loss (cross-entropy of each batch)"]
+        assert list(loss["step"]) == list(range(1, 13))
+        np.testing.assert_allclose(loss["loss"], [m["loss"] for m in view.metrics], **CLOSE)
+        evals = curves[f"Validation {view.metric}"]
+        assert list(evals["step"]) == [0, 12]
+        np.testing.assert_allclose(evals["value"], [e["value"] for e in view.evals], **CLOSE)
+        setup = build("reverse")
+        trained = {k: np.asarray(v, np.float64) for k, v in trainer.model(setup)[0].items()}
+        initial = {k: np.asarray(v, np.float64) for k, v in decoder.init_params(setup.cfg, seed=0).items()}
+        tgt_in, _, src = (a[0] for a in setup.val_arrays())
+        (grid,) = heatmap_grids(at)
+        _, forced = decoder.forward(trained, setup.cfg, tgt_in, src)
+        _, before = decoder.forward(initial, setup.cfg, tgt_in, src)
+        assert_same_panels(grid, {f"layer {l + 1}, head {h + 1}": forced[f"dec.blocks.{l}.cross.weights"][0, h]
+                                  for l in range(2) for h in range(setup.cfg.decoder.n_heads)})
+        assert np.abs(forced["dec.blocks.1.cross.weights"] - before["dec.blocks.1.cross.weights"]).max() > 1e-4
+    finally:
+        if decoder_page.TRAINER in at.session_state:
+            at.session_state[decoder_page.TRAINER].reset()
