@@ -59,6 +59,49 @@ def check(at) -> None:
     assert not at.error, [e.value for e in at.error]
 
 
+def chart_gallery():
+    """A page of one chart of each kind, with known numbers (run by AppTest)."""
+    import numpy as np
+    import pandas as pd
+    import streamlit as st
+
+    from ui import charts as ch
+
+    M = np.arange(6.0).reshape(2, 3)
+    M[0, 1] = np.nan
+    spec = ch.heatmap(M, ["r1", "r2"], ["a", "b", "c"], title="m")
+    spec["data"]["values"].reverse()                     # cells in any order: the axes say where each goes
+    st.vega_lite_chart(spec)
+    st.vega_lite_chart(ch.heatmap(M.T, ["a", "b", "c"], ["r1", "r2"], title={"text": ["m", "transposed"]}))
+    st.vega_lite_chart(ch.heatmap_grid([M, -M], ["r1", "r2"], ["a", "b", "c"], ["plus", "minus"]))
+    st.vega_lite_chart(ch.bar([3.0, 1.0, 2.0], ["x", "y", "z"], title="b"))
+    st.vega_lite_chart(ch.stem([0.5, 0.25], title="s"))
+    st.vega_lite_chart(ch.lines(pd.DataFrame({"t": [1, 2], "v": [4.0, 5.0], "k": ["p", "q"]}), "t", "v", "k", title="l"))
+
+
+def test_the_chart_reader_places_each_cell_by_its_axes():
+    """The reader behind every test below: a heatmap's cells go where its axes put them, whatever
+    their order in the data (so a chart drawn transposed reads transposed), a blank cell is NaN, a
+    grid's panels come by panel, bars in their drawn order, stems by position, lines as plotted."""
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_function(chart_gallery).run()
+    check(at)
+    M = np.arange(6.0).reshape(2, 3)
+    M[0, 1] = np.nan
+    maps = heatmaps(at)
+    assert list(maps) == ["m", "m transposed"]
+    np.testing.assert_array_equal(maps["m"], M)
+    np.testing.assert_array_equal(maps["m transposed"], M.T)
+    (grid,) = heatmap_grids(at)
+    assert list(grid) == ["plus", "minus"]
+    np.testing.assert_array_equal(grid["minus"], -M)
+    assert bar_charts(at)["b"].to_dict() == {"x": 3.0, "y": 1.0, "z": 2.0}
+    assert stem_charts(at)["s"].to_dict() == {1: 0.5, 2: 0.25}
+    pd.testing.assert_frame_equal(line_charts(at)["l"], pd.DataFrame({"t": [1, 2], "v": [4.0, 5.0], "k": ["p", "q"]}))
+    assert [c.kind for c in charts(at)] == ["heatmap", "heatmap", "grid", "bars", "stem", "lines"]
+
+
 # ----------------------------------------------------------------------------------------------
 # One head
 # ----------------------------------------------------------------------------------------------
