@@ -78,11 +78,11 @@ def _cells(frame: pd.DataFrame, encoding: dict) -> np.ndarray:
     return matrix.reshape(len(rows), len(cols))
 
 
-def _read(spec: dict, frame: pd.DataFrame | None, named: dict) -> Chart | None:
+def _read(spec: dict, frame: pd.DataFrame | None, datasets: dict) -> Chart | None:
     """What one chart spec draws, or None for a chart that is none of the kinds read here."""
     title = _title(spec)
     if frame is None and isinstance(spec.get("data"), dict) and "name" in spec["data"]:
-        frame = named.get(spec["data"]["name"])
+        frame = datasets.get(spec["data"]["name"])
     if "facet" in spec and spec["facet"].get("field") == "panel":
         layer = spec["spec"]["layer"][0]
         return Chart("grid", title, {panel: _cells(cells, layer["encoding"])
@@ -97,7 +97,7 @@ def _read(spec: dict, frame: pd.DataFrame | None, named: dict) -> Chart | None:
                                                   index=pd.Index(frame["position"].to_numpy(), name="position")))
         for inner in spec["layer"]:             # an Altair layer (curves plus a rule): its line layer
             if _mark(inner) == "line":
-                return _read({**inner, "title": title or _title(inner)}, None, named)
+                return _read({**inner, "title": title or _title(inner)}, None, datasets)
         return None
     if frame is None:
         return None
@@ -120,8 +120,8 @@ def charts(at: AppTest) -> list[Chart]:
         proto = element.proto
         spec = json.loads(proto.spec)
         frame = _frame(proto.data.data) if proto.data.data else None
-        named = {d.name: _frame(d.data.data) for d in proto.datasets if d.data.data}
-        chart = _read(spec, frame, named)
+        datasets = {d.name: _frame(d.data.data) for d in proto.datasets if d.data.data}
+        chart = _read(spec, frame, datasets)
         if chart is not None:
             found.append(chart)
     return found
