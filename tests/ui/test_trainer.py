@@ -417,12 +417,15 @@ def start_in_thread(start, *args, **kwargs) -> threading.Thread:
 def test_an_encoder_run_s_old_worker_writes_nowhere_after_a_reset(trainer, then):
     """A reset while the worker is inside a step: when that step ends, the worker's metric,
     attention snapshot, evaluation, weights and status land nowhere the page reads; a new run shows
-    its own steps only, from step 1, and ends with the weights a run of its own alone ends with."""
+    its own steps only, from step 1 (read while it is held in its third step, and at its end), and
+    ends with the weights a run of its own alone ends with."""
     straight = Trainer()
     straight.start(tiny(steps=4, seed=1), train=tagged_encoder_loop("new run"))
     assert straight.join(300), "the straight 4-step run did not end"
     expected, _ = straight.params()
     reached, release = threading.Event(), threading.Event()
+    new_reached, new_release = threading.Event(), threading.Event()
+    new_loop = held_encoder_loop(new_reached, new_release, "new run")
     try:
         trainer.start(tiny(steps=50), train=held_encoder_loop(reached, release, "old run"))
         assert reached.wait(300), "the run never reached its third step"
@@ -434,7 +437,7 @@ def test_an_encoder_run_s_old_worker_writes_nowhere_after_a_reset(trainer, then)
         assert cleared.status == IDLE and cleared.runs == [] and cleared.version > held.version
         starter = None
         if then != "reset":
-            starter = start_in_thread(trainer.start, tiny(steps=4, seed=1), train=tagged_encoder_loop("new run"))
+            starter = start_in_thread(trainer.start, tiny(steps=4, seed=1), train=new_loop)
             starter.join(0.5)
             assert starter.is_alive(), "a new start must wait for the old worker to end"
             assert trainer.view().runs == []
@@ -446,12 +449,17 @@ def test_an_encoder_run_s_old_worker_writes_nowhere_after_a_reset(trainer, then)
             assert after.version >= cleared.version
             with pytest.raises(ValueError, match="no model"):
                 trainer.params()
-            trainer.start(tiny(steps=4, seed=1), train=tagged_encoder_loop("new run"))
+            trainer.start(tiny(steps=4, seed=1), train=new_loop)
         else:
             starter.join(300)
             assert not starter.is_alive(), "the new start did not return once the old worker ended"
+        assert new_reached.wait(300), "the new run never reached its third step"
+        during = trainer.view()
+        assert during.status == RUNNING and during.message == "" and len(during.runs) == 1
+        assert [(m["step"], m["track"]) for m in during.runs[0].metrics] == [(1, "new run"), (2, "new run")]
     finally:
         release.set()
+        new_release.set()
     assert trainer.join(300), "the new 4-step run did not end"
     view = trainer.view()
     assert view.status == DONE and view.message == "" and len(view.runs) == 1 and not workers_alive()
@@ -459,7 +467,7 @@ def test_an_encoder_run_s_old_worker_writes_nowhere_after_a_reset(trainer, then)
     assert run.spec.seed == 1 and run.step == 4 and run.finished
     assert [m["step"] for m in run.metrics] == [1, 2, 3, 4]
     assert {m["track"] for m in run.metrics} == {"new run"}, "the old worker's metrics reached the new run"
-    assert run.attention_step == 4 and view.version > cleared.version
+    assert run.attention_step == 4 and view.version > during.version > cleared.version
     got, _ = trainer.params()
     for name in expected:
         np.testing.assert_array_equal(got[name], expected[name], err_msg=name)
@@ -480,11 +488,26 @@ def held_decoder_fit(reached: threading.Event, release: threading.Event, params:
     return fit
 
 
+def held_real_decoder_fit(reached: threading.Event, release: threading.Event):
+    """:func:`core.training.decoder_runs.fit`, held before its third step until ``release``."""
+    from core.training import decoder_runs
+
+    def fit(setup, *, callback, **kw):
+        def held(step, loss):
+            if step == 2:
+                reached.set()
+                assert release.wait(300), "the test never released the held run"
+            return callback(step, loss)
+        return decoder_runs.fit(setup, callback=held, **kw)
+    return fit
+
+
 @pytest.mark.parametrize("then", ["reset", "reset and start anew while it is held"])
 def test_a_decoder_run_s_old_worker_writes_nowhere_after_a_reset(then):
     """The decoder's worker, held inside its third step while the run is reset: its metric, its
     evaluation, its trained weights and its status all land nowhere; the model shown stays the
-    untrained one until the new run ends, and then it is the new run's, under a new version."""
+    untrained one while the new run trains (read while it is held in its third step), and then it
+    is the new run's, under a new version."""
     from core.model import decoder
     from core.training.decoder_runs import build
     from ui import decoder_trainer
@@ -493,6 +516,8 @@ def test_a_decoder_run_s_old_worker_writes_nowhere_after_a_reset(then):
     stale = decoder.init_params(setup.cfg, seed=123)            # weights no real run here ends with
     trainer = decoder_trainer.DecoderTrainer()
     reached, release = threading.Event(), threading.Event()
+    new_reached, new_release = threading.Event(), threading.Event()
+    new_fit = held_real_decoder_fit(new_reached, new_release)
     try:
         trainer.start(setup, 50, fit=held_decoder_fit(reached, release, stale), track="readable")
         assert reached.wait(300), "the run never reached its third step"
@@ -506,7 +531,7 @@ def test_a_decoder_run_s_old_worker_writes_nowhere_after_a_reset(then):
         assert version == -1 and not trained
         starter = None
         if then != "reset":
-            starter = start_in_thread(trainer.start, setup, 3, track="readable")
+            starter = start_in_thread(trainer.start, setup, 3, fit=new_fit, track="readable")
             starter.join(0.5)
             assert starter.is_alive(), "a new start must wait for the old worker to end"
         release.set()
@@ -514,21 +539,32 @@ def test_a_decoder_run_s_old_worker_writes_nowhere_after_a_reset(then):
             assert trainer.join(300), "the old worker did not end once released"
             assert trainer.view() == cleared, "the old worker changed the record after the reset"
             assert trainer.model(setup)[1:] == (-1, False), "the old worker's weights became the model"
-            trainer.start(setup, 3, track="readable")
+            trainer.start(setup, 3, fit=new_fit, track="readable")
         else:
             starter.join(300)
             assert not starter.is_alive(), "the new start did not return once the old worker ended"
+        assert new_reached.wait(300), "the new run never reached its third step"
+        during = trainer.view()
+        assert during.status == RUNNING and during.message == "" and during.task == "reverse"
+        assert [m["step"] for m in during.metrics] == [1, 2] and all(m["loss"] < 1000 for m in during.metrics)
+        assert [e["step"] for e in during.evals] == [0]
+        shown, version, trained = trainer.model(setup)
+        still_untrained = shown is untrained
+        assert still_untrained and (version, trained) == (-1, False), "a model is shown before the new run ends"
+    finally:
+        release.set()
+        new_release.set()
+    try:
         assert trainer.join(300), "the new 3-step run did not end"
         view = trainer.view()
         assert view.status == DONE and view.message == "Trained all 3 steps." and view.task == "reverse"
         assert [m["step"] for m in view.metrics] == [1, 2, 3]
         assert all(m["loss"] < 1000 for m in view.metrics), "the old worker's metrics reached the new run"
         assert [e["step"] for e in view.evals] == [0, 3], "the old worker's evaluations reached the new run"
-        assert view.version > cleared.version
+        assert view.version > during.version > cleared.version
         params, version, trained = trainer.model(setup)
         assert trained and version > 0 and params is not stale and params is not untrained
         assert any(not np.array_equal(params[name], stale[name]) for name in stale)
     finally:
-        release.set()
         trainer.reset()
         assert trainer.join(300)
