@@ -43,6 +43,8 @@ except ValueError as err:
     state.publish(PAGE, SPEC)
     st.stop()
 T, labels = len(tokens), charts.position_labels(tokens)
+if st.session_state[k("query")] > T:      # the query row read in step 4, settled before the link is written
+    state.settle(PAGE, "query", T, f"the sentence has {T} words, so its last query row is {T}.")
 
 # 2. queries and keys, and how the scores are turned into weights
 left, right = st.columns(2)
@@ -97,8 +99,6 @@ with st.expander("The numbers behind the heatmaps"):
         st.dataframe({name: labels} | {c: M[:, j] for j, c in enumerate(cols)}, hide_index=True)
 
 # 4. one query's weights
-if st.session_state[k("query")] > T:
-    state.settle(PAGE, "query", T, f"the sentence has {T} words, so its last query row is {T}.")
 if T > 1:
     st.slider("Query row to read", 1, T, key=k("query"))
 q = int(st.session_state[k("query")])

@@ -66,7 +66,9 @@ MAKERS = {"trained_run": lambda: {"training.trainer": _finished_encoder_run()}} 
 # Values other than the defaults that the page can use as they stand, where a field's own range
 # is not enough (a sentence and the matrices typed for it, a head count that divides d_model).
 # A page may need several scenarios to draw every control (an encoder and a decoder); each field
-# must be read back from its control in at least one of them.
+# must be read back from its control in at least one of them. The names under ">" are set after the
+# page's first run (which sets them from its other choices: a task's steps, a preset's model); None
+# leaves a field at its default.
 SCENARIOS = {
     "one_head": [{"sentence": "a b c", "source": "hand", "d_k": 3, "query": 2, "temperature": 2.0,
                   "Q": _matrix(3, 3), "K": _matrix(3, 3, 1.5)}],
@@ -74,10 +76,10 @@ SCENARIOS = {
                    | {f"p{h}": "custom" for h in range(1, 9)}
                    | {f"q{h}": _matrix(5, 3, h) for h in range(1, 9)}
                    | {f"k{h}": _matrix(5, 3, -h) for h in range(1, 9)},
-                   {"H": 8, "p1": "self", "p2": "nearby", "g2": 0.5}],
+                   {"H": 8, "p1": "self", "p2": "nearby", "g2": 0.5} | {f"{m}{h}": None for m in "qk" for h in range(1, 9)}],
     "filter_bank": [{"wv": "custom", "wo": "swap", "gain": 6.5, "WV": _matrix(4, 4), "WO": _matrix(4, 4, 2.0)}],
-    "parameters": [{"d_model": 96, "heads": 12, "ff_auto": False, "d_ff": 200, "preset": "bert_base",
-                    "arch": "encoder-decoder", "pos": "sinusoidal", "lm": False, "tied": False}],
+    "parameters": [{">": ["arch", "pos", "lm", "tied"], "d_model": 96, "heads": 12, "ff_auto": False, "d_ff": 200, "preset": "bert_base",
+                    "arch": "encoder-decoder", "pos": "sinusoidal", "lm": True, "tied": False}],
     "positional": [{"a": "dog bites man again", "b": "man bites dog again", "d": 130, "from": 3, "k": 4}],
     "masks": [{"lengths": "4, 2", "heads": "4", "sentence": "the cat sat", "source": "je suis", "target": "i am"}],
     "induction": [{"steps": 20, "seed": 1, "layer": 1, "head": 3, "example": 7}],
@@ -86,9 +88,9 @@ SCENARIOS = {
     "inside_model": [{"source": "default", "task": "increasing", "seed": 1, "example": 3, "layer": 2, "mode": "mean", "show": "L2H3",
                       "remove": "L1H2,L2H1"},
                      {"source": "trained", "show": "L1H1", "remove": "L1H2", "layer": 1, "@": "trained_run"}],
-    "decoder": [{"task": "lm", "steps": 5, "prompt": "the c", "top_k": "5", "top_p": 0.5, "temperature": 0.5,
+    "decoder": [{">": ["steps"], "task": "lm", "steps": 5, "prompt": "the c", "top_k": "5", "top_p": 0.5, "temperature": 0.5,
                  "layer": 2, "head": 2, "step": 3},
-                {"task": "sort", "steps": 5, "example": 3, "layer": 2, "head": 2, "step": 3}],
+                {">": ["steps"], "task": "sort", "steps": 5, "example": 3, "layer": 2, "head": 2, "step": 3}],
     "real_model": [{"which": "minilm", "layer": 2, "head": 3, "how": "mean", "text": "The dog sat.",
                     "sentences": "One cat.\nTwo dogs."},
                    {"which": "tiny_gpt", "layer": 2, "head": 2, "how": "patch", "other": "a b c", "temperature": 1.5,
@@ -96,9 +98,10 @@ SCENARIOS = {
                    {"which": "other", "model": "/no/such/folder"}],
     "make_it_fast": [{"T": "6, 32", "H": 2, "dk": "8", "op": "without weights (fused)"}],
 }
-# Controls whose key is not the field's name: the multiselect of heads removed holds a list; the
-# link holds it as "L1H2,L2H1".
-ALIASES = {"inside_model": {"remove_heads": ("remove", ",".join)}}
+# Controls whose key is not the field's name: {control: (field, control value -> field value,
+# field value -> control value)}. The multiselect of heads removed holds a list; the link holds
+# it as "L1H2,L2H1".
+ALIASES = {"inside_model": {"remove_heads": ("remove", ",".join, lambda text: text.split(","))}}
 
 
 def _other(field: state.Field):
@@ -117,8 +120,8 @@ def _other(field: state.Field):
     raise AssertionError("a matrix field needs its value in SCENARIOS (its shape is the page's)")
 
 
-def _open(info, link=None, maker=None) -> AppTest:
-    """The page run once in a fresh session, opened from ``link``."""
+def _open(info, link=None, maker=None, values=None, spec=None) -> AppTest:
+    """The page run once in a fresh session, opened from ``link``, with ``values`` in the session."""
     at = AppTest.from_file(str(info.file), default_timeout=180)
     for k, v in HOOKS.get(info.name, {}).items():
         at.session_state[k] = v
@@ -126,7 +129,7 @@ def _open(info, link=None, maker=None) -> AppTest:
         at.session_state[k] = v
     for name, text in (link or {}).items():
         at.query_params[name] = text
-    return _ran(at.run())
+    return _set(at, info.name, spec or {}, values or {})
 
 
 def _ran(at: AppTest) -> AppTest:
@@ -135,9 +138,18 @@ def _ran(at: AppTest) -> AppTest:
 
 
 def _set(at: AppTest, page: str, spec: dict, values: dict) -> AppTest:
-    """The values put in the session, as the page's widgets (and matrix editors) would, then a run."""
+    """The values put in the session, as the page's widgets (and matrix editors) would, then a run.
+
+    Set before a page's first run, a value needs no widget of the run before to accept it (a head
+    that a smaller H did not offer)."""
+    through = {field: (control, write) for control, (field, _, write) in ALIASES.get(page, {}).items()}
     for name, value in values.items():
-        at.session_state[state.pending_key(page, name) if spec[name].kind == "matrix" else state.key(page, name)] = value
+        if name in through:
+            at.session_state[state.key(page, through[name][0])] = through[name][1](value)
+        elif spec[name].kind == "matrix":
+            at.session_state[state.pending_key(page, name)] = value
+        else:
+            at.session_state[state.key(page, name)] = value
     return _ran(at.run())
 
 
@@ -160,7 +172,7 @@ def controls(at: AppTest, page: str) -> dict:
             value = node.value.iloc[:, 1:].astype(float).to_numpy()      # after the row labels
         else:
             continue
-        name, read = ALIASES.get(page, {}).get(name, (name, None))
+        name, read, _ = ALIASES.get(page, {}).get(name, (name, None, None))
         found[name] = read(value) if read else value
     return found
 
@@ -180,18 +192,21 @@ def shows(field: state.Field, shown, value) -> bool:
 @pytest.mark.parametrize("info", PAGES, ids=[p.name for p in PAGES])
 def test_a_link_reopens_every_control_at_its_value(info):
     page = info.name
-    spec = spec_of(_open(info), page)
-    seen, read_back = set(), set()
+    default = _open(info)
+    spec = spec_of(default, page)
+    seen, read_back = set(controls(default, page)), set()                # the controls at the defaults
     for scenario in SCENARIOS.get(page, [{}]):
         scenario = dict(scenario)
         maker = scenario.pop("@", None)
+        later = scenario.pop(">", ())
         values = {name: scenario[name] if name in scenario else _other(field) for name, field in spec.items()}
-        at = _open(info, maker=maker)
-        seen |= set(controls(at, page))                                # the controls at the defaults
-        at = _set(at, page, spec, values)
+        values = {name: value for name, value in values.items() if value is not None}     # None: the default
+        at = _open(info, maker=maker, spec=spec, values={n: v for n, v in values.items() if n not in later})
+        at = _set(at, page, spec, {n: v for n, v in values.items() if n in later}) if later else at
         link = {name: at.query_params[name] for name in at.query_params}
-        wanted = {name: state.format_value(spec[name], value) for name, value in values.items()
-                  if not state._same(spec[name], value, spec[name].default)}
+        used = spec_of(at, page)                    # its defaults may follow a choice (a preset, a task)
+        wanted = {name: state.format_value(used[name], value) for name, value in values.items()
+                  if not state._same(used[name], value, used[name].default)}
         assert link == wanted, f"{page}: the link does not hold the values set"
         again = _open(info, link=link, maker=maker)
         assert {name: again.query_params[name] for name in again.query_params} == link, f"{page}: the link changed"
