@@ -1,5 +1,4 @@
 """Induction heads: two attention layers that copy what followed the last occurrence of a token."""
-import inspect
 
 import numpy as np
 import pandas as pd
@@ -7,8 +6,10 @@ import streamlit as st
 
 from core.model import head_scores
 from core.training import decoder_runs, induction
+from core.training.steps import step_functions
 from core import warmup
 from ui import charts, state
+from ui.widgets import function_sources
 
 
 PAGE = "induction"
@@ -169,10 +170,11 @@ st.markdown(
     + (", learned like the repeated half's." if announced < 0.5 * np.log(SETUP.vocab_size) else
        ", not learned yet."))
 
-with st.expander("Source: the code that computed these numbers"):
-    for fn in (induction.make_data, head_scores.induction_targets, head_scores.induction,
-               head_scores.previous_token, induction.measure, induction.default_run, induction.train_induction,
-               decoder_runs.train_on):
-        st.code(inspect.getsource(fn), language="python")
+with st.expander(f"Source: the code that computed these numbers, and the {run.track} training step"):
+    st.caption(f"The data and the head scores; then training: the loop, and the {run.track} step that trained "
+               "this model" + (" (as it was trained ahead and shipped)." if run.shipped else "."))
+    function_sources([induction.make_data, head_scores.induction_targets, head_scores.induction,
+                      head_scores.previous_token, induction.measure, induction.default_run,
+                      induction.train_induction, decoder_runs.train_on, *step_functions("decoder", run.track)])
 
 state.publish(PAGE, SPEC)
