@@ -140,9 +140,7 @@ def parse_value(field: Field, raw, name: str = "value"):
         except ValueError as err:
             raise ValueError(f"{name}: {err}") from None
         return parse_matrix(rows, name, limit=1e3)
-    whole = field.kind == "int"
-    span = f"a whole number from {_number(field.lo)} to {_number(field.hi)}" if whole else \
-        f"a number from {_number(field.lo)} to {_number(field.hi)}"
+    whole, span = field.kind == "int", _span(field)
     try:
         number = float(text)
     except ValueError:
@@ -154,6 +152,12 @@ def parse_value(field: Field, raw, name: str = "value"):
     if (field.lo is not None and number < field.lo) or (field.hi is not None and number > field.hi):
         raise ValueError(f"{name} should be {span}.")
     return int(number) if whole else number
+
+
+def _span(field: Field) -> str:
+    """What a number field takes, in words: ``a whole number from 1 to 8``."""
+    kind = "a whole number" if field.kind == "int" else "a number"
+    return f"{kind} from {_number(field.lo)} to {_number(field.hi)}"
 
 
 def format_value(field: Field, value) -> str:
@@ -174,8 +178,11 @@ def check_value(field: Field, value, name: str = "value"):
     an int field. ``ValueError`` as :func:`parse_value` when it is not one the field allows."""
     if field.kind == "matrix":
         return value
+    if value is None and field.kind in ("int", "float"):
+        # what a number box sends when it was emptied, or got a number outside its range
+        raise ValueError(f"{name} should be {_span(field)}; the box was left empty, or given a number outside that range.")
     if field.kind in ("int", "float") and (isinstance(value, bool) or not isinstance(value, (int, float))):
-        raise ValueError(f"{name} should be a number.")
+        raise ValueError(f"{name} should be {_span(field)}.")
     if field.kind == "bool":
         return bool(value)
     return parse_value(field, format_value(field, value), name)
@@ -303,8 +310,7 @@ def restore(page: str, spec: Mapping[str, Field]) -> None:
                 value = check_value(field, value, field.label or name)
             except ValueError as err:
                 fallback = _usable(field, kept.get(name), values[name])
-                refused.append(f"{field.label or name}: {shown(value)} is not usable. {err} "
-                               f"Keeping {describe(field, fallback)}.")
+                refused.append(refusal(value, err, describe(field, fallback)))
                 value = fallback
         ss[k] = value
     _register(page, spec)
@@ -315,6 +321,12 @@ def restore(page: str, spec: Mapping[str, Field]) -> None:
             st.warning("Some settings in the link were not usable:\n\n- " + "\n- ".join(problems))
     if refused:
         st.warning("\n\n".join(refused))
+
+
+def refusal(value, err: Exception, kept: str) -> str:
+    """A value a control sent that the page refuses: what it was, why, and what stays."""
+    given = "" if value is None else f"{shown(value)} is not usable here: "
+    return f"{given}{err} Keeping {kept}."
 
 
 def _parses(field: Field, raw) -> bool:
@@ -420,33 +432,47 @@ def whole_number_input(where, label: str, min_value: int, max_value: int, *, key
     the first character that is not a digit: "1e308" becomes 1 and "2.5" becomes 2, in range, so
     taken without a word. This box holds a float in whole steps (drawn without decimals): the
     browser reads the whole number and refuses one outside ``[min_value, max_value]`` with its own
-    message ("Number is above the allowed range…"), changing nothing; a fraction that reaches the
-    server, or a value out of range set by code, is refused here with a warning and the last good
-    value kept. Returns the value as an ``int``.
+    message ("Number is above the allowed range…"), changing nothing. What reaches the server and is
+    not a whole number in range (a fraction; a number outside the range, which Streamlit hands on
+    as an empty box) is refused here, or by :func:`restore` for a link field, with a warning, and
+    the last good value stays. Returns the value as an ``int``.
     """
+    field = int_field(min_value, min_value, max_value)
+    return int(_number_box(where, label, field, key=key, step=float(step), format="%.0f", **kwargs))
+
+
+def decimal_number_input(where, label: str, min_value: float, max_value: float, *, key: str, step: float,
+                         format: str = "%.2f", **kwargs) -> float:
+    """A number box for a decimal number: as :func:`whole_number_input`, fractions allowed."""
+    field = float_field(min_value, min_value, max_value)
+    return float(_number_box(where, label, field, key=key, step=float(step), format=format, **kwargs))
+
+
+def _number_box(where, label: str, field: Field, *, key: str, **kwargs):
     import streamlit as st
 
     ss, good_key = st.session_state, f"{key}.__good"
-    value = ss.get(key)
-    if value is not None:
-        field = int_field(min_value, min_value, max_value)
-        try:
-            whole = check_value(field, value, label)
-            if not (isinstance(value, int) and not isinstance(value, bool)):
-                ss[key] = whole
-        except ValueError as err:
-            fallback = _usable(field, ss.get(good_key), min(max(_finite_or(value, min_value), min_value), max_value))
-            st.warning(f"{label}: {shown(value)} is not usable. {err} Keeping {fallback}.")
-            ss[key] = fallback
-    out = where.number_input(label, float(min_value), float(max_value), step=float(step), format="%.0f",
-                             key=key, **kwargs)
-    ss[good_key] = int(out)
-    return int(out)
+    if key not in ss:
+        ss[key] = field.default
+    value = ss[key]
+    try:
+        checked = check_value(field, value, label)
+        if type(checked) is not type(value):
+            ss[key] = checked
+    except ValueError as err:
+        fallback = _usable(field, ss.get(good_key), min(max(_finite_or(value, field.lo), field.lo), field.hi))
+        st.warning(refusal(value, err, describe(field, fallback)))
+        ss[key] = fallback
+    # value=None: a number outside the box's range that reaches the server arrives as None (with a
+    # default, Streamlit would put the default in its place, unsaid), and is refused above next run
+    out = where.number_input(label, float(field.lo), float(field.hi), value=None, key=key, **kwargs)
+    ss[good_key] = out
+    return out
 
 
 def _finite_or(value, other):
     try:
-        return int(value) if math.isfinite(float(value)) else other
+        return float(value) if math.isfinite(float(value)) else other
     except (TypeError, ValueError, OverflowError):
         return other
 

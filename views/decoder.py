@@ -220,9 +220,11 @@ st.latex(r"p_i = \frac{e^{z_i/\tau}}{\sum_j e^{z_j/\tau}}\ \ (\tau = 0:\ \arg\ma
          r"\text{top-}k:\ \text{the } k \text{ likeliest}, \qquad "
          r"\text{top-}p:\ \text{the fewest likeliest with } \textstyle\sum p_i \ge p")
 g1, g2, g3, g4 = st.columns(4)
-g1.number_input("Temperature τ (0 = greedy)", key=k("temperature"), step=0.1, format="%.2f")
+state.decimal_number_input(g1, "Temperature τ (0 = greedy)", SPEC["temperature"].lo, SPEC["temperature"].hi,
+                           key=k("temperature"), step=0.1)
 g2.text_input("top-k (blank: no limit)", key=k("top_k"))
-g3.number_input("top-p (1 keeps every token)", key=k("top_p"), step=0.05, format="%.2f")
+state.decimal_number_input(g3, "top-p (1 keeps every token)", SPEC["top_p"].lo, SPEC["top_p"].hi, key=k("top_p"),
+                           step=0.05)
 state.whole_number_input(g4, "Seed of the sampler", 0, 1_000_000, key=k("seed"))
 if not setup.seq2seq:
     st.text_input(f"Prompt (1 to {stack.n_ctx} characters from the corpus's alphabet)", key=k("prompt"))

@@ -78,7 +78,7 @@ st.latex(r"PE_{p,\,2i} = \sin\!\left(\frac{p}{b^{2i/d}}\right), \qquad "
 s1, s2, s3 = st.columns(3)
 T = s1.slider("Positions T", 2, MAX_PE_POSITIONS, key=key("T"))
 d_model = s2.slider("d_model", 2, MAX_D_MODEL, step=2, key=key("d"))
-base = s3.number_input("Base b", 2.0, 1e6, key=key("base"))
+base = state.decimal_number_input(s3, "Base b", 2.0, 1e6, key=key("base"), step=0.01)
 st.caption(f"Caps: T ≤ {MAX_PE_POSITIONS}, d_model ≤ {MAX_D_MODEL}; heatmaps draw the first "
            f"{DRAW_POSITIONS} positions and {DRAW_DIMS} dimensions.")
 try:

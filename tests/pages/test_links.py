@@ -278,3 +278,31 @@ def test_a_link_value_the_page_cannot_use_is_named_and_replaced(page):
     for name, raw in link.items():
         assert f"{name}={state.shown(raw)} in the link" in warned, f"{page}: {name}={raw!r} is not named"
         assert at.query_params.get(name) != raw, f"{page}: {name}={raw!r} stayed in the address"
+
+
+def test_a_number_box_refuses_what_it_cannot_take_and_says_so():
+    """A huge, infinite, NaN or (in a whole-number box) fractional number typed into any page's
+    number box is refused with a warning that names the box, and nothing changes: not the box, not
+    the link. (In the browser a number outside the box's range is refused before it is sent, with
+    the browser's own message; this is what happens when one arrives all the same.)"""
+    checked = 0
+    for info in PAGES:
+        page = info.name
+        at = _open(info)
+        spec = spec_of(at, page)
+        boxes = {w.key[len(page) + 1:]: w.value for w in at.number_input if w.key and w.key.startswith(page + ".")}
+        link = dict(at.query_params)
+        for typed in (1e308, -float("inf"), float("nan"), 2.5):
+            refused = [name for name in boxes if spec[name].kind == "int" or typed != 2.5]
+            for name in refused:
+                at.number_input(key=state.key(page, name)).set_value(typed)
+            for submit in [b for b in at.button if b.proto.is_form_submitter]:     # a box in a form
+                submit.click()
+            _ran(at.run())
+            warned = " ".join(w.value for w in at.warning)
+            for name in refused:
+                assert f"{name} should be" in warned and "Keeping" in warned, f"{page}: {name}={typed} is not refused"
+                assert at.number_input(key=state.key(page, name)).value == boxes[name], f"{page}: {name} changed"
+                checked += 1
+            assert dict(at.query_params) == link, f"{page}: the link changed"
+    assert checked >= 4 * 20         # every page's boxes: about two dozen
