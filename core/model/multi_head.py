@@ -58,25 +58,59 @@ def causal_mask(n_new: int, start: int, dtype) -> np.ndarray:
     return np.triu(np.full((n_new, start + n_new), -np.inf, dtype=dtype), k=start + 1)
 
 
-def edit_heads(Z: np.ndarray, edits: dict | None, layer: int) -> np.ndarray:
-    """Head outputs ``Z (B, H, T, d_k)`` with the edits for this layer applied (a copy when any):
+def edit_heads(Z: np.ndarray, edits: dict | None, layer: int, key_mask: np.ndarray | None = None) -> np.ndarray:
+    r"""Head outputs with the edits for this layer applied (a copy when any).
 
-    ``"zero"``  the head's output is 0 (zero ablation);
-    ``"mean"``  its output at every position is its mean over the positions (mean ablation);
-    an array    its output is replaced by that ``(T, d_k)`` or ``(B, T, d_k)`` array (patching,
-                typically the same head's output on a second prompt).
+    Parameters
+    ----------
+    Z : (B, H, T, d_k)
+        Each head's output at each position.
+    edits : dict or None
+        ``{(layer, head): how}``; only this ``layer``'s entries apply. ``how`` is
+
+        ``"zero"``  the head's output is 0 (zero ablation);
+        ``"mean"``  its output at every position is its mean over the sequence's real positions
+                    (mean ablation, below);
+        an array    its output is replaced by that ``(T, d_k)`` or ``(B, T, d_k)`` array (patching,
+                    typically the same head's output on a second prompt).
+    layer : int
+        The block these head outputs come from.
+    key_mask : (B, 1, 1, T) or None
+        The additive padding mask the attention's scores took: 0 at a real position, ``-inf`` at
+        padding. None: every position is real.
+
+    Notes
+    -----
+    Mean ablation averages over the positions the mask lets through, :math:`m_{b,t} = 1` for a
+    real token and 0 for padding, and writes that mean at every position of the sequence:
+
+    .. math:: Z_{b,h,t} \leftarrow \frac{\sum_s m_{b,s} Z_{b,h,s}}{\sum_s m_{b,s}}
+              \quad \text{for every } t
+
+    So a sentence's edited output is the same whether it runs alone or padded in a batch with
+    longer ones; without padding it is the plain mean over all ``T`` positions.
     """
     if not edits:
         return Z
     mine = {h: how for (l, h), how in edits.items() if l == layer}
     if not mine:
         return Z
+    real = None                                                 # (B, T, 1): True at a real position
+    if key_mask is not None:
+        key_mask = np.asarray(key_mask)
+        if key_mask.shape[-1] != Z.shape[2]:
+            raise ValueError(f"The key mask covers {key_mask.shape[-1]} positions, the head outputs "
+                             f"{Z.shape[2]}.")
+        real = np.isfinite(key_mask.reshape(key_mask.shape[0], -1))[..., None]
     Z = Z.copy()
     for h, how in mine.items():
         if isinstance(how, str) and how == "zero":
             Z[:, h] = 0.0
-        elif isinstance(how, str) and how == "mean":
+        elif isinstance(how, str) and how == "mean" and real is None:
             Z[:, h] = Z[:, h].mean(axis=1, keepdims=True)
+        elif isinstance(how, str) and how == "mean":
+            kept = np.where(real, Z[:, h], 0.0).sum(axis=1, keepdims=True)          # (B, 1, d_k)
+            Z[:, h] = kept / real.sum(axis=1, keepdims=True)
         else:
             Z[:, h] = np.broadcast_to(np.asarray(how, dtype=Z.dtype), Z[:, h].shape)
     return Z
@@ -95,7 +129,8 @@ def attend(x_q: np.ndarray, x_kv: np.ndarray, w: dict, cfg, cache: dict, name: s
     and values, or empty) makes it a KV cache: the new keys and values are appended, and the new
     queries, at positions ``start...``, attend over all of them. ``edits``: head ablations or
     patches for block ``layer`` (:func:`edit_heads`). ``key_mask`` (B, 1, 1, Tk), additive (0 or
-    -inf), hides padding keys from every query.
+    -inf), hides padding keys from every query; in self-attention a mean ablation averages over
+    the positions it lets through.
     """
     H, d_k = cfg.n_heads, cfg.d_model // cfg.n_heads
     big = cfg.d_model ** 2 >= L.BLAS_FROM                   # GPT-2's sizes: BLAS, and the tuned twins
@@ -127,7 +162,7 @@ def attend(x_q: np.ndarray, x_kv: np.ndarray, w: dict, cfg, cache: dict, name: s
     cache[key(name, "weights")] = A
     Z = L.product(A, V, big)                                                             # (B, H, Tq, d_k)
     # 3. head edits (ablation, patching), then the heads side by side and the output projection
-    Z = edit_heads(Z, edits, layer)
+    Z = edit_heads(Z, edits, layer, key_mask if x_kv is x_q else None)    # self-attention: the keys' mask is the queries'
     cache[key(name, "head_outputs")] = Z
     concat = merge_heads(Z)                                                              # (B, Tq, H*d_k)
     cache[key(name, "concat")] = concat
