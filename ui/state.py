@@ -417,6 +417,24 @@ def settle(page: str, name: str, used, why: str) -> bool:
     return True
 
 
+def vet(page: str, name: str, check) -> None:
+    """Before a text box is drawn: a text the link gave that the page cannot read is named in a
+    warning, and the field's default used instead (so the address drops it too).
+
+    ``check(text)`` raises ``ValueError`` in the page's own words when the page cannot read it (a
+    sentence of too many words, lengths that are not numbers); the student's own typing is the
+    page's to answer, as before.
+    """
+    import streamlit as st
+
+    if from_link(page, name) is None:
+        return
+    try:
+        check(st.session_state[key(page, name)])
+    except ValueError as err:
+        settle(page, name, st.session_state[SPECS_KEY][page][name].default, str(err))
+
+
 def _equal(a, b) -> bool:
     try:
         return bool(a == b)

@@ -43,6 +43,7 @@ st.markdown(
 
 # 1. what to time -------------------------------------------------------------------------------
 c1, c2, c3 = st.columns([2, 1, 1])
+state.vet(PAGE, "T", speed.parse_lengths)
 lengths_text = c1.text_input(f"Sequence lengths T ({speed.MIN_T} to {speed.MAX_T}, comma-separated)", key=key("T"))
 n_heads = c2.slider("Heads H", 1, speed.MAX_HEADS, key=key("H"))
 d_k = int(c3.select_slider("d_k = d_v", options=[str(d) for d in speed.D_K_CHOICES], key=key("dk")))

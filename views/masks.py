@@ -57,6 +57,8 @@ def row_sums_in_words(A) -> str:
 st.header("The causal mask")
 st.latex(r"M_{ij} = \begin{cases} 0 & j \le i \\ -\infty & j > i \end{cases} \qquad "
          r"A = \mathrm{softmax}\!\left(\frac{QK^\top}{\sqrt{d_k}} + M\right)")
+for name in ("sentence", "source", "target"):     # a link's sentence the page cannot read: named, then the default
+    state.vet(PAGE, name, lambda text: tokens_from(text, max_tokens=MAX_TOKENS))
 sentence = st.text_input("Sentence", key=k("sentence"))
 st.caption(f"At most {MAX_TOKENS} words; one head, d_model = {D_MODEL}.")
 try:

@@ -35,6 +35,7 @@ st.latex(r"S = \frac{Q K^\top}{\sqrt{d_k}\,\tau} + M, \qquad A = \mathrm{softmax
          r"\qquad \mathrm{out} = A V")
 
 # 1. the sentence becomes the token labels
+state.vet(PAGE, "sentence", lambda text: tokens_from(text, max_tokens=MAX_TOKENS))
 st.text_input(f"Sentence (at most {MAX_TOKENS} words; each word is one token)", key=k("sentence"))
 try:
     tokens = tokens_from(st.session_state[k("sentence")], max_tokens=MAX_TOKENS)

@@ -177,6 +177,7 @@ if m.is_encoder:
                 "out by the key mask), made unit length: the pooling all-MiniLM-L6-v2 was trained with. Similar "
                 "sentences point the same way.")
     parts.clip_long_text(k("sentences"), "The sentences have")
+    state.vet(PAGE, "sentences", parts.read_sentences)
     st.text_area(f"Sentences, one per line (2 to {parts.MAX_SENTENCES}, at most {state.MAX_TEXT} characters in all)",
                  key=k("sentences"))
     try:

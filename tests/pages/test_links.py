@@ -260,12 +260,14 @@ def test_a_bad_link_is_named_and_leaves_the_address(info, round_):
 
 # Values each field's range allows but the page cannot use, and what it must use instead.
 PAGE_BAD = {
-    "one_head": {"query": "16"},                           # the default sentence has 7 words
+    "one_head": {"query": "16", "sentence": " ".join(["word"] * 20)},   # 16 words at most; the default has 8
     "multi_head": {"open": "8", "row": "16"},              # 4 heads, 6 tokens by default
     "positional": {"from": "300", "k": "200"},             # 50 positions by default
     "inside_model": {"show": "L9H9", "layer": "4", "example": "99999", "remove": "L1H1,L7H7"},
     "decoder": {"example": "10000", "step": "64", "layer": "4", "head": "8"},
-    "real_model": {"layer": "96", "head": "64", "how": "patch"},
+    "real_model": {"layer": "96", "head": "64", "how": "patch", "sentences": "only one"},
+    "masks": {"sentence": " ".join(["w"] * 17), "source": " ", "target": " ".join(["w"] * 30)},
+    "make_it_fast": {"T": "6, abc"},
 }
 
 
