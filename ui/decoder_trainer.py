@@ -207,8 +207,12 @@ _UNTRAINED_LOCK = threading.Lock()
 
 
 def _untrained(setup: Setup) -> dict:
-    """Seed-0 weights of ``setup``'s model, made once per process (read-only)."""
+    """Seed-0 weights of ``setup``'s model, made once per process and shared by every session, so
+    read-only: an edit in place raises instead of reaching another student's page."""
     with _UNTRAINED_LOCK:
         if setup.task not in _UNTRAINED:
-            _UNTRAINED[setup.task] = decoder.init_params(setup.cfg, seed=0)
+            params = decoder.init_params(setup.cfg, seed=0)
+            for array in params.values():
+                array.flags.writeable = False
+            _UNTRAINED[setup.task] = params
         return _UNTRAINED[setup.task]

@@ -568,3 +568,14 @@ def test_a_decoder_run_s_old_worker_writes_nowhere_after_a_reset(then):
     finally:
         trainer.reset()
         assert trainer.join(300)
+
+
+def test_the_untrained_decoder_every_session_shares_cannot_be_edited_in_place():
+    from core.training.decoder_runs import build
+    from ui import decoder_trainer
+
+    params, version, trained = decoder_trainer.DecoderTrainer().model(build("reverse"))
+    assert not trained and version == -1
+    for name, array in params.items():
+        with pytest.raises(ValueError):
+            array[...] = 0      # another student's page reads the same arrays
