@@ -533,7 +533,8 @@ def sentence_embedding(m, text, ablate=None) -> np.ndarray:
 def test_real_model_charts_are_the_encoders_weights_scores_and_similarities(minilm):
     """On all-MiniLM-L6-v2 (the page's default): the maps and the rollout as for the decoder; each
     detector chart is its formula on the text's weights; the similarity charts are the cosines of the
-    sentences' mean-pooled embeddings, each sentence run alone, with and without the head (zeroed)."""
+    sentences' mean-pooled embeddings, each sentence run alone, with and without the head (zeroed, then
+    replaced by its mean over the sentence's tokens)."""
     m = minilm
     text = "The quick brown fox jumps over the lazy dog."
     sentences = ["The weather is lovely today.", "It's so sunny outside!", "He drove to the stadium."]
@@ -561,6 +562,15 @@ def test_real_model_charts_are_the_encoders_weights_scores_and_similarities(mini
     np.testing.assert_allclose(maps["Without L3H5 (2.4)"], E2 @ E2.T, **F32)
     np.testing.assert_allclose(maps["After − before"], E2 @ E2.T - E @ E.T, **F32)
     assert np.abs(E2 @ E2.T - E @ E.T).max() > 1e-4                           # removing the head moves them
+    # the head's output replaced by its mean: over each sentence's own tokens, as when it runs alone,
+    # though the page runs the sentences as one padded batch
+    at.radio(key="real_model.how").set_value("mean").run()
+    check(at)
+    E3 = np.stack([sentence_embedding(m, s, {(2, 4): "mean"}) for s in sentences])
+    maps = heatmaps(at)
+    np.testing.assert_allclose(maps["Without L3H5 (2.4)"], E3 @ E3.T, **F32)
+    np.testing.assert_allclose(maps["After − before"], E3 @ E3.T - E @ E.T, **F32)
+    assert np.abs(E3 @ E3.T - E2 @ E2.T).max() > 1e-4                          # the mean is not the zero
 
 
 # ----------------------------------------------------------------------------------------------
