@@ -1,5 +1,6 @@
 """Opening a page through Streamlit's AppTest, as a visitor would from a link, and reading its numbers."""
 import json
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -166,3 +167,25 @@ def named(found: dict, start: str):
     hits = [value for title, value in found.items() if title.startswith(start)]
     assert len(hits) == 1, f"expected one chart titled {start!r}..., found {len(hits)} among {list(found)}"
     return hits[0]
+
+
+HANG_GUARD_S = 300.0          # a run that has not ended by then hangs: a busy machine is slow, not wrong
+
+
+def button(at: AppTest, label: str):
+    """The page's one button labelled ``label``."""
+    found = [b for b in at.button if b.label == label]
+    assert len(found) == 1, f"expected one button {label!r}, found {len(found)}"
+    return found[0]
+
+
+def rerun_until(at: AppTest, shown, what: str) -> None:
+    """Draw the page again until ``shown(at)``; the limit only guards against a hang, and then the
+    failure quotes what the page says instead of ``what``."""
+    end = time.monotonic() + HANG_GUARD_S
+    while not shown(at):
+        assert not at.exception, at.exception
+        assert time.monotonic() < end, (f"the page did not show {what} within {HANG_GUARD_S:.0f} s; it shows: "
+                                        f"{[str(e.value) for e in (*at.error, *at.warning, *at.info)]}")
+        time.sleep(0.2)
+        at.run()

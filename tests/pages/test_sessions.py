@@ -18,24 +18,20 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-import time
 from pathlib import Path
 from typing import Callable
 
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from page_support import HANG_GUARD_S, button, rerun_until
+
 from core.training.runs import RunSpec
 from ui.trainer import Trainer
 
 VIEWS = Path(__file__).resolve().parents[2] / "views"
-HANG_GUARD_S = 300.0          # a run that has not ended by then hangs: a busy machine is slow, not wrong
 
 
-def button(at: AppTest, label: str):
-    found = [b for b in at.button if b.label == label]
-    assert len(found) == 1, f"expected one button {label!r}, found {len(found)}"
-    return found[0]
 
 
 def texts(elements) -> list[str]:
@@ -108,15 +104,6 @@ class Page:
                 value.reset()
 
 
-def rerun_until(at: AppTest, shown: Callable[[AppTest], bool], what: str) -> None:
-    """Draw the page again until it shows ``what``; the limit only guards against a hang."""
-    end = time.monotonic() + HANG_GUARD_S
-    while not shown(at):
-        assert not at.exception, at.exception
-        assert time.monotonic() < end, (f"the page did not show {what} within {HANG_GUARD_S:.0f} s; it shows: "
-                                        f"{texts(at.error) + texts(at.warning) + texts(at.info)}")
-        time.sleep(0.2)
-        at.run()
 
 
 # "Train an encoder": a 4-step run of a one-layer model on the readable step

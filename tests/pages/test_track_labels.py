@@ -19,11 +19,12 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from page_support import HANG_GUARD_S, button, rerun_until
+
 from core import warmup
 from core.training import steps
 
 VIEWS = Path(__file__).resolve().parents[2] / "views"
-HANG_GUARD_S = 300.0          # a run that has not ended by then hangs: a busy machine is slow, not wrong
 
 
 def nothing() -> None:
@@ -73,21 +74,8 @@ def open_page(file: str, hooks: dict) -> AppTest:
     return at
 
 
-def button(at: AppTest, label: str):
-    found = [b for b in at.button if b.label == label]
-    assert len(found) == 1, f"expected one button {label!r}, found {len(found)}"
-    return found[0]
 
 
-def rerun_until(at: AppTest, shown, what: str) -> None:
-    """Draw the page again until it shows ``what``; the limit only guards against a hang."""
-    end = time.monotonic() + HANG_GUARD_S
-    while not shown(at):
-        assert not at.exception, at.exception
-        assert time.monotonic() < end, (f"the page did not show {what} within {HANG_GUARD_S:.0f} s; it shows: "
-                                        f"{[e.value for e in (*at.error, *at.warning, *at.info)]}")
-        time.sleep(0.2)
-        at.run()
 
 
 def texts(elements) -> str:
