@@ -219,6 +219,42 @@ st.markdown("Generation has no target to read: each step runs the decoder on eve
 st.latex(r"p_i = \frac{e^{z_i/\tau}}{\sum_j e^{z_j/\tau}}\ \ (\tau = 0:\ \arg\max), \qquad "
          r"\text{top-}k:\ \text{the } k \text{ likeliest}, \qquad "
          r"\text{top-}p:\ \text{the fewest likeliest with } \textstyle\sum p_i \ge p")
+
+
+def parse_top_k(text: str) -> int | None:
+    """top-k as typed: a whole number from 1, or None (blank: no limit); ``ValueError`` in the user's terms."""
+    raw = str(text).strip()
+    if not raw:
+        return None
+    try:
+        top_k = int(raw)
+    except ValueError:
+        raise ValueError(f"top-k must be a whole number >= 1, or blank for no limit; got {raw!r}.") from None
+    if top_k < 1:
+        raise ValueError(f"top-k must be a whole number >= 1, or blank for no limit; got {top_k}.")
+    return top_k
+
+
+def sampler_settings() -> sampling.SamplerSettings:
+    """The sampler's settings from the widgets; ``ValueError`` in the user's terms."""
+    return sampling.SamplerSettings(float(st.session_state[k("temperature")]), parse_top_k(st.session_state[k("top_k")]),
+                                    float(st.session_state[k("top_p")]))
+
+
+def prompt_ids(text: str) -> np.ndarray:
+    """The language model's prompt as ids; ``ValueError`` for an empty, unknown or too long prompt."""
+    text = str(text)
+    if not text:
+        raise ValueError("The prompt is empty: type at least one character.")
+    if len(text) > stack.n_ctx:
+        raise ValueError(f"The prompt has {len(text)} characters, longer than the model's context of "
+                         f"{stack.n_ctx}.")
+    return setup.data.vocab.encode(text)
+
+
+state.vet(PAGE, "top_k", parse_top_k)
+if not setup.seq2seq:
+    state.vet(PAGE, "prompt", prompt_ids)
 g1, g2, g3, g4 = st.columns(4)
 state.decimal_number_input(g1, "Temperature τ (0 = greedy)", SPEC["temperature"].lo, SPEC["temperature"].hi,
                            key=k("temperature"), step=0.1)
@@ -229,31 +265,6 @@ state.whole_number_input(g4, "Seed of the sampler", 0, 1_000_000, key=k("seed"))
 if not setup.seq2seq:
     st.text_input(f"Prompt (1 to {stack.n_ctx} characters from the corpus's alphabet)", key=k("prompt"))
 
-
-def sampler_settings() -> sampling.SamplerSettings:
-    """The sampler's settings from the widgets; ``ValueError`` in the user's terms."""
-    raw_k = str(st.session_state[k("top_k")]).strip()
-    top_k = None
-    if raw_k:
-        try:
-            top_k = int(raw_k)
-        except ValueError:
-            raise ValueError(f"top-k must be a whole number >= 1, or blank for no limit; got {raw_k!r}.") from None
-    return sampling.SamplerSettings(float(st.session_state[k("temperature")]), top_k,
-                                    float(st.session_state[k("top_p")]))
-
-
-def prompt_ids() -> np.ndarray:
-    """The language model's prompt as ids; ``ValueError`` for an empty, unknown or too long prompt."""
-    text = str(st.session_state[k("prompt")])
-    if not text:
-        raise ValueError("The prompt is empty: type at least one character.")
-    if len(text) > stack.n_ctx:
-        raise ValueError(f"The prompt has {len(text)} characters, longer than the model's context of "
-                         f"{stack.n_ctx}.")
-    return setup.data.vocab.encode(text)
-
-
 # a refused input keeps the last good one (per task), so the rest of the page stays as it was
 good = st.session_state.setdefault(GOOD_KEY, {}).setdefault(
     task, {"settings": sampling.SamplerSettings(), "prompt": None if setup.seq2seq else setup.data.vocab.encode("attention ")})
@@ -263,7 +274,7 @@ except ValueError as err:
     st.error(f"{err} Keeping the last good sampler settings.")
 if not setup.seq2seq:
     try:
-        good["prompt"] = prompt_ids()
+        good["prompt"] = prompt_ids(st.session_state[k("prompt")])
     except ValueError as err:
         st.error(f"{err} Keeping the last good prompt.")
 settings, prompt = good["settings"], good["prompt"]

@@ -88,18 +88,27 @@ st.markdown("Sequences of different lengths share one array by padding the short
             "mask hides the padded keys of each sequence; it has one row per sequence and broadcasts "
             "over queries and heads.")
 st.latex(r"M^{(b)}_{ij} = \begin{cases} 0 & j < \ell_b \\ -\infty & j \ge \ell_b \end{cases}")
+
+
+def parse_lengths(text: str) -> list[int]:
+    """The typed lengths as whole numbers; ``ValueError`` in the student's words."""
+    try:
+        lengths = [int(x) for x in text.replace(",", " ").split()]
+    except ValueError:
+        raise ValueError(f"Type whole numbers separated by commas, e.g. 6, 3, 5; got {text!r}.") from None
+    if len(lengths) > 4:
+        raise ValueError(f"This page shows at most 4 sequences; got {len(lengths)}.")
+    return lengths
+
+
+state.vet(PAGE, "lengths", parse_lengths)
 p1, p2, p3 = st.columns(3)
 typed = p1.text_input("Lengths in the batch", key=k("lengths"))
 T_pad = p2.slider("Padded length T", 1, MAX_TOKENS, key=k("T"))
 n_heads = int(p3.select_slider("Heads", HEAD_CHOICES, key=k("heads")))
 also_causal = st.checkbox("Also causal (a decoder's batch)", key=k("causal"))
 try:
-    try:
-        lengths = [int(x) for x in typed.replace(",", " ").split()]
-    except ValueError:
-        raise ValueError(f"Type whole numbers separated by commas, e.g. 6, 3, 5; got {typed!r}.") from None
-    if len(lengths) > 4:
-        raise ValueError(f"This page shows at most 4 sequences; got {len(lengths)}.")
+    lengths = parse_lengths(typed)
     pad = masks.padding(lengths, T_pad)                                   # (B, 1, T)
     mask = masks.combine(pad, masks.causal(T_pad) if also_causal else None)
     rng = np.random.default_rng(2)

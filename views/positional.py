@@ -41,6 +41,8 @@ with st.expander("What to look for"):
 
 # 1. order blindness ------------------------------------------------------------------------------
 st.header("Attention alone is blind to order")
+for name in ("a", "b"):
+    state.vet(PAGE, name, lambda text: tokens_from(text, max_tokens=MAX_TOKENS))
 c1, c2 = st.columns(2)
 sentence_a = c1.text_input("Sentence A", key=key("a"))
 sentence_b = c2.text_input("Sentence B (the same words, reordered)", key=key("b"))

@@ -68,16 +68,28 @@ about = {packaged.MINILM: f"all-MiniLM-L6-v2 (sentence-transformers, {packaged.L
 st.caption(f"{about.get(source, source)}: {'an encoder' if m.is_encoder else 'a decoder'}, {cfg.n_layers} layers × "
            f"{cfg.n_heads} heads, d = {cfg.d_model}, vocabulary {cfg.vocab_size:,}, context {cfg.n_ctx}, run in float32.")
 
+
+
+def read_text(text: str):
+    """The text's ids, fitted to the context, and how many tokens were cut; ``ValueError`` when the
+    model would read no token of it (an encoder reads nothing between its [CLS] and [SEP])."""
+    ids, cut = rm.fit_context(m.encode(text), cfg.n_ctx, keep_last=m.is_encoder)
+    if m.is_encoder and len(ids) <= 2:
+        raise ValueError("The text holds no word for the encoder to read: type at least one word.")
+    return ids, cut
+
+
 parts.clip_long_text(k("text"), "The text has")
+state.vet(PAGE, "text", read_text)
 st.text_area(f"Your text (at most {state.MAX_TEXT} characters; a longer one is cut at a word)", key=k("text"))
 try:
     text = ss[k("text")]
-    ids, cut = rm.fit_context(m.encode(text), cfg.n_ctx, keep_last=m.is_encoder)
+    ids, cut = read_text(text)
     ss[k("good_text")] = text
 except ValueError as err:
     text = ss.get(k("good_text"), SPEC["text"].default)
     st.error(f"{err} Still showing: {parts.code_span(text)}.")
-    ids, cut = rm.fit_context(m.encode(text), cfg.n_ctx, keep_last=m.is_encoder)
+    ids, cut = read_text(text)
 if cut:
     st.warning(f"The text is {cut} tokens longer than the model's context: only {cfg.n_ctx} of its tokens are used.")
 words = rm.token_texts(m, ids)
@@ -200,6 +212,7 @@ else:
     st.header(f"Remove or patch head {parts.head_name(layer, head)}")
     a1, a2 = st.columns([1, 2])
     how = a1.radio("Change its output", list(HOW), format_func=HOW.get, key=k("how"))
+    state.vet(PAGE, "other", lambda text: rm.fit_context(m.encode(text), cfg.n_ctx))
     a2.text_input("Second prompt (patching: this head's output on it replaces the output on your text, the two "
                   "aligned at their last tokens)", key=k("other"))
     other_cache = None

@@ -117,7 +117,7 @@ def test_sampler_controls_move_the_distribution_and_the_allowed_set(at):
 
 
 @pytest.mark.parametrize("field, value, message", [
-    ("top_k", "0", "top_k must be a whole number >= 1"),
+    ("top_k", "0", "top-k must be a whole number >= 1"),
     ("top_k", "two", "top-k must be a whole number"),
     ("top_p", 0.0, "top_p must be in (0, 1]"),
     ("top_p", 1.5, "top_p should be a number from 0 to 1"),                  # refused before the page reads it

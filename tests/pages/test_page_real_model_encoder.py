@@ -147,3 +147,15 @@ def test_the_overview_names_the_model_this_page_opens_on(page):
     assert row.split("|")[2].strip().startswith(f"open {opened}")
     assert ("encoder" in row.split("(")[0]) == (kind == "an encoder")
     assert "GPT-2-family model" not in row.split("(")[0]
+
+
+@pytest.mark.parametrize("typed", [" ", "\n\t ", ""])
+def test_a_text_with_no_word_is_refused_and_the_last_good_one_stays(minilm, typed):  # noqa: F811
+    """An encoder reads nothing between [CLS] and [SEP] in a blank text: a message, not a traceback,
+    and every table keeps the last good text's numbers."""
+    at = open_page(PAGE)
+    before = table_named(at, "head")
+    at.text_area(key="real_model.text").set_value(typed).run()
+    assert not at.exception, at.exception
+    assert any("no word for the encoder" in e.value or "empty" in e.value for e in at.error), [e.value for e in at.error]
+    assert table_named(at, "head").equals(before)
