@@ -3,8 +3,13 @@ import pandas as pd
 import streamlit as st
 
 from core.lessons.analysis import interaction_paths
+from ui import state
 from ui.real_model_parts import DEFAULT_MODEL, DESCRIBED
 from ui.widgets import function_sources
+
+PAGE = "home"
+SPEC = {"n": state.int_field(512, 2, 4096)}
+state.restore(PAGE, SPEC)
 
 
 st.title("Attention, operated by hand")
@@ -50,7 +55,7 @@ products a GPU (or a CPU's vector units) runs at once, and any two tokens meet d
 apart they are.
 """
 )
-n_tokens = st.slider("Tokens in the sequence", 2, 4096, 512, key="home.n")
+n_tokens = st.slider("Tokens in the sequence", SPEC["n"].lo, SPEC["n"].hi, key=state.key(PAGE, "n"))
 paths = interaction_paths(n_tokens)
 st.dataframe(pd.DataFrame({
     "per layer": ["steps that must run one after another", "most steps between two tokens"],
@@ -85,3 +90,5 @@ fine-tuning a small pre-trained model to training a large one from scratch; look
 before you deploy.
 """
 )
+
+state.publish(PAGE, SPEC)
