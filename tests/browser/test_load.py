@@ -10,7 +10,9 @@ training page without starting and must not see the others' runs. Asserted: the 
 no traceback or ``st.error`` box, no JavaScript error, each student sees only their own state, and
 the server's peak resident memory (with its children) stays under ``RSS_LIMIT_MB``. Printed (and
 written to ``artifacts/load_test.txt``): sessions, page visits, HTTP requests, peak RSS, the median
-and 95th-percentile time of each page's redraw under that load, error count.
+and 95th-percentile time of each page's redraw under that load, as the browsers saw it and as the
+server ran it (its own log, ``ATTN_REDRAW_LOG``), error count. The browsers run niced below the
+server (``browser_support.BROWSER_NICE``); the server runs its warm-up as a deployed one does.
 
 ``LOAD_SESSIONS`` sets the class size (10 by default, what CI runs; ``python -m bench load`` runs 30).
 """
