@@ -176,7 +176,7 @@ def test_a_lesson_page_compiles_only_the_lesson_kernels_it_runs(tmp_path):
 
 
 EMPTY_CACHE_PAGE = r"""
-import json, sys, time
+import json, os, sys, time
 from streamlit.testing.v1 import AppTest
 from core import warmup
 warm = warmup.start_once()               # as app.py does on a server's first visit
@@ -188,7 +188,13 @@ start = time.perf_counter()
 at.run()
 print(f"the page ran in {time.perf_counter() - start:.1f} s; warm-up at {warm.progress()}", file=sys.stderr, flush=True)
 print(json.dumps({"seconds": time.perf_counter() - start, "encoder_loaded": warm.has_done(warmup.ENCODER),
-                  "captions": [c.value for c in at.caption], "exceptions": [e.message for e in at.exception]}))
+                  "captions": [c.value for c in at.caption], "exceptions": [e.message for e in at.exception]}),
+      flush=True)
+# On a busy machine the page is drawn while the warm-up's thread still compiles the lesson kernels
+# here; an interpreter shut down under a thread inside LLVM can crash or hang. The result is out:
+# end the compiling child, then leave at once.
+warm.stop_child()
+os._exit(0)
 """
 
 
