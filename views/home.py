@@ -41,8 +41,9 @@ st.markdown(
 | Check yourself | questions and hands-on exercises the app checks for you |
 | Make it fast | the same attention timed on the lesson kernel, the tuned kernel and NumPy |
 
-The sidebar picks the backend and the precision. Every lesson page except Check yourself keeps its
-settings in the address, so a link you copy opens exactly what you see.
+The sidebar picks the backend and the precision of the lesson pages; the model pages say which
+precision they run in (training runs in float32, and so does A real model). Every lesson page except
+Check yourself keeps its settings in the address, so a link you copy opens exactly what you see.
 """
 )
 
