@@ -32,8 +32,6 @@ from ui.trainer import Trainer
 VIEWS = Path(__file__).resolve().parents[2] / "views"
 
 
-
-
 def texts(elements) -> list[str]:
     return [str(e.value) for e in elements]
 
@@ -102,8 +100,6 @@ class Page:
         for value in self.held(at):
             if hasattr(value, "reset"):
                 value.reset()
-
-
 
 
 # "Train an encoder": a 4-step run of a one-layer model on the readable step

@@ -74,10 +74,6 @@ def open_page(file: str, hooks: dict) -> AppTest:
     return at
 
 
-
-
-
-
 def texts(elements) -> str:
     return " ".join(str(e.value) for e in elements)
 
