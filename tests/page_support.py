@@ -189,3 +189,14 @@ def rerun_until(at: AppTest, shown, what: str) -> None:
                                         f"{[str(e.value) for e in (*at.error, *at.warning, *at.info)]}")
         time.sleep(0.2)
         at.run()
+
+
+def set_tiny_encoder(at: AppTest, track: str) -> AppTest:
+    """"Train an encoder" set for a quick run: 4 steps of a one-layer, d_model 16, 2-head model on
+    ``track``'s training step; the page is run once with those settings."""
+    at.number_input(key="training.steps").set_value(4)
+    at.number_input(key="training.d_model").set_value(16)
+    at.slider(key="training.layers").set_value(1)
+    at.number_input(key="training.heads").set_value(2)
+    at.radio(key="training.track").set_value(track)
+    return at.run()

@@ -24,7 +24,7 @@ from typing import Callable
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from page_support import HANG_GUARD_S, button, rerun_until
+from page_support import HANG_GUARD_S, button, rerun_until, set_tiny_encoder
 
 from core.training.runs import RunSpec
 from ui.trainer import Trainer
@@ -104,12 +104,7 @@ class Page:
 
 # "Train an encoder": a 4-step run of a one-layer model on the readable step
 def train_encoder(at: AppTest) -> None:
-    at.number_input(key="training.steps").set_value(4)
-    at.number_input(key="training.d_model").set_value(16)
-    at.slider(key="training.layers").set_value(1)
-    at.number_input(key="training.heads").set_value(2)
-    at.radio(key="training.track").set_value("readable")
-    at.run()
+    set_tiny_encoder(at, "readable")
     button(at, "Start training").click().run()
     rerun_until(at, lambda a: any(h.value == "Results" for h in a.subheader), "the 4-step run's results")
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from page_support import HANG_GUARD_S, button, rerun_until
+from page_support import HANG_GUARD_S, button, rerun_until, set_tiny_encoder
 
 from core import warmup
 from core.training import steps
@@ -112,12 +112,7 @@ STATES = [pytest.param("still_compiling", "readable", id="compiled step still co
 def test_train_an_encoder_names_the_step_that_ran(state, ran, request):
     request.getfixturevalue(state)
     at = open_page("training.py", {"training.data_sizes": (200, 40, 40), "training.poll_seconds": 0.2})
-    at.number_input(key="training.steps").set_value(4)
-    at.number_input(key="training.d_model").set_value(16)
-    at.slider(key="training.layers").set_value(1)
-    at.number_input(key="training.heads").set_value(2)
-    at.radio(key="training.track").set_value("compiled")
-    at.run()
+    set_tiny_encoder(at, "compiled")
     trainer = at.session_state["training.trainer"]
     try:
         button(at, "Start training").click().run()
