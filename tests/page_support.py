@@ -9,12 +9,35 @@ from streamlit import dataframe_util
 from streamlit.testing.v1 import AppTest
 
 
-def open_page(page: str, link: dict | None = None) -> AppTest:
-    """Run ``page`` once, opened from a link whose query parameters are ``link`` (none by default)."""
+def open_page(page: str, link: dict | None = None, *, answered: bool = True) -> AppTest:
+    """Run ``page`` once, opened from a link whose query parameters are ``link`` (none by default).
+
+    ``answered``: every question of the app already answered in this session, so the controls a
+    page's opening question locks are open (the tests of the questions themselves pass False)."""
     at = AppTest.from_file(page, default_timeout=60)
     for name, value in (link or {}).items():
         at.query_params[name] = value
+    if answered:
+        answer_everything(at)
     return at.run()
+
+
+def answer_everything(at: AppTest) -> None:
+    """Mark every question of the app answered (right at the first try) in ``at``'s session."""
+    from core.lessons import questions
+    from core.lessons.predictions import RIGHT, Progress
+    from ui.lesson import PROGRESS
+    at.session_state[PROGRESS] = {q.key: Progress(1, True, True, RIGHT) for q in questions.everything()}
+
+
+def answer_question(at: AppTest, p, answer) -> AppTest:
+    """Give ``answer`` (an option's text or a typed number) to question ``p`` and press its Check."""
+    field = f"predict_{p.key}"
+    if p.options:
+        at.radio(key=field).set_value(answer)
+    else:
+        at.text_input(key=field).set_value(str(answer))
+    return at.button(key=f"{field}_check").click().run()
 
 
 def table_named(at: AppTest, corner: str) -> pd.DataFrame:

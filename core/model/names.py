@@ -24,3 +24,13 @@ def key(*parts: str) -> str:
 def per_block(cache: dict, n_layers: int, *parts: str, stack: str = "") -> list:
     """The same entry of every block, first block first: ``per_block(cache, L, "attn", "weights")``."""
     return [cache[key(block(i, stack), *parts)] for i in range(n_layers)]
+
+
+def head(layer: int, index: int) -> str:
+    """A head's name on every page, counted from 1: layer 3's second head (0-based ``2, 1``) is ``L3H2``."""
+    return f"L{layer + 1}H{index + 1}"
+
+
+def paper_head(layer: int, index: int) -> str:
+    """The same head as papers write it, counted from 0: ``2.1`` (for tooltips beside :func:`head`)."""
+    return f"{layer}.{index}"

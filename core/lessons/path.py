@@ -1,0 +1,70 @@
+"""The path through the lessons: which page teaches which section, what it needs, what it proves.
+
+The dashboard teaches three lesson texts. Each lesson page names the section it teaches, the pages
+a student should have seen first, and the one claim the student verifies on it. The order of
+:data:`STEPS` is the order of the path (and of the sidebar): a page's prerequisites come before it.
+
+    step("masks").needs           -> ("one_head",)
+    step("masks").lesson          -> "The transformer"
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# The three lesson texts, by the short names the pages use.
+TRANSFORMER = "The transformer"                      # the module: heads, positions, masks, the block
+MULTI_HEAD = "Multi-head attention"                  # the dimension split and the parameter count
+LESSON_09 = "Lesson 09: multi-head attention"        # the filter bank, hand-set heads, the exercises
+
+
+@dataclass(frozen=True)
+class Step:
+    """One page on the path. ``page`` is its address (``/one_head``); ``needs`` the pages to see first."""
+
+    page: str
+    title: str
+    lesson: str
+    section: str
+    needs: tuple[str, ...]
+    claim: str
+
+
+STEPS: tuple[Step, ...] = (
+    Step("one_head", "One head", TRANSFORMER, "One head, one relational pattern", (),
+         "One softmax row is one convex blend of the values: dividing by √d_k keeps it from going one-hot."),
+    Step("positional", "Positional encoding", TRANSFORMER, "Sinusoidal positional encoding", ("one_head",),
+         "Attention alone is blind to order: shuffle the tokens and the outputs shuffle with them."),
+    Step("multi_head", "Multi-head, set by hand", LESSON_09, "Four heads, four patterns",
+         ("one_head", "positional"),
+         "Several heads attend to several places at once, where one head can only blend them."),
+    Step("filter_bank", "Concat, W_O and the filter bank", LESSON_09, "Concatenation and output projection",
+         ("multi_head",),
+         "Concat · W_O is exactly the sum over heads of each head's OV circuit applied to its map."),
+    Step("parameters", "Parameters and cost", MULTI_HEAD, "Parameter count", ("multi_head",),
+         "At a fixed d_model the attention block has 4·d_model² weights whatever the number of heads."),
+    Step("masks", "Masks and cross-attention", TRANSFORMER, "Why mask the decoder self-attention?",
+         ("one_head",),
+         "A masked weight is exactly 0, and the rest of its row still sums to 1."),
+    Step("training", "Train an encoder", TRANSFORMER, "Worked examples: a small transformer encoder",
+         ("multi_head", "positional", "parameters"),
+         "A two-layer encoder learns a task from data; removing its positions hurts only an order task."),
+    Step("inside_model", "Inside a trained model", TRANSFORMER, "Interpretability caution", ("training",),
+         "An attention map is a diagnostic, not an explanation: removing a striking head may change nothing."),
+    Step("decoder", "Decoder and generation", TRANSFORMER, "Why mask the decoder self-attention?",
+         ("masks", "training"),
+         "Generating with a KV cache gives the same logits as recomputing every position."),
+    Step("induction", "Induction heads", TRANSFORMER, "Interpretability caution", ("decoder",),
+         "Two layers copy what followed the last occurrence; remove the previous-token head and the copying goes."),
+    Step("real_model", "A real model", TRANSFORMER, "Ablations: encoder-only and decoder-only",
+         ("inside_model", "induction"),
+         "A pretrained model's heads have measurable jobs, and removing one head moves its output."),
+)
+
+BY_PAGE = {s.page: s for s in STEPS}
+
+
+def step(page: str) -> Step:
+    """The step of ``page`` (its address without the slash)."""
+    if page not in BY_PAGE:
+        raise ValueError(f"No lesson page {page!r}; the path has {', '.join(BY_PAGE)}.")
+    return BY_PAGE[page]

@@ -1,0 +1,4 @@
+"""The questions of the page "Decoder and generation"."""
+from core.lessons.predictions import Prediction
+
+QUESTIONS: tuple[Prediction, ...] = ()

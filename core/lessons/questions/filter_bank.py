@@ -1,0 +1,4 @@
+"""The questions of the page "Concat, W_O and the filter bank"."""
+from core.lessons.predictions import Prediction
+
+QUESTIONS: tuple[Prediction, ...] = ()

@@ -1,0 +1,4 @@
+"""The questions of the page "Parameters and cost"."""
+from core.lessons.predictions import Prediction
+
+QUESTIONS: tuple[Prediction, ...] = ()

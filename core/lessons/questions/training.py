@@ -1,0 +1,4 @@
+"""The questions of the page "Train an encoder"."""
+from core.lessons.predictions import Prediction
+
+QUESTIONS: tuple[Prediction, ...] = ()

@@ -1,0 +1,63 @@
+"""What every lesson page opens with: where it sits on the path, and a question to answer first.
+
+    lesson.header("masks")                      # section, prerequisites, the claim to verify
+    unlocked = lesson.predict("masks")          # the opening question; True once it is answered
+    st.toggle("Causal mask", disabled=not unlocked)
+
+A student's answers live in their own session (``st.session_state``), under :data:`PROGRESS`;
+"Check yourself" reads them all.
+"""
+from __future__ import annotations
+
+import streamlit as st
+
+from core.lessons import path, questions
+from core.lessons.predictions import BLANK, HINT, REVEALED, RIGHT, Prediction, Progress, attempt, shown
+
+PROGRESS = "predictions"      # {question key: Progress}, this session's answers
+
+
+def progress_of(key: str) -> Progress:
+    return st.session_state.get(PROGRESS, {}).get(key, Progress())
+
+
+def header(page: str) -> None:
+    """The page's place on the path: the lesson section it teaches, what to see first, its claim."""
+    s = path.step(page)
+    needs = ", ".join(f"[{path.step(p).title}]({p})" for p in s.needs) or "nothing: start here"
+    st.markdown(f"**Lesson:** {s.lesson}, *{s.section}* · **First see:** {needs}  \n"
+                f"**You will verify:** {s.claim}")
+
+
+def predict(page: str) -> bool:
+    """Ask the page's opening question; True once it is answered (right, or shown after two tries)."""
+    return ask(questions.opening(page), opening=True)
+
+
+def ask(p: Prediction, *, opening: bool = False) -> bool:
+    """Ask ``p`` in a box: the answer, a Check button, then the hint or the answer. True when done."""
+    progress = progress_of(p.key)
+    with st.container(border=True):
+        st.markdown(("**Predict first.** " if opening else "**Your turn.** ") + p.prompt)
+        field = f"predict_{p.key}"
+        if p.options:
+            answer = st.radio(p.prompt, p.options, index=None, key=field, disabled=progress.done,
+                              label_visibility="collapsed")
+        else:
+            answer = st.text_input(p.prompt, key=field, disabled=progress.done, placeholder="a number",
+                                   label_visibility="collapsed")
+        verdict = shown(progress, p)
+        if st.button("Check", key=f"{field}_check", disabled=progress.done):
+            progress, verdict = attempt(progress, p, answer)
+            st.session_state.setdefault(PROGRESS, {})[p.key] = progress
+        if verdict.stage == RIGHT:
+            st.success(verdict.text)
+        elif verdict.stage == REVEALED:
+            st.info(verdict.text)
+        elif verdict.stage == HINT:
+            st.warning(verdict.text)
+        elif verdict.stage == BLANK and verdict.text:
+            st.caption(verdict.text)
+        if opening and not progress.done:
+            st.caption("Answer first: the control that shows it unlocks once you have.")
+    return progress.done
