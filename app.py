@@ -7,21 +7,24 @@ import streamlit as st
 
 from core import backend, warmup
 from ui import redraw_log
+from ui.lesson import notation_card
 from ui.widgets import BACKEND_KEY, PRECISION_KEY
 
 st.set_page_config(page_title="Attention, operated by hand", page_icon="🔍", layout="wide")
 warmup.start_once()   # once per server process: the heavy kernels compile in the background
 
+# The sidebar lists the lesson pages in the order of the path (core/lessons/path.py): each page's
+# prerequisites come before it.
 PAGES = {
     "Start": [st.Page("views/home.py", title="Overview", icon="🏠", default=True)],
     "Attention": [
         st.Page("views/one_head.py", title="One head", icon="🎯"),
+        st.Page("views/positional.py", title="Positional encoding", icon="📍"),
         st.Page("views/multi_head.py", title="Multi-head, set by hand", icon="🧩"),
         st.Page("views/filter_bank.py", title="Concat, W_O and the filter bank", icon="🎛️"),
     ],
     "Around attention": [
         st.Page("views/parameters.py", title="Parameters and cost", icon="🧮"),
-        st.Page("views/positional.py", title="Positional encoding", icon="📍"),
         st.Page("views/masks.py", title="Masks and cross-attention", icon="🎭"),
     ],
     "Practice": [
@@ -46,6 +49,7 @@ with st.sidebar:
         st.error(description)
     else:
         st.caption(f"Running on: {description}")
+    notation_card()
 
 # expanded: every page stays a link (the default folds all past the tenth under "View more").
 page = st.navigation(PAGES, expanded=True)

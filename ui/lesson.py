@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from core.lessons import path, questions
+from core.lessons import notation, path, questions
 from core.lessons.predictions import BLANK, HINT, REVEALED, RIGHT, Prediction, Progress, attempt, shown
 
 PROGRESS = "predictions"      # {question key: Progress}, this session's answers
@@ -61,3 +61,10 @@ def ask(p: Prediction, *, opening: bool = False) -> bool:
         if opening and not progress.done:
             st.caption("Answer first: the control that shows it unlocks once you have.")
     return progress.done
+
+
+def notation_card() -> None:
+    """The notation every page uses, folded in the sidebar."""
+    with st.expander("Notation"):
+        st.markdown("\n".join(f"- ${symbol}$: {meaning}" for symbol, meaning in notation.SYMBOLS))
+        st.caption(notation.HEAD_NAMES)
