@@ -2,6 +2,7 @@
 import pandas as pd
 import streamlit as st
 
+from core.lessons import path
 from core.lessons.analysis import interaction_paths
 from ui import state
 from ui.real_model_parts import DEFAULT_MODEL, DESCRIBED
@@ -10,6 +11,13 @@ from ui.widgets import function_sources
 PAGE = "home"
 SPEC = {"n": state.int_field(512, 2, 4096)}
 state.restore(PAGE, SPEC)
+
+
+def path_table() -> str:
+    """The path as a Markdown table: each page (a link), the lesson section it teaches, its claim."""
+    rows = [f"| {i} | [{s.title}]({s.page}) | {s.lesson}: *{s.section}* | {s.claim} |"
+            for i, s in enumerate(path.STEPS, start=1)]
+    return "\n".join(["| | Page | Lesson section | You will verify |", "|---|---|---|---|", *rows])
 
 
 st.title("Attention, operated by hand")
@@ -21,29 +29,25 @@ you **set those matrices yourself** and watch what happens, computed live by sma
 """
 )
 st.latex(r"\mathrm{Attention}(Q, K, V) = \mathrm{softmax}\!\left(\frac{Q K^\top}{\sqrt{d_k}} + M\right) V")
+st.header("The path")
+st.markdown(
+    "Each lesson page teaches one section of the lessons, says which pages to see first, and names the "
+    "one claim you verify there. It opens with a question: **predict, then see**. Answer it before the "
+    "control that shows the answer unlocks; a wrong answer gets a hint, a second one the answer. "
+    "*Check yourself* gathers your answers (first tries count) and two exercises the app marks.")
+st.graphviz_chart(path.dot())
+st.markdown(path_table())
 st.markdown(
     f"""
-**Where to go**
-
-| Page | What you do there |
-|---|---|
-| One head | type a sentence, set queries and keys, watch one softmax blend the values |
-| Multi-head, set by hand | give each head a job (first token, previous token, self, uniform, two places at once) |
-| Concat, W_O and the filter bank | take the output apart, head by head, and check that the pieces add up |
-| Parameters and cost | count weights: `4·d_model²` for attention, whatever the number of heads |
-| Positional encoding | see why attention alone is blind to word order, and the fixes |
-| Masks and cross-attention | causal, padding, and decoder-over-encoder attention |
-| Train an encoder | train a tiny transformer live and watch its heads form |
-| Inside a trained model | follow one example through a layer, then remove heads and measure what changes |
-| Decoder and generation | train an encoder-decoder or a small language model, then generate token by token |
-| Induction heads | watch two attention layers learn to copy what followed the last time |
-| A real model | open {DESCRIBED[DEFAULT_MODEL]}, on your own text (or {", or ".join(about for choice, about in DESCRIBED.items() if choice != DEFAULT_MODEL)}, or a GPT-2- or BERT-family checkpoint of your choice): find its heads' jobs, then remove one and measure what changes |
-| Check yourself | questions and hands-on exercises the app checks for you |
-| Make it fast | the same attention timed on the lesson kernel, the tuned kernel and NumPy |
+Beside the path: **Check yourself** gathers your answers and marks two hands-on exercises, and
+**Make it fast** times the same attention on the lesson kernel, the tuned kernel and NumPy. **A real model** opens
+{DESCRIBED[DEFAULT_MODEL]}, on your own text (or {", or ".join(about for choice, about in DESCRIBED.items()
+if choice != DEFAULT_MODEL)}, or a GPT-2- or BERT-family checkpoint of your choice).
 
 The sidebar picks the backend and the precision of the lesson pages; the model pages say which
 precision they run in (training runs in float32, and so does A real model). Every lesson page except
-Check yourself keeps its settings in the address, so a link you copy opens exactly what you see.
+Check yourself keeps its settings in the address, so a link you copy opens exactly what you see. The
+sidebar's **Notation** card defines every symbol the pages use.
 """
 )
 

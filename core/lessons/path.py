@@ -68,3 +68,12 @@ def step(page: str) -> Step:
     if page not in BY_PAGE:
         raise ValueError(f"No lesson page {page!r}; the path has {', '.join(BY_PAGE)}.")
     return BY_PAGE[page]
+
+
+def dot() -> str:
+    """The path as a Graphviz graph: one node per page, numbered in order, an arrow from each
+    prerequisite to the page that needs it."""
+    nodes = [f'  "{s.page}" [label="{i}. {s.title}"];' for i, s in enumerate(STEPS, start=1)]
+    edges = [f'  "{need}" -> "{s.page}";' for s in STEPS for need in s.needs]
+    return "\n".join(["digraph path {", "  rankdir=LR;", '  node [shape=box, style=rounded, fontname="sans-serif"];',
+                      *nodes, *edges, "}"])

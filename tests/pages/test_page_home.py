@@ -3,6 +3,7 @@ follow the sequence length."""
 import re
 from pathlib import Path
 
+from core.lessons import path
 from page_support import open_page, table_named
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -18,8 +19,24 @@ def test_the_overview_introduces_every_page_of_the_router():
     assert not at.exception
     titles = re.findall(r'st\.Page\([^)]*title="([^"]+)"', (ROOT / "app.py").read_text())
     assert len(titles) == 14
-    missing = [t for t in titles if t != "Overview" and f"| {t} |" not in text(at)]
+    missing = [t for t in titles if t != "Overview" and t not in text(at)]
     assert missing == []
+
+
+def test_the_overview_draws_the_path_each_page_a_link_with_its_section_and_claim():
+    """The graph has one node per step, numbered in the path's order, and one arrow per prerequisite;
+    the table links each page by its address and says its section and claim."""
+    at = open_page(PAGE)
+    (graph,) = at.get("graphviz_chart")
+    spec = graph.proto.spec
+    labels = re.findall(r'"(\w+)" \[label="(\d+)\. ([^"]+)"\]', spec)
+    assert [(page, int(n), title) for page, n, title in labels] == \
+        [(s.page, i, s.title) for i, s in enumerate(path.STEPS, start=1)]
+    arrows = set(re.findall(r'"(\w+)" -> "(\w+)"', spec))
+    assert arrows == {(need, s.page) for s in path.STEPS for need in s.needs}
+    body = text(at)
+    for i, s in enumerate(path.STEPS, start=1):
+        assert f"| {i} | [{s.title}]({s.page}) | {s.lesson}: *{s.section}* | {s.claim} |" in body
 
 
 def test_sequential_steps_and_path_length_follow_the_number_of_tokens():
