@@ -1,35 +1,47 @@
-"""Check yourself: questions with explanations, and exercises the app marks by running them."""
+"""Check yourself: every page's questions gathered with how each was answered, and two exercises the app marks by running them."""
 import numpy as np
 import streamlit as st
 
-from core.lessons import analysis
-from core.lessons import exercises
-from core.lessons import heads
+from core.lessons import analysis, exercises, heads, path, predictions, questions
 from core.limits import MAX_MATRIX_ENTRY
-from ui import charts
+from ui import charts, lesson
 from ui.state import matrix_input
 from core.kernels.dispatch import lesson_recording
 from ui.widgets import chosen_backend, ensure_kernels, kernel_source
 
 
+STATUS = {None: "not answered yet", "hint": "hint given, not answered yet"}
+
+
+def status(p: predictions.Progress) -> str:
+    """How a question stands, in words."""
+    if not p.done:
+        return STATUS[p.last if p.tries else None]
+    if p.first_try_right:
+        return "✅ right at the first try"
+    return "right at the second try" if p.last == predictions.RIGHT else "answer shown after two tries"
+
+
+def answers_table(everything, progress) -> str:
+    """Every question as a Markdown table row: its page (a link), the question, how it stands."""
+    rows = [f"| [{path.step(q.page).title}]({q.page}) | {q.prompt} | {status(progress[q.key])} |" for q in everything]
+    return "\n".join(["| Page | Question | Your answer |", "|---|---|---|", *rows])
+
+
 st.title("Check yourself")
 ensure_kernels("attention_with_weights")
-st.markdown("Answer, then press **Check**: the app marks the answer and says why. The exercises at the "
-            "bottom are marked by running your settings through the same kernels as the other pages.")
-with st.expander("What to look for"):
-    st.markdown("Read the explanation even when you are right: each one points to the page where you can "
-                "see the fact for yourself.")
+st.markdown("Every lesson page asks you to predict before it shows. Here are your answers so far (only "
+            "first tries count), then two exercises the app marks by running your settings through the same "
+            "kernels as the other pages.")
 
-
-VERDICTS = "cy_verdicts"   # {question key: (the answer it judged, its Check)}, for the whole visit
+VERDICTS = "cy_verdicts"   # {exercise key: (the answer it judged, its Check)}, for the whole visit
 verdicts = st.session_state.setdefault(VERDICTS, {})
-score_box = st.container()   # filled at the end, once every verdict of this run is known
 
 
 def marked(key: str, answer, check, *, button: str = "Check") -> None:
     """A Check button and, below it, the verdict on ``answer`` while that answer stands.
 
-    A verdict stays when other questions are answered; changing this answer clears it, since it
+    A verdict stays when the other exercise is answered; changing this answer clears it, since it
     judged the old one. ``check`` computes the verdict (a :class:`exercises.Check`) when pressed.
     """
     if st.button(button, key=f"cy_{key}_check"):
@@ -41,26 +53,22 @@ def marked(key: str, answer, check, *, button: str = "Check") -> None:
         (st.success if result.ok else st.warning)(result.explanation)
 
 
-def _blank(answer) -> bool:
-    return isinstance(answer, str) and not answer.strip()
-
-
 def _same(a, b) -> bool:
     return np.array_equal(a, b) if isinstance(a, np.ndarray) or isinstance(b, np.ndarray) else a == b
 
 
-# 1. multiple choice -----------------------------------------------------------------------------
-st.header("Questions")
-for n, q in enumerate(exercises.QUESTIONS, start=1):
-    st.markdown(f"**Q{n}.** {q.prompt}")
-    choice = st.radio(f"Q{n}", q.options, index=None, key=f"cy_{q.key}", label_visibility="collapsed")
-    marked(q.key, choice, lambda: exercises.check_choice(q.key, choice))
-
-st.header("Count it")
-for n, q in enumerate(exercises.NUMERIC_QUESTIONS, start=1):
-    typed = st.text_input(f"N{n}. {q.prompt}", key=f"cy_{q.key}", placeholder="a whole number, e.g. 1,048,576")
-    marked(q.key, typed, lambda: exercises.check_number(q.key, typed))
-st.caption("The Parameters and cost page computes these counts if you want to try sizes of your own.")
+# 1. the pages' questions, gathered -------------------------------------------------------------
+st.header("Your answers, page by page")
+everything = questions.everything()
+progress = {q.key: lesson.progress_of(q.key) for q in everything}
+right, tried = predictions.score(progress.values())
+m1, m2, m3 = st.columns(3)
+exercise_box = m3.empty()    # filled at the end, once both exercises' verdicts of this run are known
+m1.metric("Right at the first try", f"{right} of {tried}" if tried else "nothing answered yet",
+          help="Only a question's first answer counts; a hint or a shown answer does not change it.")
+m2.metric("Questions answered", f"{sum(p.done for p in progress.values())} of {len(everything)}")
+st.markdown(answers_table(everything, progress))
+st.caption("Open a page by its link to answer its questions; your answers last as long as this browser tab.")
 
 # 2. a sharper first-token head -----------------------------------------------------------------
 st.header("Exercise: a sharper first-token head")
@@ -78,7 +86,8 @@ left, right = st.columns([1, 1])
 left.vega_lite_chart(charts.heatmap(A, labels, labels, title=f"first-token head, gain {gain:g}"))
 right.vega_lite_chart(charts.bar(analysis.effective_positions(A), labels, title="effective positions 2^H per row",
                               x_title="query t", y_title="2^H", y_domain=(0, T)), width="stretch")
-m1, m2 = st.columns(2)
+m1, m2, m3 = st.columns(3)
+exercise_box = m3.empty()    # filled at the end, once both exercises' verdicts of this run are known
 m1.metric(f"Row {T}: weight on token 1", f"{A[T - 1, 0]:.4f}")
 m2.metric(f"Row {T}: effective positions 2^H", f"{analysis.effective_positions(A)[T - 1]:.4f}")
 marked("gain", gain, lambda: exercises.check_first_token_gain(gain, backend=chosen_backend()), button="Check my gain")
@@ -113,13 +122,9 @@ else:
     marked("two", np.stack([Q, K]), lambda: result, button="Check my head")
     kernel_source(ran)
 
-# the running score, at the top of the page
-right, checked = exercises.score({k: v[1] for k, v in verdicts.items() if v[0] is not None and not _blank(v[0])})
-with score_box:
-    total = len(exercises.QUESTIONS) + len(exercises.NUMERIC_QUESTIONS) + 2
-    st.metric("Score so far", f"{right} of {checked} checked" if checked else "nothing checked yet",
-              help=f"Answers marked right, out of those you have checked ({total} on this page). "
-                   "A verdict stays until you change that answer.")
+passed, checked = exercises.score({k: v[1] for k, v in verdicts.items()})
+exercise_box.metric("Exercises passed", f"{passed} of 2", help=f"Checked so far: {checked} of 2. A verdict stays "
+                    "until you change that answer.")
 
 # the lesson's own solution, for after an attempt
 if st.checkbox("Show a worked solution", key="cy_two_solution"):

@@ -1,4 +1,4 @@
-"""The check-yourself markers: multiple choice, numbers, and the two hands-on exercises."""
+"""The check-yourself markers: the two hands-on exercises, and a count the parameters page asks about."""
 import math
 
 import numpy as np
@@ -9,52 +9,13 @@ from core.lessons import exercises
 from core.lessons import heads
 
 
-# --- multiple choice ---------------------------------------------------------------------------
+# --- the count the parameters page asks about -----------------------------------------------------
 
-@pytest.mark.parametrize("q", exercises.QUESTIONS, ids=lambda q: q.key)
-def test_every_question_accepts_its_answer_only(q):
-    right = exercises.check_choice(q.key, q.options[q.answer])
-    assert right.ok and right.explanation.startswith("Right.")
-    assert exercises.check_choice(q.key, q.answer).ok                   # by index too
-    for i, option in enumerate(q.options):
-        if i != q.answer:
-            wrong = exercises.check_choice(q.key, option)
-            assert not wrong.ok and q.options[q.answer] in wrong.explanation
-
-
-def test_unanswered_and_bad_choices():
-    assert not exercises.check_choice("head_width", None).ok
-    with pytest.raises(ValueError, match="not one of"):
-        exercises.check_choice("head_width", "31")
-    with pytest.raises(ValueError, match="does not exist"):
-        exercises.check_choice("head_width", 9)
-    with pytest.raises(ValueError, match="Unknown question"):
-        exercises.check_choice("nope", 0)
-
-
-def test_the_head_width_answer_is_what_the_core_computes():
-    q = exercises.QUESTIONS_BY_KEY["head_width"]
-    d_k = analysis.wide_vs_narrow_score_flops(16, 256, 8).d_k
-    assert q.options[q.answer] == str(d_k) == "32"
-
-
-# --- numbers -----------------------------------------------------------------------------------
-
-def test_numeric_answers():
-    assert exercises.NUMERIC_BY_KEY["params_384"].answer == 4 * 384 ** 2 == 589_824
-    for H in (1, 2, 4, 6, 8, 12):                                          # independent of H
-        assert param_counts.mha_param_count(384, H) == 589_824
-    assert exercises.NUMERIC_BY_KEY["fixed_head_width"].answer == 2 * param_counts.mha_param_count(512, 8)
+def test_a_fixed_head_width_count_is_the_usual_one_only_when_h_times_d_k_is_d_model():
     assert exercises.mha_param_count_fixed_head_width(512, 8, 64) == param_counts.mha_param_count(512, 8)
-
-
-@pytest.mark.parametrize("typed, ok", [
-    ("589,824", True), ("589 824", True), (589824, True), ("589_824", True),
-    ("589823", False), ("", False), ("lots", False), (float("nan"), False),
-])
-def test_check_number_reads_typed_answers(typed, ok):
-    result = exercises.check_number("params_384", typed)
-    assert result.ok is ok and result.explanation
+    assert exercises.mha_param_count_fixed_head_width(512, 16, 64) == 2 * param_counts.mha_param_count(512, 8)
+    with pytest.raises(ValueError, match="n_heads must be a positive whole number"):
+        exercises.mha_param_count_fixed_head_width(512, 0, 64)
 
 
 # --- exercise: sharper first-token head --------------------------------------------------------
