@@ -13,24 +13,12 @@ from page_support import open_page
 PAGE = str(Path(__file__).resolve().parents[2] / "views" / "check_yourself.py")
 
 
-def test_questions_are_marked_with_explanations():
-    at = open_page(PAGE)
+def test_the_page_gathers_the_answers_then_two_exercises():
+    at = open_page(PAGE, answered=False)
     assert not at.exception
-    assert [h.value for h in at.header] == ["Questions", "Count it", "Exercise: a sharper first-token head",
+    assert [h.value for h in at.header] == ["Your answers, page by page", "Exercise: a sharper first-token head",
                                             "Exercise: one row, two places"]
-    # unanswered, then wrong, then right
-    at.button(key="cy_head_width_check").click().run()
-    assert "Pick one" in at.warning[0].value
-    at.radio(key="cy_head_width").set_value("8")
-    at.button(key="cy_head_width_check").click().run()
-    assert not at.success and "the answer is “32”" in at.warning[0].value
-    at.radio(key="cy_head_width").set_value("32")
-    at.button(key="cy_head_width_check").click().run()
-    assert at.success[0].value.startswith("Right.")
-    # a typed count, with thousands separators
-    at.text_input(key="cy_params_384").set_value("589,824")
-    at.button(key="cy_params_384_check").click().run()
-    assert not at.exception and "589,824" in at.success[-1].value
+    assert {m.label: m.value for m in at.metric}["Right at the first try"] == "nothing answered yet"
 
 
 def check_first_token_row(at, gain):
@@ -93,23 +81,16 @@ def test_worked_solution_shows_the_lessons_matrices_and_they_pass():
     assert exercises.check_two_position_head(Qs, Ks).ok
 
 
-def test_verdicts_stay_and_the_score_runs():
-    """A verdict stays while other questions are answered and checked; the score counts the latest
-    verdict of each checked answer; changing an answer clears its verdict (it judged the old one)."""
-    score = lambda at: next(m.value for m in at.metric if m.label == "Score so far")  # noqa: E731
+def test_exercise_verdicts_stay_and_count():
+    """A verdict stays while the other exercise is checked; changing an answer clears its verdict
+    (it judged the old one), and the count follows."""
+    passed = lambda at: next(m.value for m in at.metric if m.label == "Exercises passed")  # noqa: E731
     at = open_page(PAGE)
-    assert score(at) == "nothing checked yet"
-    at.radio(key="cy_head_width").set_value("32")
-    at.button(key="cy_head_width_check").click().run()
-    assert score(at) == "1 of 1 checked"
-    second = exercises.QUESTIONS[1]
-    at.radio(key=f"cy_{second.key}").set_value(second.options[0]).run()        # the next answer picked
-    assert [s.value for s in at.success][:1] and at.success[0].value.startswith("Right.")   # Q1's stays
-    at.button(key=f"cy_{second.key}_check").click().run()                      # a wrong one
-    assert at.success[0].value.startswith("Right.") and len(at.warning) == 1
-    assert score(at) == "1 of 2 checked"
-    at.text_input(key="cy_params_384").set_value("589,824")
-    at.button(key="cy_params_384_check").click().run()
-    assert score(at) == "2 of 3 checked" and len(at.success) == 2
-    at.radio(key="cy_head_width").set_value("8").run()                         # Q1 changed: its verdict goes
-    assert score(at) == "1 of 2 checked" and len(at.success) == 1
+    assert passed(at) == "0 of 2"
+    at.slider(key="cy_gain").set_value(round(exercises.first_token_gain_needed() + 0.1, 1))
+    at.button(key="cy_gain_check").click().run()
+    assert passed(at) == "1 of 2" and len(at.success) == 1
+    at.button(key="cy_two_check").click().run()                        # zeros: not yet
+    assert passed(at) == "1 of 2" and len(at.success) == 1 and len(at.warning) == 1
+    at.slider(key="cy_gain").set_value(3.0).run()                      # the gain changed: its verdict goes
+    assert passed(at) == "0 of 2" and not at.success
