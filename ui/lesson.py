@@ -9,24 +9,36 @@ A student's answers live in their own session (``st.session_state``), under :dat
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 import streamlit as st
 
 from core.lessons import notation, path, questions
 from core.lessons.predictions import BLANK, HINT, REVEALED, RIGHT, Prediction, Progress, attempt, shown
 
 PROGRESS = "predictions"      # {question key: Progress}, this session's answers
+VIEWS = Path(__file__).resolve().parents[1] / "views"
 
 
 def progress_of(key: str) -> Progress:
     return st.session_state.get(PROGRESS, {}).get(key, Progress())
 
 
+def link(page: str, where=st, label: str | None = None) -> None:
+    """A link to lesson page ``page`` (its address) that opens it in this tab, keeping this session's
+    answers: ``st.page_link`` to the page ``app.py`` registers for the same file."""
+    where.page_link(st.Page(VIEWS / f"{page}.py"), label=label or path.step(page).title)
+
+
 def header(page: str) -> None:
     """The page's place on the path: the lesson section it teaches, what to see first, its claim."""
     s = path.step(page)
-    needs = ", ".join(f"[{path.step(p).title}]({p})" for p in s.needs) or "nothing: start here"
-    st.markdown(f"**Lesson:** {s.lesson}, *{s.section}* · **First see:** {needs}  \n"
-                f"**You will verify:** {s.claim}")
+    st.markdown(f"**Lesson:** {s.lesson}, *{s.section}*  \n**You will verify:** {s.claim}")
+    with st.container(horizontal=True, vertical_alignment="center"):
+        st.markdown("**First see:**" if s.needs else "**First see:** nothing, this is where the path starts.",
+                    width="content")
+        for need in s.needs:
+            link(need)
 
 
 def predict(page: str) -> bool:

@@ -4,7 +4,7 @@ import streamlit as st
 
 from core.lessons import path
 from core.lessons.analysis import interaction_paths
-from ui import state
+from ui import lesson, state
 from ui.real_model_parts import DEFAULT_MODEL, DESCRIBED
 from ui.widgets import function_sources
 
@@ -13,11 +13,12 @@ SPEC = {"n": state.int_field(512, 2, 4096)}
 state.restore(PAGE, SPEC)
 
 
-def path_table() -> str:
-    """The path as a Markdown table: each page (a link), the lesson section it teaches, its claim."""
-    rows = [f"| {i} | [{s.title}]({s.page}) | {s.lesson}: *{s.section}* | {s.claim} |"
-            for i, s in enumerate(path.STEPS, start=1)]
-    return "\n".join(["| | Page | Lesson section | You will verify |", "|---|---|---|---|", *rows])
+def path_steps() -> None:
+    """The path as rows: each page (a link), the lesson section it teaches, the claim it verifies."""
+    for i, s in enumerate(path.STEPS, start=1):
+        left, right = st.columns([1, 3], vertical_alignment="center")
+        lesson.link(s.page, left, label=f"{i}. {s.title}")
+        right.markdown(f"{s.lesson}: *{s.section}*. **Verify:** {s.claim}")
 
 
 st.title("Attention, operated by hand")
@@ -36,7 +37,7 @@ st.markdown(
     "control that shows the answer unlocks; a wrong answer gets a hint, a second one the answer. "
     "*Check yourself* gathers your answers (first tries count) and two exercises the app marks.")
 st.graphviz_chart(path.dot())
-st.markdown(path_table())
+path_steps()
 st.markdown(
     f"""
 Beside the path: **Check yourself** gathers your answers and marks two hands-on exercises, and

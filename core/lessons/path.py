@@ -41,10 +41,10 @@ STEPS: tuple[Step, ...] = (
          ("multi_head",),
          "Concat · W_O is exactly the sum over heads of each head's OV circuit applied to its map."),
     Step("parameters", "Parameters and cost", MULTI_HEAD, "Parameter count", ("multi_head",),
-         "At a fixed d_model the attention block has 4·d_model² weights whatever the number of heads."),
+         "Attention holds 4·d_model·H·d_k weights, read off its shapes: 4·d_model² when the heads split d_model."),
     Step("masks", "Masks and cross-attention", TRANSFORMER, "Why mask the decoder self-attention?",
          ("one_head",),
-         "A masked weight is exactly 0, and the rest of its row still sums to 1."),
+         "Under the causal mask query t reads keys 1 … t only; a padded key gets a weight of exactly 0."),
     Step("training", "Train an encoder", TRANSFORMER, "Worked examples: a small transformer encoder",
          ("multi_head", "positional", "parameters"),
          "A two-layer encoder learns a task from data; removing its positions hurts only an order task."),
@@ -70,10 +70,17 @@ def step(page: str) -> Step:
     return BY_PAGE[page]
 
 
+def implied(page: str, need: str) -> bool:
+    """Whether ``need`` is already a prerequisite of another of ``page``'s prerequisites."""
+    def before(p: str) -> set[str]:
+        return {n for m in step(p).needs for n in (m, *before(m))}
+    return any(need in before(other) for other in step(page).needs if other != need)
+
+
 def dot() -> str:
     """The path as a Graphviz graph: one node per page, numbered in order, an arrow from each
-    prerequisite to the page that needs it."""
+    prerequisite to the page that needs it (none where another prerequisite already leads there)."""
     nodes = [f'  "{s.page}" [label="{i}. {s.title}"];' for i, s in enumerate(STEPS, start=1)]
-    edges = [f'  "{need}" -> "{s.page}";' for s in STEPS for need in s.needs]
-    return "\n".join(["digraph path {", "  rankdir=LR;", '  node [shape=box, style=rounded, fontname="sans-serif"];',
-                      *nodes, *edges, "}"])
+    edges = [f'  "{need}" -> "{s.page}";' for s in STEPS for need in s.needs if not implied(s.page, need)]
+    return "\n".join(["digraph path {", "  rankdir=TB; ranksep=0.2; nodesep=0.25;",
+                      '  node [shape=box, style=rounded, fontname="sans-serif", fontsize=13];', *nodes, *edges, "}"])

@@ -19,13 +19,15 @@ def test_the_overview_introduces_every_page_of_the_router():
     assert not at.exception
     titles = re.findall(r'st\.Page\([^)]*title="([^"]+)"', (ROOT / "app.py").read_text())
     assert len(titles) == 14
-    missing = [t for t in titles if t != "Overview" and t not in text(at)]
+    shown = text(at) + " ".join(link.proto.label for link in at.get("page_link"))
+    missing = [t for t in titles if t != "Overview" and t not in shown]
     assert missing == []
 
 
 def test_the_overview_draws_the_path_each_page_a_link_with_its_section_and_claim():
-    """The graph has one node per step, numbered in the path's order, and one arrow per prerequisite;
-    the table links each page by its address and says its section and claim."""
+    """The graph has one node per step, numbered in the path's order, and an arrow from each
+    prerequisite not already implied by another; each step is a link to its page (the same tab),
+    beside its section and claim."""
     at = open_page(PAGE)
     (graph,) = at.get("graphviz_chart")
     spec = graph.proto.spec
@@ -33,10 +35,19 @@ def test_the_overview_draws_the_path_each_page_a_link_with_its_section_and_claim
     assert [(page, int(n), title) for page, n, title in labels] == \
         [(s.page, i, s.title) for i, s in enumerate(path.STEPS, start=1)]
     arrows = set(re.findall(r'"(\w+)" -> "(\w+)"', spec))
-    assert arrows == {(need, s.page) for s in path.STEPS for need in s.needs}
+    assert arrows == {(need, s.page) for s in path.STEPS for need in s.needs if not path.implied(s.page, need)}
+    assert ("multi_head", "training") not in arrows and ("parameters", "training") in arrows
+    links = [(link.proto.label, link.proto.page) for link in at.get("page_link")]
+    assert links == [(f"{i}. {s.title}", s.page) for i, s in enumerate(path.STEPS, start=1)]
     body = text(at)
-    for i, s in enumerate(path.STEPS, start=1):
-        assert f"| {i} | [{s.title}]({s.page}) | {s.lesson}: *{s.section}* | {s.claim} |" in body
+    for s in path.STEPS:
+        assert f"{s.lesson}: *{s.section}*. **Verify:** {s.claim}" in body
+
+
+def test_a_prerequisite_is_implied_when_another_prerequisite_leads_to_it():
+    assert path.implied("training", "multi_head")          # parameters already needs multi_head
+    assert not path.implied("training", "parameters")
+    assert not path.implied("real_model", "induction") and not path.implied("real_model", "inside_model")
 
 
 def test_sequential_steps_and_path_length_follow_the_number_of_tokens():
