@@ -22,10 +22,11 @@ def status(p: predictions.Progress) -> str:
     return "right at the second try" if p.last == predictions.RIGHT else "answer shown after two tries"
 
 
-def answers_table(everything, progress) -> str:
-    """Every question as a Markdown table row: its page (a link), the question, how it stands."""
-    rows = [f"| [{path.step(q.page).title}]({q.page}) | {q.prompt} | {status(progress[q.key])} |" for q in everything]
-    return "\n".join(["| Page | Question | Your answer |", "|---|---|---|", *rows])
+def answers_by_page(progress) -> None:
+    """Each page on the path (a link that keeps this session) and how each of its questions stands."""
+    for s in path.STEPS:
+        lesson.link(s.page, label=f"{s.title}")
+        st.markdown("\n".join(f"- {status(progress[q.key])} · {q.prompt}" for q in questions.of_page(s.page)))
 
 
 st.title("Check yourself")
@@ -67,7 +68,7 @@ exercise_box = m3.empty()    # filled at the end, once both exercises' verdicts 
 m1.metric("Right at the first try", f"{right} of {tried}" if tried else "nothing answered yet",
           help="Only a question's first answer counts; a hint or a shown answer does not change it.")
 m2.metric("Questions answered", f"{sum(p.done for p in progress.values())} of {len(everything)}")
-st.markdown(answers_table(everything, progress))
+answers_by_page(progress)
 st.caption("Open a page by its link to answer its questions; your answers last as long as this browser tab.")
 
 # 2. a sharper first-token head -----------------------------------------------------------------

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from core.lessons import questions
+from core.lessons import path, questions
 from core.lessons.predictions import Progress
 from ui.lesson import PROGRESS
 
@@ -83,7 +83,7 @@ def test_the_right_answer_is_marked_right_and_scored_on_check_yourself(q):
     cy.run()
     metrics = {m.label: m.value for m in cy.metric}
     assert metrics["Right at the first try"] == "1 of 1"
-    assert f"| {q.prompt} | ✅ right at the first try |" in " ".join(texts(cy.markdown))
+    assert f"- ✅ right at the first try · {q.prompt}" in " ".join(texts(cy.markdown))
 
 
 @pytest.mark.parametrize("q", [questions.opening(p) for p in sorted({q.page for q in EVERYTHING})],
@@ -110,6 +110,7 @@ def test_check_yourself_scores_first_tries_only():
     assert metrics["Right at the first try"] == "1 of 3"
     assert metrics["Questions answered"] == f"3 of {len(EVERYTHING)}"
     table = " ".join(texts(cy.markdown))
-    assert f"| {b.prompt} | right at the second try |" in table
-    assert f"| {c.prompt} | answer shown after two tries |" in table
-    assert table.count("| not answered yet |") == len(EVERYTHING) - 3
+    assert f"- right at the second try · {b.prompt}" in table
+    assert f"- answer shown after two tries · {c.prompt}" in table
+    assert table.count("- not answered yet · ") == len(EVERYTHING) - 3
+    assert [link.proto.page for link in cy.get("page_link")] == [s.page for s in path.STEPS]
