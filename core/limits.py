@@ -7,6 +7,7 @@ Pages state them next to the widgets they bound.
 MAX_TOKENS = 16            # sentence length / sequence length on the lesson pages
 MAX_HEADS = 8
 MAX_D_K = 8                # width of a hand-set head
+MAX_D_K_ONE_HEAD = 64      # the one-head page: wide enough to see why the scores are divided by √d_k
 MAX_D_MODEL = 512          # parameter/positional pages (pure arithmetic or one small kernel)
 MAX_PE_POSITIONS = 512
 MAX_MATRIX_ENTRY = 1e3     # |x| of a typed matrix cell

@@ -6,8 +6,8 @@ from core import masks
 from core.lessons import analysis
 from core.lessons import heads
 from core.attention import attention, scores
-from core.limits import MAX_D_K, MAX_MATRIX_ENTRY, MAX_TOKENS
-from ui import charts, state
+from core.limits import MAX_D_K_ONE_HEAD, MAX_MATRIX_ENTRY, MAX_TOKENS
+from ui import charts, lesson, state
 from core.kernels.dispatch import lesson_recording
 from ui.widgets import (as_shown, chosen_backend, chosen_dtype, ensure_kernels, kernel_source,
                         tokens_from)
@@ -18,7 +18,7 @@ SPEC = {
     "sentence": state.text_field("The tired cat sat on the warm mat"),
     "source": state.choice_field("random", ("random", "hand")),
     "seed": state.int_field(0, 0, 9999),
-    "d_k": state.int_field(2, 1, MAX_D_K),
+    "d_k": state.int_field(2, 1, MAX_D_K_ONE_HEAD),
     "scaled": state.bool_field(True),
     "temperature": state.float_field(1.0, 0.1, 5.0),
     "causal": state.bool_field(True),
@@ -31,8 +31,14 @@ k = lambda name: state.key(PAGE, name)  # noqa: E731
 st.title("One head: scaled dot-product attention")
 ensure_kernels("scaled_scores", "attention_with_weights")
 state.restore(PAGE, SPEC)
+lesson.header(PAGE)
+unlocked = lesson.predict(PAGE)
 st.latex(r"S = \frac{Q K^\top}{\sqrt{d_k}\,\tau} + M, \qquad A = \mathrm{softmax}_{\text{row}}(S), "
          r"\qquad \mathrm{out} = A V")
+st.markdown("In a model, the queries, keys and values are made from the layer's input X (one row per "
+            "token) by three learned matrices: Q = X W_Q, K = X W_K, V = X W_V. Here you set Q and K "
+            "directly (drawn at random, or typed), and V = I, the T × T identity: token j's value is the "
+            "one-hot vector e_j, so out = A V = A and each output row *is* its weight row.")
 
 # 1. the sentence becomes the token labels
 state.vet(PAGE, "sentence", lambda text: tokens_from(text, max_tokens=MAX_TOKENS))
@@ -51,9 +57,10 @@ if st.session_state[k("query")] > T:      # the query row read in step 4, settle
 left, right = st.columns(2)
 left.radio("Queries and keys", ["random", "hand"], key=k("source"), horizontal=True,
            format_func={"random": "drawn at random (seeded)", "hand": "typed by hand"}.get)
-state.whole_number_input(left, "d_k (width of a query or key)", 1, MAX_D_K, key=k("d_k"))
+state.whole_number_input(left, "d_k (width of a query or key)", 1, MAX_D_K_ONE_HEAD, key=k("d_k"),
+                         help=f"From 1 to {MAX_D_K_ONE_HEAD}.")
 state.whole_number_input(left, "Random seed", 0, 9999, key=k("seed"))
-right.toggle("Divide by √d_k", key=k("scaled"))
+right.toggle("Divide by √d_k", key=k("scaled"), disabled=not unlocked)
 right.slider("Temperature τ (large: flatter; small: sharper)", 0.1, 5.0, step=0.1, key=k("temperature"))
 right.toggle("Causal mask (no looking at later words)", key=k("causal"))
 d_k = int(st.session_state[k("d_k")])
@@ -75,7 +82,7 @@ hand = st.session_state[k("source")] == "hand"
 state.publish(PAGE, SPEC, extra={"Q": Q if hand and not np.array_equal(Q, as_shown(drawn_Q)) else None,
                                   "K": K if hand and not np.array_equal(K, as_shown(drawn_K)) else None})
 
-# 3. scores and weights (values are one-hot, so each output row is its weight row)
+# 3. scores and weights (V = I: each output row is its weight row)
 dtype, backend = chosen_dtype(), chosen_backend()
 try:
     with lesson_recording() as ran:
@@ -90,7 +97,10 @@ c1, c2 = st.columns(2)
 c1.vega_lite_chart(charts.heatmap(S_shown, labels, labels, title="Scores S (masked cells blank)", kind="signed",
                                value_name="score"))
 c2.vega_lite_chart(charts.heatmap(A, labels, labels, title="Weights A = softmax(S)"))
-st.metric("max |row sum − 1| over all rows", f"{analysis.max_row_sum_error(A):.1e}")
+m1, m2 = st.columns(2)
+m1.metric("max |row sum − 1| over all rows", f"{analysis.max_row_sum_error(A):.1e}")
+m2.metric("mean row entropy (bits)", f"{analysis.row_entropy_bits(A).mean():.3f}",
+          help="How spread out the rows are, on average: 0 when every row puts all its weight on one key.")
 with st.expander("The numbers behind the heatmaps"):
     feats = [f"f{j + 1}" for j in range(d_k)]
     for name, M, cols, caption in (("Q", Q, feats, "Q: one row per token"), ("K", K, feats, "K: one row per token"),
@@ -105,10 +115,27 @@ if T > 1:
 q = int(st.session_state[k("query")])
 st.vega_lite_chart(charts.bar(A[q - 1], labels, title=f"Weights of query {q} ({tokens[q - 1]!r})"))
 entropy = analysis.row_entropy_bits(A)[q - 1]
+gradient = analysis.softmax_gradient_size(A)[q - 1]
 st.write(f"Query {q} blends its values with {entropy:.3f} bits of entropy, "
-         f"about {2 ** entropy:.2f} effective positions.")
+         f"about {2 ** entropy:.2f} effective positions. The largest entry of its softmax's gradient, "
+         f"|∂a_i/∂s_j|, is {gradient:.3f} (0.25 at most; 0 for a one-hot row).")
 
-# 5. one softmax is one convex combination
+# 5. why the scores are divided by sqrt(d_k)
+st.subheader("Why divide by √d_k")
+st.markdown("A score q·k = q_1 k_1 + … + q_{d_k} k_{d_k} adds up d_k products. When the entries are "
+            "independent with mean 0 and variance 1, each product has variance 1, so **var(q·k) = d_k**: "
+            "the wider the head, the further apart the scores. A softmax fed scores far apart saturates: "
+            "one weight near 1, the rest near 0, and its gradient ∂a_i/∂s_j = a_i(δ_ij − a_j) is near 0 "
+            "in every entry, so the queries and keys behind the scores get almost nothing to learn from. "
+            "Dividing by √d_k brings the variance back to 1 whatever d_k.")
+variance = analysis.dot_product_variance(Q, K)
+drawn = "drawn with mean 0 and variance 1" if st.session_state[k("source")] == "random" else "as you typed them"
+rule = (f" (expected: d_k = {d_k}; {T * T} pairs are a small sample)"
+        if st.session_state[k("source")] == "random" else "")
+st.write(f"Here (entries {drawn}, d_k = {d_k}), the {T * T} raw dot products q·k have variance "
+         f"**{variance:.2f}**{rule}; divided by √d_k, **{variance / d_k:.2f}**.")
+
+# 6. one softmax is one convex combination
 st.subheader("Asking one head for two things at once")
 st.markdown("A head whose query row asks for two positions gets **one** probability vector: the two "
             "positions share the weight, and the output is one blend of their values, not two values.")
@@ -124,8 +151,10 @@ else:
              f"left for the rest: {1 - row[0] - row[qa - 2]:.3f}; the row sums to {row.sum():.6f}. "
              f"Entropy {analysis.row_entropy_bits(row):.2f} bits, against 0 for a head that takes one position.")
 
-st.markdown("""**What to look for.** Without √d_k the scores grow with d_k and the weights go nearly
-one-hot; the temperature does the same by hand. The causal mask blanks the upper triangle and the
-weights there are exactly 0. Every row sums to 1, so raising one weight lowers the others: asking
-for two positions halves what each gets, and the head hands back their average.""")
+st.markdown("""**What to look for.** Switching off √d_k multiplies every score by √d_k: nothing
+changes at d_k = 1, and the wider the head, the further apart the scores and the lower the mean row
+entropy, towards one-hot rows. A temperature below 1 sharpens the rows the same way by hand, one above
+1 flattens them. The causal mask blanks the upper triangle and the weights there are exactly 0. Every
+row sums to 1, so raising one weight lowers the others: asking for two positions splits the weight
+between them, and the head hands back one blend of their values.""")
 kernel_source(ran)

@@ -47,6 +47,33 @@ def effective_positions(A) -> np.ndarray:
     return 2.0 ** row_entropy_bits(A)
 
 
+def softmax_gradient_size(A) -> np.ndarray:
+    """How much gradient each softmax row passes back to its scores: ``max_i a_i (1 - a_i)``; ``(..., Tq)``.
+
+    The softmax's Jacobian is ``da_i/ds_j = a_i (delta_ij - a_j)``. Its largest entry in size is on
+    the diagonal (off it, ``a_i a_j <= a_i (1 - a_i)`` because ``a_j <= 1 - a_i``): at most 1/4,
+    when two keys share the weight equally, and 0 for a one-hot row. A saturated softmax passes
+    almost nothing back to the queries and keys that made its scores.
+    """
+    A = as_float_array(A, "The attention weights")
+    if A.ndim < 1 or A.shape[-1] == 0:
+        raise ValueError("The attention weights must have at least one key.")
+    return (A * (1.0 - A)).max(axis=-1)
+
+
+def dot_product_variance(Q, K) -> float:
+    """Variance of the raw dot products ``q_t . k_s`` over every pair of a row of ``Q`` and a row of ``K``.
+
+    ``q . k = sum_j q_j k_j`` adds up ``d_k`` products. With independent entries of mean 0 and
+    variance 1 each product has variance 1, so ``var(q . k) = d_k``: the scores spread out as
+    ``sqrt(d_k)``, which is why they are divided by ``sqrt(d_k)``.
+    """
+    Q, K = as_float_array(Q, "Q"), as_float_array(K, "K")
+    if Q.ndim != 2 or K.ndim != 2 or Q.shape[1] != K.shape[1]:
+        raise ValueError(f"Q and K must be matrices with the same width d_k, got shapes {Q.shape} and {K.shape}.")
+    return float(np.var(Q @ K.T))                                 # (Tq, Tk) dot products, one variance
+
+
 def score_rank(Q, K, tol: float | None = None):
     """Numerical rank of the score matrix ``Q K^T`` (at most ``d_k``).
 

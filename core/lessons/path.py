@@ -31,7 +31,8 @@ class Step:
 
 STEPS: tuple[Step, ...] = (
     Step("one_head", "One head", TRANSFORMER, "One head, one relational pattern", (),
-         "One softmax row is one convex blend of the values: dividing by √d_k keeps it from going one-hot."),
+         "One softmax row is one convex blend of the values; without √d_k a wide head's scores spread as "
+         "√d_k and its rows go nearly one-hot."),
     Step("positional", "Positional encoding", TRANSFORMER, "Sinusoidal positional encoding", ("one_head",),
          "Attention alone is blind to order: shuffle the tokens and the outputs shuffle with them."),
     Step("multi_head", "Multi-head, set by hand", LESSON_09, "Four heads, four patterns",

@@ -5,10 +5,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from core.lessons import heads
+from core.lessons import heads, questions
 from core.kernels import reference as ref
 
-from page_support import matrix_named, open_page, table_named
+from page_support import answer_question, matrix_named, open_page, table_named
 
 PAGE = str(Path(__file__).resolve().parents[2] / "views" / "one_head.py")
 
@@ -29,7 +29,7 @@ def page():
 def test_defaults_draw_without_error(page):
     assert not page.exception and not page.error
     assert page.title[0].value.startswith("One head")
-    assert [s.value for s in page.subheader] == ["Asking one head for two things at once"]
+    assert [s.value for s in page.subheader] == ["Why divide by √d_k", "Asking one head for two things at once"]
     assert float(page.metric[0].value) < 1e-12                    # max |row sum - 1|
     assert "16 words" in page.text_input[0].label                 # the cap is stated
     assert "Weight on position 1: **0.446**" in texts(page)       # the two-position split
@@ -166,3 +166,82 @@ def test_good_typed_matrix_reaches_the_link():
     assert not at.warning and at.query_params["K"] == ";".join(["1,0"] * 8)
     again = run(**dict(at.query_params))
     assert not again.warning and again.query_params["K"] == at.query_params["K"]
+
+
+# --- predict, then see: the √d_k switch, and why the scores are divided by √d_k ----------------------
+
+
+def mean_entropy(at):
+    """The mean row entropy the page shows, and the one of the weights it shows."""
+    shown = next(m.value for m in at.metric if m.label == "mean row entropy (bits)")
+    A = matrix_named(at, "A")
+    assert float(shown) == pytest.approx(np.mean([entropy_bits(row) for row in A]), abs=6e-4)
+    return float(shown), A
+
+
+def test_the_scale_switch_opens_once_the_opening_question_is_answered():
+    q = questions.opening("one_head")
+    at = open_page(PAGE, answered=False)
+    assert at.toggle(key="one_head.scaled").disabled
+    wrong = next(o for i, o in enumerate(q.options) if i != q.answer)
+    answer_question(at, q, wrong)                                  # a hint: still closed
+    assert at.toggle(key="one_head.scaled").disabled
+    answer_question(at, q, q.options[q.answer])
+    assert not at.toggle(key="one_head.scaled").disabled
+    at.toggle(key="one_head.scaled").set_value(False).run()
+    check_formula(at, scaled=False)
+
+
+def test_the_opening_answer_is_what_the_page_shows_at_the_width_it_names():
+    """Switching off √d_k at the question's d_k lowers the mean row entropy, and every row's that
+    can change (row 1 under the causal mask has one key)."""
+    from core.lessons.questions.one_head import WIDE_D_K
+    q = questions.opening("one_head")
+    at = run(d_k=str(WIDE_D_K))
+    on, A_on = mean_entropy(at)
+    at.toggle(key="one_head.scaled").set_value(False).run()
+    off, A_off = mean_entropy(at)
+    check_formula(at, scaled=False)
+    assert q.answer == (0 if off < on else 1 if off > on else 2)   # falls / rises / stays
+    rows_on, rows_off = (np.array([entropy_bits(r) for r in A]) for A in (A_on, A_off))
+    assert np.all(rows_off[1:] < rows_on[1:]) and rows_off[0] == rows_on[0] == 0.0
+
+
+def test_at_d_k_1_the_switch_changes_nothing():
+    """The page says switching off √d_k changes nothing at d_k = 1 (√1 = 1), and it only sharpens
+    the rows from d_k = 2 on: there the rows are still far from one-hot."""
+    at = run(d_k="1")
+    on, A_on = mean_entropy(at)
+    at.toggle(key="one_head.scaled").set_value(False).run()
+    off, A_off = mean_entropy(at)
+    np.testing.assert_array_equal(A_off, A_on)
+    assert "nothing changes at d_k = 1" in " ".join(texts(at).split())
+    at.number_input(key="one_head.d_k").set_value(2).run()
+    assert mean_entropy(at)[0] > 1.0                                # d_k = 2 without √d_k: not one-hot
+
+
+@pytest.mark.parametrize("link", [{}, {"d_k": "64"}, {"d_k": "64", "scaled": "0"}, {"d_k": "5", "seed": "3"}])
+def test_the_variance_and_the_gradient_are_those_of_the_numbers_shown(link):
+    """var(q·k) over every pair of the Q and K on screen, and divided by d_k; the largest softmax
+    gradient a_i(1 - a_i) of the query row read."""
+    at = run(**link)
+    Q, K, A = (matrix_named(at, name) for name in "QKA")
+    d_k, T = Q.shape[1], Q.shape[0]
+    variance = np.var(Q @ K.T)
+    assert (f"d_k = {d_k}), the {T * T} raw dot products q·k have variance **{variance:.2f}** (expected: "
+            f"d_k = {d_k}; {T * T} pairs are a small sample); divided by √d_k, **{variance / d_k:.2f}**") in texts(at)
+    row = A[3]                                                    # query 4, the default row read
+    assert f"|∂a_i/∂s_j|, is {np.max(row * (1 - row)):.3f}" in texts(at)
+
+
+def test_a_wide_head_without_the_scale_saturates_and_passes_back_almost_nothing():
+    """The reason the page gives for dividing by √d_k, in its own numbers: at d_k = 64 the raw
+    scores' variance is of the order of d_k and, without √d_k, the rows go nearly one-hot and the
+    softmax's largest gradient collapses."""
+    at = run(d_k="64")
+    gradient = lambda: max(r * (1 - r) for r in matrix_named(at, "A")[3])   # noqa: E731
+    scaled = gradient()
+    Q, K = matrix_named(at, "Q"), matrix_named(at, "K")
+    assert 64 / 2 < np.var(Q @ K.T) < 2 * 64 and np.var(Q @ K.T / 8) < 2
+    at.toggle(key="one_head.scaled").set_value(False).run()
+    assert gradient() < scaled / 5 and mean_entropy(at)[0] < 0.5
