@@ -14,6 +14,7 @@ from core.lessons import real_model as rm
 from core.model import layers as L
 from core.model import packaged
 from core.model import generation
+from core.model import names
 from core.model import transformer as tr
 from core.training import make_tiny_gpt
 from ui import charts, state
@@ -100,24 +101,42 @@ def similarity(_m: pretrained.Model, source: str, sentences: tuple, edit: tuple 
     return rm.similarity(_m.params, _m.config, ids, mask, {(l, h): how for l, h, how in edit} or None)
 
 
-def head_name(layer: int, head: int) -> str:
-    """``L1H3 (0.2)``: the page's count from 1, and the layer.head from 0 that papers use."""
-    return f"L{layer + 1}H{head + 1} ({layer}.{head})"
+def papers_names(rows) -> str:
+    """A tooltip: the heads of ``rows`` (``layer``, ``head`` from 0) under the page's name and as papers
+    write them, counted from 0."""
+    pairs = dict.fromkeys(f"{names.head(r['layer'], r['head'])} = {names.paper_head(r['layer'], r['head'])}"
+                          for r in rows)
+    return "As papers write them (layer.head, both counted from 0): " + ", ".join(pairs) + "."
 
 
-def named_heads_markdown(scores: dict) -> str:
+def named_heads_markdown(scores: dict) -> tuple[str, str | None]:
+    """The named heads as a markdown list, each with its score, and a tooltip with their papers' names."""
     rows = rm.named_heads(scores)
     if not rows:
-        return "No head reaches a threshold on this input."
+        return "No head reaches a threshold on this input.", None
     by_kind = {}
     for r in rows:
-        by_kind.setdefault(r["kind"], []).append(f"{head_name(r['layer'], r['head'])} {r['score']:.2f}")
-    return "\n".join(f"- **{kind}** (≥ {rm.THRESHOLDS[kind]}): " + ", ".join(heads) for kind, heads in by_kind.items())
+        by_kind.setdefault(r["kind"], []).append(f"{names.head(r['layer'], r['head'])} {r['score']:.2f}")
+    text = "\n".join(f"- **{kind}** (≥ {rm.THRESHOLDS[kind]}): " + ", ".join(heads) for kind, heads in by_kind.items())
+    return text, papers_names(rows)
 
 
 def score_table(scores: dict, cfg) -> pd.DataFrame:
-    names = [head_name(l, h) for l in range(cfg.n_layers) for h in range(cfg.n_heads)]
-    return pd.DataFrame({"head": names} | {kind: s.ravel() for kind, s in scores.items()}).round(3)
+    heads = [names.head(l, h) for l in range(cfg.n_layers) for h in range(cfg.n_heads)]
+    return pd.DataFrame({"head": heads} | {kind: s.ravel() for kind, s in scores.items()}).round(3)
+
+
+def published_heads_caption(scores: dict) -> tuple[str, str]:
+    """What Wang et al. (2022) name in GPT-2 small, each head with the score this page measures for it,
+    and a tooltip with the paper's own names for them."""
+    rows = rm.published_heads(scores)
+    by_kind = {}
+    for r in rows:
+        by_kind.setdefault(r["kind"], []).append(f"{names.head(r['layer'], r['head'])} ({r['score']:.2f} here)")
+    named = " and ".join(f"{kind} heads {' and '.join(heads)}" for kind, heads in by_kind.items())
+    return ("In GPT-2 small, Wang et al. (2022), who traced how it completes \"When Mary and John went to the "
+            f"store, John gave a drink to\" with \"Mary\", name {named}; the score after each head is its "
+            "score as that kind on this page's repeated random tokens."), papers_names(rows)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -137,7 +156,7 @@ def read_sentences(text: str) -> list[str]:
 
 def similarity_section(m, source: str, sentences: list[str]) -> np.ndarray:
     """Mean pooling on the real encoder: the cosine matrix of the sentences; returns it."""
-    st.latex(r"e = \frac{\sum_t m_t\, h_t}{\sum_t m_t}, \qquad \cos(a, b) = \frac{e_a \cdot e_b}{\lVert e_a\rVert\, \lVert e_b\rVert}")
+    st.latex(r"e = \frac{\sum_t m_t\, x_t^{(L)}}{\sum_t m_t}, \qquad \cos(a, b) = \frac{e_a \cdot e_b}{\lVert e_a\rVert\, \lVert e_b\rVert}")
     _, S = similarity(m, source, tuple(sentences))
     labels = sentence_labels(sentences)
     st.vega_lite_chart(charts.heatmap(S, labels, labels, kind="signed", value_name="cosine", domain_values=[-1, 1],
@@ -156,7 +175,7 @@ def similarity_edit_section(m, source: str, sentences: list[str], before: np.nda
     c1, c2 = st.columns(2)
     c1.vega_lite_chart(charts.heatmap(after, labels, labels, kind="signed", value_name="cosine", domain_values=[-1, 1],
                                       row_title="sentence", col_title="sentence", annotate=True,
-                                      title=f"Without {head_name(layer, head)}"))
+                                      title=f"Without {names.head(layer, head)}"))
     c2.vega_lite_chart(charts.heatmap(change, labels, labels, kind="signed", value_name="change", annotate=True,
                                       row_title="sentence", col_title="sentence", title="After − before"))
     return float(np.abs(change).max())
@@ -167,7 +186,7 @@ def similarity_edit_section(m, source: str, sentences: list[str], before: np.nda
 # ----------------------------------------------------------------------------------------------
 def logit_lens_section(m, cache, labels) -> None:
     st.header("Logit lens")
-    st.latex(r"\text{guess}_\ell(t) = \arg\max \operatorname{softmax}\big(\mathrm{LN}_f(h_\ell(t))\, W_E^\top\big)")
+    st.latex(r"\text{guess}_\ell(t) = \arg\max \operatorname{softmax}\big(\mathrm{LN}_f(x_t^{(\ell)})\, W_E^\top\big)")
     cfg = m.config
     top, prob = rm.logit_lens(m.params, cfg, cache)
     lens = pd.DataFrame([[f"{show(text)} ({p:.0%})" for text, p in zip(rm.token_texts(m, top[r]), prob[r])]
@@ -187,21 +206,38 @@ def next_token_effect_section(m, ids, logits, edit: dict) -> None:
     st.dataframe(effect.style.format({"before": "{:.4f}", "after": "{:.4f}", "change": "{:+.4f}"}), hide_index=True)
 
 
-def shipped_model_note(m) -> str:
-    """What the small GPT shipped with the dashboard is, and why its text repeats itself."""
+def heads_found(scores: dict) -> str:
+    """What the head detector's scores show a decoder's heads doing, as a sentence: the previous-token
+    and induction heads it names, or that it names none."""
+    rows = rm.named_heads({kind: scores[kind] for kind in ("previous-token", "induction")})
+    found = {kind: [names.head(r["layer"], r["head"]) for r in rows if r["kind"] == kind]
+             for kind in ("previous-token", "induction")}
+    said = {"previous-token": "a head on the previous token", "induction": "a head on the token that followed the "
+            "current one last time (induction)"}
+    clauses = [f"{said[kind]} ({', '.join(heads)})" for kind, heads in found.items() if heads]
+    if not clauses:
+        return ("Yet the head detector above names neither a previous-token head nor an induction head in it, on "
+                "repeated random tokens.")
+    return "On repeated random tokens, the head detector above finds " + " and ".join(clauses) + " in it."
+
+
+def shipped_model_note(m, scores: dict) -> str:
+    """What the small GPT shipped with the dashboard is, why its text repeats itself, and what its heads
+    do according to the head detector's ``scores``."""
     kilobytes = os.path.getsize(make_tiny_gpt.CORPUS) / 1000
     return (f"This is the small GPT shipped with the dashboard: {rm.parameter_count(m.params):,} parameters, trained "
             f"here in a few minutes on {kilobytes:.1f} kB of text (core/training/corpus.txt, short sentences about "
             "attention). That is far too little to learn a language: it repeats itself (\"sat sat satat sat\") and "
-            "breaks words. It is here to be taken apart, and its heads do find the previous token and copy what "
-            "followed it. A real language model needs far more data and parameters: GPT-2 small, the smallest "
-            "GPT-2, has about 124 million parameters and read about 40 GB of web text.")
+            f"breaks words. It is here to be taken apart. {heads_found(scores)} A real language model needs far "
+            "more data and parameters: GPT-2 small, the smallest GPT-2, has about 124 million parameters and read "
+            "about 40 GB of web text.")
 
 
-def generation_section(m, ids, key, shipped: bool = False) -> None:
+def generation_section(m, ids, key, note: str | None = None) -> None:
+    """Sampling controls and the model's continuation of the prompt; ``note`` (the shipped model's) above."""
     st.header("Generation")
-    if shipped:
-        st.info(shipped_model_note(m))
+    if note:
+        st.info(note)
     g = st.columns(5)
     g[0].slider("temperature", 0.0, 2.0, key=key("temperature"), help="0 = greedy")
     state.whole_number_input(g[1], "top-k (0 = off)", 0, 1000, key=key("top_k"))

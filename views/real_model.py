@@ -5,16 +5,17 @@ import inspect
 import pandas as pd
 import streamlit as st
 
-from core.lessons import param_counts
+from core.lessons import notation, param_counts, questions
 from core.lessons import real_model as rm
 from core.model import generation
+from core.model import names
 from core.model import layers as L
 from core.model import head_scores as hs
 from core.model import multi_head as MH
 from core.model import packaged
 from core.model import transformer as tr
 from core.model import tuned_forward as TF
-from ui import charts, state
+from ui import charts, lesson, state
 from ui import real_model_parts as parts
 
 PAGE = "real_model"
@@ -33,6 +34,8 @@ ss = st.session_state
 
 st.title("A real model")
 state.restore(PAGE, SPEC)
+lesson.header(PAGE)
+unlocked = lesson.predict(PAGE)          # opens the head maps and the choice of a head
 st.markdown("A published checkpoint, read from its own files and run by **our** transformer: the same blocks as "
             "every other page, set to the checkpoint's architecture. Every map below is the model's own.")
 
@@ -57,11 +60,14 @@ finally:
         bar.empty()
 cfg = m.config
 if m.is_encoder:
-    st.latex(r"h \leftarrow \mathrm{LN}_1(h + \mathrm{MHA}(h)), \qquad h \leftarrow \mathrm{LN}_2(h + \mathrm{FFN}(h)), "
+    st.latex(r"x \leftarrow \mathrm{LN}_1(x + \mathrm{MHA}(x)), \qquad x \leftarrow \mathrm{LN}_2(x + \mathrm{FFN}(x)), "
              r"\qquad \mathrm{FFN}(x) = \mathrm{GELU}(x W_1 + b_1) W_2 + b_2")
 else:
-    st.latex(r"h \leftarrow h + \mathrm{MHA}(\mathrm{LN}_1(h)), \qquad h \leftarrow h + \mathrm{FFN}(\mathrm{LN}_2(h)), "
-             r"\qquad \text{logits} = \mathrm{LN}_f(h)\, W_E^\top")
+    st.latex(r"x \leftarrow x + \mathrm{MHA}(\mathrm{LN}_1(x)), \qquad x \leftarrow x + \mathrm{FFN}(\mathrm{LN}_2(x)), "
+             r"\qquad z = \mathrm{LN}_f(x)\, W_E^\top")
+st.caption("x is the residual stream (token t's row after layer ℓ is x_t^(ℓ)); " + ("z are the logits. " if not m.is_encoder
+           else "") + "MHA is the multi-head attention of every other page, its heads' outputs concatenated and "
+           "mixed by W_O.")
 about = {packaged.MINILM: f"all-MiniLM-L6-v2 (sentence-transformers, {packaged.LICENSE}), from the installed package "
                           f"{packaged.DISTRIBUTION}, its weights checked against their published sha256",
          "": "the small GPT shipped with the dashboard (re-create it: python -m core.training.make_tiny_gpt)"}
@@ -120,54 +126,65 @@ if TF.softmax_rows in loops:
 
 # 2. every head, then one in detail ------------------------------------------------------------------
 st.header("Every head")
+st.markdown(notation.HEAD_NAMES)
 n = min(T, GRID_TOKENS)
-st.vega_lite_chart(charts.heatmap_grid([W[l, h, :n, :n] for l in range(cfg.n_layers) for h in range(cfg.n_heads)],
-                                       labels[:n], labels[:n],
-                                       [f"L{l + 1}H{h + 1}" for l in range(cfg.n_layers) for h in range(cfg.n_heads)],
-                                       columns=min(cfg.n_heads, 6), size=120, annotate=False))
-if T > n:
-    st.caption(f"The grid shows the first {n} tokens; the head below shows all {T}.")
+if unlocked:
+    st.vega_lite_chart(charts.heatmap_grid([W[l, h, :n, :n] for l in range(cfg.n_layers) for h in range(cfg.n_heads)],
+                                           labels[:n], labels[:n],
+                                           [names.head(l, h) for l in range(cfg.n_layers) for h in range(cfg.n_heads)],
+                                           columns=min(cfg.n_heads, 6), size=120, annotate=False))
+    if T > n:
+        st.caption(f"The grid shows the first {n} tokens; the head below shows all {T}.")
+else:
+    st.caption("Answer the question at the top first: the maps of every head show its answer.")
 c1, c2 = st.columns(2)
 for name, count in (("layer", cfg.n_layers), ("head", cfg.n_heads)):
     if ss[k(name)] > count:
         state.settle(PAGE, name, count, f"this model has {cfg.n_layers} layers of {cfg.n_heads} heads.")
-layer = state.whole_number_input(c1, "Layer", 1, cfg.n_layers, key=k("layer")) - 1
-head = state.whole_number_input(c2, "Head", 1, cfg.n_heads, key=k("head")) - 1
-st.vega_lite_chart(charts.heatmap(W[layer, head], labels, labels, annotate=False, size=420,
-                                  title=f"{parts.head_name(layer, head)}: attention weights"))
+layer = state.whole_number_input(c1, "Layer", 1, cfg.n_layers, key=k("layer"), disabled=not unlocked) - 1
+head = state.whole_number_input(c2, "Head", 1, cfg.n_heads, key=k("head"), disabled=not unlocked) - 1
+if unlocked:
+    st.vega_lite_chart(charts.heatmap(W[layer, head], labels, labels, annotate=False, size=420,
+                                      title=f"{names.head(layer, head)}: attention weights"))
 
 # 3. the head detector -----------------------------------------------------------------------------
 st.header("Head detector")
 if m.is_encoder:
     scores = rm.sentence_head_scores(W)
-    st.markdown("Each head's attention on **your text**: to the previous token, to the next one (only a model that "
-                "reads both ways can), to [CLS] and to [SEP] (\"sinks\" where a head parks when it has nothing to "
-                "do), and how broad its rows are (entropy over log₂ T: 1 is uniform).")
-    st.latex(r"\text{previous}_h = \operatorname{mean}_{t \ge 1} A^h_{t,\,t-1} \qquad "
-             r"\text{next}_h = \operatorname{mean}_{t < T-1} A^h_{t,\,t+1} \qquad "
-             r"\text{broad}_h = \operatorname{mean}_t \frac{H(A^h_t)}{\log_2 T}")
+    sinks = rm.sink_heads(scores)
+    st.markdown("Each head's mean weight on **your text**: on the previous token, on the next one, on [CLS] and on "
+                "[SEP], and how broad its rows are (a row's entropy over log₂ T: 1 is uniform, 0 one-hot). "
+                f"On this text {sinks} of the {cfg.n_layers * cfg.n_heads} heads put half their weight or more on "
+                "[CLS] or on [SEP]. A common reading (Clark et al. 2019, of BERT's attention to [SEP]) is that a head "
+                "with nothing to look for at a token parks its weight there; that is a hypothesis, and these scores "
+                "measure only where the weight goes, not why.")
+    st.latex(r"\text{previous}_h = \operatorname*{mean}_{t = 2..T} (A_h)_{t,\,t-1} \qquad "
+             r"\text{next}_h = \operatorname*{mean}_{t = 1..T-1} (A_h)_{t,\,t+1} \qquad "
+             r"\text{broad}_h = \operatorname*{mean}_t \frac{-\sum_s (A_h)_{ts} \log_2 (A_h)_{ts}}{\log_2 T}")
     ran += [rm.sentence_head_scores, hs.previous_token, hs.next_token, hs.on_key, hs.broad, rm.named_heads]
 else:
     scores = parts.decoder_detector(m, source)
-    st.markdown("Each head's mean attention on **repeated random tokens** (n random ids, then the same n again, "
-                "as on the induction page): to the previous token, to the earlier copy of the current token "
-                "(duplicate), to the token after that copy (induction), and to the first token (a \"sink\").")
-    st.latex(r"\text{induction}_h = \operatorname{mean}_{t \in \text{2nd copy}} A^h_{t,\,t-n+1} \qquad "
-             r"\text{previous}_h = \operatorname{mean}_{t} A^h_{t,\,t-1}")
+    st.markdown("Each head's mean weight on **repeated random tokens** (n random ids, then the same n again, "
+                "as on the induction page): on the previous token, on the earlier copy of the current token "
+                "(duplicate), on the token after that copy (induction, the pattern Olsson et al. 2022 study), and on the first "
+                "token (often called an attention sink).")
+    st.latex(r"\text{induction}_h = \operatorname*{mean}_{t \in \text{2nd copy}} (A_h)_{t,\,t-n+1} \qquad "
+             r"\text{previous}_h = \operatorname*{mean}_{t \ge 2} (A_h)_{t,\,t-1}")
     ran += [rm.repeated_random_tokens, rm.detect_heads, rm.head_scores, hs.previous_token, hs.offset_back, hs.on_key,
             rm.named_heads]
-st.markdown("**Named heads**, each above its kind's threshold (layer and head from 1, then layer.head from 0):\n\n"
-            + parts.named_heads_markdown(scores))
+named_text, papers = parts.named_heads_markdown(scores)
+st.markdown("**Named heads**, each with its score, at or above its kind's threshold:\n\n" + named_text, help=papers)
 heads = [f"H{h + 1}" for h in range(cfg.n_heads)]
 layers = [f"L{l + 1}" for l in range(cfg.n_layers)]
 cols = st.columns(2)
 for i, (kind, s) in enumerate(scores.items()):
     cols[i % 2].vega_lite_chart(charts.heatmap(s, layers, heads, title=f"{kind} score", value_name="score",
                                                row_title="layer", col_title="head", size=300))
-st.dataframe(parts.score_table(scores, cfg), hide_index=True, height=220)
-if source == "gpt2":
-    st.caption("In GPT-2 small, published work (Olsson et al. 2022; TransformerLens's head detector) finds induction "
-               "heads at 5.1, 5.5, 6.9, 7.2 and 7.10 (layer.head from 0) and previous-token heads in layer 4.")
+st.dataframe(parts.score_table(scores, cfg), hide_index=True, height=220, column_config={"head": st.column_config.TextColumn(
+    "head", help="Layer and head, both counted from 1: papers write L3H2 as 2.1, both counted from 0.")})
+if source in rm.GPT2_SMALL and not m.is_encoder:
+    published, papers = parts.published_heads_caption(scores)
+    st.caption(published, help=papers)
 
 # 4. attention rollout ------------------------------------------------------------------------------
 st.header("Attention rollout")
@@ -181,11 +198,12 @@ r2.vega_lite_chart(charts.heatmap(R[-1], labels, labels, annotate=False, title="
 st.caption("Abnar & Zuidema (2020): the identity stands for the residual connection; the rollout multiplies the "
            "layers' maps to estimate how much each input token reaches each position.")
 ran += [rm.rollout]
+lesson.ask(next(q for q in questions.of_page(PAGE) if q.key == f"{PAGE}.rollout_share"))
 
 # 5. what the model is for: sentence similarity (encoder) or next tokens (decoder), and a head removed --
 if m.is_encoder:
     st.header("Sentence similarity")
-    st.markdown("A sentence's embedding is the **mean of its last hidden states** over its tokens (padding left "
+    st.markdown("A sentence's embedding is the **mean of its tokens' vectors after the last layer** (padding left "
                 "out by the key mask), made unit length: the pooling all-MiniLM-L6-v2 was trained with. Similar "
                 "sentences point the same way.")
     parts.clip_long_text(k("sentences"), "The sentences have")
@@ -201,7 +219,7 @@ if m.is_encoder:
     before = parts.similarity_section(m, source, sentences)
     if source == packaged.MINILM and sentences == SPEC["sentences"].default.splitlines():
         st.caption("The model's published figures for these three sentences: 0.6660, 0.1046 and 0.1411.")
-    st.header(f"Remove head {parts.head_name(layer, head)}")
+    st.header(f"Remove head {names.head(layer, head)}")
     if ss[k("how")] == "patch":
         state.settle(PAGE, "how", "zero", "patching needs a second prompt, which only the decoders take.")
     how = st.radio("Replace its output by", ["zero", "mean"], format_func=HOW.get, key=k("how"), horizontal=True)
@@ -209,7 +227,7 @@ if m.is_encoder:
     ran += [tr.key_mask_scores, MH.edit_heads, rm.pad_batch, rm.similarity, rm.mean_pool]
 else:
     parts.logit_lens_section(m, cache, labels)
-    st.header(f"Remove or patch head {parts.head_name(layer, head)}")
+    st.header(f"Remove or patch head {names.head(layer, head)}")
     a1, a2 = st.columns([1, 2])
     how = a1.radio("Change its output", list(HOW), format_func=HOW.get, key=k("how"))
     state.vet(PAGE, "other", lambda text: rm.fit_context(m.encode(text), cfg.n_ctx))
@@ -224,7 +242,7 @@ else:
             st.error(f"Second prompt: {err}")
     if how != "patch" or other_cache is not None:
         parts.next_token_effect_section(m, ids, out, rm.head_edit(cache, layer, head, how, other_cache))
-    parts.generation_section(m, ids, k, shipped=source == "")
+    parts.generation_section(m, ids, k, note=parts.shipped_model_note(m, scores) if source == "" else None)
     ran += [rm.logit_lens, MH.edit_heads, rm.head_edit, rm.edit_effect, generation.generate, generation._run]
 
 # 6. its parameters, counted two ways ------------------------------------------------------------------

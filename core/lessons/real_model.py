@@ -114,6 +114,25 @@ def sentence_head_scores(weights: np.ndarray) -> dict[str, np.ndarray]:
             "[CLS] sink": hs.on_key(A, 0), "[SEP] sink": hs.on_key(A, -1), "broad": hs.broad(A)}
 
 
+def sink_heads(scores: dict[str, np.ndarray], threshold: float = THRESHOLDS["[CLS] sink"]) -> int:
+    """How many heads of :func:`sentence_head_scores` put on average at least ``threshold`` of their
+    weight on ``[CLS]`` or on ``[SEP]``."""
+    return int(((scores["[CLS] sink"] >= threshold) | (scores["[SEP] sink"] >= threshold)).sum())
+
+
+# GPT-2 small under its Hub names, and the heads Wang et al. (2022, "Interpretability in the Wild", the
+# indirect-object circuit) name in it by kind, as they write them: (layer, head) counted from 0.
+GPT2_SMALL = ("gpt2", "openai-community/gpt2")
+WANG_2022_GPT2_HEADS = {"previous-token": ((2, 2), (4, 11)), "induction": ((5, 5), (6, 9))}
+
+
+def published_heads(scores: dict[str, np.ndarray], published: dict = WANG_2022_GPT2_HEADS) -> list[dict]:
+    """Each published head with the score it gets here as its kind: rows ``{kind, layer, head, score}``
+    (layer and head counted from 0), in the order of ``published``."""
+    return [{"kind": kind, "layer": l, "head": h, "score": float(scores[kind][l, h])}
+            for kind, heads in published.items() for l, h in heads]
+
+
 def named_heads(scores: dict[str, np.ndarray], thresholds: dict = THRESHOLDS) -> list[dict]:
     """Every head whose score reaches its kind's threshold: rows ``{kind, layer, head, score}``
     (layer and head counted from 0), by kind, the highest score first."""
@@ -141,7 +160,9 @@ def pad_batch(sequences: list, pad_id: int = 0) -> tuple[np.ndarray, np.ndarray]
 def mean_pool(hidden: np.ndarray, key_mask: np.ndarray) -> np.ndarray:
     r"""Each sequence's mean over its real tokens, L2-normalised: the sentence embedding ``(B, d)``.
 
-    .. math:: e = \frac{\sum_t m_t h_t}{\sum_t m_t}, \qquad \hat e = e / \lVert e \rVert
+    .. math:: e = \frac{\sum_t m_t x_t^{(L)}}{\sum_t m_t}, \qquad \hat e = e / \lVert e \rVert
+
+    (:math:`x_t^{(L)}`: token t's vector after the last layer, ``hidden``; :math:`m_t`: the key mask.)
     """
     m = np.asarray(key_mask, dtype=np.float64)[..., None]                            # (B, T, 1)
     e = (np.asarray(hidden, dtype=np.float64) * m).sum(axis=1) / m.sum(axis=1)       # (B, d)
@@ -167,10 +188,10 @@ def logit_lens(params: dict, cfg: C.TransformerConfig, cache: dict, batch: int =
     Returns ``(top_ids, top_probs)``, each ``(L + 1, T)``: row 0 after the embeddings, row ``l``
     after block ``l - 1``; the last row is the model's own prediction.
     """
-    streams = [h[batch] for h in names.per_block(cache, cfg.n_layers, "resid_pre")]
+    streams = [x[batch] for x in names.per_block(cache, cfg.n_layers, "resid_pre")]
     streams.append(cache[names.key(names.block(cfg.n_layers - 1), "resid_post")][batch])
-    h = np.stack(streams)                                             # (L+1, T, d)
-    logits = tr.unembed(params, cfg, h, {})                           # (L+1, T, V)
+    x = np.stack(streams)                                             # (L+1, T, d)
+    logits = tr.unembed(params, cfg, x, {})                           # (L+1, T, V)
     z = logits - logits.max(axis=-1, keepdims=True)
     p = np.exp(z)
     p /= p.sum(axis=-1, keepdims=True)

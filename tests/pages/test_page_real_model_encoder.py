@@ -39,11 +39,11 @@ def page(minilm):  # noqa: F811
 def test_opens_on_the_real_encoder_and_names_its_known_heads(page):
     assert page.radio(key="real_model.which").value == "minilm"
     text = named(page)
-    assert "**previous-token** (≥ 0.5): L1H3 (0.2) 1.00" in text
-    assert "**next-token** (≥ 0.5): L2H9 (1.8)" in text
+    assert "**previous-token** (≥ 0.5): L1H3 1.00" in text
+    assert "**next-token** (≥ 0.5): L2H9" in text
     scores = table_named(page, "head")
     assert list(scores.columns) == ["previous-token", "next-token", "[CLS] sink", "[SEP] sink", "broad"]
-    assert scores.loc["L2H9 (1.8)", "next-token"] >= 0.5 > scores.loc["L2H9 (1.8)", "previous-token"]
+    assert scores.loc["L2H9", "next-token"] >= 0.5 > scores.loc["L2H9", "previous-token"]
     assert any("`[CLS]`" in md.value and "`[SEP]`" in md.value for md in page.markdown)
 
 
@@ -56,7 +56,7 @@ def test_removing_a_head_moves_the_similarity_and_each_control_moves_it():
     at = open_page(PAGE)
     first = metric(at, "largest change in a similarity")
     assert first > 0
-    np.testing.assert_allclose(chart(at, "Without L1H1 (0.0)") - chart(at, "Cosine similarity"),
+    np.testing.assert_allclose(chart(at, "Without L1H1") - chart(at, "Cosine similarity"),
                                chart(at, "After − before"), atol=1e-4)
     at.number_input(key="real_model.head").set_value(3).run()
     second = metric(at, "largest change in a similarity")
@@ -109,7 +109,7 @@ def test_on_a_freshly_started_server_the_numpy_formulas_run_and_the_source_shows
     shown = " ".join(c.value for c in at.code)
     assert "def _gelu_erf_numpy" in shown and "def _layer_norm_rows_numpy" in shown
     assert "def _gelu_erf_rational" not in shown and "def _layer_norm_rows(" not in shown
-    assert "**next-token** (≥ 0.5): L2H9 (1.8)" in named(at)
+    assert "**next-token** (≥ 0.5): L2H9" in named(at)
     np.testing.assert_allclose(chart(at, "Cosine similarity"), PUBLISHED, atol=1e-3)
 
 
@@ -140,13 +140,15 @@ def test_the_overview_names_the_model_this_page_opens_on(page):
     """The Overview's row for this page names the model the page opens on by default (once it said "a
     pretrained GPT-2-family model" while the page opened a BERT-family encoder)."""
     home = open_page(str(Path(PAGE).parent / "home.py"))
-    (row,) = [line for md in home.markdown for line in md.value.splitlines() if line.startswith("| A real model |")]
+    (said,) = [md.value.split("**A real model** opens", 1)[1] for md in home.markdown
+               if "**A real model** opens" in md.value]
+    said = said.split(", on your own text")[0].strip()                     # what it opens, before the others
     (caption,) = [c.value for c in page.caption if " layers × " in c.value]
     opened = caption.split(" (")[0]                                        # the model's name, as the page gives it
     kind = "an encoder" if ": an encoder," in caption else "a decoder"
-    assert row.split("|")[2].strip().startswith(f"open {opened}")
-    assert ("encoder" in row.split("(")[0]) == (kind == "an encoder")
-    assert "GPT-2-family model" not in row.split("(")[0]
+    assert said.startswith(opened)
+    assert ("encoder" in said) == (kind == "an encoder")
+    assert "GPT-2-family model" not in said
 
 
 @pytest.mark.parametrize("typed", [" ", "\n\t ", ""])

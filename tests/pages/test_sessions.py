@@ -24,7 +24,7 @@ from typing import Callable
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from page_support import HANG_GUARD_S, button, rerun_until, set_tiny_encoder
+from page_support import HANG_GUARD_S, answer_question, button, rerun_until, set_tiny_encoder
 
 from core.training.runs import RunSpec
 from ui.trainer import Trainer
@@ -170,9 +170,14 @@ def own_run_shown(at: AppTest) -> bool:
     return any("your run from" in c.value for c in at.caption)
 
 
-# "A real model": a head removed on the text both sessions show (the forward pass of a text is the
-# server's, shared), then another text and another seed for the generation
+# "A real model": its opening question answered (which opens the choice of a head), a head removed on
+# the text both sessions show (the forward pass of a text is the server's, shared), then another text
+# and another seed for the generation
 def edit_real_model(at: AppTest) -> None:
+    from core.lessons import questions
+
+    opening = questions.opening("real_model")
+    answer_question(at, opening, opening.options[opening.answer])
     for control, value in ((at.number_input(key="real_model.layer"), 2), (at.number_input(key="real_model.head"), 2),
                            (at.radio(key="real_model.how"), "mean"), (at.number_input(key="real_model.seed"), 5),
                            (at.text_area(key="real_model.text"), "the key and the value give a weight to each query")):
