@@ -4,9 +4,9 @@ import pandas as pd
 import streamlit as st
 
 from core import attention, masks, positional
-from core.lessons import analysis
+from core.lessons import analysis, questions
 from core.limits import MAX_HEADS, MAX_TOKENS
-from ui import charts, state
+from ui import charts, lesson, state
 from core.kernels.dispatch import lesson_recording
 from ui.widgets import chosen_backend, chosen_dtype, ensure_kernels, kernel_source, tokens_from
 
@@ -15,7 +15,7 @@ D_MODEL = 8
 PAGE = "masks"
 HEAD_CHOICES = tuple(str(h) for h in (1, 2, 4, 8) if h <= MAX_HEADS)
 # Every control's value, kept in the page's address so a link reopens this exact configuration.
-SPEC = {"sentence": state.text_field("the tired cat sat on the warm mat"),
+SPEC = {"sentence": state.text_field("the tired cat sat on the warm mat"), "mask": state.bool_field(False),
         "lengths": state.text_field("6, 3, 5"), "T": state.int_field(6, 1, MAX_TOKENS),
         "heads": state.choice_field("2", HEAD_CHOICES), "causal": state.bool_field(False),
         "source": state.text_field("je suis étudiant"), "target": state.text_field("i am a student")}
@@ -24,12 +24,16 @@ k = lambda name: state.key(PAGE, name)  # noqa: E731
 st.title("Masks and cross-attention")
 ensure_kernels("sinusoidal", "project_heads", "attention_with_weights", "merge_heads_project")
 state.restore(PAGE, SPEC)
+lesson.header(PAGE)
+unlocked = lesson.predict(PAGE)
+ask = {p.key.split(".", 1)[1]: p for p in questions.of_page(PAGE)}
 st.markdown("A mask decides which keys each query may see; cross-attention lets one sequence read "
-            "another. All weights below come from our kernels, with fixed seeded inputs and weights.")
+            "another. All weights below come from our kernels, with fixed seeded inputs and weights. "
+            "Positions are counted from 1.")
 with st.expander("What to look for"):
     st.markdown(
-        "- Under the causal mask the weights are lower-triangular and every row still sums to 1.\n"
-        "- A padded key gets exactly 0 weight, however large its score would have been.\n"
+        "- Turn the causal mask on: which weights vanish, and what do the rows left add up to?\n"
+        "- A padded key's weight, however large its score would have been.\n"
         "- Cross-attention maps are rectangular: one row per decoder token, one column per encoder token.")
 
 
@@ -47,6 +51,11 @@ def embed(words, d_model: int, seed: int = 1):
     return np.stack([table[w] for w in words]).astype(chosen_dtype()) + PE
 
 
+def exactly(x: float) -> str:
+    """A measured weight: "exactly 0" only when it is 0, else its value."""
+    return "exactly 0" if x == 0 else f"{x:.2g}"
+
+
 def row_sums_in_words(A) -> str:
     """How close every row of ``A`` comes to summing to 1, said plainly."""
     err = analysis.max_row_sum_error(A)
@@ -56,11 +65,14 @@ def row_sums_in_words(A) -> str:
 # 1. causal ---------------------------------------------------------------------------------------
 st.header("The causal mask")
 st.latex(r"M_{ij} = \begin{cases} 0 & j \le i \\ -\infty & j > i \end{cases} \qquad "
-         r"A = \mathrm{softmax}\!\left(\frac{QK^\top}{\sqrt{d_k}} + M\right)")
+         r"A = \mathrm{softmax}\!\left(\frac{QK^\top}{\sqrt{d_k}} + M\right), \qquad i, j = 1, \dots, T")
 for name in ("sentence", "source", "target"):     # a link's sentence the page cannot read: named, then the default
     state.vet(PAGE, name, lambda text: tokens_from(text, max_tokens=MAX_TOKENS))
 sentence = st.text_input("Sentence", key=k("sentence"))
 st.caption(f"At most {MAX_TOKENS} words; one head, d_model = {D_MODEL}.")
+# Shown only once the opening question is answered: the causal map is its answer.
+show_causal = st.toggle("Apply the causal mask", key=k("mask"), disabled=not unlocked,
+                        help=None if unlocked else "Answer the question at the top first.") and unlocked
 try:
     with lesson_recording() as ran:
         words = tokens_from(sentence, max_tokens=MAX_TOKENS)
@@ -68,18 +80,28 @@ try:
         W_Q, W_K, W_V, W_O = seeded_layer(D_MODEL, 1)
         free = attention.multi_head_attention(X, W_Q, W_K, W_V, W_O, 1, backend=chosen_backend())
         causal = attention.multi_head_attention(X, W_Q, W_K, W_V, W_O, 1, mask=masks.causal(len(words)),
-                                                backend=chosen_backend())
+                                                backend=chosen_backend()) if show_causal else None
 except ValueError as err:
     st.error(str(err))
 else:
     labels = charts.position_labels(words)
-    M = masks.causal(len(words))
-    st.dataframe(pd.DataFrame(np.where(np.isinf(M), "−∞", "0"), index=labels, columns=labels))
-    st.vega_lite_chart(charts.heatmap_grid([free.weights[0], causal.weights[0]], labels, labels,
-                                        ["no mask", "causal mask"], columns=2, size=300))
-    A = causal.weights[0]
-    st.markdown(f"Measured: largest weight above the diagonal **{np.triu(A, 1).max():.1f}**; "
-                f"{row_sums_in_words(A)}. Row 1 can only see itself, so it copies its own value.")
+    if not show_causal:
+        st.vega_lite_chart(charts.heatmap_grid([free.weights[0]], labels, labels, ["no mask"], columns=1, size=300))
+        st.caption("Every query reads every key, the later ones included. Turn on the causal mask to hide them."
+                   if unlocked else "Answer the question at the top first; then turn on the causal mask.")
+    else:
+        M = masks.causal(len(words))
+        st.dataframe(pd.DataFrame(np.where(np.isinf(M), "−∞", "0"), index=labels, columns=labels))
+        st.vega_lite_chart(charts.heatmap_grid([free.weights[0], causal.weights[0]], labels, labels,
+                                            ["no mask", "causal mask"], columns=2, size=300))
+        A, F = causal.weights[0], free.weights[0]
+        said = (f"Measured: the largest weight above the diagonal is **{exactly(np.triu(A, 1).max())}**; "
+                f"{row_sums_in_words(A)}. Query 1 may read key 1 only: its weight there is **{A[0, 0]:g}**"
+                + (", so its head output is its own value vector." if A[0, 0] == 1 else "."))
+        if len(words) >= 3:            # query 2 has keys after it to lose
+            said += (f" Query 2 puts {F[1, :2].sum():.2f} of its weight on keys 1 and 2 without the mask and "
+                     f"{A[1, :2].sum():.2f} with it: the share of the hidden keys goes to the keys it may read.")
+        st.markdown(said)
     kernel_source(ran)
 
 # 2. padding --------------------------------------------------------------------------------------
@@ -87,7 +109,8 @@ st.header("Padding masks in a batch")
 st.markdown("Sequences of different lengths share one array by padding the short ones. The padding "
             "mask hides the padded keys of each sequence; it has one row per sequence and broadcasts "
             "over queries and heads.")
-st.latex(r"M^{(b)}_{ij} = \begin{cases} 0 & j < \ell_b \\ -\infty & j \ge \ell_b \end{cases}")
+st.latex(r"M^{(b)}_{ij} = \begin{cases} 0 & j \le \ell_b \\ -\infty & j > \ell_b \end{cases}"
+         r"\qquad i, j = 1, \dots, T;\ \ell_b \text{ the length of sequence } b")
 
 
 def parse_lengths(text: str) -> list[int]:
@@ -106,7 +129,8 @@ p1, p2, p3 = st.columns(3)
 typed = p1.text_input("Lengths in the batch", key=k("lengths"))
 T_pad = p2.slider("Padded length T", 1, MAX_TOKENS, key=k("T"))
 n_heads = int(p3.select_slider("Heads", HEAD_CHOICES, key=k("heads")))
-also_causal = st.checkbox("Also causal (a decoder's batch)", key=k("causal"))
+also_causal = st.checkbox("Also causal (a decoder's batch)", key=k("causal"), disabled=not unlocked,
+                          help=None if unlocked else "Answer the question at the top first.") and unlocked
 try:
     lengths = parse_lengths(typed)
     pad = masks.padding(lengths, T_pad)                                   # (B, 1, T)
@@ -129,11 +153,15 @@ else:
     st.dataframe({"keys read": [f"sequence {b + 1} (length {n})" for b, n in enumerate(lengths)]}
                  | {f"query {i + 1}": reads[:, i] for i in range(T_pad)}, hide_index=True)
     leaked = max((res.weights[b, :, :, n:].max(initial=0.0) for b, n in enumerate(lengths)), default=0.0)
+    empty = [b for b, n in enumerate(lengths) if n == 0]
     st.markdown(f"Head 1 of each sequence is drawn. Measured over all heads: the largest weight on a padded "
-                f"key is **{leaked:.1f}**. Padded *queries* still produce rows (they read the real keys); "
-                "a model ignores them later, in the loss or the pooling. A sequence of length 0 gets all-zero "
-                "weights, not NaN.")
+                f"key is **{exactly(leaked)}**. Padded *queries* still produce rows (they read their "
+                "sequence's real keys); a model ignores them later, in the loss or the pooling. "
+                + (f"Sequence {empty[0] + 1} has length 0: its weights are "
+                   + ("all 0, not NaN." if np.all(res.weights[empty[0]] == 0) else "NOT all 0.")
+                   if empty else "A sequence of length 0 would get all-zero weights, not NaN: type a 0 to see it."))
     kernel_source(ran)
+lesson.ask(ask["padded_keys"])
 
 # 3. cross-attention ------------------------------------------------------------------------------
 st.header("Cross-attention: the decoder reads the encoder")
@@ -159,6 +187,7 @@ else:
                                         charts.position_labels(src), ["head 1", "head 2"], columns=2,
                                         row_title="decoder query", col_title="encoder key", size=260))
     kernel_source(ran)
+lesson.ask(ask["cross_queries"])
 
 # 4. the three families ---------------------------------------------------------------------------
 st.header("Encoder-only, decoder-only, encoder-decoder")
@@ -174,4 +203,5 @@ st.table(pd.DataFrame({   # a static table: its long cells wrap instead of being
 }).set_index("family"))
 st.markdown("Rule of thumb: read a sequence, use an encoder; write one from scratch, a decoder; rewrite "
             "one sequence as another, both, joined by cross-attention.")
+lesson.ask(ask["which_architecture"])
 state.publish(PAGE, SPEC)

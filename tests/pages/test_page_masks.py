@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 
 from core import attention, masks
+from core.lessons import questions
 
-from page_support import open_page, table_named
+from page_support import answer_question, heatmap_grids, open_page, table_named
 
 PAGE = str(Path(__file__).resolve().parents[2] / "views" / "masks.py")
 
@@ -17,18 +18,25 @@ def _text(at):
     return " ".join(m.value for m in at.markdown)
 
 
+def open_masked(link=None):
+    """The page, its opening question answered and the causal mask turned on."""
+    at = open_page(PAGE, link)
+    at.toggle(key="masks.mask").set_value(True)
+    return at.run()
+
+
 def test_page_runs_with_its_sections_and_measurements():
-    at = open_page(PAGE)
+    at = open_masked()
     assert not at.exception and not at.error
     assert [h.value for h in at.header] == [
         "The causal mask", "Padding masks in a batch", "Cross-attention: the decoder reads the encoder",
         "Encoder-only, decoder-only, encoder-decoder"]
     text = _text(at)
-    assert "largest weight above the diagonal **0.0**" in text
+    assert "the largest weight above the diagonal is **exactly 0**" in text
     # row sums said plainly, not as "between 1.000000000000000 and 1.000000000000000"
     assert re.search(r"every row sums to (exactly 1|1 \(to within \de-1[5-7]\))\.", text), text
     assert "row sums between" not in text
-    assert "largest weight on a padded key is **0.0**" in text
+    assert "the largest weight on a padded key is **exactly 0**" in text
     assert "weights of shape **4 × 3** per head" in text                 # Tq = 4 target, Tk = 3 source words
     check_causal_table(at, "the tired cat sat on the warm mat".split())
     check_padding(at, [6, 3, 5], T=6, heads=2, causal=False)
@@ -54,7 +62,7 @@ def check_padding(at, lengths, *, T, heads, causal):
     query = np.arange(1, T + 1)
     want = [np.minimum(n, query) if causal else np.full(T, n) for n in lengths]
     np.testing.assert_array_equal(reads.to_numpy(int), want)
-    assert "largest weight on a padded key is **0.0**" in _text(at)
+    assert "the largest weight on a padded key is **exactly 0**" in _text(at)
 
 
 @pytest.mark.parametrize("widget, key, value, settings", [
@@ -71,7 +79,7 @@ def test_each_padding_control_moves_the_numbers(widget, key, value, settings):
 
 
 def test_the_sentence_sets_the_causal_mask():
-    at = open_page(PAGE)
+    at = open_masked()
     at.text_input(key="masks.sentence").set_value("to be or not").run()
     assert not at.exception and not at.error
     check_causal_table(at, "to be or not".split())
@@ -111,12 +119,12 @@ def test_padding_with_a_causal_mask_an_empty_sequence_and_bad_lengths():
 
 
 def test_a_link_restores_every_control_and_changes_are_written_back():
-    at = open_page(PAGE, {"sentence": "a b c", "lengths": "2, 4", "T": "4", "heads": "4", "causal": "1",
+    at = open_page(PAGE, {"sentence": "a b c", "mask": "1", "lengths": "2, 4", "T": "4", "heads": "4", "causal": "1",
                           "source": "x y", "target": "p q r s t"})
     assert not at.exception and not at.error and not at.warning
     assert at.text_input(key="masks.sentence").value == "a b c"
     assert at.slider(key="masks.T").value == 4 and at.select_slider(key="masks.heads").value == "4"
-    assert at.checkbox(key="masks.causal").value
+    assert at.checkbox(key="masks.causal").value and at.toggle(key="masks.mask").value
     assert "weights of shape **5 × 2** per head" in _text(at)          # 5 target, 2 source words
     check_causal_table(at, ["a", "b", "c"])
     check_padding(at, [2, 4], T=4, heads=4, causal=True)
@@ -130,3 +138,77 @@ def test_a_bad_link_is_a_warning_and_the_defaults():
     at = open_page(PAGE, {"heads": "3", "T": "999"})
     assert not at.exception and at.warning
     assert at.select_slider(key="masks.heads").value == "2" and at.slider(key="masks.T").value == 6
+
+
+# --- predict, then see --------------------------------------------------------------------------
+
+OPENING = questions.opening("masks")
+
+
+def test_the_causal_mask_stays_locked_until_the_opening_question_is_answered():
+    at = open_page(PAGE, answered=False)
+    assert not at.exception and not at.error
+    assert at.toggle(key="masks.mask").disabled and at.checkbox(key="masks.causal").disabled
+    assert list(heatmap_grids(at)[0]) == ["no mask"]                    # the causal map is the answer
+    assert "above the diagonal" not in _text(at)
+    at = answer_question(at, OPENING, OPENING.options[OPENING.answer])
+    assert not at.toggle(key="masks.mask").disabled and not at.checkbox(key="masks.causal").disabled
+    at.toggle(key="masks.mask").set_value(True).run()
+    assert list(heatmap_grids(at)[0]) == ["no mask", "causal mask"]
+
+
+def test_a_linked_causal_mask_is_not_shown_before_the_answer():
+    at = open_page(PAGE, {"mask": "1", "causal": "1"}, answered=False)
+    assert not at.exception and at.toggle(key="masks.mask").value
+    assert list(heatmap_grids(at)[0]) == ["no mask"]
+    check_padding(at, [6, 3, 5], T=6, heads=2, causal=False)
+
+
+def test_the_opening_answer_is_what_the_causal_map_shows():
+    """Query 2's weight on key 5 and its row sum, read from the page's causal panel: exactly the
+    right option's claims hold, and every other option's fail."""
+    at = open_masked()
+    free_grid = heatmap_grids(at)[0]
+    A, F = free_grid["causal mask"], free_grid["no mask"]
+    weight, total = A[1, 4], A[1].sum()
+    claims = [weight == 0 and abs(total - 1) < 1e-12,                   # one claim per option, in order
+              weight == 0 and total < 1 - 1e-12,
+              0 < weight and abs(total - 1) < 1e-12,
+              weight == F[1, 4]]
+    assert len(claims) == len(OPENING.options)
+    assert [i for i, holds in enumerate(claims) if holds] == [OPENING.answer]
+
+
+def test_the_causal_sentences_follow_the_weights_on_screen():
+    at = open_masked()
+    A, F = heatmap_grids(at)[0]["causal mask"], heatmap_grids(at)[0]["no mask"]
+    assert (np.triu(A, 1) == 0).all()
+    text = _text(at)
+    assert "its weight there is **1**, so its head output is its own value vector" in text
+    assert (f"Query 2 puts {F[1, :2].sum():.2f} of its weight on keys 1 and 2 without the mask and "
+            f"{A[1, :2].sum():.2f} with it") in text and F[1, :2].sum() < 0.995
+    at.text_input(key="masks.sentence").set_value("a b").run()         # query 2 has no later key
+    assert "Query 2 puts" not in _text(at)
+
+
+def test_the_padding_mask_counts_positions_from_1():
+    """A sequence of length n reads keys 1 … n: j ≤ ℓ_b on 1-based positions, as the table and the
+    heatmaps number them (the 0-based j < ℓ_b read on those labels would hide key n)."""
+    at = open_page(PAGE)
+    latex = " ".join(x.value for x in at.latex)
+    assert r"0 & j \le \ell_b" in latex and r"-\infty & j > \ell_b" in latex and r"j < \ell_b" not in latex
+    reads = table_named(at, "keys read")
+    assert list(reads.columns) == [f"query {i}" for i in range(1, 7)]
+    grid = heatmap_grids(at)[1]
+    for b, n in enumerate([6, 3, 5]):
+        panel = grid[f"sequence {b + 1}: length {n}"]
+        assert (panel[:, :n] > 0).all() and (panel[:, n:] == 0).all()   # keys 1 … n, counted from 1
+        assert (reads.iloc[b] == n).all()
+
+
+def test_an_empty_sequence_is_said_from_its_weights():
+    at = open_page(PAGE)
+    assert "A sequence of length 0 would get all-zero weights" in _text(at)
+    at.text_input(key="masks.lengths").set_value("4, 0").run()
+    assert "Sequence 2 has length 0: its weights are all 0, not NaN." in _text(at)
+    assert (heatmap_grids(at)[1]["sequence 2: length 0"] == 0).all()
