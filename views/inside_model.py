@@ -8,10 +8,12 @@ import streamlit as st
 
 from core import limits
 from core.lessons import inside
+from core.lessons.analysis import row_entropy_bits
+from core.lessons.questions import inside_model as questions
 from core.model import encoder, multi_head, names, transformer
 from core.training import tasks
 from core import warmup
-from ui import charts, state, widgets
+from ui import charts, lesson, state, widgets
 
 
 PAGE = "inside_model"
@@ -38,6 +40,8 @@ TRAINER_KEY = "training.trainer"          # the "Train an encoder" page's worker
 
 st.title("Inside a trained model")
 state.restore(PAGE, SPEC)
+lesson.header(PAGE)
+unlocked = lesson.predict(PAGE)        # opens the heads' removal (section 2)
 st.markdown(
     "A trained encoder taken apart. First one test sequence is followed through a layer, sublayer by "
     "sublayer, with the shape of every arrow; then heads are removed to measure what the model's "
@@ -179,10 +183,10 @@ s = steps["embeddings + positions"]
 arrow(1, s, "(token embedding + position; the layer-1 input)")
 a, b = st.columns(2)
 with a:
-    signed(s.arrays["token_embed"], "token embeddings E[x_t]")
+    signed(s.arrays["token_embed"], "token embeddings E[tok_t]")
 with b:
-    signed(s.arrays["blocks.0.resid_pre"], "E[x_t] + PE_t")
-s = steps[f"layer {layer + 1} input h"]
+    signed(s.arrays["blocks.0.resid_pre"], "E[tok_t] + PE_t")
+s = steps[f"layer {layer + 1} input x"]
 arrow(2, s, "" if layer == 0 else f"(the output of layer {layer})")
 s = steps["attention weights"]
 arrow(3, s)
@@ -195,20 +199,21 @@ with left:
     signed(steps["heads' outputs, concatenated"].arrays[f"{blk}attn.concat"], "concat")
 with right:
     arrow(5, steps["attention output concat W_O + b_O"])
-    signed(steps["attention output concat W_O + b_O"].arrays[f"{blk}attn.output"], "MHA(h)")
-st.latex(r"r_1 = h + \mathrm{MHA}(h), \qquad \mathrm{LN}(r)_t = g \odot \frac{r_t - \mu_t}{\sqrt{\sigma_t^2 + "
+    signed(steps["attention output concat W_O + b_O"].arrays[f"{blk}attn.output"], "MHA(x)")
+st.latex(r"r_1 = x + \mathrm{MHA}(x), \qquad \mathrm{LN}(r)_t = g \odot \frac{r_t - \mu_t}{\sqrt{\sigma_t^2 + "
          r"\varepsilon}} + b, \quad \mu_t = \tfrac{1}{d}\textstyle\sum_j r_{tj},\; "
          r"\sigma_t^2 = \tfrac{1}{d}\sum_j (r_{tj} - \mu_t)^2")
 
 
-def layernorm(number: int, name: str, ln: str) -> None:
+def layernorm(number: int, name: str, ln: str, answered: bool) -> None:
     step = steps[name]
     arrow(number, step, f"(ε = {cfg.ln_eps:g})")
     table = pd.DataFrame({"token": rows, **inside.layernorm_table(step)})
-    st.dataframe(table, hide_index=True, key=k(f"table_{name}"))
-    st.caption("x-hat is normalised before the gain and bias: mean 0, and a standard deviation of "
-               "√(σ²/(σ²+ε)), a hair under 1. The gain and bias then give each feature its own scale "
-               "and offset.")
+    st.dataframe(table, hide_index=True, key=k(f"table_{name}"),
+                 column_config={c: st.column_config.NumberColumn(format="%.6f") for c in table.columns[1:]})
+    st.caption("x-hat is the residual sum normalised, before the gain and bias: mean 0"
+               + (", and a standard deviation of √(σ²/(σ²+ε)), a hair under 1." if answered else ".")
+               + " The gain and bias then give each feature its own scale and offset.")
     left, right = st.columns(2)
     with left:
         bar_chart(charts.bar(step.arrays[f"{blk}{ln}.g"], feat(cfg.d_model), title="learned gain g",
@@ -220,11 +225,12 @@ def layernorm(number: int, name: str, ln: str) -> None:
 
 left, right = st.columns(2)
 with left:
-    arrow(6, steps["residual sum h + attention"])
-    signed(steps["residual sum h + attention"].arrays[f"{blk}ln1.input"], "r₁ = h + MHA(h)")
+    arrow(6, steps["residual sum x + attention"])
+    signed(steps["residual sum x + attention"].arrays[f"{blk}ln1.input"], "r₁ = x + MHA(x)")
 with right:
     signed(steps["LayerNorm 1"].arrays[f"{blk}resid_mid"], "LN₁(r₁)")
-layernorm(7, "LayerNorm 1", "ln1")
+ln_answered = lesson.ask(questions.LAYERNORM)
+layernorm(7, "LayerNorm 1", "ln1", ln_answered)
 s = steps["FFN hidden relu(x W_1 + b_1)"]
 off = inside.relu_off_fraction(s.arrays[f"{blk}ffn.hidden"])
 arrow(8, s)
@@ -240,11 +246,11 @@ with left:
 with right:
     arrow(10, steps["residual sum x + FFN"])
     signed(steps["residual sum x + FFN"].arrays[f"{blk}ln2.input"], "r₂ = x + FFN(x)")
-layernorm(11, "LayerNorm 2", "ln2")
+layernorm(11, "LayerNorm 2", "ln2", ln_answered)
 signed(steps["LayerNorm 2"].arrays[f"{blk}resid_post"], f"the output of layer {layer + 1}")
 s, z = steps["mean over positions (after the last layer)"], steps["logits pooled classifier.W + classifier.b"]
 arrow(12, s, f"(the mean of layer {L}'s output over the {T} positions)")
-st.latex(r"\bar h = \tfrac{1}{T}\textstyle\sum_t h^{(L)}_t, \qquad z = \bar h\, W_{\mathrm{cls}} + b_{\mathrm{cls}}")
+st.latex(r"\bar x = \tfrac{1}{T}\textstyle\sum_t x^{(L)}_t, \qquad z = \bar x\, W_{\mathrm{cls}} + b_{\mathrm{cls}}")
 bar_chart(charts.bar(s.arrays["pooled"], feat(cfg.d_model), title="pooled vector", x_title="feature",
                               y_title="value", y_domain=None))
 arrow(13, z)
@@ -258,41 +264,59 @@ m[1].metric("True label", int(y[example]))
 # 2. head ablation ------------------------------------------------------------------------------
 st.header("2. Remove a head: what does the accuracy depend on?")
 st.markdown(
-    "Attention maps are **diagnostics, not explanations**. A head with a sharp, striking map may be one "
-    "the classifier barely uses. To find out, remove it: replace its output, before W_O, by zero or by "
-    "its mean over the test set, and score the test set again.")
-st.latex(r"z_h \leftarrow 0 \quad\text{or}\quad z_h \leftarrow \mathbb{E}_{\text{test set}}[z_h]"
-         r"\ \text{(per position)}, \qquad \mathrm{MHA}(h) = [z_1, \dots, z_H]\, W^O + b^O")
+    "Attention maps are **diagnostics, not explanations**: a map shows where a head looks, not whether the "
+    "classifier uses what the head reads. To find out, remove the head: replace its output, before W_O, by "
+    "zero or by its mean over the test set, and score the test set again.")
+st.latex(r"o_h \leftarrow 0 \quad\text{or}\quad o_h \leftarrow \mathbb{E}_{\text{test set}}[o_h]"
+         r"\ \text{(per position)}, \qquad \mathrm{MHA}(x) = [o_1, \dots, o_H]\, W_O + b_O")
 report = head_report(key, model)
 st.radio("Remove by", inside.ABLATION_MODES, key=k("mode"), horizontal=True,
          format_func={"zero": "zero", "mean": "mean over the test set"}.get)
 mode = ss[k("mode")]
-labels = [f"L{i + 1}H{h + 1}" for i in range(L) for h in range(cfg.n_heads)]
+labels = [names.head(i, h) for i in range(L) for h in range(cfg.n_heads)]
 change = report.change(mode).ravel()
-table = pd.DataFrame({"head": labels, "focus of its mean map": report.focus.ravel(),
-                      "test accuracy without it": report.accuracy[mode].ravel(), "change": change})
-focused = labels[int(np.argmax(report.focus))]
+focus = report.focus.ravel()
+focused = inside.most_focused(report)
+table = pd.DataFrame({"head": labels, "focus of its mean map": focus})
+if unlocked:
+    table["test accuracy without it"] = report.accuracy[mode].ravel()
+    table["change"] = change
 heads_are = f"this model's heads are L1H1 to {labels[-1]} ({L} layers of {cfg.n_heads} heads)"
 if ss[k("show")] not in labels:
-    state.settle(PAGE, "show", focused, f"{heads_are}; the most focused one is shown.")
+    state.settle(PAGE, "show", labels[focused], f"{heads_are}; the most focused one is shown.")
 st.metric("Test accuracy, every head in place", f"{report.baseline:.3f}")
 a, b = st.columns([3, 2])
 with a:
     st.dataframe(table, hide_index=True, key=k("ablation_table"))
-    bar_chart(charts.bar(change, labels, title=f"Change in test accuracy with one head removed ({mode})",
-                                  x_title="head removed", y_title="change in accuracy", y_domain=None))
+    if unlocked:
+        bar_chart(charts.bar(change, labels, title=f"Change in test accuracy with one head removed ({mode})",
+                             x_title="head removed", y_title="change in accuracy", y_domain=None))
 with b:
-    st.selectbox("Head whose map is shown", labels, key=k("show"))
+    st.selectbox("Head whose map is shown", labels, key=k("show"),
+                 help="Papers count layers and heads from 0: " + ", ".join(
+                     f"{names.head(i, h)} is {names.paper_head(i, h)}" for i in range(L) for h in range(cfg.n_heads)))
     shown = labels.index(ss[k("show")])
     i, h = divmod(shown, cfg.n_heads)
     st.vega_lite_chart(charts.heatmap(report.mean_maps[i, h], feat(T), feat(T), annotate=False, size=260,
                                       title=f"{ss[k('show')]}: mean map over the test set"))
-    st.metric(f"Removing {ss[k('show')]} changes the test accuracy by", f"{change[shown]:+.3f}")
-st.caption(f"Focus = 1 − (mean row entropy of the head's test-set mean map) / log₂T: 0 for a uniform map, 1 when "
-           f"every query looks at one key. The most focused head here is {focused} (focus "
-           f"{report.focus.ravel().max():.3f}); removing it changes the accuracy by "
-           f"{change[labels.index(focused)]:+.3f}, while the largest drop comes from removing "
-           f"{labels[int(np.argmin(change))]} ({change.min():+.3f}).")
+    if unlocked:
+        st.metric(f"Removing {ss[k('show')]} changes the test accuracy by", f"{change[shown]:+.3f}")
+focus_words = (f"Focus = 1 − (mean row entropy of the head's test-set mean map) / log₂T: 0 for a uniform map, 1 when "
+               f"every query looks at one key. The most focused head here is {labels[focused]} (focus "
+               f"{focus[focused]:.3f})")
+if not unlocked:
+    st.caption(focus_words + ". Answer the question at the top of the page to see what removing each head does.")
+else:
+    drop = inside.largest_drop(change)
+    outcome = inside.focused_head_outcome(report, mode)
+    said = f"; removing it changes the accuracy by {change[focused]:+.3f}"
+    if drop is None:
+        said += ", and removing no single head lowers the accuracy."
+    elif outcome == inside.FALLS_MOST:
+        said += ", the largest drop of any single head."
+    else:
+        said += f", while the largest drop comes from removing {labels[drop]} ({change[drop]:+.3f})."
+    st.caption(focus_words + said)
 
 asked = [t for t in ss[k("remove")].split(",") if t]
 if any(t not in labels for t in asked):
@@ -300,14 +324,15 @@ if any(t not in labels for t in asked):
                  f"{heads_are}, so {', '.join(t for t in asked if t not in labels)} cannot be removed.")
 ss[k("remove_heads")] = [x for x in ss.get(k("remove_heads"), [t for t in ss[k("remove")].split(",") if t])
                          if x in labels]
-st.multiselect("Remove several heads at once", labels, key=k("remove_heads"))
+st.multiselect("Remove several heads at once", labels, key=k("remove_heads"), disabled=not unlocked)
 removed = ss[k("remove_heads")]
 ss[k("remove")] = ",".join(removed)
-heads = tuple(divmod(labels.index(x), cfg.n_heads) for x in removed)
-acc = several_removed(key, heads, mode, model, report.head_means)
-st.metric(f"Test accuracy with {len(removed)} head(s) removed ({mode})", f"{acc:.3f}",
-          delta=f"{acc - report.baseline:+.3f}" if removed else None,     # no change to show with none removed
-          delta_color="normal" if removed else "off")
+if unlocked:
+    heads = tuple(divmod(labels.index(x), cfg.n_heads) for x in removed)
+    acc = several_removed(key, heads, mode, model, report.head_means)
+    st.metric(f"Test accuracy with {len(removed)} head(s) removed ({mode})", f"{acc:.3f}",
+              delta=f"{acc - report.baseline:+.3f}" if removed else None,     # no change to show with none removed
+              delta_color="normal" if removed else "off")
 
 st.subheader("Layer-1 attention, averaged over the heads, for two test sequences")
 pair = [0, min(5, n_test - 1)]
@@ -316,20 +341,23 @@ titles = []
 for name, idx in zip(("Example A", "Example B"), pair):
     extra = f"sum={int(X[idx].sum())}, " if data.task == "sum" else ""
     titles.append(f"{name} (test #{idx}): {extra}label={int(y[idx])}")
-grid = charts.heatmap_grid([inside.head_averaged_attention(pair_cache, 0, j) for j in range(2)], feat(T), feat(T),
-                           titles, columns=2, size=260, annotate=False, panel_title="example")
+averaged = [inside.head_averaged_attention(pair_cache, 0, j) for j in range(2)]
+grid = charts.heatmap_grid(averaged, feat(T), feat(T), titles, columns=2, size=260, annotate=False,
+                           panel_title="example")
 grid["spec"]["layer"][0]["encoding"]["color"]["scale"] = {"scheme": charts.SEQUENTIAL, "domain": [0.0, 2.5 / T],
                                                           "clamp": True}
 st.vega_lite_chart(grid)
+spread = [float(row_entropy_bits(w).mean() / np.log2(T)) if T > 1 else 1.0 for w in averaged]
 st.caption(f"The colour scale ends at 2.5/T = {2.5 / T:.3f} (weights above it share its colour), so a near-uniform "
-           f"map (every weight about 1/T = {1 / T:.3f}) still shows its structure. On the 'sum' task the maps "
-           "stay broad: the label depends on every token equally.")
+           f"map (every weight about 1/T = {1 / T:.3f}) still shows its structure. Measured: a row of these maps "
+           f"keeps on average {spread[0]:.0%} (A) and {spread[1]:.0%} (B) of the entropy of a uniform row (log₂T bits)"
+           + ("; on 'sum' the label depends on every token alike." if data.task == "sum" else "."))
 
 st.subheader("Pooling: the mean over positions, or one position alone ([CLS]-style)")
 mean_acc, single = pooling(key, model)
 st.markdown(
-    "This encoder has no [CLS] token: like the lesson's model it classifies the **mean** of its final hidden "
-    "states. A [CLS] model instead reads the final state of one position. Here the trained classifier "
+    "This encoder has no [CLS] token: like the lesson's model it classifies the **mean** of its last layer's "
+    "vectors x_t. A [CLS] model instead reads the last layer's vector at one position. Here the trained classifier "
     "reads each single position in place of the mean, without retraining: how much of the sequence's "
     "information has each position gathered through attention? (A model trained with [CLS] pooling would "
     "learn to gather it there; this measures the mean-pooled model only.)")

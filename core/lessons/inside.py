@@ -20,6 +20,7 @@ one the classifier hardly needs; the ablation table measures it.
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import numpy as np
 
@@ -124,7 +125,7 @@ def walkthrough(cache: dict, params: dict, cfg: TransformerConfig, layer: int, e
     """Example ``example`` of ``cache`` (from :func:`forward`) through block ``layer`` (0-based), one
     :class:`Step` per sublayer of the post-norm block
 
-        h -> attention -> LN1(h + attention) -> FFN -> LN2(x + FFN)
+        x -> attention -> LN1(x + attention) -> FFN -> LN2(x + FFN)
 
     every array the cache entry of that name (or a LayerNorm's gain and bias, from the parameters)."""
     if not 0 <= layer < cfg.n_layers:
@@ -146,11 +147,11 @@ def walkthrough(cache: dict, params: dict, cfg: TransformerConfig, layer: int, e
     td, tf = shape_label(("T", "d_model"), (T, d)), shape_label(("T", "d_ff"), (T, F))
     return [
         Step("embeddings + positions", td, entries("token_embed", "pos_embed", "blocks.0.resid_pre")),
-        Step(f"layer {layer + 1} input h", td, entries(f"{b}resid_pre")),
+        Step(f"layer {layer + 1} input x", td, entries(f"{b}resid_pre")),
         Step("attention weights", shape_label(("H", "T", "T"), (H, T, T)), entries(f"{b}attn.weights")),
         Step("heads' outputs, concatenated", td, entries(f"{b}attn.concat")),
         Step("attention output concat W_O + b_O", td, entries(f"{b}attn.output")),
-        Step("residual sum h + attention", td, entries(f"{b}ln1.input")),
+        Step("residual sum x + attention", td, entries(f"{b}ln1.input")),
         Step("LayerNorm 1", td, layer_norm("ln1")),
         Step("FFN hidden relu(x W_1 + b_1)", tf, entries(f"{b}ffn.pre", f"{b}ffn.hidden")),
         Step("FFN output hidden W_2 + b_2", td, entries(f"{b}ffn.output")),
@@ -254,6 +255,41 @@ def head_ablation(params: dict, cfg: TransformerConfig, X: np.ndarray, y: np.nda
     return HeadReport(accuracy(logits, y), acc, maps, focus, means)
 
 
+def most_focused(report: HeadReport) -> int:
+    """The head whose test-set mean map is the most focused, as a flat index ``layer * H + head``."""
+    return int(np.argmax(report.focus))
+
+
+def largest_drop(change: np.ndarray) -> int | None:
+    """The flat index of the head whose removal lowers the accuracy most, or None when removing no
+    single head lowers it (every change >= 0)."""
+    flat = np.ravel(change)
+    worst = int(np.argmin(flat))
+    return worst if flat[worst] < 0 else None
+
+
+FALLS_MOST, FALLS_LESS, NO_FALL = 0, 1, 2      # what removing the most focused head does to the accuracy
+
+
+def focused_head_outcome(report: HeadReport, mode: str = "zero") -> int:
+    """What removing the most focused head (:func:`most_focused`) does to the test accuracy:
+    :data:`FALLS_MOST` (it falls, and removing no other single head lowers it more),
+    :data:`FALLS_LESS` (it falls, but removing some other head lowers it more) or :data:`NO_FALL`."""
+    change = report.change(mode).ravel()
+    mine = change[most_focused(report)]
+    if mine >= 0:
+        return NO_FALL
+    return FALLS_MOST if mine <= change.min() else FALLS_LESS
+
+
+@functools.lru_cache(maxsize=1)
+def opening_model() -> tuple[Model, HeadReport]:
+    """The model the page "Inside a trained model" opens on (:func:`default_model`: 'sum', seed 0,
+    shipped with the app) and its :func:`head_ablation` report, computed once per process."""
+    model = default_model()
+    return model, head_ablation(model.params, model.cfg, model.data.X_test, model.data.y_test)
+
+
 def head_averaged_attention(cache: dict, layer: int, example: int) -> np.ndarray:
     """(T, T): the attention weights of ``layer`` for ``example``, averaged over the heads (as
     PyTorch's ``average_attn_weights=True``); ``cache`` from :func:`forward`."""
@@ -264,8 +300,8 @@ def head_averaged_attention(cache: dict, layer: int, example: int) -> np.ndarray
 # 3. pooling: the mean over positions, or one position read alone ([CLS]-style)
 # ----------------------------------------------------------------------------------------------
 def position_logits(cache: dict, params: dict, cfg: TransformerConfig) -> np.ndarray:
-    """(B, T, C): the classifier applied to each position's final hidden state alone,
-    ``h_t W + b`` (``classifier.W``, ``classifier.b``). Their mean over positions is the model's
+    """(B, T, C): the classifier applied to each position's vector after the last layer alone,
+    ``x_t W + b`` (``classifier.W``, ``classifier.b``). Their mean over positions is the model's
     logits (the classifier is linear, so mean pooling averages these)."""
     return cache[names.key(names.block(cfg.n_layers - 1), "resid_post")] @ params["classifier.W"] + params["classifier.b"]
 

@@ -44,7 +44,7 @@ def test_inside_model_page_in_browser(default_model, server):
             assert error_texts(page) == []
             body = page.locator(MAIN).inner_text()
             assert "(T, d_model) = (16, 32)" in body and "(T, d_ff) = (16, 64)" in body
-            assert "layer 2 input h" in body
+            assert "layer 2 input x" in body
             total, drawn = charts_drawn(page)
             assert total >= 10 and drawn == total, (total, drawn)
             assert _metric(page, "True label") == str(y[3])

@@ -197,7 +197,7 @@ def test_walkthrough_reads_every_number_from_the_cache():
             want = params[name] if name in params else cache[name] if name == "pos_embed" else cache[name][2]
             np.testing.assert_array_equal(value, want, err_msg=f"{step.name}: {name}")
     by = {s.name: s for s in steps}
-    assert list(by["residual sum h + attention"].arrays) == ["blocks.1.ln1.input"]
+    assert list(by["residual sum x + attention"].arrays) == ["blocks.1.ln1.input"]
     assert "blocks.1.resid_post" in by["LayerNorm 2"].arrays
     assert by["FFN hidden relu(x W_1 + b_1)"].shape == "(T, d_ff) = (6, 12)"
     assert by["attention weights"].shape == "(H, T, T) = (2, 6, 6)"

@@ -46,7 +46,7 @@ def test_every_walkthrough_step_follows_from_the_one_before(positional):
         _close(emb["pos_embed"], pe, "positions")
         _close(emb["blocks.0.resid_pre"], emb["token_embed"] + emb["pos_embed"], "embeddings + positions")
         h = emb["blocks.0.resid_pre"] if layer == 0 else h        # h: the previous layer's LayerNorm 2 output
-        _close(s[f"layer {layer + 1} input h"]["resid_pre"], h, "layer input")
+        _close(s[f"layer {layer + 1} input x"]["resid_pre"], h, "layer input")
         # attention, from h and the weights
         Q = (h @ p["attn.W_Q"] + p["attn.b_Q"]).reshape(T, H, dk).transpose(1, 0, 2)
         K = (h @ p["attn.W_K"] + p["attn.b_K"]).reshape(T, H, dk).transpose(1, 0, 2)
@@ -58,7 +58,7 @@ def test_every_walkthrough_step_follows_from_the_one_before(positional):
         attn_out = concat @ p["attn.W_O"] + p["attn.b_O"]
         _close(s["attention output concat W_O + b_O"]["attn.output"], attn_out, "attn_out")
         r1 = h + attn_out
-        _close(s["residual sum h + attention"]["ln1.input"], r1, "residual sum 1")
+        _close(s["residual sum x + attention"]["ln1.input"], r1, "residual sum 1")
         mu, rstd, xhat, out = _layer_norm(r1, p["ln1.g"], p["ln1.b"], eps)
         ln = s["LayerNorm 1"]
         for key, want in (("ln1.input", r1), ("ln1.mean", mu), ("ln1.std", 1 / rstd), ("ln1.normalized", xhat),

@@ -585,7 +585,7 @@ def layer_norm(x, g, b, eps):
 def test_inside_model_charts_are_the_named_cache_entries():
     """Layer 2 of test example 3: each walkthrough chart is the cache entry it names and the post-norm
     block's formula from the charts before it. Fails when the chart titled as LayerNorm 1's input
-    (r₁ = h + MHA(h)) draws its output, when any chart draws layer 1's or example 0's arrays, when the
+    (r₁ = x + MHA(x)) draws its output, when any chart draws layer 1's or example 0's arrays, when the
     heads' grid is another layer's, when the head's mean map is another head's, or when a gain, bias
     or the pooled vector is another's."""
     import test_page_inside_model as inside_page
@@ -602,16 +602,16 @@ def test_inside_model_charts_are_the_named_cache_entries():
     par = lambda name: p[f"blocks.1.{name}"]               # noqa: E731
     tol = dict(rtol=1e-6, atol=1e-6)                      # the model's own float32 arithmetic
     maps = heatmaps(at)
-    np.testing.assert_allclose(maps["token embeddings E[x_t]"], p["embed"][tokens], **tol)
-    np.testing.assert_allclose(maps["E[x_t] + PE_t"], p["embed"][tokens] + sinusoid(len(tokens), m.cfg.d_model),
+    np.testing.assert_allclose(maps["token embeddings E[tok_t]"], p["embed"][tokens], **tol)
+    np.testing.assert_allclose(maps["E[tok_t] + PE_t"], p["embed"][tokens] + sinusoid(len(tokens), m.cfg.d_model),
                                rtol=1e-5, atol=1e-5)
     h = blk("resid_pre")
     np.testing.assert_allclose(h, c["blocks.0.resid_post"], **tol)            # layer 2 reads layer 1's output
     np.testing.assert_allclose(maps["concat"], blk("attn.concat"), **tol)
-    np.testing.assert_allclose(maps["MHA(h)"], blk("attn.concat") @ par("attn.W_O") + par("attn.b_O"), **tol)
+    np.testing.assert_allclose(maps["MHA(x)"], blk("attn.concat") @ par("attn.W_O") + par("attn.b_O"), **tol)
     r1 = h + blk("attn.output")
     x = layer_norm(r1, par("ln1.g"), par("ln1.b"), eps)
-    np.testing.assert_allclose(maps["r₁ = h + MHA(h)"], r1, **tol)
+    np.testing.assert_allclose(maps["r₁ = x + MHA(x)"], r1, **tol)
     np.testing.assert_allclose(maps["LN₁(r₁)"], x, rtol=1e-5, atol=1e-5)
     assert np.abs(r1 - x).max() > 0.1                                           # input and output differ
     hidden = np.maximum(x @ par("ffn.W_1") + par("ffn.b_1"), 0)

@@ -9,8 +9,10 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from core.lessons import inside
+from core.lessons.questions import inside_model as questions
 from core.model import multi_head, transformer
 from core.training.runs import RunSpec
+from page_support import answer_everything, answer_question
 from ui.trainer import Trainer
 
 SIZES, STEPS = (200, 40, 60), 20
@@ -27,12 +29,14 @@ def report(task="sum", seed=0) -> inside.HeadReport:
     return inside.head_ablation(m.params, m.cfg, m.data.X_test, m.data.y_test)
 
 
-def page(link=None) -> AppTest:
+def page(link=None, *, answered=True) -> AppTest:
     at = AppTest.from_file("../../views/inside_model.py", default_timeout=120)
     at.session_state["inside_model.data_sizes"] = SIZES
     at.session_state["inside_model.steps"] = STEPS
     for name, value in (link or {}).items():
         at.query_params[name] = value
+    if answered:
+        answer_everything(at)
     return at.run()
 
 
@@ -166,3 +170,75 @@ def test_asking_for_a_trained_run_without_one_says_so():
 def test_out_of_range_links_fall_back(link):
     at = page(link)
     assert not at.exception and not at.error
+
+
+# ----------------------------------------------------------------------------------------------
+# the opening question, and the sentences that follow the measured numbers
+# ----------------------------------------------------------------------------------------------
+def outcome_from_table(table) -> int:
+    """What removing the most focused head did, read from the page's ablation table: 0 the largest
+    drop of any head, 1 a drop but another head's is larger, 2 no drop."""
+    change = table["change"].to_numpy()
+    mine = change[int(np.argmax(table["focus of its mean map"].to_numpy()))]
+    return 2 if mine >= 0 else 0 if mine <= change.min() else 1
+
+
+def caption_with(at, start):
+    found = [c.value for c in at.caption if c.value.startswith(start)]
+    assert len(found) == 1, start
+    return found[0]
+
+
+def test_the_opening_question_locks_head_removal_and_its_answer_is_the_default_models():
+    """On the model the page opens on (the shipped one): before the answer, heads cannot be removed
+    and no change in accuracy is shown; after it, the page's own table says what the answer says
+    about the head the question names."""
+    at = AppTest.from_file("../../views/inside_model.py", default_timeout=120).run()
+    assert not at.exception and not at.error
+    assert at.multiselect(key="inside_model.remove_heads").disabled
+    (table,) = frames(at, "head")
+    assert list(table.columns) == ["head", "focus of its mean map"]
+    assert not any(m.label.startswith(("Removing", "Test accuracy with")) for m in at.metric)
+    assert not any("Change in test accuracy" in md.value for md in at.markdown)      # the bar chart's title
+    answer_question(at, questions.STRIKING, questions.STRIKING.options[questions.STRIKING.answer])
+    assert not at.multiselect(key="inside_model.remove_heads").disabled
+    (table,) = frames(at, "head")
+    focused = table["head"].iloc[int(np.argmax(table["focus of its mean map"]))]
+    assert f"head {focused} has the most focused" in questions.STRIKING.prompt
+    assert outcome_from_table(table) == questions.STRIKING.answer
+    # removing that head alone gives the change the table shows
+    at.multiselect(key="inside_model.remove_heads").set_value([focused]).run()
+    change = table.set_index("head").loc[focused, "change"]
+    assert metric(at, "Test accuracy with 1 head(s) removed (zero)").delta == f"{change:+.3f}"
+
+
+@pytest.mark.parametrize("seed, says", [
+    (7, "and removing no single head lowers the accuracy."),       # every change >= 0
+    (4, "the largest drop of any single head."),                   # the most focused head is the worst
+    (0, "while the largest drop comes from removing"),              # it changes nothing; another drops
+])
+def test_the_largest_drop_is_named_only_when_there_is_one(seed, says):
+    at = page({"seed": str(seed)})
+    (table,) = frames(at, "head")
+    sentence = caption_with(at, "Focus = 1")
+    assert says in sentence
+    change = table["change"].to_numpy()
+    if change.min() < 0:
+        assert "largest drop" in sentence
+        worst = table["head"].iloc[int(np.argmin(change))]
+        assert outcome_from_table(table) == 0 or f"removing {worst} ({change.min():+.3f})" in sentence
+    else:
+        assert "largest drop" not in sentence
+
+
+def test_the_layernorm_question_is_what_its_table_shows():
+    """The answer ("a hair under 1") is the standard deviation of x-hat in the LayerNorm table of the
+    example the page opens on; the caption says it only once the question is answered."""
+    at = AppTest.from_file("../../views/inside_model.py", default_timeout=120).run()
+    ln1 = frames(at, "token")[0]
+    std = ln1["std of x-hat"].to_numpy()
+    side = 1 if np.all(std < 1) and std.min() > 0.99 else None
+    assert side == questions.LAYERNORM.answer
+    assert not any("a hair under 1" in c.value for c in at.caption)
+    answer_question(at, questions.LAYERNORM, questions.LAYERNORM.options[questions.LAYERNORM.answer])
+    assert any("a hair under 1" in c.value for c in at.caption)

@@ -17,7 +17,7 @@ from page_support import heatmaps, table_named
 def test_inside_model_layernorm_tables_describe_the_residual_sum():
     """Fails when the walkthrough's LayerNorm step shows the LayerNorm's output as its input, or when
     the residual sum drops the residual: the table's "before" columns must be the statistics of
-    ``h + MHA(h)`` (LayerNorm 1) and ``x + FFN(x)`` (LayerNorm 2), taken from the cache's sublayer
+    ``x + MHA(x)`` (LayerNorm 1) and ``x + FFN(x)`` (LayerNorm 2), taken from the cache's sublayer
     outputs here."""
     at = inside_page.page()
     assert not at.exception and not at.error
@@ -41,7 +41,7 @@ def test_inside_model_heatmaps_follow_the_block_formulas():
     """Fails when a walkthrough chart draws another array than its title names (LayerNorm 1's output
     as the residual sum r1, or the FFN's input as its output) or when a residual sum drops the
     residual: each chart is recomputed here from the charts before it, the embeddings and the
-    parameters, following the post-norm block r1 = h + MHA(h), x = LN1(r1), r2 = x + FFN(x)."""
+    parameters, following the post-norm block r1 = x + MHA(x), x = LN1(r1), r2 = x + FFN(x)."""
     at = inside_page.page()
     at.slider(key="inside_model.layer").set_value(2).run()
     assert not at.exception and not at.error
@@ -49,13 +49,13 @@ def test_inside_model_heatmaps_follow_the_block_formulas():
     p = {name.removeprefix("blocks.1."): value for name, value in m.params.items() if name.startswith("blocks.1.")}
     eps, maps = m.cfg.ln_eps, heatmaps(at)
     tokens = m.data.X_test[example]
-    np.testing.assert_allclose(maps["token embeddings E[x_t]"], m.params["embed"][tokens], atol=1e-6)
-    np.testing.assert_allclose(maps["E[x_t] + PE_t"], m.params["embed"][tokens] + reference.sinusoidal(
+    np.testing.assert_allclose(maps["token embeddings E[tok_t]"], m.params["embed"][tokens], atol=1e-6)
+    np.testing.assert_allclose(maps["E[tok_t] + PE_t"], m.params["embed"][tokens] + reference.sinusoidal(
         len(tokens), m.cfg.d_model), atol=1e-5)
     h = inside_page.cache_of(m, example)["blocks.1.resid_pre"][0]    # layer 2's input: layer 1's output
-    r1 = maps["r₁ = h + MHA(h)"]
-    np.testing.assert_allclose(r1, h + maps["MHA(h)"], atol=1e-5)
-    np.testing.assert_allclose(maps["MHA(h)"], maps["concat"] @ p["attn.W_O"] + p["attn.b_O"], atol=1e-5)
+    r1 = maps["r₁ = x + MHA(x)"]
+    np.testing.assert_allclose(r1, h + maps["MHA(x)"], atol=1e-5)
+    np.testing.assert_allclose(maps["MHA(x)"], maps["concat"] @ p["attn.W_O"] + p["attn.b_O"], atol=1e-5)
     x = maps["LN₁(r₁)"]
     np.testing.assert_allclose(x, _layer_norm(r1, p["ln1.g"], p["ln1.b"], eps), atol=1e-4)
     hidden = maps["relu(x W₁ + b₁)"]

@@ -148,8 +148,9 @@ def induction_seed_shown(at: AppTest) -> bool:
     return at.number_input(key="induction.seed").value == 7
 
 
-# "Inside a trained model": heads removed from the default model (the server's, shared), then the
-# training page's finished run taken apart
+# "Inside a trained model": its opening question answered (which opens the removal of heads), heads
+# removed from the default model (the server's, shared), then the training page's finished run
+# taken apart
 def finished_encoder_run() -> Trainer:
     trainer = Trainer()
     trainer.start(RunSpec(task="sum", n_layers=1, d_model=16, n_heads=2, steps=5, n_train=200, n_val=40, n_test=60))
@@ -159,6 +160,10 @@ def finished_encoder_run() -> Trainer:
 
 
 def take_apart(at: AppTest) -> None:
+    from core.lessons import questions
+
+    opening = questions.opening("inside_model")
+    answer_question(at, opening, opening.options[opening.answer])
     at.multiselect(key="inside_model.remove_heads").set_value(["L1H1", "L2H3"]).run()
     at.radio(key="inside_model.mode").set_value("mean").run()
     at.session_state["training.trainer"] = finished_encoder_run()   # what "Train an encoder" keeps
