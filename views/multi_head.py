@@ -5,10 +5,10 @@ import streamlit as st
 
 from core import masks
 from core.lessons import analysis
-from core.lessons import heads
+from core.lessons import heads, questions
 from core.attention import attention, scores
 from core.limits import MAX_D_K, MAX_HEADS, MAX_MATRIX_ENTRY, MAX_TOKENS
-from ui import charts, state
+from ui import charts, lesson, state
 from core.kernels.dispatch import lesson_recording
 from ui.widgets import chosen_backend, chosen_dtype, ensure_kernels, kernel_source
 
@@ -29,8 +29,19 @@ ss = st.session_state
 st.title("Multi-head attention, set by hand")
 ensure_kernels("attention_with_weights", "scaled_scores")
 state.restore(PAGE, SPEC)
+lesson.header(PAGE)
+unlocked = lesson.predict(PAGE)
 st.latex(r"A_h = \mathrm{softmax}\!\left(\frac{Q_h K_h^\top}{\sqrt{d_k}} + M\right), \quad h = 1..H, "
          r"\qquad M \text{ shared by every head}")
+st.markdown("Each head's queries and keys are set by a recipe (below each head's box) instead of being "
+            "learned. **Attention itself has no notion of order**: computed from the tokens' vectors alone, "
+            "a head's weights are only reordered when the tokens are. The previous-token, self and "
+            "nearby-window recipes are *given* each token's position by hand: they write the index t into "
+            "its query and key (a point at angle 2πt/T on a circle, or t itself), and that alone is how they "
+            "find the token before, or themselves. In a trained model nobody writes t in: it comes from the "
+            "positional encoding added to the input. The first-token recipe is a content head instead: it "
+            "looks for a feature that only token 1's key carries.")
+lesson.link("positional", label="Positional encoding: where a model gets positions from")
 
 # 1. sizes and the shared mask
 c = st.columns(4)
@@ -51,6 +62,7 @@ for h in range(1, H + 1):
                             format_func=lambda p: heads.PRESETS[p].label)
         st.slider(f"gain of head {h}", 0.0, 10.0, step=0.5, key=k(f"g{h}"),
                   disabled=name in ("uniform", "custom"))
+        st.caption(heads.PRESETS[name].description)
         try:
             if name == "custom":
                 zero, cols = np.zeros((T, d_k)), [f"f{j + 1}" for j in range(d_k)]
@@ -66,6 +78,8 @@ for h in range(1, H + 1):
         except ValueError as err:
             st.warning(f"Head {h}: {err} It uses zero queries and keys instead.")
 active = ["T", "d_k", "H", "causal", "open", "row"] + [f"{p}{h}" for h in range(1, H + 1) for p in "pgqk"]
+told = [h for h in range(1, H + 1) if ss[k(f"p{h}")] in heads.POSITIONAL_PRESETS]
+st.markdown(f"Heads given each token's position by hand here: **{', '.join(map(str, told)) or 'none'}**.")
 
 # 3. all heads at once, on one colour scale
 mask = masks.causal(T) if ss[k("causal")] else None
@@ -80,7 +94,10 @@ except ValueError as err:
     st.error(str(err))
     st.stop()
 titles = [f"Head {h + 1}: {heads.PRESETS[ss[k(f'p{h + 1}')]].label}" for h in range(H)]
-st.vega_lite_chart(charts.heatmap_grid(list(A), labels, labels, titles, annotate=T <= 8))
+if unlocked:
+    st.vega_lite_chart(charts.heatmap_grid(list(A), labels, labels, titles, annotate=T <= 8))
+else:
+    st.info("The heads' maps appear once you have answered the question at the top.")
 
 # 4. one head opened up
 st.subheader("Open one head")
@@ -89,9 +106,12 @@ if ss[k("open")] > H:
 if ss[k("row")] > T:
     state.settle(PAGE, "row", T, f"there are {T} tokens, so the last query row is {T}.")
 c = st.columns(2)
-c[0].selectbox("Head", list(range(1, H + 1)), key=k("open"), format_func=lambda h: titles[h - 1])
-c[1].slider("Query row t (its impulse response)", 1, T, key=k("row"))
+c[0].selectbox("Head", list(range(1, H + 1)), key=k("open"), format_func=lambda h: titles[h - 1],
+               disabled=not unlocked)
+c[1].slider("Query row t (its impulse response)", 1, T, key=k("row"), disabled=not unlocked)
 state.publish(PAGE, SPEC, active, extra)
+if not unlocked:
+    st.stop()
 h, t = int(ss[k("open")]), int(ss[k("row")])
 preset = ss[k(f"p{h}")]
 c = st.columns(3)
@@ -126,6 +146,7 @@ table = pd.DataFrame({"t": np.arange(1, T + 1), "ceiling (bits)": ceiling})
 for i in range(H):
     table[f"head {i + 1}"] = analysis.row_entropy_bits(A[i])
 st.dataframe(table.round(6), hide_index=True)
+lesson.ask(questions.by_key("multi_head.copied_heads"))
 st.subheader("One wide head or H narrow ones")
 st.latex(r"\underbrace{2 T^2 d_\text{model}}_{\text{one head of width } d_\text{model}} \;=\; "
          r"\underbrace{H \cdot 2 T^2 \tfrac{d_\text{model}}{H}}_{H \text{ heads of width } d_\text{model}/H}")

@@ -269,6 +269,10 @@ PRESETS: dict[str, HeadPreset] = {
 # The lesson's four heads, in its order (heads 1..4).
 LESSON_HEADS = ("first_token", "previous_token", "self", "uniform")
 
+# The presets that are told each token's position by hand: their recipes write the index t into
+# the queries and keys (attention itself has no notion of order).
+POSITIONAL_PRESETS = ("previous_token", "self", "nearby")
+
 
 def build_head(name: str, T: int, d_k: int = 2, gain: float = DEFAULT_GAIN) -> tuple[np.ndarray, np.ndarray]:
     """``(Q, K)`` of the preset called ``name`` (a key of ``PRESETS``)."""

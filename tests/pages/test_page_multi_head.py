@@ -1,15 +1,17 @@
 """The multi-head page through AppTest: the lesson's four heads on screen, widgets, links, custom heads."""
 import json
+import re
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from core.lessons import analysis
-from core.lessons import heads
+from core.lessons import heads, questions
+from core.lessons.questions.multi_head import PREVIOUS_HEAD, QUERY_T
 from core.kernels import reference as ref
 
-from page_support import open_page
+from page_support import answer_question, charts, open_page
 
 PAGE = str(Path(__file__).resolve().parents[2] / "views" / "multi_head.py")
 
@@ -218,3 +220,84 @@ def test_the_nearby_window_head_attends_to_the_tokens_around_the_query():
     narrow = at.slider(key="multi_head.g1").set_value(9.0).run()
     row9 = table_headed(narrow, "impulse response").iloc[0, 1:].to_numpy(float)
     assert row9[3] > row[3] and row9[2] < row[2]                                    # a larger gain: narrower
+
+
+# --- predict, then see: where the previous-token head looks; heads told positions by hand ----------
+
+
+def grids(at):
+    return [c for c in charts(at) if c.kind == "grid"]
+
+
+def test_opening_one_head_waits_for_the_opening_question():
+    """Before the answer: the head and row controls are disabled and no map is drawn; after it, the
+    grid of every head's map is there and the controls move the opened row."""
+    q = questions.opening("multi_head")
+    at = open_page(PAGE, answered=False)
+    assert not at.exception
+    assert at.selectbox(key="multi_head.open").disabled and at.slider(key="multi_head.row").disabled
+    assert grids(at) == [] and "Row 4 of head 4" not in markdown(at)
+    assert any("answered the question" in i.value for i in at.info)
+    answer_question(at, q, q.options[q.answer])
+    assert not at.selectbox(key="multi_head.open").disabled and not at.slider(key="multi_head.row").disabled
+    assert len(grids(at)) == 1
+    at.selectbox(key="multi_head.open").set_value(2)
+    at.slider(key="multi_head.row").set_value(5).run()
+    check_heads(at, open_head=2, row=5)
+
+
+def shown_row(at, head, t):
+    """The weights of row ``t`` of head ``head`` as the page prints them."""
+    found = re.search(rf"Row {t} of head {head}: `\[([^\]]*)\]`", markdown(at))
+    return np.array([float(w) for w in found[1].split(",")])
+
+
+def test_the_opening_answer_is_the_row_the_page_shows():
+    """The option marked right is where row t of the previous-token head puts most of its weight,
+    read off the page once the head is opened at that row."""
+    q = questions.opening("multi_head")
+    at = run(open=str(PREVIOUS_HEAD), row=str(QUERY_T))
+    check_heads(at, open_head=PREVIOUS_HEAD, row=QUERY_T)
+    row = shown_row(at, PREVIOUS_HEAD, QUERY_T)
+    t = QUERY_T
+    if np.allclose(row[:t], 1 / t, atol=1e-4):
+        shown = f"Positions 1 to {t} equally"
+    else:
+        shown = f"Position {int(np.argmax(row)) + 1}, "            # counted from 1, as the options are
+    assert q.options[q.answer].startswith(shown)
+    assert row[t - 2] > 0.5 and row[t:].sum() == 0                 # most of the weight, nothing later
+
+
+@pytest.mark.parametrize("link, told", [
+    ({}, "2, 3"),                                        # the lesson's previous-token and self heads
+    ({"p2": "uniform"}, "3"),
+    ({"p1": "nearby", "p3": "first_token"}, "1, 2"),
+    ({"H": "8", "p6": "two_positions"}, "2, 3, 7"),      # heads 5..8 repeat the four; 6 is no longer positional
+    ({"p2": "first_token", "p3": "custom"}, "none"),
+])
+def test_the_page_names_the_heads_given_positions_by_hand(link, told):
+    at = run(**link)
+    assert not at.exception
+    assert f"Heads given each token's position by hand here: **{told}**" in markdown(at)
+
+
+def test_the_page_says_positions_are_written_in_by_hand_and_links_the_positional_page(page):
+    text = " ".join(markdown(page).split())
+    assert "Attention itself has no notion of order" in text
+    assert "*given* each token's position by hand" in text
+    links = {link.proto.label: link.proto.page for link in page.get("page_link")}
+    assert links["Positional encoding: where a model gets positions from"] == "positional"   # beside the text
+
+
+def test_copied_heads_output_what_they_copy():
+    """The copied-heads question's answer, on the page: with H = 8, heads 5 to 8 have the same
+    weights, row for row, as heads 1 to 4."""
+    q = questions.by_key("multi_head.copied_heads")
+    at = run(H="8")
+    A = check_heads(at, H=8)
+    table = table_headed(at, "t")
+    for h in range(1, 5):
+        np.testing.assert_array_equal(table[f"head {h + 4}"], table[f"head {h}"])
+    np.testing.assert_array_equal(A[4:], A[:4])
+    assert q.options[q.answer].startswith("Exactly what heads 1 to 4 output")
+    assert not np.allclose(A[0], A[1])                             # and the four differ among themselves
