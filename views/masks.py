@@ -24,8 +24,8 @@ k = lambda name: state.key(PAGE, name)  # noqa: E731
 st.title("Masks and cross-attention")
 ensure_kernels("sinusoidal", "project_heads", "attention_with_weights", "merge_heads_project")
 state.restore(PAGE, SPEC)
-lesson.header(PAGE)
-unlocked = lesson.predict(PAGE)
+lesson.header("masks")
+unlocked = lesson.predict("masks")
 ask = {p.key.split(".", 1)[1]: p for p in questions.of_page(PAGE)}
 st.markdown("A mask decides which keys each query may see; cross-attention lets one sequence read "
             "another. All weights below come from our kernels, with fixed seeded inputs and weights. "

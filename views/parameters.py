@@ -6,20 +6,25 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from core.lessons import analysis, heads, param_counts
+from core.lessons import analysis, heads, param_counts, questions
+from core.lessons.questions import parameters as EX
 from core.limits import MAX_D_MODEL, MAX_TOKENS
-from ui import charts, state
+from ui import charts, lesson, state
 
 
 PAGE = "parameters"
 PRESET_LABELS = {"custom": "Custom (the sizes above)"} | {k: s.name for k, s in param_counts.MODEL_PRESETS.items()}
+# Exercise 5 keeps d_k and grows H; it leaves open what happens to d_model, so it has two readings.
+# The third choice keeps d_model and lets d_k shrink (exercise 2's way).
+KEEPING = {"d_k": "d_k, and d_model = H·d_k grows", "both": "d_k and d_model: the heads outgrow d_model",
+           "d_model": "d_model, and d_k = d_model/H shrinks"}
 # The sizes and the preset, kept in the page's address so a link reopens this exact configuration.
 SPEC = {"d_model": state.int_field(64, 8, MAX_D_MODEL), "heads": state.int_field(8, 1, 64),
         "d_ff": state.int_field(4 * 64, 8, 4 * MAX_D_MODEL), "layers": state.int_field(6, 1, 48),
         "vocab": state.int_field(10_000, 1, 1_000_000), "T": state.int_field(128, 1, 4096),
         "bias": state.bool_field(False), "preset": state.choice_field("custom", tuple(PRESET_LABELS)),
         "ff_auto": state.bool_field(True),
-        "keep": state.choice_field("d_k", analysis.GROW_KEEPING), "h0": state.int_field(8, 1, 64),
+        "keep": state.choice_field("d_k", tuple(KEEPING)), "h0": state.int_field(8, 1, 64),
         "h1": state.int_field(16, 1, 64), "dk0": state.int_field(64, 1, 512),
         # the whole model's choices; their defaults are the preset's own (see whole_model_spec)
         "arch": state.choice_field("encoder-only", param_counts.ARCHITECTURES),
@@ -73,15 +78,19 @@ if (first_run and ss[key("d_ff")] not in (SPEC["d_ff"].default, auto_ff)) or \
 if ss[key("ff_auto")]:
     ss[key("d_ff")] = auto_ff
 ss[key("ff_written")] = ss[key("d_ff")]
+lesson.header("parameters")
+unlocked = lesson.predict("parameters")
 st.markdown(
     "Count the numbers a Transformer has to learn. Pick the sizes below; every count on this page is "
     "plain arithmetic on shapes (no kernel runs here)."
 )
 with st.expander("What to look for"):
     st.markdown(
-        "- The number of heads **H** never enters the attention count: more heads are narrower heads.\n"
-        "- One wide head and H narrow heads cost the same to score; the narrow ones give H separate patterns.\n"
-        "- In a block, the feed-forward network holds about twice the weights of attention (with d_ff = 4·d_model).\n"
+        "- Change **H** at a fixed d_model: what moves, the attention count or d_k?\n"
+        "- At a fixed d_model, one wide head and H narrow heads cost the same to score; the narrow ones "
+        "give H separate patterns.\n"
+        "- Exercise 5 keeps d_k and grows H: the count then depends on whether d_model grows too.\n"
+        "- In a block with d_ff = 4·d_model, the feed-forward network holds about twice the weights of attention.\n"
         "- In a whole model, the embedding table can rival the layers."
     )
 
@@ -89,7 +98,8 @@ with st.expander("What to look for"):
 c1, c2, c3 = st.columns(3)
 d_model = c1.slider("d_model", 8, MAX_D_MODEL, step=8, key=key("d_model"),
                     help=f"Model width (at most {MAX_D_MODEL} on this page).")
-n_heads = state.whole_number_input(c2, "Heads H", 1, 64, key=key("heads"), help="Must divide d_model.")
+n_heads = state.whole_number_input(c2, "Heads H", 1, 64, key=key("heads"), disabled=not unlocked,
+                                   help="Must divide d_model." + ("" if unlocked else " Answer the question at the top first."))
 d_ff = c3.slider("d_ff (feed-forward width)", 8, 4 * MAX_D_MODEL, step=8, key=key("d_ff"),
                  help="Starts at 4·d_model, the original Transformer's ratio, and follows d_model until you move it.")
 c3.checkbox("d_ff = 4·d_model", key=key("ff_auto"), help="Untick to set d_ff yourself; tick to follow d_model again.")
@@ -112,9 +122,13 @@ except ValueError as err:
 d_k = d_model // int(n_heads)
 
 # 2. one multi-head attention block --------------------------------------------------------------
-st.header("Multi-head attention: 4·d_model²")
+# The formulas follow the Biases box, as the counts do.
+st.header("Multi-head attention: 4·d_model²" + (" + 4·d_model" if bias else ""))
 st.latex(r"\underbrace{3\,d_{\text{model}}^2}_{W_Q,\,W_K,\,W_V} + \underbrace{d_{\text{model}}^2}_{W_O}"
-         r" \;(+\,4\,d_{\text{model}} \text{ biases}) \quad\text{with } d_k = d_v = d_{\text{model}}/H")
+         + (r" + \underbrace{4\,d_{\text{model}}}_{b_Q,\,b_K,\,b_V,\,b_O}" if bias else "")
+         + r" \quad\text{with } d_k = d_v = d_{\text{model}}/H")
+st.caption("With biases: b_Q, b_K, b_V (d_k numbers per head, d_model in all for each) and b_O (d_model)."
+           if bias else "Weights only. Tick *Biases on the projections* to add b_Q, b_K, b_V and b_O: 4·d_model more.")
 size = lambda prefix: sum(math.prod(s) for name, s in shapes.items() if name.startswith(prefix))
 table = pd.DataFrame(
     [(f"W_{p}", f"{int(n_heads)} heads × ({d_model} × {d_k})" if p != "O" else f"({int(n_heads) * d_k} × {d_model})",
@@ -123,7 +137,8 @@ table = pd.DataFrame(
 st.dataframe(table, hide_index=True, column_config={"weights": COUNT, "biases": COUNT})
 built = sum(np.zeros(s).size for s in shapes.values())   # allocate every array and count its entries
 st.metric("Attention parameters", f"{mha:,}",
-          help="4·d_model² (+ 4·d_model): the sum of the table, and of the sizes of the arrays themselves.")
+          help=f"4·d_model²{' + 4·d_model' if bias else ''}: the sum of the table, and of the sizes of the "
+               "arrays themselves.")
 st.caption(f"Check: allocating every weight array with these shapes gives {built:,} numbers "
            f"({'equal to' if built == mha else 'DIFFERENT from'} 4·{d_model}²{' + 4·' + str(d_model) if bias else ''}).")
 
@@ -169,17 +184,29 @@ st.caption("Head 1 (self, on the circle code) owns columns 1–2, head 2 (unifor
            "one product X·W_Q computes every head's queries at once.")
 
 # 3. every H that divides d_model -----------------------------------------------------------------
-st.subheader("Change H, keep d_model: d_k moves, the count does not")
-divisors = [h for h in range(1, d_model + 1) if d_model % h == 0 and h <= 64]
-sweep = pd.DataFrame({"H": divisors, "d_k": [d_model // h for h in divisors],
-                      "parameters": [param_counts.mha_param_count(d_model, h, bias) for h in divisors]})
-left, right = st.columns([1, 2])
-left.dataframe(sweep, hide_index=True, height=260, column_config={"parameters": COUNT})
-long = sweep.melt(id_vars="H", value_vars=["d_k", "parameters"], var_name="quantity")
-right.vega_lite_chart(charts.lines(long[long.quantity == "d_k"], "H", "value", title="d_k = d_model / H",
-                                y_title="d_k", points=True), width="stretch")
-right.vega_lite_chart(charts.lines(long[long.quantity == "parameters"], "H", "value", title="parameters (flat)",
-                                y_title="parameters", points=True), width="stretch")
+st.subheader("Change H, keep d_model")
+if not unlocked:
+    st.info("Answer the question at the top first: this table gives its answer away.")
+else:
+    divisors = [h for h in range(1, d_model + 1) if d_model % h == 0 and h <= 64]
+    sweep = pd.DataFrame({"H": divisors, "d_k": [d_model // h for h in divisors],
+                          "parameters": [param_counts.mha_param_count(d_model, h, bias) for h in divisors]})
+    left, right = st.columns([1, 2])
+    left.dataframe(sweep, hide_index=True, height=260, column_config={"parameters": COUNT})
+    long = sweep.melt(id_vars="H", value_vars=["d_k", "parameters"], var_name="quantity")
+    right.vega_lite_chart(charts.lines(long[long.quantity == "d_k"], "H", "value", title="d_k = d_model / H",
+                                    y_title="d_k", points=True), width="stretch")
+    right.vega_lite_chart(charts.lines(long[long.quantity == "parameters"], "H", "value",
+                                    title="parameters (flat)", y_title="parameters", points=True),
+                          width="stretch")
+    counts = sweep["parameters"].unique()
+    st.caption(f"At d_model = {d_model}, every one of the {len(divisors)} head counts gives {counts[0]:,} "
+               f"parameters; only d_k moves, from {sweep.d_k.max()} down to {sweep.d_k.min()}."
+               if len(counts) == 1 else
+               f"At d_model = {d_model} the counts differ with H: from {counts.min():,} to {counts.max():,}.")
+ask = {p.key.split(".", 1)[1]: p for p in questions.of_page(PAGE)}
+lesson.ask(ask["head_width"])
+lesson.ask(ask["params_384"])
 
 # 4. score FLOPs ----------------------------------------------------------------------------------
 st.subheader("Scoring cost: one wide head against H narrow ones")
@@ -188,24 +215,43 @@ cost = analysis.wide_vs_narrow_score_flops(T, d_model, int(n_heads))
 f1, f2 = st.columns(2)
 f1.metric("One head of width d_model", f"{cost.one_wide_head:,} FLOPs")
 f2.metric(f"{cost.n_heads} heads of width {cost.d_k}", f"{cost.narrow_heads:,} FLOPs")
-st.caption("Same arithmetic; the narrow heads buy H attention patterns, each with a score matrix of rank at most d_k.")
+st.caption("At a fixed d_model: the same arithmetic; the narrow heads buy H attention patterns, each with a "
+           "score matrix of rank at most d_k.")
+lesson.ask(ask["more_heads"])
 
-# 4b. exercise 5: grow H keeping d_k (or d_model) --------------------------------------------------
-st.subheader("Grow H: keep d_k fixed, or keep d_model fixed")
-st.markdown("The lesson's exercise 5: d_model = 512 with H = 8 gives d_k = 64. Keep **d_k = 64** and grow "
-            "**H to 16**: d_model = H·d_k grows with H. Switch to *keep d_model* to see the other way.")
+# 4b. exercise 5: grow H keeping d_k; two readings, and the third way (keep d_model) ------------------
+st.subheader("Grow H: exercise 5 has two readings")
+ex_before = param_counts.mha_param_count(EX.EX5_D_MODEL, EX.EX5_HEADS)
+ex_wide = EX.EX5_MORE_HEADS * EX.EX5_D_K                                # the 16 heads' concatenation
+ex_grown = param_counts.mha_param_count(ex_wide, EX.EX5_MORE_HEADS)
+ex_kept = param_counts.mha_param_count_of_width(EX.EX5_D_MODEL, EX.EX5_MORE_HEADS, EX.EX5_D_K)
+st.markdown(
+    f"The lesson's exercise 5: d_model = {EX.EX5_D_MODEL} with H = {EX.EX5_HEADS} gives d_k = "
+    f"{EX.EX5_D_MODEL // EX.EX5_HEADS} and {ex_before:,} weights. Keep **d_k = {EX.EX5_D_K}** and grow **H to "
+    f"{EX.EX5_MORE_HEADS}**: how does the count change? The exercise does not say what happens to d_model, "
+    "and each reading has its own answer (weights only):\n"
+    f"- **(a) d_model grows with H**: d_model = H·d_k = {ex_wide}, so 4·{ex_wide}² = **{ex_grown:,}**, "
+    f"×{ex_grown / ex_before:g}. This is how models are widened.\n"
+    f"- **(b) d_model stays {EX.EX5_D_MODEL}**: the heads' concatenation is H·d_k = {ex_wide} wide, so W_Q, W_K "
+    f"and W_V are {EX.EX5_D_MODEL} × {ex_wide} and W_O {ex_wide} × {EX.EX5_D_MODEL}: 4·{EX.EX5_D_MODEL}·{ex_wide} "
+    f"= **{ex_kept:,}**, ×{ex_kept / ex_before:g}. Here d_k = d_model / H no longer holds.\n\n"
+    "Choose a reading below, or the third way (keep d_model and let d_k shrink), and try other numbers.")
 g = st.columns(4)
-keep = g[0].radio("Keep fixed", analysis.GROW_KEEPING, key=key("keep"), horizontal=True,
-                  format_func={"d_k": "d_k (d_model = H·d_k grows)", "d_model": "d_model (d_k = d_model/H shrinks)"}.get)
+keep = g[0].radio("Keep fixed", tuple(KEEPING), key=key("keep"), format_func=KEEPING.get)
 h0 = state.whole_number_input(g[1], "H before", 1, 64, key=key("h0"))
 h1 = state.whole_number_input(g[2], "H after", 1, 64, key=key("h1"))
 dk0 = state.whole_number_input(g[3], "d_k before", 1, 512, key=key("dk0"), help="So d_model before = H before · d_k.")
 try:
-    before, after = analysis.grow_heads(int(h0), int(h1), int(dk0), T, keep=keep, bias=bias)
+    before, after = analysis.grow_heads(int(h0), int(h1), int(dk0), T, keep="d_k" if keep == "both" else keep,
+                                        bias=bias)
+    if keep == "both":       # reading (b): the heads keep d_k, d_model stays; only the count differs from (a)
+        after = dataclasses.replace(after, d_model=before.d_model, parameters=param_counts.mha_param_count_of_width(
+            before.d_model, int(h1), int(dk0), bias))
 except ValueError as err:
     st.error(f"Keeping d_model fixed: {err}")
 else:
     rows = [("H", before.n_heads, after.n_heads), ("d_k", before.d_k, after.d_k),
+            ("H·d_k (the heads together)", before.n_heads * before.d_k, after.n_heads * after.d_k),
             ("d_model", before.d_model, after.d_model), ("attention parameters", before.parameters, after.parameters),
             (f"score FLOPs at T = {T}", before.score_flops, after.score_flops)]
     st.dataframe(pd.DataFrame([(n, a, b, b / a) for n, a, b in rows],
@@ -217,15 +263,47 @@ else:
               delta=f"×{after.parameters / before.parameters:g} (was {before.parameters:,})", delta_color="off")
     e2.metric("Score FLOPs after", f"{after.score_flops:,}",
               delta=f"×{after.score_flops / before.score_flops:g} (was {before.score_flops:,})", delta_color="off")
-    st.caption("Keeping d_k: parameters grow as (H₁/H₀)², score FLOPs as H₁/H₀, and every head keeps its "
-               "width (its rank budget). Keeping d_model: the same parameters and FLOPs, narrower heads. "
-               "Practitioners fix d_k and scale d_model with H, so heads never become too narrow to be useful.")
+    heads_ratio = after.n_heads / before.n_heads
+    wide = after.n_heads * after.d_k
+    if keep == "d_k":
+        said = (f"Keeping d_k = {after.d_k} with d_model = H·d_k: d_model goes from {before.d_model} to "
+                f"{after.d_model}, so the weights 4·d_model² scale by (H₁/H₀)² = ×{heads_ratio ** 2:g} and the "
+                f"score FLOPs by H₁/H₀ = ×{heads_ratio:g}; every head keeps its {after.d_k} dimensions.")
+    elif keep == "both":
+        said = (f"Keeping d_k = {after.d_k} and d_model = {after.d_model}: W_Q, W_K and W_V are {after.d_model} × "
+                f"{wide} and W_O {wide} × {after.d_model}, so the weights 4·d_model·H·d_k scale by H₁/H₀ = "
+                f"×{heads_ratio:g}, and so do the score FLOPs; every head keeps its {after.d_k} dimensions, "
+                + ("and H·d_k still equals d_model." if wide == after.d_model else
+                   f"but H·d_k = {wide} is no longer d_model."))
+    else:
+        width = ("narrower" if after.d_k < before.d_k else "wider" if after.d_k > before.d_k else "as wide as before")
+        said = (f"Keeping d_model = {after.d_model}: the same weights and score FLOPs, and d_k goes from "
+                f"{before.d_k} to {after.d_k}: each head is {width}.")
+    st.caption(said)
+presets = list(param_counts.MODEL_PRESETS.values())
+preset_d_k = {s.d_model // s.n_heads for s in presets}
+st.markdown("Why fix d_k when scaling? A head's score matrix has rank at most d_k, so at a fixed d_model "
+            "more heads are narrower heads, each with a poorer pattern. To widen a model, practitioners "
+            "usually grow H together with d_model and keep d_k, so every head keeps its width as H grows. "
+            "The presets below: "
+            + ", ".join(f"{s.name} has d_model / H = {s.d_model}/{s.n_heads} = {s.d_model // s.n_heads}" for s in presets)
+            + (f": the same d_k = {preset_d_k.pop()} from d_model = {min(s.d_model for s in presets)} to "
+               f"{max(s.d_model for s in presets)}." if len(preset_d_k) == 1 else "."))
+lesson.ask(ask["grow_d_model"])
+lesson.ask(ask["fixed_head_width"])
 
 # 5. one block ------------------------------------------------------------------------------------
 st.header("One Transformer block")
-st.latex(r"\underbrace{4d^2 + 4d}_{\text{attention}} + \underbrace{2\,d\,d_{ff} + d_{ff} + d}_{\text{FFN}}"
-         r" + \underbrace{2 \cdot 2d}_{\text{2 LayerNorms}}")
 block = param_counts.block_param_count(d_model, int(n_heads), d_ff, bias=bias)
+# The projections' biases (attention's 4d, the FFN's d_ff + d) follow the Biases box; the LayerNorms
+# always have a gain and a bias.
+st.latex((r"\underbrace{4d^2 + 4d}_{\text{attention}} + \underbrace{2\,d\,d_{ff} + d_{ff} + d}_{\text{FFN}}" if bias else
+          r"\underbrace{4d^2}_{\text{attention}} + \underbrace{2\,d\,d_{ff}}_{\text{FFN}}")
+         + r" + \underbrace{2 \cdot 2d}_{\text{2 LayerNorms}}")
+st.caption(f"At d = {d_model}, d_ff = {d_ff}: {block.self_attention:,} + {block.ffn:,} + {block.layernorms:,} = "
+           f"{block.total:,}. " + ("The projections carry biases (the Biases box is ticked)." if bias else
+                                   "The projections carry no biases (the Biases box is off); each LayerNorm "
+                                   "always has a gain and a bias."))
 parts = {"attention": block.self_attention, "FFN": block.ffn, "LayerNorms": block.layernorms}
 st.vega_lite_chart(charts.bar(list(parts.values()), list(parts), title="parameters per sublayer",
                            x_title="sublayer", y_title="parameters", y_domain=None), width="stretch")

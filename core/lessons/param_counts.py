@@ -50,6 +50,21 @@ def mha_param_count(d_model: int, n_heads: int, bias: bool = False) -> int:
     return 4 * d_model * d_model + (4 * d_model if bias else 0)
 
 
+def mha_param_count_of_width(d_model: int, n_heads: int, d_k: int, bias: bool = False) -> int:
+    """Parameters of multi-head attention whose ``H`` heads are each ``d_k`` wide, whatever ``d_model``.
+
+    ``W_Q, W_K, W_V`` are ``(d_model, H d_k)`` and ``W_O`` is ``(H d_k, d_model)``: ``4 d_model H d_k``
+    weights, plus ``3 H d_k + d_model`` biases. When the heads split the model's width
+    (``H d_k = d_model``) this is :func:`mha_param_count`; otherwise the heads' concatenation is
+    wider (or narrower) than ``d_model``, as in exercise 5 read with ``d_model`` kept.
+    """
+    for name, v in (("d_model", d_model), ("n_heads", n_heads), ("d_k", d_k)):
+        if int(v) != v or v < 1:
+            raise ValueError(f"{name} must be a positive whole number, got {v}.")
+    width = int(n_heads) * int(d_k)                                  # the heads' concatenation
+    return 4 * int(d_model) * width + ((3 * width + int(d_model)) if bias else 0)
+
+
 def ffn_param_count(d_model: int, d_ff: int, bias: bool = True) -> int:
     """Parameters of the position-wise feed-forward network ``relu(x W_1 + b_1) W_2 + b_2``.
 

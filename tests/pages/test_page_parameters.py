@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 
 from core import encoder
-from core.lessons import param_counts
+from core.lessons import param_counts, questions
+from core.lessons.questions import parameters as asked
 
-from page_support import open_page
+from page_support import answer_question, open_page
 
 PAGE = str(Path(__file__).resolve().parents[2] / "views" / "parameters.py")
 
@@ -290,3 +291,124 @@ def test_large_counts_are_drawn_with_thousands_separators():
         formats.update({c: config.get(c, {}).get("type_config", {}).get("format")
                         for c in ("weights", "biases", "parameters", "before", "after") if c in d.value.columns})
     assert formats == dict.fromkeys(("weights", "biases", "parameters", "before", "after"), "localized")
+
+
+# --- predict, then see --------------------------------------------------------------------------
+
+OPENING = questions.opening("parameters")
+
+
+def _sweep(at):
+    found = [d.value for d in at.dataframe if list(d.value.columns) == ["H", "d_k", "parameters"]]
+    return found[0] if found else None
+
+
+def test_the_head_count_stays_locked_until_the_opening_question_is_answered():
+    at = open_page(PAGE, answered=False)
+    assert not at.exception
+    assert at.number_input(key="parameters.heads").disabled
+    assert _sweep(at) is None                                       # the table of every H gives it away
+    at = answer_question(at, OPENING, f"{OPENING.answer:,.0f}")
+    assert not at.number_input(key="parameters.heads").disabled and _sweep(at) is not None
+
+
+def test_the_opening_answer_is_the_count_the_page_shows_at_16_heads():
+    """The question speaks of the page's starting point (d_model, H, no biases); at H = 16 the
+    metric and the table of every H show its answer."""
+    at = open_page(PAGE)
+    assert at.slider(key="parameters.d_model").value == asked.START_D_MODEL
+    assert at.number_input(key="parameters.heads").value == asked.START_HEADS
+    assert not at.checkbox(key="parameters.bias").value
+    at.number_input(key="parameters.heads").set_value(asked.MORE_HEADS).run()
+    assert metric(at, "Attention parameters") == f"{OPENING.answer:,.0f}"
+    sweep = _sweep(at).set_index("H")
+    assert sweep.loc[asked.MORE_HEADS, "parameters"] == OPENING.answer
+    assert sweep.loc[asked.MORE_HEADS, "d_k"] == asked.START_D_MODEL // asked.MORE_HEADS
+
+
+def _latex(at):
+    return " ".join(x.value for x in at.latex)
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_the_formulas_follow_the_biases_box(bias):
+    """With the box off the formulas show no bias term and their numbers add up to the weights-only
+    block; with it on, the bias terms appear and the numbers add up to the block with biases."""
+    at = open_page(PAGE)
+    at.checkbox(key="parameters.bias").set_value(bias).run()
+    d, d_ff = 64, 256
+    headings = [h.value for h in at.header]
+    assert ("Multi-head attention: 4·d_model² + 4·d_model" in headings) == bias
+    assert ("Multi-head attention: 4·d_model²" in headings) == (not bias)
+    latex = _latex(at)
+    assert ("b_Q" in latex) == bias
+    assert (r"4d^2 + 4d}_{\text{attention}}" in latex) == bias and (r"d_{ff} + d}_{\text{FFN}}" in latex) == bias
+    attention, ffn = 4 * d * d + (4 * d if bias else 0), 2 * d * d_ff + (d_ff + d if bias else 0)
+    assert any(f"At d = {d}, d_ff = {d_ff}: {attention:,} + {ffn:,} + {4 * d:,} = {layer(d, d_ff, bias):,}."
+               in c.value for c in at.caption)
+    assert f"Block total **{layer(d, d_ff, bias):,}**" in " ".join(m.value for m in at.markdown)
+
+
+def test_the_sweep_says_the_count_holds_at_a_fixed_d_model():
+    at = open_page(PAGE)
+    at.slider(key="parameters.d_model").set_value(48).run()
+    at.number_input(key="parameters.heads").set_value(6).run()
+    at.checkbox(key="parameters.bias").check().run()
+    caption = next(c.value for c in at.caption if c.value.startswith("At d_model = 48"))
+    assert caption == f"At d_model = 48, every one of the 10 head counts gives {4 * 48 ** 2 + 4 * 48:,} " \
+                      "parameters; only d_k moves, from 48 down to 1."
+    text = " ".join(m.value for m in at.markdown)
+    assert "never enters" not in text and "never become too narrow" not in text
+
+
+def test_exercise_5_names_both_readings_and_each_question_asks_one():
+    """Keeping d_k = 64 and growing H from 8 to 16 has two answers: d_model = H·d_k grows (×4) or
+    d_model stays 512 and the heads outgrow it (×2). The page states both; each question says which
+    reading it asks and its answer is the one the page shows for that reading."""
+    at = open_page(PAGE)
+    text = " ".join(m.value for m in at.markdown)
+    before, grown, kept = 4 * 512 * 512, 4 * 1024 * 1024, 4 * 512 * 1024
+    assert f"4·1024² = **{grown:,}**, ×4" in text and f"4·512·1024 = **{kept:,}**, ×2" in text
+    assert f"{before:,} weights" in text
+    # reading (a), on the page's own controls
+    assert at.radio(key="parameters.keep").value == "d_k"
+    grow = _grow_table(at)
+    assert grow.loc["attention parameters", "after / before"] == questions.by_key("parameters.grow_d_model").answer
+    # reading (b)
+    at.radio(key="parameters.keep").set_value("both").run()
+    grow = _grow_table(at)
+    assert grow.loc["d_model"].tolist()[:2] == [512, 512] and grow.loc["d_k"].tolist()[:2] == [64, 64]
+    assert grow.loc["H·d_k (the heads together)"].tolist()[:2] == [512, 1024]
+    assert grow.loc["attention parameters"].tolist()[:2] == [before, kept]
+    assert grow.loc["score FLOPs at T = 128", "after / before"] == 2.0
+    answer = questions.by_key("parameters.fixed_head_width").answer
+    assert metric(at, "Attention parameters after") == f"{answer:,.0f}" == f"{kept:,}"
+    assert "d_model stays" in questions.by_key("parameters.fixed_head_width").prompt
+    assert "d_model = H·d_k" in questions.by_key("parameters.grow_d_model").prompt
+
+
+def test_reading_b_with_biases_counts_the_wider_biases():
+    """b_Q, b_K, b_V follow the heads' concatenation (H·d_k each), b_O the model (d_model)."""
+    at = open_page(PAGE)
+    at.checkbox(key="parameters.bias").check().run()
+    at.radio(key="parameters.keep").set_value("both").run()
+    grow = _grow_table(at)
+    assert grow.loc["attention parameters"].tolist()[:2] == [4 * 512 * 512 + 4 * 512, 4 * 512 * 1024 + 3 * 1024 + 512]
+
+
+@pytest.mark.parametrize("keep, h1, said", [
+    ("d_k", 4, "d_model goes from 512 to 256, so the weights 4·d_model² scale by (H₁/H₀)² = ×0.25 and the "
+               "score FLOPs by H₁/H₀ = ×0.5; every head keeps its 64 dimensions."),
+    ("both", 32, "W_Q, W_K and W_V are 512 × 2048 and W_O 2048 × 512, so the weights 4·d_model·H·d_k scale by "
+                 "H₁/H₀ = ×4, and so do the score FLOPs; every head keeps its 64 dimensions, but H·d_k = 2048 "
+                 "is no longer d_model."),
+    ("d_model", 4, "the same weights and score FLOPs, and d_k goes from 64 to 128: each head is wider."),
+    ("d_model", 16, "the same weights and score FLOPs, and d_k goes from 64 to 32: each head is narrower."),
+])
+def test_the_grow_caption_follows_the_numbers(keep, h1, said):
+    """Fewer heads than before: "wider" heads and a count that shrinks, where the old caption
+    always said narrower heads and growth."""
+    at = open_page(PAGE)
+    at.radio(key="parameters.keep").set_value(keep).run()
+    at.number_input(key="parameters.h1").set_value(h1).run()
+    assert any(said in c.value for c in at.caption), [c.value for c in at.caption]
