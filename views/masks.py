@@ -165,8 +165,10 @@ lesson.ask(ask["padded_keys"])
 
 # 3. cross-attention ------------------------------------------------------------------------------
 st.header("Cross-attention: the decoder reads the encoder")
-st.latex(r"\mathrm{CrossAttn}(Y, H^{enc}) = \mathrm{softmax}\!\left(\frac{(Y W_Q)(H^{enc} W_K)^\top}{\sqrt{d_k}}"
-         r"\right) H^{enc} W_V, \qquad A \in \mathbb{R}^{T_q \times T_k}")
+# X_enc: the encoder's output (H is the number of heads on every page); Y: the decoder's stream.
+st.latex(r"\mathrm{CrossAttn}(Y, X_{\text{enc}}) = \mathrm{softmax}\!\left(\frac{(Y W_Q)(X_{\text{enc}} W_K)^\top}"
+         r"{\sqrt{d_k}}\right) X_{\text{enc}} W_V, \qquad A \in \mathbb{R}^{T_q \times T_k}")
+st.caption("Y: the decoder's stream, one row per target token; X_enc: the encoder's output, one row per source token.")
 c1, c2 = st.columns(2)
 source = c1.text_input("Source (encoder side)", key=k("source"))
 target = c2.text_input("Target so far (decoder side)", key=k("target"))
@@ -174,8 +176,8 @@ try:
     with lesson_recording() as ran:
         src = tokens_from(source, max_tokens=MAX_TOKENS)
         tgt = tokens_from(target, max_tokens=MAX_TOKENS)
-        H_enc, Y = embed(src, D_MODEL, seed=3), embed(tgt, D_MODEL, seed=4)
-        cross = attention.multi_head_attention(Y, *seeded_layer(D_MODEL, 2, seed=5), 2, X_kv=H_enc,
+        X_enc, Y = embed(src, D_MODEL, seed=3), embed(tgt, D_MODEL, seed=4)
+        cross = attention.multi_head_attention(Y, *seeded_layer(D_MODEL, 2, seed=5), 2, X_kv=X_enc,
                                                backend=chosen_backend())
 except ValueError as err:
     st.error(str(err))
