@@ -5,10 +5,10 @@ import streamlit as st
 
 from core import masks
 from core.lessons import analysis
-from core.lessons import heads
+from core.lessons import heads, questions
 from core.attention import filter_bank, multi_head_attention
 from core.limits import MAX_MATRIX_ENTRY
-from ui import charts, state
+from ui import charts, lesson, state
 from core.kernels.dispatch import lesson_recording
 from ui.widgets import as_shown, chosen_backend, chosen_dtype, ensure_kernels, kernel_source
 
@@ -31,15 +31,17 @@ out_cols = [f"d{j + 1}" for j in range(D)]
 st.title("Concat, W_O and the filter bank")
 ensure_kernels("project_heads", "attention_with_weights", "merge_heads_project", "weighted_sum")
 state.restore(PAGE, SPEC)
+lesson.header(PAGE)
+unlocked = lesson.predict(PAGE)
 st.latex(r"\mathrm{Concat} = [O_1, O_2], \qquad O = \mathrm{Concat}\, W_O "
-         r"= \sum_{h} A_h\, X\, W_V^h\, W_O^{(h)}")
+         r"= \sum_{h} A_h\, X\, \underbrace{W_V^h\, W_O^{(h)}}_{\text{OV circuit of head } h}")
 st.markdown("The lesson's two-head pipeline: T = 4 one-hot tokens (X = I), head 1 attends to itself "
             "(circle code), head 2 averages the past; d_k = d_v = 2, d_model = 4.")
 
 # 1. the student's value projections and output projection
 c = st.columns([2, 1, 1, 1])   # the W_V choices are long sentences: the widest column
 c[0].selectbox("Value projections W_V", list(VALUE_CHOICES), key=k("wv"), format_func=VALUE_CHOICES.get)
-c[1].selectbox("W_O preset", list(heads.W_O_PRESETS), key=k("wo"))
+c[1].selectbox("W_O preset", list(heads.W_O_PRESETS), key=k("wo"), disabled=not unlocked)
 state.whole_number_input(c[2], "Seed (random choices)", 0, 9999, key=k("seed"))
 c[3].slider("Gain of head 1", 0.0, 10.0, step=0.5, key=k("gain"))
 st.toggle("Causal mask", key=k("causal"))
@@ -90,15 +92,36 @@ with st.expander("Concat and O as numbers", expanded=True):
     n[0].dataframe(pd.DataFrame(res.concat, index=tokens, columns=concat_cols).round(6))
     n[1].dataframe(pd.DataFrame(res.output, index=tokens, columns=out_cols).round(6))
 
+st.subheader("Two circuits per head")
+st.markdown("Head h reads the tokens through two products of its weights. **W_Q^h W_K^hᵀ** (d_model × "
+            "d_model) is its **QK circuit**: it sets which tokens attend to which, A_h = softmax(X W_Q^h "
+            "W_K^hᵀ Xᵀ / √d_k + M). **W_V^h W_O^(h)** (d_model × d_model) is its **OV circuit**: what a token "
+            "read by head h writes into the output, W_O^(h) being the block of rows of W_O that reads head h. "
+            "Each term of the filter bank below is the head's map followed by its OV circuit, "
+            "A_h X (W_V^h W_O^(h)). Here X = I, so row i of a circuit is what token i contributes.")
+qk = analysis.qk_circuits(pipe.W_Q, pipe.W_K, H)                   # (H, d_model, d_model)
+ov = analysis.ov_circuits(W_V, W_O, H)                              # (H, d_model, d_model)
+qk_row, ov_row = st.columns(H), st.columns(H)
+for h in range(H):
+    qk_row[h].vega_lite_chart(charts.heatmap(qk[h], xs, xs, title=f"QK circuit of head {h + 1}", kind="signed",
+                                             value_name="value", row_title="query feature",
+                                             col_title="key feature", size=200))
+    ov_row[h].vega_lite_chart(charts.heatmap(ov[h], xs, out_cols, title=f"OV circuit of head {h + 1}",
+                                             kind="signed", value_name="value", row_title="input feature",
+                                             col_title="output channel", size=200))
+
 st.subheader("The filter bank: one term per head")
 total = terms.sum(axis=0)
-panels = [*terms, total, res.output]
-titles = [f"head {h + 1}: A_{h + 1} X W_V^{h + 1} W_O^({h + 1})" for h in range(H)] + ["sum of the terms",
-                                                                                     "Concat · W_O"]
-st.vega_lite_chart(charts.heatmap_grid(panels, tokens, out_cols, titles, kind="signed", value_name="value",
-                                            columns=4, row_title="token", col_title="output channel"))
-deviation = float(np.max(np.abs(total - res.output)))
-st.metric("max |Σ_h term_h − Concat·W_O|", f"{deviation:.2e}")
+if unlocked:
+    panels = [*terms, total, res.output]
+    titles = [f"head {h + 1}: A_{h + 1} X W_V^{h + 1} W_O^({h + 1})" for h in range(H)] + ["sum of the terms",
+                                                                                         "Concat · W_O"]
+    st.vega_lite_chart(charts.heatmap_grid(panels, tokens, out_cols, titles, kind="signed", value_name="value",
+                                           columns=4, row_title="token", col_title="output channel"))
+    deviation = float(np.max(np.abs(total - res.output)))
+    st.metric("max |Σ_h term_h − Concat·W_O|", f"{deviation:.2e}")
+else:
+    st.info("The terms, their sum and Concat·W_O appear once you have answered the question at the top.")
 
 # 3. which output channels listen to more than one head
 mixing = analysis.channels_mixing_heads(W_O, H)
@@ -106,14 +129,19 @@ per_channel = analysis.heads_per_channel(W_O, H)
 st.subheader("Which output channels read more than one head")
 st.write(", ".join(f"{c}: {n} head(s)" for c, n in zip(out_cols, per_channel)))
 st.markdown(f"Channels mixing heads: **{', '.join(out_cols[j] for j in mixing) or 'none'}**")
-identity = multi_head_attention(*args[:4], np.eye(H * D_V, dtype=dtype), H, mask, backend=backend)
-st.info(f"With W_O = I (exercise 1): O equals Concat (max |O − Concat| = "
-        f"{np.max(np.abs(identity.output - identity.concat)):.1e}) and channels mixing heads: "
-        f"{analysis.channels_mixing_heads(np.eye(H * D_V), H) or 'none'} — each channel copies one head, "
-        "so the heads never meet. Swapping the head blocks only relabels channels; it mixes nothing either.")
+if lesson.ask(questions.by_key("filter_bank.w_o_mixing")):
+    identity = multi_head_attention(*args[:4], np.eye(H * D_V, dtype=dtype), H, mask, backend=backend)
+    swap = heads.swap_head_blocks(H, D_V)
+    st.info(f"With W_O = I (exercise 1): O equals Concat (max |O − Concat| = "
+            f"{np.max(np.abs(identity.output - identity.concat)):.1e}) and channels mixing heads: "
+            f"{', '.join(out_cols[j] for j in analysis.channels_mixing_heads(np.eye(H * D_V), H)) or 'none'}: "
+            "each channel copies one head, so the heads never meet. Swapping the head blocks only relabels "
+            "the channels; channels mixing heads: "
+            f"{', '.join(out_cols[j] for j in analysis.channels_mixing_heads(swap, H)) or 'none'}.")
 st.markdown("""**What to look for.** Each head's term is its own attention pattern (the analysis
-filter A_h, along the tokens) followed by its own row block of W_O (the synthesis filter, across the
-channels); the terms add up to the block's output to rounding error. A channel whose column of W_O
-has entries in both row blocks carries information from both heads: that is what W_O is for. Signed
-entries (d3 = −h2.1 in the lesson's W_O) show in blue and red around a white zero.""")
+filter A_h, along the tokens) followed by its OV circuit W_V^h W_O^(h), whose rows of W_O are the
+synthesis filter, across the channels. Compare the sum of the terms with Concat · W_O, and read the
+difference in the metric under them. A channel whose column of W_O has entries in both row blocks
+carries information from both heads: that is what W_O is for. Signed entries (d3 = −h2.1 in the
+lesson's W_O) show in blue and red around a white zero.""")
 kernel_source(ran)

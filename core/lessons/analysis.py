@@ -186,6 +186,32 @@ def channels_mixing_heads(W_O, n_heads: int, tol: float = 0.0) -> list[int]:
     return [int(j) for j in np.flatnonzero(heads_per_channel(W_O, n_heads, tol) > 1)]
 
 
+def qk_circuits(W_Q, W_K, n_heads: int) -> np.ndarray:
+    """Each head's QK circuit ``W_Q^h W_K^hT``, ``(H, d_model, d_model)``: the bilinear form that scores
+    token ``x`` (as query) against token ``y`` (as key), ``x W_Q^h W_K^hT y^T``. Packed layout:
+    head ``h`` uses columns ``h d_k:(h+1) d_k`` of ``W_Q`` and ``W_K``."""
+    W_Q, W_K = as_float_array(W_Q, "W_Q"), as_float_array(W_K, "W_K")
+    if W_Q.ndim != 2 or W_Q.shape != W_K.shape:
+        raise ValueError(f"W_Q and W_K must be matrices of one shape, got {W_Q.shape} and {W_K.shape}.")
+    d_k = check_heads(W_Q.shape[1], n_heads)
+    Q = W_Q.reshape(W_Q.shape[0], n_heads, d_k).transpose(1, 0, 2)      # (H, d_model, d_k)
+    K = W_K.reshape(W_K.shape[0], n_heads, d_k).transpose(1, 0, 2)      # (H, d_model, d_k)
+    return Q @ K.transpose(0, 2, 1)
+
+
+def ov_circuits(W_V, W_O, n_heads: int) -> np.ndarray:
+    """Each head's OV circuit ``W_V^h W_O^(h)``, ``(H, d_model, d_out)``: what a token read by head ``h``
+    writes into the output. Head ``h`` uses columns ``h d_v:(h+1) d_v`` of ``W_V`` and the same rows of
+    ``W_O``."""
+    W_V, W_O = as_float_array(W_V, "W_V"), as_float_array(W_O, "W_O")
+    if W_V.ndim != 2 or W_O.ndim != 2 or W_V.shape[1] != W_O.shape[0]:
+        raise ValueError(f"W_V's columns must be W_O's rows (H·d_v), got shapes {W_V.shape} and {W_O.shape}.")
+    d_v = check_heads(W_V.shape[1], n_heads)
+    V = W_V.reshape(W_V.shape[0], n_heads, d_v).transpose(1, 0, 2)      # (H, d_model, d_v)
+    O = W_O.reshape(n_heads, d_v, W_O.shape[1])                         # (H, d_v, d_out)
+    return V @ O
+
+
 # ---------------------------------------------------------------------------------------------
 # scaling the number of heads; how far apart two tokens are
 # ---------------------------------------------------------------------------------------------

@@ -40,7 +40,8 @@ STEPS: tuple[Step, ...] = (
          "Several heads attend to several places at once, where one head can only blend them."),
     Step("filter_bank", "Concat, W_O and the filter bank", LESSON_09, "Concatenation and output projection",
          ("multi_head",),
-         "Concat · W_O is exactly the sum over heads of each head's OV circuit applied to its map."),
+         "Concat · W_O is exactly Σ_h A_h X W_V^h W_O^(h): each head's map, then its OV circuit, summed "
+         "over the heads."),
     Step("parameters", "Parameters and cost", MULTI_HEAD, "Parameter count", ("multi_head",),
          "Attention holds 4·d_model·H·d_k weights, read off its shapes: 4·d_model² when the heads split d_model."),
     Step("masks", "Masks and cross-attention", TRANSFORMER, "Why mask the decoder self-attention?",

@@ -5,10 +5,11 @@ import numpy as np
 import pytest
 
 from core.lessons import analysis
-from core.lessons import heads
+from core.lessons import heads, questions
+from core.lessons.questions.filter_bank import DENSE_W_O
 from core.kernels import reference as ref
 
-from page_support import open_page
+from page_support import answer_question, heatmap_grids, heatmaps, open_page
 
 PAGE = str(Path(__file__).resolve().parents[2] / "views" / "filter_bank.py")
 CONCAT = [[0, 0, 1, 0], [0, 0, 0.5, 0.5], [0.998277, 0, 1 / 3, 1 / 3], [0.001717, 0.996564, 0.25, 0.25]]
@@ -143,3 +144,83 @@ def test_channels_mixing_heads_pure():
         analysis.heads_per_channel(np.ones((5, 4)), 2)
     assert analysis.max_row_sum_error(np.full((3, 4), 0.25)) == 0.0
     np.testing.assert_allclose(analysis.entropy_ceiling_bits(4, causal=False), [2.0] * 4)
+
+
+# --- predict, then see: is the sum of the terms exact; the QK and OV circuits ----------------------
+
+
+def deviation(at):
+    """The page's max |Σ_h term_h − Concat·W_O|, or None when it is not shown."""
+    shown = [m.value for m in at.metric if m.label.startswith("max |Σ_h term_h")]
+    return float(shown[0]) if shown else None
+
+
+def test_the_w_o_preset_and_the_terms_wait_for_the_opening_question():
+    q = questions.opening("filter_bank")
+    at = open_page(PAGE, answered=False)
+    assert not at.exception
+    assert at.selectbox(key="filter_bank.wo").disabled
+    assert deviation(at) is None and heatmap_grids(at) == []               # the answer is not drawn yet
+    assert any("answered the question" in i.value for i in at.info)
+    answer_question(at, q, q.options[q.answer])
+    assert not at.selectbox(key="filter_bank.wo").disabled
+    assert deviation(at) <= 1e-12 and len(heatmap_grids(at)) == 1
+    at.selectbox(key="filter_bank.wo").set_value(DENSE_W_O).run()
+    check_block(at, wo=DENSE_W_O)
+
+
+@pytest.mark.parametrize("seed", [0, 3, 41])
+def test_the_opening_answer_is_what_the_page_shows_for_a_dense_w_o(seed):
+    """With the dense W_O the question names, every output channel reads both heads, and the sum of
+    the terms is Concat·W_O to rounding; so it is for every other preset: exact for any W_O."""
+    q = questions.opening("filter_bank")
+    at = run(wo=DENSE_W_O, seed=str(seed), wv="random")
+    check_block(at, wo=DENSE_W_O, wv="random", seed=seed)
+    assert "Channels mixing heads: **d1, d2, d3, d4**" in " ".join(m.value for m in at.markdown)
+    exact = [deviation(at) <= 1e-12]
+    for preset in heads.W_O_PRESETS:
+        at.selectbox(key="filter_bank.wo").set_value(preset).run()
+        exact.append(deviation(at) <= 1e-12)
+    assert q.options[q.answer].startswith("Exactly, for any W_O" if all(exact) else "Only approximately")
+
+
+@pytest.mark.parametrize("link", [{}, {"wv": "random", "wo": "random", "seed": "3", "gain": "6"}])
+def test_the_circuits_are_the_products_of_each_heads_weights_and_each_term_is_its_map_then_its_ov(link):
+    """QK circuit of head h = W_Q^h W_K^hᵀ, OV circuit = W_V^h W_O^(h) (head h's columns of W_V, its
+    rows of W_O), and term h = A_h X (W_V^h W_O^(h)): recomputed here from the weights."""
+    at = run(**link)
+    seed, gain = int(link.get("seed", 0)), float(link.get("gain", heads.DEFAULT_GAIN))
+    pipe = heads.two_head_pipeline(gain=gain)
+    W_V = np.random.default_rng(seed).normal(size=(4, 4)) if link.get("wv") == "random" else pipe.W_V
+    W_O = heads.output_projection(link.get("wo", "lesson_mixing"), 2, 2, seed=seed)
+    W_O = np.vectorize(lambda x: float(f"{x:.8g}"))(W_O)                   # as the editor holds it
+    maps = heatmaps(at)
+    A = ref.multi_head_attention(pipe.X, pipe.W_Q, pipe.W_K, W_V, W_O, 2, ref.causal_mask(4))["weights"]
+    (grid,) = heatmap_grids(at)
+    for h in range(2):
+        cols = slice(2 * h, 2 * h + 2)
+        qk, ov = pipe.W_Q[:, cols] @ pipe.W_K[:, cols].T, W_V[:, cols] @ W_O[cols]
+        np.testing.assert_allclose(maps[f"QK circuit of head {h + 1}"], qk, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(maps[f"OV circuit of head {h + 1}"], ov, rtol=1e-12, atol=1e-12)
+        term = grid[f"head {h + 1}: A_{h + 1} X W_V^{h + 1} W_O^({h + 1})"]
+        np.testing.assert_allclose(term, A[h] @ pipe.X @ ov, rtol=1e-12, atol=1e-12)
+    assert not np.allclose(maps["OV circuit of head 1"], maps["OV circuit of head 2"])
+
+
+def test_the_mixing_question_is_what_the_page_shows_and_its_summary_waits_for_it():
+    """Identity and swap: no channel reads two heads on the page, so the right option is "neither";
+    the summary that says so appears only once the question is answered."""
+    q = questions.by_key("filter_bank.w_o_mixing")
+    at = open_page(PAGE, answered=False)
+    opening = questions.opening("filter_bank")
+    answer_question(at, opening, opening.options[opening.answer])
+    assert not any("With W_O = I" in i.value for i in at.info)
+    mixing = {}
+    for preset in ("identity", "swap"):
+        at.selectbox(key="filter_bank.wo").set_value(preset).run()
+        mixing[preset] = " ".join(m.value for m in at.markdown).split("Channels mixing heads: **")[1].split("**")[0]
+    assert mixing == {"identity": "none", "swap": "none"}
+    assert q.options[q.answer].startswith("No, in neither case")
+    answer_question(at, q, q.options[q.answer])
+    summary = next(i.value for i in at.info if "With W_O = I" in i.value)
+    assert "channels mixing heads: none: each channel" in summary and summary.endswith("channels mixing heads: none.")
