@@ -8,12 +8,14 @@ import pandas as pd
 import streamlit as st
 
 from core import limits
-from core.model import decoder, layers, multi_head, sampling, transformer, transformer_encdec
+from core.lessons import kv_cache
+from core.lessons.questions import decoder as questions
+from core.model import decoder, layers, multi_head, names, sampling, transformer, transformer_encdec
 from core.training import steps, tasks
 from core.model import generation as decoding  # the page has a function named generation
 from core.training import decoder_runs
 from core.training.decoder_runs import DEFAULTS, build
-from ui import charts, state
+from ui import charts, lesson, state
 from ui.widgets import act, chosen_dtype, function_sources, live_view, run_progress
 from ui.decoder_trainer import EVAL_EVERY, TASKS, DecoderTrainer
 
@@ -23,7 +25,7 @@ SPEC = {
     "task": state.choice_field("reverse", tuple(TASKS)),
     "steps": state.int_field(DEFAULTS["reverse"].steps, 1, limits.MAX_TRAIN_STEPS),
     "example": state.int_field(0, 0, 10_000),
-    "prompt": state.text_field("attention "),
+    "prompt": state.text_field(kv_cache.LM_PROMPT),
     "temperature": state.float_field(1.0, 0.0, 100.0),
     "top_k": state.text_field(""),
     "top_p": state.float_field(1.0, 0.0, 1.0),
@@ -32,11 +34,11 @@ SPEC = {
     "layer": state.int_field(1, 1, limits.MAX_TRAIN_LAYERS),
     "head": state.int_field(1, 1, limits.MAX_TRAIN_HEADS),
     "track": state.choice_field(steps.DEFAULT_TRACK, steps.TRACKS),
+    "compare": state.bool_field(False),
 }
 k = lambda name: state.key(PAGE, name)  # noqa: E731
 TRAINER_KEY, POLL_KEY = k("trainer"), k("poll_seconds")      # tests put a faster poll here
 GOOD_KEY, MEMO_KEY, CAST_KEY = k("good_inputs"), k("memo"), k("weights_in_precision")
-LM_NEW_TOKENS = 24          # characters the language model writes after a prompt (context allowing)
 TIMING_REPEATS = 5          # generation timings: one untimed call to warm up, then the best of this many
 
 if TRAINER_KEY not in st.session_state:
@@ -59,6 +61,8 @@ def spec_for(task: str) -> dict:
 st.title("Decoder and generation")
 first_run = state.first_run(PAGE)
 state.restore(PAGE, SPEC)
+lesson.header(PAGE)
+unlocked = lesson.predict(PAGE)        # opens the comparison with a full recompute (section 4)
 st.markdown(
     "A decoder writes its output one token at a time, each token conditioned on the ones before it. "
     "Here it runs as an **encoder-decoder** that reverses or sorts a string of 8 digits (cross-attention "
@@ -163,8 +167,8 @@ params = in_precision(trained_params)
 if not trained:
     st.warning("The sections below use **untrained** weights (seed 0) until a run on this task ends.")
 st.caption(f"Training runs in float32 (either training step). The sections below run the weights in **{dtype.name}**, "
-           "the sidebar's precision" + (": cached and recomputed logits then agree to ~1e-15." if dtype == np.float64
-                                        else ": cached and recomputed logits then agree to ~1e-6."))
+           "the sidebar's precision" + ("." if not unlocked else ": cached and recomputed logits then agree to ~1e-15."
+                                        if dtype == np.float64 else ": cached and recomputed logits then agree to ~1e-6."))
 
 
 # 2. teacher forcing ------------------------------------------------------------------------------
@@ -214,8 +218,9 @@ st.caption("Teacher forcing: each position reads the *true* earlier tokens, not 
 st.header("3. Generation, one token at a time")
 st.markdown("Generation has no target to read: each step runs the decoder on everything written so far, "
             "turns the last position's logits into a distribution, draws one token and appends it. With "
-            "the **KV cache**, each step runs only the new token; its keys and values join the cache, and "
-            "its query attends over every cached row.")
+            "the **KV cache**, the first step runs the whole prompt at once and keeps every position's keys "
+            "and values; each later step runs only the new token, whose keys and values join the cache and "
+            "whose query attends over every cached row.")
 st.latex(r"p_i = \frac{e^{z_i/\tau}}{\sum_j e^{z_j/\tau}}\ \ (\tau = 0:\ \arg\max), \qquad "
          r"\text{top-}k:\ \text{the } k \text{ likeliest}, \qquad "
          r"\text{top-}p:\ \text{the fewest likeliest with } \textstyle\sum p_i \ge p")
@@ -267,7 +272,7 @@ if not setup.seq2seq:
 
 # a refused input keeps the last good one (per task), so the rest of the page stays as it was
 good = st.session_state.setdefault(GOOD_KEY, {}).setdefault(
-    task, {"settings": sampling.SamplerSettings(), "prompt": None if setup.seq2seq else setup.data.vocab.encode("attention ")})
+    task, {"settings": sampling.SamplerSettings(), "prompt": None if setup.seq2seq else setup.data.vocab.encode(kv_cache.LM_PROMPT)})
 try:
     good["settings"] = sampler_settings()
 except ValueError as err:
@@ -278,7 +283,7 @@ if not setup.seq2seq:
     except ValueError as err:
         st.error(f"{err} Keeping the last good prompt.")
 settings, prompt = good["settings"], good["prompt"]
-n_new = stack.n_ctx if setup.seq2seq else min(LM_NEW_TOKENS, stack.n_ctx - len(prompt) + 1)
+n_new = stack.n_ctx if setup.seq2seq else min(kv_cache.LM_NEW_TOKENS, stack.n_ctx - len(prompt) + 1)
 seed = int(st.session_state[k("seed")])
 
 
@@ -378,8 +383,9 @@ for col, name, cache in ((kc, "K", gen.keys), (vc, "V", gen.values)):
                                        value_name=name, title=f"{name} cache, layer {layer + 1}, head {head + 1}: "
                                        f"{rows_shown} rows", row_title="position", col_title="feature",
                                        size=260, annotate=False, domain_values=cache[layer, head]))
-st.caption("One row joins each cache per step, and earlier rows never change: a position's keys and values "
-           "depend only on the tokens up to it.")
+st.caption(f"At step 1 the whole prompt enters each cache at once ({P} row{'s' if P > 1 else ''}); after that one row "
+           "joins per step, and earlier rows never change: a position's keys and values depend only on the tokens "
+           "up to it.")
 
 before, _ = sampling.distribution(gen.step_logits[j], sampling.SamplerSettings(settings.temperature))
 status = np.where(np.arange(V) == picked, "picked", np.where(gen.allowed[j], "allowed", "removed"))
@@ -412,7 +418,7 @@ with st.expander("The numbers behind these charts"):
 def timing_note(ms_cached: float, ms_full: float, full_positions: int, cached_positions: int) -> str:
     """What the measured times say, in words: whether the cache paid here, and why it may not."""
     note = (f"Times measured on this server just now ({n_new} tokens, the {dtype.name} weights), each the best of "
-            f"{TIMING_REPEATS} warm calls; they vary with whatever else runs. The position counts are exact. ")
+            f"{TIMING_REPEATS} warm calls; they vary with whatever else runs. The counts are exact. ")
     if ms_cached < 0.9 * ms_full:
         return note + f"Here the cache was {ms_full / ms_cached:.1f}× faster per token."
     return note + (
@@ -420,60 +426,92 @@ def timing_note(ms_cached: float, ms_full: float, full_positions: int, cached_po
         f"{full_positions / cached_positions:.1f}× the positions: with a context this short, a step's cost is "
         "mostly the fixed cost of its calls (the same projections, attention and LayerNorms per layer either "
         "way, plus the cache's own bookkeeping), not the arithmetic on positions. The cache pays once the "
-        "prefix is long: the recompute's work grows as T², the cache's as T.")
+        "prefix is long.")
 
 
-st.header("4. With the KV cache or without: same logits, fewer positions computed")
-full = memo["full"]
-diff = float(np.abs(gen.step_logits.astype(np.float64) - full.step_logits.astype(np.float64)).max())
-st.markdown("Both runs use the same input, settings and seed. Without the cache, step *t* runs the whole "
-            "prefix of *t* positions through the decoder again: O(T²) positions for T tokens. With it, "
-            "each step runs one new position: O(T).")
-st.latex(r"\text{positions computed: } \sum_{t=P}^{P+n-1} t \ \text{ (recompute)} \quad \text{vs} \quad "
-         r"P + (n - 1) \ \text{ (cache)}")
-d1, d2 = st.columns(2)
-d1.metric("Largest |logit difference|, cached vs recomputed", f"{diff:.2e}")
-d2.metric("Same tokens written", "yes" if np.array_equal(gen.tokens, full.tokens) else "no")
-ms_cached, ms_full = memo["cached_s"] / n_new * 1e3, memo["full_s"] / n_new * 1e3
-cost = pd.DataFrame({
-    "generation": ["with the KV cache", "full recompute"],
-    "positions computed": [f"{int(gen.positions_computed.sum()):,}", f"{int(full.positions_computed.sum()):,}"],
-    f"ms per token (best of {TIMING_REPEATS}, warm)": [f"{ms_cached:.3f}", f"{ms_full:.3f}"],
-}).set_index("generation")
-e1, e2 = st.columns([2, 3])
-e1.table(cost)
-e1.caption(timing_note(ms_cached, ms_full, int(full.positions_computed.sum()), int(gen.positions_computed.sum())))
-per_step = pd.DataFrame({"step": np.tile(np.arange(1, n_new + 1), 2),
-                         "positions": np.concatenate([gen.positions_computed, full.positions_computed]),
-                         "generation": ["with the KV cache"] * n_new + ["full recompute"] * n_new})
-e2.vega_lite_chart(charts.lines(per_step, "step", "positions", "generation", points=True,
-                                title="Positions run through the decoder at each step"), width="stretch")
+def work_note(cached: kv_cache.Work, full: kv_cache.Work) -> str:
+    """What the counts say about how each kind of work grows with the length T."""
+    return (f"The cache runs each position through the projections, FFNs and LayerNorms once: "
+            f"{int(cached.positions.sum()):,} positions here against the recompute's {int(full.positions.sum()):,} "
+            f"(growing as T against T²). Attention saves less: each new query still scores every cached key, so the "
+            f"cache computes {int(cached.scores.sum()):,} query–key scores per head and layer against the "
+            f"recompute's {int(full.scores.sum()):,} (growing as T² against T³).")
+
+
+st.header("4. With the KV cache or without: fewer positions computed")
+st.markdown("Both runs use the same input, settings and seed. Without the cache, every step runs the whole "
+            "prefix through the decoder again: at the step that reads *t* positions, *t* positions and *t²* "
+            "query–key scores per head. With it, step 1 runs the *P* prompt positions at once and every later "
+            "step one new position, whose query scores the *t* keys in the cache.")
+lesson.ask(questions.SCORES)
+st.latex(r"\text{positions run: } \sum_{t=P}^{P+n-1} t \ \text{(recompute)} \ \text{vs} \ P + (n - 1) "
+         r"\ \text{(cache)}; \qquad \text{scores: } \sum_{t=P}^{P+n-1} t^2 \ \text{vs} \ "
+         r"P^2 + \sum_{t=P+1}^{P+n-1} t")
+compare = st.toggle("Recompute every step as well, and compare with the cache", key=k("compare"),
+                    disabled=not unlocked)
+if not unlocked:
+    st.caption("Answer the question at the top of the page first: the comparison unlocks once you have.")
+elif compare:
+    full = memo["full"]
+    diff = kv_cache.largest_logit_difference(gen, full)
+    d1, d2 = st.columns(2)
+    d1.metric("Largest |logit difference|, cached vs recomputed", f"{diff:.2e}")
+    d2.metric("Same tokens written", "yes" if np.array_equal(gen.tokens, full.tokens) else "no")
+    ms_cached, ms_full = memo["cached_s"] / n_new * 1e3, memo["full_s"] / n_new * 1e3
+    work, full_work = kv_cache.work(gen), kv_cache.work(full)
+    cost = pd.DataFrame({
+        "generation": ["with the KV cache", "full recompute"],
+        "positions computed": [f"{int(work.positions.sum()):,}", f"{int(full_work.positions.sum()):,}"],
+        "query–key scores per head and layer": [f"{int(work.scores.sum()):,}", f"{int(full_work.scores.sum()):,}"],
+        f"ms per token (best of {TIMING_REPEATS}, warm)": [f"{ms_cached:.3f}", f"{ms_full:.3f}"],
+    }).set_index("generation")
+    e1, e2 = st.columns([2, 3])
+    e1.table(cost)
+    e1.caption(work_note(work, full_work))
+    e1.caption(timing_note(ms_cached, ms_full, int(full_work.positions.sum()), int(work.positions.sum())))
+    per_step = pd.DataFrame({"step": np.tile(np.arange(1, n_new + 1), 2),
+                             "positions": np.concatenate([work.positions, full_work.positions]),
+                             "generation": ["with the KV cache"] * n_new + ["full recompute"] * n_new})
+    e2.vega_lite_chart(charts.lines(per_step, "step", "positions", "generation", points=True,
+                                    title="Positions run through the decoder at each step"), width="stretch")
+
+
+def anti_diagonal_sentence(weight, S: int) -> str:
+    """Whether a head reads the source from its end, as the measured ``weight`` (L, H) says."""
+    best = np.unravel_index(int(np.argmax(weight)), weight.shape)
+    head, w = names.head(*best), float(weight[best])
+    if w >= kv_cache.READS_FROM_END:
+        return (f" Here head {head} reads the source from its end: output position t puts on average {w:.2f} of its "
+                f"weight on source position S + 1 − t (the anti-diagonal), where a uniform row puts 1/S = {1 / S:.3f}.")
+    return (f" No head reads the source from its end here: the most any head puts on the anti-diagonal (output "
+            f"position t on source position S + 1 − t) is {w:.2f} on average ({head}), where a uniform row puts "
+            f"1/S = {1 / S:.3f} and a reversing head nearly 1.")
 
 
 # 5. what the trained attention does -------------------------------------------------------------
 st.header("5. The attention maps of this model")
-names = [f"layer {l + 1}, head {h + 1}" for l in range(stack.n_layers) for h in range(stack.n_heads)]
+panel_names = [f"layer {l + 1}, head {h + 1}" for l in range(stack.n_layers) for h in range(stack.n_heads)]
 if setup.seq2seq:
     cross = decoding.attention_weights(fcache, cfg, "cross")[:, 0]             # (L, H, T, S)
     st.markdown(f"Cross-attention of validation example {i} (teacher forcing): one row per output position, "
-                "one column per source digit." + (" Trained on **reverse**, some head reads the source from "
-                "its end: output position t looks at source position T + 1 − t, the anti-diagonal." if
-                task == "reverse" else ""))
+                "one column per source digit." + (anti_diagonal_sentence(kv_cache.anti_diagonal_weight(cross),
+                                                                         cross.shape[-1]) if task == "reverse" else ""))
     st.vega_lite_chart(charts.heatmap_grid([cross[l, h] for l in range(stack.n_layers) for h in range(stack.n_heads)],
                                            charts.position_labels(shown(text_of(tgt_in))),
-                                           charts.position_labels(tasks.digits_text(src)), names,
+                                           charts.position_labels(tasks.digits_text(src)), panel_names,
                                            columns=stack.n_heads, size=150, annotate=False,
                                            row_title="decoder input", col_title="source"))
-    st.caption("Compare the random-weight cross-attention on the page **Masks and cross-attention**: the "
-               "same computation, but nothing there has learned where to look.")
+    st.caption("Compare the random-weight cross-attention on the page **Masks and cross-attention**: the same "
+               + ("computation, but nothing there has learned where to look." if trained else
+                  "computation; these weights are untrained too, so nothing here has learned where to look yet."))
 else:
     att = decoding.attention_weights(fcache, cfg)[:, 0]                        # (L, H, T, T)
     st.markdown(f"The language model has no cross-attention. Its causal self-attention on validation "
                 f"window {i}: zero above the diagonal, as the mask demands.")
     labels = charts.position_labels(shown(text_of(tgt_in)))
     st.vega_lite_chart(charts.heatmap_grid([att[l, h] for l in range(stack.n_layers) for h in range(stack.n_heads)],
-                                           labels, labels, names, columns=stack.n_heads, size=200, annotate=False))
-
+                                           labels, labels, panel_names, columns=stack.n_heads, size=200,
+                                           annotate=False))
 
 
 ran = trainer.view()

@@ -6,15 +6,23 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from page_support import table_named
+from core.lessons import kv_cache
+from core.training.decoder_runs import DEFAULTS
+from core.lessons.questions import decoder as questions
+from page_support import answer_everything, answer_question, heatmap_grids, table_named
 from ui.decoder_trainer import EVAL_EVERY
 
 TRAINER = "decoder.trainer"
 
 
-def page() -> AppTest:
+def page(*, answered: bool = True) -> AppTest:
+    """The page in a fresh session; ``answered``: its questions answered and the comparison with a
+    full recompute (section 4) switched on."""
     at = AppTest.from_file("../../views/decoder.py", default_timeout=120)
     at.session_state["decoder.poll_seconds"] = 0.2
+    if answered:
+        answer_everything(at)
+        at.session_state["decoder.compare"] = True
     return at
 
 
@@ -347,3 +355,98 @@ def test_the_step_switch_changes_the_source_and_the_milliseconds(at):
     assert "the compiled training step" in src_c and "def decoder_chunk(" in src_c
     assert readable_twin not in src_c
     assert ms_r > ms_c                 # the readable step runs Python between its sublayers
+
+
+# ----------------------------------------------------------------------------------------------
+# the opening question, the KV cache's work, and sentences that follow the measured numbers
+# ----------------------------------------------------------------------------------------------
+def test_the_opening_question_locks_the_comparison_and_its_answer_is_what_the_page_shows():
+    at = page(answered=False)
+    at.run()
+    assert not at.exception and not at.error
+    toggle = at.toggle(key="decoder.compare")
+    assert toggle.disabled
+    assert not any(m.label.startswith("Largest |logit difference|") for m in at.metric)
+    assert not any("agree" in c.value for c in at.caption)             # the precision note keeps the answer back
+    answer_question(at, questions.CACHE, questions.CACHE.options[questions.CACHE.answer])
+    assert not at.toggle(key="decoder.compare").disabled
+    at.toggle(key="decoder.compare").set_value(True).run()
+    same = float(metric(at, "Largest |logit difference|")) < 1e-9 and metric(at, "Same tokens written") == "yes"
+    assert questions.CACHE.answer == (0 if same else 1)
+    assert questions.CACHE.answer == 0                                 # the KV cache changes no logit
+
+
+def steps_and_prompt(at) -> tuple[int, int]:
+    """(n, P) as the page shows them: its last generation step, and the positions run at step 1."""
+    at.slider(key="decoder.step").set_value(1).run()
+    P = int(metric(at, "Positions run through the decoder at this step"))
+    return int(at.slider(key="decoder.step").max), P
+
+
+@pytest.mark.parametrize("task", ["reverse", "lm"])
+def test_the_work_table_counts_positions_and_scores_as_the_formulas_say(at, task):
+    """The cache saves positions (T against T²) but not attention's reads (T² against T³): the table's
+    counts are the formulas' for the page's own P and n, and the note quotes them. The language model's
+    prompt of 10 characters enters the cache at once at step 1, not one row a step."""
+    at.run()
+    if task == "lm":
+        at.selectbox(key="decoder.task").set_value("lm").run()
+    n, P = steps_and_prompt(at)
+    assert metric(at, "Rows in the K/V cache after this step") == str(P)
+    assert f"At step 1 the whole prompt enters each cache at once ({P} row" in " ".join(c.value for c in at.caption)
+    if task == "lm":
+        assert P == len(kv_cache.LM_PROMPT) > 1
+        at.slider(key="decoder.step").set_value(2).run()
+        assert metric(at, "Rows in the K/V cache after this step") == str(P + 1)
+        assert metric(at, "Positions run through the decoder at this step") == "1"
+    reads = np.arange(P, P + n)                                       # positions read at each step
+    want = {"with the KV cache": (P + n - 1, P * P + reads[1:].sum()),
+            "full recompute": (reads.sum(), (reads ** 2).sum())}
+    cost = cost_table(at)
+    for row, (positions, scores) in want.items():
+        assert cost.loc[row, "positions computed"] == f"{positions:,}"
+        assert cost.loc[row, "query–key scores per head and layer"] == f"{scores:,}"
+    note = " ".join(c.value for c in at.caption if c.value.startswith("The cache runs each position"))
+    (cached_pos, cached_scores), (full_pos, full_scores) = want.values()
+    assert (f"{cached_pos:,} positions here against the recompute's {full_pos:,} (growing as T against T²)" in note
+            and f"computes {cached_scores:,} query–key scores per head and layer against the recompute's "
+                f"{full_scores:,} (growing as T² against T³)" in note)
+    if task == "reverse":                                              # the question asked beside the table
+        assert questions.SCORES.answer == cached_scores
+
+
+def anti_diagonal_of_grid(at) -> np.ndarray:
+    """Each head's mean cross-attention weight on the anti-diagonal, read from the page's grid."""
+    (grid,) = heatmap_grids(at)
+    maps = np.stack(list(grid.values()))                               # (L H, T, S)
+    T, S = maps.shape[1:]
+    return maps[:, np.arange(T), S - 1 - np.arange(T)].mean(axis=1)
+
+
+def reads_from_end(at) -> str:
+    return " ".join(m.value for m in at.markdown if m.value.startswith("Cross-attention of validation example"))
+
+
+@pytest.mark.parametrize("steps", [None, 5, 400])
+def test_a_head_reads_the_source_from_its_end_only_when_the_maps_show_it(at, steps):
+    """Untrained (the page as it opens) and after 5 steps no head's cross-attention lies on the
+    anti-diagonal, and the page says so; after the reverse task's 400 default steps one does, and the
+    page names it with the weight its map shows."""
+    at.run()
+    if steps is not None:
+        at.number_input(key="decoder.steps").set_value(steps).run()
+        button(at, "Train").click().run()
+        assert at.session_state[TRAINER].join(300)
+        at.run()
+        assert not any("untrained" in w.value for w in at.warning)
+    weight = anti_diagonal_of_grid(at)
+    said = reads_from_end(at)
+    best, head = weight.max(), int(np.argmax(weight))
+    H = DEFAULTS["reverse"].n_heads
+    name = f"L{head // H + 1}H{head % H + 1}"
+    if steps == 400:
+        assert best >= kv_cache.READS_FROM_END
+        assert f"Here head {name} reads the source from its end" in said and f"on average {best:.2f}" in said
+    else:
+        assert best < kv_cache.READS_FROM_END
+        assert "No head reads the source from its end" in said and f"is {best:.2f} on average ({name})" in said
