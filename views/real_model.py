@@ -172,19 +172,24 @@ else:
              r"\text{previous}_h = \operatorname*{mean}_{t \ge 2} (A_h)_{t,\,t-1}")
     ran += [rm.repeated_random_tokens, rm.detect_heads, rm.head_scores, hs.previous_token, hs.offset_back, hs.on_key,
             rm.named_heads]
-named_text, papers = parts.named_heads_markdown(scores)
-st.markdown("**Named heads**, each with its score, at or above its kind's threshold:\n\n" + named_text, help=papers)
-heads = [f"H{h + 1}" for h in range(cfg.n_heads)]
-layers = [f"L{l + 1}" for l in range(cfg.n_layers)]
-cols = st.columns(2)
-for i, (kind, s) in enumerate(scores.items()):
-    cols[i % 2].vega_lite_chart(charts.heatmap(s, layers, heads, title=f"{kind} score", value_name="score",
-                                               row_title="layer", col_title="head", size=300))
-st.dataframe(parts.score_table(scores, cfg), hide_index=True, height=220, column_config={"head": st.column_config.TextColumn(
-    "head", help="Layer and head, both counted from 1: papers write L3H2 as 2.1, both counted from 0.")})
-if source in rm.GPT2_SMALL and not m.is_encoder:
-    published, papers = parts.published_heads_caption(scores)
-    st.caption(published, help=papers)
+if unlocked:                             # the next-token scores answer the opening question
+    named_text, papers = parts.named_heads_markdown(scores)
+    st.markdown("**Named heads**, each with its score, at or above its kind's threshold:\n\n" + named_text,
+                help=papers)
+    heads = [f"H{h + 1}" for h in range(cfg.n_heads)]
+    layers = [f"L{l + 1}" for l in range(cfg.n_layers)]
+    cols = st.columns(2)
+    for i, (kind, s) in enumerate(scores.items()):
+        cols[i % 2].vega_lite_chart(charts.heatmap(s, layers, heads, title=f"{kind} score", value_name="score",
+                                                   row_title="layer", col_title="head", size=300))
+    st.dataframe(parts.score_table(scores, cfg), hide_index=True, height=220, column_config={
+        "head": st.column_config.TextColumn("head", help="Layer and head, both counted from 1: papers write "
+                                                         "L3H2 as 2.1, both counted from 0.")})
+    if source in rm.GPT2_SMALL and not m.is_encoder:
+        published, papers = parts.published_heads_caption(scores)
+        st.caption(published, help=papers)
+else:
+    st.caption("Answer the question at the top first: the scores show its answer too.")
 
 # 4. attention rollout ------------------------------------------------------------------------------
 st.header("Attention rollout")
@@ -221,7 +226,7 @@ if m.is_encoder:
         st.caption("The model's published figures for these three sentences: 0.6660, 0.1046 and 0.1411.")
     st.header(f"Remove head {names.head(layer, head)}")
     if ss[k("how")] == "patch":
-        state.settle(PAGE, "how", "zero", "patching needs a second prompt, which only the decoders take.")
+        state.settle(PAGE, "how", "zero", "patching takes a second prompt, which this page offers on decoders only.")
     how = st.radio("Replace its output by", ["zero", "mean"], format_func=HOW.get, key=k("how"), horizontal=True)
     parts.similarity_edit_section(m, source, sentences, before, layer, head, how)
     ran += [tr.key_mask_scores, MH.edit_heads, rm.pad_batch, rm.similarity, rm.mean_pool]

@@ -58,6 +58,9 @@ def test_the_head_maps_and_the_choice_of_a_head_wait_for_the_answer(link):
     assert not at.exception
     assert all(box.disabled for box in head_inputs(at))
     assert not head_maps(at) and not heatmap_grids(at)                  # no map shows the answer yet
+    assert not any(title.endswith(" score") for title in heatmaps(at))   # nor any score
+    assert not any(d.value.columns[0] == "head" for d in at.dataframe if len(d.value.columns))
+    assert not any(md.value.startswith("**Named heads**") for md in at.markdown)
     wrong = next(o for i, o in enumerate(OPENING.options) if i != OPENING.answer)
     answer_question(at, OPENING, wrong)
     assert all(box.disabled for box in head_inputs(at))                 # a hint, still locked
@@ -65,6 +68,7 @@ def test_the_head_maps_and_the_choice_of_a_head_wait_for_the_answer(link):
     assert not at.exception
     assert not any(box.disabled for box in head_inputs(at))
     assert len(head_maps(at)) == 1 and len(heatmap_grids(at)) == 1
+    assert table_named(at, "head").shape[0] == len(heatmap_grids(at)[0])  # a score for every head
     at.number_input(key="real_model.head").set_value(2).run()
     assert list(head_maps(at)) == ["L1H2: attention weights"]
 
