@@ -117,7 +117,8 @@ def named_heads_markdown(scores: dict) -> tuple[str, str | None]:
     by_kind = {}
     for r in rows:
         by_kind.setdefault(r["kind"], []).append(f"{names.head(r['layer'], r['head'])} {r['score']:.2f}")
-    text = "\n".join(f"- **{kind}** (≥ {rm.THRESHOLDS[kind]}): " + ", ".join(heads) for kind, heads in by_kind.items())
+    text = "\n".join(f"- **{kind}** (≥ {rm.THRESHOLDS[kind]}): " + ", ".join(heads)
+                     for kind, heads in by_kind.items())
     return text, papers_names(rows)
 
 

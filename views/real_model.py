@@ -60,14 +60,15 @@ finally:
         bar.empty()
 cfg = m.config
 if m.is_encoder:
-    st.latex(r"x \leftarrow \mathrm{LN}_1(x + \mathrm{MHA}(x)), \qquad x \leftarrow \mathrm{LN}_2(x + \mathrm{FFN}(x)), "
-             r"\qquad \mathrm{FFN}(x) = \mathrm{GELU}(x W_1 + b_1) W_2 + b_2")
+    st.latex(r"x \leftarrow \mathrm{LN}_1(x + \mathrm{MHA}(x)), \qquad "
+             r"x \leftarrow \mathrm{LN}_2(x + \mathrm{FFN}(x)), \qquad "
+             r"\mathrm{FFN}(x) = \mathrm{GELU}(x W_1 + b_1) W_2 + b_2")
 else:
-    st.latex(r"x \leftarrow x + \mathrm{MHA}(\mathrm{LN}_1(x)), \qquad x \leftarrow x + \mathrm{FFN}(\mathrm{LN}_2(x)), "
-             r"\qquad z = \mathrm{LN}_f(x)\, W_E^\top")
-st.caption("x is the residual stream (token t's row after layer ℓ is x_t^(ℓ)); " + ("z are the logits. " if not m.is_encoder
-           else "") + "MHA is the multi-head attention of every other page, its heads' outputs concatenated and "
-           "mixed by W_O.")
+    st.latex(r"x \leftarrow x + \mathrm{MHA}(\mathrm{LN}_1(x)), \qquad "
+             r"x \leftarrow x + \mathrm{FFN}(\mathrm{LN}_2(x)), \qquad z = \mathrm{LN}_f(x)\, W_E^\top")
+st.caption("x is the residual stream (token t's row after layer ℓ is x_t^(ℓ))"
+           + ("" if m.is_encoder else ", z the logits") + "; MHA is the multi-head attention of every other page, "
+           "its heads' outputs concatenated and mixed by W_O.")
 about = {packaged.MINILM: f"all-MiniLM-L6-v2 (sentence-transformers, {packaged.LICENSE}), from the installed package "
                           f"{packaged.DISTRIBUTION}, its weights checked against their published sha256",
          "": "the small GPT shipped with the dashboard (re-create it: python -m core.training.make_tiny_gpt)"}
@@ -166,8 +167,8 @@ else:
     scores = parts.decoder_detector(m, source)
     st.markdown("Each head's mean weight on **repeated random tokens** (n random ids, then the same n again, "
                 "as on the induction page): on the previous token, on the earlier copy of the current token "
-                "(duplicate), on the token after that copy (induction, the pattern Olsson et al. 2022 study), and on the first "
-                "token (often called an attention sink).")
+                "(duplicate), on the token after that copy (induction, the pattern Olsson et al. 2022 study), "
+                "and on the first token (often called an attention sink).")
     st.latex(r"\text{induction}_h = \operatorname*{mean}_{t \in \text{2nd copy}} (A_h)_{t,\,t-n+1} \qquad "
              r"\text{previous}_h = \operatorname*{mean}_{t \ge 2} (A_h)_{t,\,t-1}")
     ran += [rm.repeated_random_tokens, rm.detect_heads, rm.head_scores, hs.previous_token, hs.offset_back, hs.on_key,
