@@ -519,3 +519,35 @@ def chart_colours(page) -> list[dict]:
             return {series, notes, texts};
         });
     }""", CHART)
+
+
+# --- the pages' questions ---------------------------------------------------------------------------
+
+def css_key(key: str) -> str:
+    """The class Streamlit gives a keyed widget's container (a dot in the key becomes a dash)."""
+    return ".st-key-" + key.replace(".", "-")
+
+
+def answer_question(page, q, value, timeout_ms: float = 90_000) -> None:
+    """Give ``value`` (an option's text or a number) to question ``q`` as a student would, press its
+    Check button, and wait for the rerun."""
+    box = page.locator(css_key(f"predict_{q.key}"))
+    if q.options:
+        box.locator("label").filter(has_text=value[:40]).first.click()
+    else:
+        box.locator("input").fill(str(value))
+        box.locator("input").press("Enter")
+    wait_idle(page, timeout_ms=timeout_ms)
+    page.locator(css_key(f"predict_{q.key}_check")).locator("button").click()
+    wait_idle(page, timeout_ms=timeout_ms)
+
+
+def answer_opening(page, address: str, timeout_ms: float = 90_000) -> bool:
+    """Answer the opening question of lesson page ``address`` right, as a student who has, so its
+    locked control opens. False for a page that is not on the path (no question)."""
+    from core.lessons import path, questions
+    if address not in path.BY_PAGE:
+        return False
+    q = questions.opening(address)
+    answer_question(page, q, q.options[q.answer] if q.options else q.answer_text, timeout_ms)
+    return True

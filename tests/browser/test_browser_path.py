@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from browser_support import (SCREENSHOTS, chromium_or_skip, error_texts, failure_screenshot, launch_options,
-                             wait_idle)
+from browser_support import (SCREENSHOTS, answer_question, chromium_or_skip, error_texts, failure_screenshot,
+                             launch_options, wait_idle)
 from core.lessons import path, questions
 
 VIEWPORT = {"width": 1400, "height": 900}
@@ -26,24 +26,6 @@ def browser(server):
         br = pw.chromium.launch(**launch_options(chromium_or_skip()))
         yield br
         br.close()
-
-
-def css_key(key: str) -> str:
-    """The class Streamlit gives a keyed widget's container (a dot in the key becomes a dash)."""
-    return ".st-key-" + key.replace(".", "-")
-
-
-def answer(page, q, value) -> None:
-    """Give ``value`` to question ``q`` as a student would, press Check, wait for the rerun."""
-    box = page.locator(css_key(f"predict_{q.key}"))
-    if q.options:
-        box.locator("label").filter(has_text=value[:40]).first.click()
-    else:
-        box.locator("input").fill(str(value))
-        box.locator("input").press("Enter")
-    wait_idle(page)
-    page.locator(css_key(f"predict_{q.key}_check")).locator("button").click()
-    wait_idle(page)
 
 
 def alerts(page) -> str:
@@ -77,9 +59,9 @@ def test_a_student_walks_the_path_and_check_yourself_scores_first_tries(browser,
             q = questions.opening(address)
             assert "Answer first" in page.locator("[data-testid=stMain]").inner_text()
             wrong = next(o for j, o in enumerate(q.options) if j != q.answer) if q.options else q.answer * 2 + 1
-            answer(page, q, wrong)
+            answer_question(page, q, wrong)
             assert "Not yet. Hint:" in alerts(page), f"{address}: no hint after a wrong answer"
-            answer(page, q, q.options[q.answer] if q.options else q.answer_text)
+            answer_question(page, q, q.options[q.answer] if q.options else q.answer_text)
             assert "Right." in alerts(page), f"{address}: the right answer was not marked right"
             assert "Answer first" not in page.locator("[data-testid=stMain]").inner_text()
             assert error_texts(page) == []

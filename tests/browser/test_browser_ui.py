@@ -20,7 +20,7 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 
-from browser_support import (MAIN, ROOT, StreamlitServer, chromium_or_skip, discover_pages,
+from browser_support import (MAIN, ROOT, StreamlitServer, answer_opening, chromium_or_skip, discover_pages,
                              error_texts, failure_screenshot, launch_options, wait_idle)
 
 PAGES = {p.name: p for p in discover_pages()}
@@ -55,10 +55,14 @@ def _page(browser, color_scheme: str = "light"):
     return ctx, ctx.new_page()
 
 
-def _open(browser, server, name: str, query: str = "", timeout_ms: float = COLD_MS):
+def _open(browser, server, name: str, query: str = "", timeout_ms: float = COLD_MS, answered: bool = True):
+    """A new browser session on page ``name``; ``answered``: its opening question answered right first
+    (the control it locks opens)."""
     ctx, page = _page(browser)
     page.goto(server.page_url(PAGES[name], query))
     wait_idle(page, timeout_ms=timeout_ms)
+    if answered:
+        answer_opening(page, name, timeout_ms)
     return ctx, page
 
 
