@@ -28,9 +28,10 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from core.lessons import questions
 from ui import redraw_log
 from browser_support import (ARTIFACTS, CHART, ERROR_SELECTORS, IDLE_JS, MAIN, StreamlitServer, chromium_or_skip,
-                             discover_pages, launch_options, skip_or_fail)
+                             css_key, discover_pages, launch_options, skip_or_fail)
 
 SESSIONS = int(os.environ.get("LOAD_SESSIONS", "10"))
 TRAINERS = tuple(range(1, SESSIONS, 3))[:5]           # students who start a training run (5 of 30, 3 of 10)
@@ -77,6 +78,21 @@ async def _check(page, who: str, where: str, stats: Stats) -> None:
     errors = await _error_texts(page)
     if errors:
         stats.errors.append(f"{who} on {where}: {errors}")
+
+
+async def _answer_opening(page, address: str) -> None:
+    """Answer the opening question of ``address`` right, as :func:`browser_support.answer_opening` does."""
+    q = questions.opening(address)
+    right = q.options[q.answer] if q.options else q.answer_text
+    box = page.locator(css_key(f"predict_{q.key}"))
+    if q.options:
+        await box.locator("label").filter(has_text=right[:40]).first.click()
+    else:
+        await box.locator("input").fill(right)
+        await box.locator("input").press("Enter")
+    await _wait_idle(page)
+    await page.locator(css_key(f"predict_{q.key}_check")).locator("button").click()
+    await _wait_idle(page)
 
 
 async def _go(page, info, who, stats) -> None:
@@ -138,9 +154,10 @@ async def _student(i, browser, server, pages, barrier, stats: Stats) -> None:
             await _go(page, walk[(i * PAGES_PER_STUDENT + k) % len(walk)], who, stats)
         if i in REAL_MODEL and "real_model" in by_name:       # the default real model, shared read-only
             await _go(page, by_name["real_model"], who, stats)
+            await _answer_opening(page, "real_model")     # the detector shows once the question is answered
             try:                                  # its detector names the encoder's next-token head
                 await page.wait_for_function(
-                    """(sel) => document.querySelector(sel).innerText.includes('L2H9 (1.8)')""",
+                    """(sel) => document.querySelector(sel).innerText.includes('next-token (≥ 0.5): L2H9')""",
                     arg=MAIN, timeout=STEP_MS, polling=500)
             except Exception:  # noqa: BLE001 - recorded as the finding it is
                 stats.errors.append(f"{who}: A real model does not show all-MiniLM-L6-v2's named heads")
