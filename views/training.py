@@ -7,7 +7,8 @@ import streamlit as st
 from core import limits, warmup
 from core.training import steps, tasks, encoder_runs as training
 from core.model.config import POSITIONAL
-from ui import charts, state
+from core.lessons.questions import training as questions
+from ui import charts, lesson, state
 from core.training.runs import RunSpec
 from core.model.upload import weights_from_upload
 from ui.trainer import Trainer
@@ -44,37 +45,57 @@ poll = float(st.session_state.get(POLL_KEY, 0.5))
 
 st.title("Train a tiny encoder")
 state.restore(PAGE, SPEC)
+lesson.header(PAGE)
+unlocked = lesson.predict(PAGE)        # opens the ablation runs (section 3)
 st.markdown(
-    "A transformer encoder small enough to train here in seconds: embeddings plus positions, a few "
-    "post-norm layers of multi-head attention and a feed-forward net, mean pooling and a two-class "
-    "classifier. Forward pass, backward pass and Adam are our own NumPy + Numba code.")
+    "A transformer encoder small enough to train here in seconds: token embeddings plus positions, a few "
+    "layers of multi-head attention and a feed-forward net, then a two-class classifier. Besides attention, "
+    "five pieces arrive on this page; the next page, **Inside a trained model**, takes the first four apart "
+    "on a trained model:\n"
+    "- **Residual connection**: each sublayer's output is added to its input, x + MHA(x), so the sublayer "
+    "learns a change to x rather than a replacement for it.\n"
+    "- **LayerNorm**: after each residual sum, every token's vector is shifted and scaled to mean 0 and "
+    "standard deviation (just under) 1 across its d_model features, then given a learned gain and bias per "
+    "feature, so the scale of each layer's input is set by those, whatever the layers before it computed.\n"
+    "- **Feed-forward net (FFN)**: two dense layers with a ReLU between them (d_model → 2·d_model → d_model), "
+    "applied to each position on its own.\n"
+    "- **Mean pooling**: the classifier reads one vector per sequence, the mean of the last layer's vectors "
+    "over the T positions.\n"
+    "- **Adam**: after each batch of 64 sequences, every parameter moves against a running average of its "
+    "gradient, divided by the square root of a running average of the gradient's square, so its step is set "
+    "by the learning rate rather than by the gradient's scale; its code closes the **Source** expander at the "
+    "bottom of this page.\n\n"
+    "Forward pass, backward pass and Adam are our own NumPy + Numba code.")
 
 with st.expander("The architecture, in equations", expanded=False):
-    st.latex(r"h^{(0)}_t = E[x_t] + PE_t \qquad (E \in \mathbb{R}^{V \times d},\; "
+    st.latex(r"x^{(0)}_t = E[\mathrm{tok}_t] + PE_t \qquad (E \in \mathbb{R}^{V \times d_{\text{model}}},\; "
              r"PE \text{ sinusoidal, learned, or } 0)")
-    st.latex(r"\tilde h = \mathrm{LN}_1\!\big(h + \mathrm{MHA}(h)\big), \qquad "
-             r"\mathrm{MHA}(h) = [\mathrm{head}_1, \dots, \mathrm{head}_H]\, W^O + b^O")
-    st.latex(r"\mathrm{head}_i = \mathrm{softmax}\!\left(\frac{Q_i K_i^\top}{\sqrt{d_k}}\right) V_i, "
-             r"\quad Q_i = h W^Q_i + b^Q_i,\; d_k = d / H")
-    st.latex(r"h' = \mathrm{LN}_2\!\big(\tilde h + \max(0, \tilde h W_1 + b_1)\, W_2 + b_2\big)")
-    st.latex(r"\bar h = \frac{1}{T} \sum_{t=1}^{T} h^{(L)}_t, \qquad z = \bar h\, W_{\text{cls}} + b_{\text{cls}}")
+    st.latex(r"\tilde x = \mathrm{LN}_1\!\big(x + \mathrm{MHA}(x)\big), \qquad "
+             r"\mathrm{MHA}(x) = [o_1, \dots, o_H]\, W_O + b_O")
+    st.latex(r"o_h = \mathrm{softmax}\!\left(\frac{Q_h K_h^\top}{\sqrt{d_k}}\right) V_h, "
+             r"\quad Q_h = x W_Q^h + b_Q^h,\; d_k = d_{\text{model}} / H")
+    st.latex(r"x^{(\ell)} = \mathrm{LN}_2\!\big(\tilde x + \max(0, \tilde x W_1 + b_1)\, W_2 + b_2\big)")
+    st.latex(r"\bar x = \frac{1}{T} \sum_{t=1}^{T} x^{(L)}_t, \qquad z = \bar x\, W_{\text{cls}} + b_{\text{cls}}")
     st.latex(r"\mathcal{L} = -\frac{1}{B} \sum_{b=1}^{B} \log \frac{e^{z_{b, y_b}}}{\sum_c e^{z_{b,c}}}")
-    st.caption("Post-norm: the layer norm comes after each residual sum, as in the original Transformer. "
-               "Adam updates every parameter after each batch of 64 sequences.")
+    st.caption("x is the residual stream, one row per token: x^(ℓ) after layer ℓ of L, x^(0) the embeddings. "
+               "Post-norm: the layer norm comes after each residual sum, as in the original Transformer.")
 
 with st.expander("What to look for"):
     st.markdown(
-        "- **sum** is learned in a few hundred steps, positions or not: adding up tokens does not care "
-        "where they sit. Its attention maps tend to stay broad, since every token matters equally.\n"
+        "- **sum** does not care where the tokens sit: its label depends on the tokens alone, so positions "
+        "cannot help it. Its attention maps tend to stay broad, since every token matters equally.\n"
         "- **increasing** is a near-miss task: a negative holds the same tokens as a positive, with one "
-        "neighbouring pair swapped. Without positional encoding the model cannot see order at all, and "
-        "its validation accuracy stays at a coin toss. With it, watch for heads whose weight moves next "
-        "to the diagonal (a token looking at its neighbour).\n"
-        "- **repeat** needs a head that looks one position back; it is the hardest of the three here.\n"
-        "- The loss falls in jumps and plateaus; validation accuracy is measured every 25 steps on "
+        "neighbouring pair swapped"
+        + (". Without positional encoding the model cannot see order at all (the question at the top, and "
+           "section 3, show why)" if unlocked else "") +
+        ". It takes more steps than sum (the ablations below run 1000); with positions, watch for heads whose "
+        "weight moves next to the diagonal (a token looking at its neighbour).\n"
+        "- **repeat** asks whether a token equals the one before it: a head that looks one position back "
+        "can answer that.\n"
+        "- The loss can sit on a plateau before it falls; validation accuracy is measured every 25 steps on "
         "sequences the model never trains on.\n"
         "- Attention maps are diagnostics, not explanations: a pattern that looks meaningful may not be "
-        "what the classifier relies on.")
+        "what the classifier relies on. **Inside a trained model** removes heads one at a time to measure it.")
 
 # 1. settings -------------------------------------------------------------------------------------
 st.header("1. Settings")
@@ -114,6 +135,7 @@ except ValueError as err:
 
 # 2. controls -------------------------------------------------------------------------------------
 st.header("2. Train")
+lesson.ask(questions.FIRST_LOSS)
 busy_elsewhere = ablation.running
 b1, b2, b3, b4 = st.columns(4)
 if b1.button("Start training", type="primary", disabled=spec_problem is not None or trainer.running):
@@ -288,7 +310,7 @@ ABLATIONS = [RunSpec(label="PE, 4 heads", **sizes),
              RunSpec(label="no PE, 4 heads", positional="none", **sizes),
              RunSpec(label="PE, 1 head", n_heads=1, **sizes)]
 a1, a2 = st.columns(2)
-if a1.button("Run the ablations", disabled=ablation.running):
+if a1.button("Run the ablations", disabled=ablation.running or not unlocked):
     if trainer.running:
         st.warning("The main run is training: pause or reset it first (one job per session).")
     else:

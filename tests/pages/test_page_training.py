@@ -7,17 +7,21 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from core import encoder, limits, tasks
-from core.model import encoder_io
+from core.lessons.questions import training as questions
+from core.model import encoder_io, transformer
 from core.training.runs import RunSpec
+from page_support import answer_everything, answer_question
 from ui.trainer import Trainer
 
 SIZES = (200, 40, 40)   # train / validation / test sequences: fast enough for a test
 
 
-def page() -> AppTest:
+def page(*, answered: bool = True) -> AppTest:
     at = AppTest.from_file("../../views/training.py", default_timeout=60)
     at.session_state["training.data_sizes"] = SIZES
     at.session_state["training.poll_seconds"] = 0.2
+    if answered:
+        answer_everything(at)
     return at
 
 
@@ -306,3 +310,66 @@ def test_the_step_switch_changes_the_source_and_the_milliseconds(at, compiled):
     assert "the compiled training step" in src_c and "def encoder_layers_backward(" in src_c
     assert "def encoder_layers_backward(" not in src_r and "def block_backward(" not in src_c
     assert ms_r > ms_c                 # the readable step runs Python between its sublayers
+
+
+# ----------------------------------------------------------------------------------------------
+# the questions: the opening one locks the ablations; the answers are what the page's runs show
+# ----------------------------------------------------------------------------------------------
+def test_the_opening_question_locks_the_ablations_and_the_run_without_positions_can_only_guess():
+    """Before the answer the ablations cannot run and the page does not say what happens without
+    positions. After it, the ablation's model without positions gives every near miss of its
+    validation set exactly its positive's prediction, so on those pairs it is right half the time
+    (the answer: a coin toss), while the model with positions tells them apart."""
+    at = page(answered=False)
+    try:
+        at.run()
+        assert button(at, "Run the ablations").disabled
+        assert "cannot see order" not in texts(at.markdown)
+        answer_question(at, questions.NO_POSITIONS, questions.NO_POSITIONS.options[questions.NO_POSITIONS.answer])
+        assert not button(at, "Run the ablations").disabled and "cannot see order" in texts(at.markdown)
+        at.number_input(key="training.ablation_steps").set_value(8).run()
+        button(at, "Run the ablations").click().run()
+        ablation = at.session_state["training.ablation_trainer"]
+        assert rerun_until(at, lambda a: ablation.status == "done", timeout=60)
+        at.run()
+        data = tasks.make_dataset("increasing", *SIZES, seed=0)
+        negatives = data.X_val[data.y_val == 0]
+        pairs = np.concatenate([np.sort(negatives, axis=1), negatives])         # each positive, then its near miss
+        labels = np.r_[np.ones(len(negatives), int), np.zeros(len(negatives), int)]
+        predicted = {}
+        for index, label in ((0, "PE, 4 heads"), (1, "no PE, 4 heads")):
+            params, cfg = ablation.params(index)
+            assert ablation.view().runs[index].label == label
+            logits, _ = transformer.forward(params, cfg, pairs)
+            predicted[label] = logits
+            shown = [t.value for t in at.table if label in list(t.value["run"])][0].set_index("run")
+            val_logits, _ = transformer.forward(params, cfg, data.X_val)
+            acc = np.mean(val_logits.argmax(axis=1) == data.y_val)
+            assert shown.loc[label, "validation accuracy"] == f"{acc:.3f}"       # the page's number is this model's
+        half = len(negatives)
+        blind = predicted["no PE, 4 heads"]
+        np.testing.assert_allclose(blind[:half], blind[half:], atol=1e-5)       # a near miss gets its positive's logits
+        assert np.mean(blind.argmax(axis=1) == labels) == 0.5
+        assert np.abs(predicted["PE, 4 heads"][:half] - predicted["PE, 4 heads"][half:]).max() > 1e-3
+        assert questions.NO_POSITIONS.options[questions.NO_POSITIONS.answer].startswith("At a coin toss")
+    finally:
+        for key in ("training.trainer", "training.ablation_trainer"):
+            if key in at.session_state:
+                at.session_state[key].reset()
+
+
+def test_the_loss_curve_starts_where_the_first_loss_question_says(at):
+    """One step of the default model on 'sum': the loss of that first batch, before any update, is
+    the question's answer within its tolerance (ln 2 too: the answer a student reasons to)."""
+    at.run()
+    at.number_input(key="training.steps").set_value(1)
+    at.radio(key="training.track").set_value("readable")
+    at.run()
+    button(at, "Start training").click().run()
+    assert rerun_until(at, lambda a: trainer_of(a).status == "done", timeout=120)
+    at.run()
+    first = trainer_of(at).view().runs[0].metrics[0]["loss"]
+    assert [m.value for m in at.metric if m.label == "Loss (last batch)"] == [f"{first:.4f}"]
+    p = questions.FIRST_LOSS
+    assert abs(first - p.answer) <= p.tolerance * p.answer
+    assert abs(np.log(2) - p.answer) <= p.tolerance * p.answer
