@@ -168,9 +168,9 @@ st.markdown(f"Tokens `{' '.join(map(str, tokens))}`, label **{y[example]}**. Eac
 
 
 def arrow(number: int, step: inside.Step, note: str = "") -> None:
-    names = ", ".join(f"`{name}`" for name in step.arrays)
+    entries = ", ".join(f"`{name}`" for name in step.arrays)
     st.markdown(f"**{number}. {step.name}** → `{step.shape}`{'  ' + note if note else ''}")
-    st.caption(f"from {names}")
+    st.caption(f"from {entries}")
 
 
 def signed(matrix, title: str, value: str = "value", cols=None) -> None:
