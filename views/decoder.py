@@ -61,8 +61,8 @@ def spec_for(task: str) -> dict:
 st.title("Decoder and generation")
 first_run = state.first_run(PAGE)
 state.restore(PAGE, SPEC)
-lesson.header(PAGE)
-unlocked = lesson.predict(PAGE)        # opens the comparison with a full recompute (section 4)
+lesson.header("decoder")
+unlocked = lesson.predict("decoder")  # opens the comparison with a full recompute (section 4)
 st.markdown(
     "A decoder writes its output one token at a time, each token conditioned on the ones before it. "
     "Here it runs as an **encoder-decoder** that reverses or sorts a string of 8 digits (cross-attention "

@@ -40,8 +40,8 @@ TRAINER_KEY = "training.trainer"          # the "Train an encoder" page's worker
 
 st.title("Inside a trained model")
 state.restore(PAGE, SPEC)
-lesson.header(PAGE)
-unlocked = lesson.predict(PAGE)        # opens the heads' removal (section 2)
+lesson.header("inside_model")
+unlocked = lesson.predict("inside_model")  # opens the heads' removal (section 2)
 st.markdown(
     "A trained encoder taken apart. First one test sequence is followed through a layer, sublayer by "
     "sublayer, with the shape of every arrow; then heads are removed to measure what the model's "

@@ -45,8 +45,8 @@ poll = float(st.session_state.get(POLL_KEY, 0.5))
 
 st.title("Train a tiny encoder")
 state.restore(PAGE, SPEC)
-lesson.header(PAGE)
-unlocked = lesson.predict(PAGE)        # opens the ablation runs (section 3)
+lesson.header("training")
+unlocked = lesson.predict("training")  # opens the ablation runs (section 3)
 st.markdown(
     "A transformer encoder small enough to train here in seconds: token embeddings plus positions, a few "
     "layers of multi-head attention and a feed-forward net, then a two-class classifier. Besides attention, "
