@@ -31,8 +31,8 @@ out_cols = [f"d{j + 1}" for j in range(D)]
 st.title("Concat, W_O and the filter bank")
 ensure_kernels("project_heads", "attention_with_weights", "merge_heads_project", "weighted_sum")
 state.restore(PAGE, SPEC)
-lesson.header(PAGE)
-unlocked = lesson.predict(PAGE)
+lesson.header("filter_bank")
+unlocked = lesson.predict("filter_bank")
 st.latex(r"\mathrm{Concat} = [O_1, O_2], \qquad O = \mathrm{Concat}\, W_O "
          r"= \sum_{h} A_h\, X\, \underbrace{W_V^h\, W_O^{(h)}}_{\text{OV circuit of head } h}")
 st.markdown("The lesson's two-head pipeline: T = 4 one-hot tokens (X = I), head 1 attends to itself "

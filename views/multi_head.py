@@ -29,8 +29,8 @@ ss = st.session_state
 st.title("Multi-head attention, set by hand")
 ensure_kernels("attention_with_weights", "scaled_scores")
 state.restore(PAGE, SPEC)
-lesson.header(PAGE)
-unlocked = lesson.predict(PAGE)
+lesson.header("multi_head")
+unlocked = lesson.predict("multi_head")
 st.latex(r"A_h = \mathrm{softmax}\!\left(\frac{Q_h K_h^\top}{\sqrt{d_k}} + M\right), \quad h = 1..H, "
          r"\qquad M \text{ shared by every head}")
 st.markdown("Each head's queries and keys are set by a recipe (below each head's box) instead of being "

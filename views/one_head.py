@@ -31,8 +31,8 @@ k = lambda name: state.key(PAGE, name)  # noqa: E731
 st.title("One head: scaled dot-product attention")
 ensure_kernels("scaled_scores", "attention_with_weights")
 state.restore(PAGE, SPEC)
-lesson.header(PAGE)
-unlocked = lesson.predict(PAGE)
+lesson.header("one_head")
+unlocked = lesson.predict("one_head")
 st.latex(r"S = \frac{Q K^\top}{\sqrt{d_k}\,\tau} + M, \qquad A = \mathrm{softmax}_{\text{row}}(S), "
          r"\qquad \mathrm{out} = A V")
 st.markdown("In a model, the queries, keys and values are made from the layer's input X (one row per "

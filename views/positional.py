@@ -4,9 +4,9 @@ import pandas as pd
 import streamlit as st
 
 from core import masks, positional
-from core.lessons import positions, relative_positions
+from core.lessons import positions, questions, relative_positions
 from core.limits import MAX_D_MODEL, MAX_PE_POSITIONS, MAX_TOKENS
-from ui import charts, state
+from ui import charts, lesson, state
 from core.kernels.dispatch import lesson_recording
 from ui.widgets import chosen_backend, chosen_dtype, ensure_kernels, kernel_source, tokens_from
 
@@ -22,17 +22,31 @@ SPEC = {"a": state.text_field("dog bites man"), "b": state.text_field("man bites
         "Ts": state.int_field(8, 4, MAX_TOKENS), "trained": state.int_field(512, 1, MAX_PE_POSITIONS),
         "asked": state.int_field(1024, 1, 2 * MAX_PE_POSITIONS)}
 key = lambda name: state.key(PAGE, name)  # noqa: E731
+SHUFFLES = key("shuffles")     # how many times B was shuffled: the seed of the next shuffle
+
+
+def shuffle_into_b() -> None:
+    """Sentence B := sentence A's words in another (seeded) order."""
+    try:
+        words = tokens_from(st.session_state[key("a")], max_tokens=MAX_TOKENS)
+    except ValueError:
+        return                                        # the page names what is wrong with A
+    st.session_state[SHUFFLES] = st.session_state.get(SHUFFLES, 0) + 1
+    shown = st.session_state[key("b")].split()
+    st.session_state[key("b")] = " ".join(positions.shuffled(words, seed=st.session_state[SHUFFLES], unlike=shown))
 
 st.title("Positional encoding")
 ensure_kernels("sinusoidal", "project_heads", "attention_with_weights", "merge_heads_project")
 state.restore(PAGE, SPEC)
 if st.session_state[key("d")] % 2:                                 # the d_model slider moves in steps of 2
     state.settle(PAGE, "d", st.session_state[key("d")] - 1, "d_model is even here (sine and cosine in pairs).")
-st.markdown("Attention compares every token with every other, but nothing in it says *where* a token "
-            "sits. This page measures that blindness, then looks at the codes that cure it.")
+lesson.header("positional")
+unlocked = lesson.predict("positional")
+st.markdown("Attention compares every token with every other. Does it know *where* each token sits? "
+            "This page measures it, then looks at the codes that add position.")
 with st.expander("What to look for"):
     st.markdown(
-        "- Without positions, swapping words only swaps the output rows: the set of outputs is the same.\n"
+        "- Reorder the words of a sentence, and compare the outputs without and with positions.\n"
         "- In the sinusoidal code, the left columns spin fast and the right ones slowly; together they "
         "fingerprint each position.\n"
         "- PE_p · PE_(p+k) is one number for every p: the code carries the offset k on its own.\n"
@@ -40,13 +54,17 @@ with st.expander("What to look for"):
         "- RoPE and ALiBi put position into the scores instead of the inputs.")
 
 # 1. order blindness ------------------------------------------------------------------------------
-st.header("Attention alone is blind to order")
+st.header("Does attention see the order of the words?")
+st.latex(r"O = \mathrm{MHA}(E + P), \qquad E = \text{the words' embeddings}, \qquad "
+         r"P = 0 \text{ (no positions) or } PE \text{ (the sinusoidal code below)}")
 for name in ("a", "b"):
     state.vet(PAGE, name, lambda text: tokens_from(text, max_tokens=MAX_TOKENS))
-c1, c2 = st.columns(2)
-sentence_a = c1.text_input("Sentence A", key=key("a"))
-sentence_b = c2.text_input("Sentence B (the same words, reordered)", key=key("b"))
+c1, c2, c3 = st.columns([3, 3, 2], vertical_alignment="bottom")
+sentence_a = c1.text_input("Sentence A", key=key("a"), disabled=not unlocked)
+sentence_b = c2.text_input("Sentence B (the same words, reordered)", key=key("b"), disabled=not unlocked)
+c3.button("Shuffle A's words into B", on_click=shuffle_into_b, disabled=not unlocked)
 st.caption(f"At most {MAX_TOKENS} words. One layer: d_model = 8, 2 heads, fixed seeded embeddings and weights.")
+plain = None
 try:
     with lesson_recording() as ran:
         words_a = tokens_from(sentence_a, max_tokens=MAX_TOKENS)
@@ -57,7 +75,9 @@ try:
                                            dtype=chosen_dtype())
 except ValueError as err:
     st.error(str(err))
-else:
+if plain is not None and not unlocked:
+    st.info("The outputs appear once you have answered the question at the top.")
+elif plain is not None:
     st.latex(r"\text{gap} = \max\,\bigl|O_B - \Pi\,O_A\bigr|, \qquad \Pi = \text{the reordering of the words}")
     m1, m2 = st.columns(2)
     m1.metric("gap without PE", f"{plain.gap:.2e}",
@@ -72,17 +92,25 @@ else:
             [f"A's outputs, in B's order ({name})", f"B's outputs ({name})"], kind="signed",
             value_name="output", columns=2, row_title="token", col_title="feature"))
     kernel_source(ran)
+lesson.ask(questions.by_key("positional.no_positions"))
 
 # 2. the sinusoidal code ---------------------------------------------------------------------------
 st.header("The sinusoidal code")
-st.latex(r"PE_{p,\,2i} = \sin\!\left(\frac{p}{b^{2i/d}}\right), \qquad "
-         r"PE_{p,\,2i+1} = \cos\!\left(\frac{p}{b^{2i/d}}\right), \qquad b = 10000")
+st.latex(r"PE_{p,\,2i} = \sin(p\,\omega_i), \qquad PE_{p,\,2i+1} = \cos(p\,\omega_i), \qquad "
+         r"\omega_i = \frac{1}{b^{2i/d_{\text{model}}}}, \qquad b = 10000 \text{ (the base, set below)}")
 s1, s2, s3 = st.columns(3)
 T = s1.slider("Positions T", 2, MAX_PE_POSITIONS, key=key("T"))
 d_model = s2.slider("d_model", 2, MAX_D_MODEL, step=2, key=key("d"))
 base = state.decimal_number_input(s3, "Base b", 2.0, 1e6, key=key("base"), step=0.01)
 st.caption(f"Caps: T ≤ {MAX_PE_POSITIONS}, d_model ≤ {MAX_D_MODEL}; heatmaps draw the first "
            f"{DRAW_POSITIONS} positions and {DRAW_DIMS} dimensions.")
+omega = positions.frequencies(d_model, base)
+if len(omega) == 1:
+    turns = f"Its one pair of columns (i = 0) turns at ω_0 = {omega[0]:g} radian per position."
+else:
+    turns = (f"Column pair i = 0 … {len(omega) - 1} turns at ω_i radians per position: from ω_0 = {omega[0]:g} "
+             f"down to ω_{len(omega) - 1} = {omega[-1]:.3g}.")
+st.markdown(f"Position p counts from 0 in this formula. {turns}")
 try:
     with lesson_recording() as ran:
         PE = positional.sinusoidal(T, d_model, base, backend=chosen_backend(), dtype=chosen_dtype())
@@ -113,7 +141,8 @@ with st.expander(f"Cosine similarity to position {origin}, as numbers"):
 
 st.subheader("The dot product depends only on the offset")
 st.latex(r"PE_p \cdot PE_{p+k} = \sum_i \bigl[\sin(p\omega_i)\sin((p{+}k)\omega_i) + "
-         r"\cos(p\omega_i)\cos((p{+}k)\omega_i)\bigr] = \sum_i \cos(k\,\omega_i)")
+         r"\cos(p\omega_i)\cos((p{+}k)\omega_i)\bigr] = \sum_i \cos(k\,\omega_i), \qquad "
+         r"\omega_i = 1/b^{2i/d_{\text{model}}}")
 if st.session_state[key("k")] > T - 1:
     state.settle(PAGE, "k", T - 1, f"with {T} positions the largest offset is {T - 1}.")
 if T > 2:
@@ -143,7 +172,18 @@ st.dataframe(pd.DataFrame({
     "distance": [p.distance for p in pairs], "typical |PE|": [p.typical_norm for p in pairs],
     "cosine": [p.cosine for p in pairs]}), hide_index=True)
 st.markdown("Where *apart* is 1, the nearest code to a position is its neighbour's: fine. Where it is "
-            "large, two distant positions look alike, and the model cannot tell them apart.")
+            "large, two distant positions get nearly the same code.")
+closest = positions.worst_collision(pairs, widths, base)
+if closest is None:
+    st.markdown(f"Here every width's closest pair is a pair of neighbours: among the first {T_c} positions "
+                "no two distant positions come close.")
+else:
+    p = closest.pair
+    st.markdown(f"The closest call here: at d_model = {closest.d_model}, positions {p.i} and {p.j}, "
+                f"{p.j - p.i} apart, have codes only **{p.distance:.3g}** apart (cosine {p.cosine:.5f}), where "
+                f"two neighbouring positions' codes are {closest.neighbour_distance:.3g} apart: "
+                f"**{closest.times_closer:.0f} times closer**. A model can still tell them apart, but only "
+                "from a difference that small.")
 
 st.subheader("Longer than training: learned positions stop, sinusoids go on")
 st.markdown("A learned table has one row per position it was trained on. Ask a table trained at 512 "
@@ -194,11 +234,17 @@ kernel_source(ran)
 st.header("Other codes, seen in the scores")
 T_s = st.slider("Positions for the score maps", 4, MAX_TOKENS, key=key("Ts"))
 labels = [str(p) for p in range(T_s)]
-st.markdown("**Learned positions** (BERT): one trainable vector per position. Before training they are "
-            "random, so position-only scores P Pᵀ/√d have no structure, and a position beyond the table "
-            "has no vector at all.")
 P_sin = positional.sinusoidal(T_s, d_model, base, backend=chosen_backend())
 P_learned = positions.learned(T_s, d_model, seed=0)
+itself, other = positions.self_and_other_scores(P_learned)
+stands = "stands out" if itself >= 3 * other else "barely stands out at this small d_model"
+st.markdown("**Learned positions** (BERT): one trainable vector per position. Before training they are "
+            "random draws (each entry from N(0, 0.02²)), so the only pattern in the position-only scores "
+            f"P Pᵀ/√d is the diagonal, where each vector meets itself, and it {stands}: |P_p|²/√d averages "
+            f"**{itself:.1e}** there, against **{other:.1e}** in size between two different positions "
+            f"({itself / other:.1f} times less). Off the diagonal the signs are random: drawn independently, "
+            "neighbouring positions are no more alike than distant ones until training makes them so. A "
+            "position beyond the table has no vector at all.")
 st.vega_lite_chart(charts.heatmap_grid([P_sin @ P_sin.T / np.sqrt(d_model), P_learned @ P_learned.T / np.sqrt(d_model)],
                                     labels, labels, ["sinusoidal: P Pᵀ/√d", "learned (random init): P Pᵀ/√d"],
                                     kind="signed", value_name="score", columns=2))

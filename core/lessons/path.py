@@ -31,17 +31,17 @@ class Step:
 
 STEPS: tuple[Step, ...] = (
     Step("one_head", "One head", TRANSFORMER, "One head, one relational pattern", (),
-         "One softmax row is one convex blend of the values; without √d_k a wide head's scores spread as "
-         "√d_k and its rows go nearly one-hot."),
+         "One softmax row is one convex blend of the values: ask one head for two positions and they split "
+         "one row of weights."),
     Step("positional", "Positional encoding", TRANSFORMER, "Sinusoidal positional encoding", ("one_head",),
-         "Attention alone is blind to order: shuffle the tokens and the outputs shuffle with them."),
+         "In the sinusoidal code PE_p · PE_(p+k) takes one value for every p: the offset k is in the code."),
     Step("multi_head", "Multi-head, set by hand", LESSON_09, "Four heads, four patterns",
          ("one_head", "positional"),
          "Several heads attend to several places at once, where one head can only blend them."),
     Step("filter_bank", "Concat, W_O and the filter bank", LESSON_09, "Concatenation and output projection",
          ("multi_head",),
-         "Concat · W_O is exactly Σ_h A_h X W_V^h W_O^(h): each head's map, then its OV circuit, summed "
-         "over the heads."),
+         "Each head's term is its map A_h followed by its OV circuit W_V^h W_O^(h); W_O decides which "
+         "output channels mix heads."),
     Step("parameters", "Parameters and cost", MULTI_HEAD, "Parameter count", ("multi_head",),
          "Attention holds 4·d_model·H·d_k weights, read off its shapes: 4·d_model² when the heads split d_model."),
     Step("masks", "Masks and cross-attention", TRANSFORMER, "Why mask the decoder self-attention?",

@@ -13,6 +13,8 @@ sinusoids, and how close two distinct positions come when ``d_model`` is small.
 """
 from __future__ import annotations
 
+import math
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -20,6 +22,16 @@ import numpy as np
 from core.attention import multi_head_attention
 from core.positional import _check_length_width, sinusoidal
 from core.validate import as_float_array, require_ndim
+
+
+def frequencies(d_model: int, base: float = 10000.0) -> np.ndarray:
+    """The sinusoidal code's frequencies ``w_i = 1 / base^(2i / d_model)``, one per pair of columns
+    ``(2i, 2i + 1)``, in radians per position: from ``w_0 = 1`` down to about ``1 / base``."""
+    d_model = _check_length_width(1, d_model)[1]
+    base = float(base)
+    if not np.isfinite(base) or base <= 1.0:
+        raise ValueError(f"The base must be a finite number above 1, got {base}.")
+    return base ** (-np.arange(0, d_model, 2) / d_model)
 
 
 def learned(T: int, d_model: int, seed: int = 0, std: float = 0.02, dtype=np.float64) -> np.ndarray:
@@ -198,6 +210,69 @@ def collisions_by_width(T: int, d_models, base: float = 10000.0, *,
     """
     return [closest_pair(sinusoidal(T, int(d), base, backend=backend), by="distance")
             for d in d_models]
+
+
+@dataclass(frozen=True)
+class Collision:
+    """The closest call of a table of closest pairs: two distant positions, and neighbours to compare."""
+
+    d_model: int
+    pair: ClosestPair
+    neighbour_distance: float    # ||PE_p - PE_(p+1)||, the same for every p in a sinusoidal code
+
+    @property
+    def times_closer(self) -> float:
+        """How many times closer the distant pair's codes are than two neighbours' codes."""
+        return self.neighbour_distance / self.pair.distance if self.pair.distance > 0 else float("inf")
+
+
+def worst_collision(pairs, d_models, base: float = 10000.0) -> Collision | None:
+    """Of the closest pairs of :func:`collisions_by_width` that are not neighbours (``j - i > 1``), the
+    one whose codes are nearest compared with two neighbours' codes; None when every closest pair is
+    a pair of neighbours (no two distant positions collide).
+
+    In the sinusoidal code ``||PE_p - PE_(p+k)||^2 = sum_i 2 (1 - cos(k w_i))`` depends on ``k`` only,
+    so one neighbour distance serves every ``p``.
+    """
+    found = None
+    for d, pair in zip(d_models, pairs):
+        if pair.j - pair.i <= 1:
+            continue
+        two = sinusoidal(2, int(d), base)                                 # positions 0 and 1
+        candidate = Collision(int(d), pair, float(np.linalg.norm(two[1] - two[0])))
+        if found is None or candidate.times_closer > found.times_closer:
+            found = candidate
+    return found
+
+
+def self_and_other_scores(P) -> tuple[float, float]:
+    """Position-only scores ``S = P P^T / sqrt(d)``: the mean of the diagonal (each position with
+    itself, ``|P_p|^2 / sqrt(d)``) and the mean size ``|S_pq|`` of the scores between two different
+    positions."""
+    P = _as_code(P)
+    T = P.shape[0]
+    if T < 2:
+        raise ValueError("Need at least two positions to compare a position with another.")
+    S = P @ P.T / np.sqrt(P.shape[1])                                     # (T, T)
+    off = ~np.eye(T, dtype=bool)
+    return float(np.diag(S).mean()), float(np.abs(S[off]).mean())
+
+
+def shuffled(words, seed: int, *, unlike=None) -> list[str]:
+    """``words`` in a seeded random order other than their own, and other than ``unlike`` (the order
+    shown now) when a third order exists; fewer than two different words have one order only."""
+    words = [str(w) for w in words]
+    orders = math.factorial(len(words))
+    for count in Counter(words).values():
+        orders //= math.factorial(count)                  # distinct orders of the multiset
+    if orders < 2:
+        return words
+    avoid = [words] + ([[str(w) for w in unlike]] if unlike is not None and orders > 2 else [])
+    rng = np.random.default_rng(seed)
+    while True:                                           # each draw is avoided with chance at most 2/3
+        out = [words[i] for i in rng.permutation(len(words))]
+        if out not in avoid:
+            return out
 
 
 # ---------------------------------------------------------------------------------------------

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from core import positional
-from core.lessons import positions
+from core.lessons import positions, questions
 from core.kernels import reference as ref
 
-from page_support import matrix_named, open_page
+from page_support import answer_question, button, heatmap_grids, matrix_named, open_page
 
 PAGE = str(Path(__file__).resolve().parents[2] / "views" / "positional.py")
 DEFAULTS = dict(T=50, d=128, base=10000.0, origin=0, k=5, Tc=100, Ts=8)
@@ -73,7 +73,8 @@ def test_page_shows_order_blindness_and_the_sinusoidal_code():
     at = open_page(PAGE)
     assert not at.exception
     headings = [h.value for h in at.header]
-    assert headings == ["Attention alone is blind to order", "The sinusoidal code", "Other codes, seen in the scores"]
+    assert headings == ["Does attention see the order of the words?", "The sinusoidal code",
+                        "Other codes, seen in the scores"]
     plain = positions.order_blindness("dog bites man".split(), "man bites dog".split(), with_pe=False, backend="cpu")
     coded = positions.order_blindness("dog bites man".split(), "man bites dog".split(), with_pe=True, backend="cpu")
     assert plain.is_permutation and not coded.is_permutation
@@ -167,3 +168,114 @@ def test_a_learned_table_trained_at_512_asked_for_1024_misses_512_rows_and_sinus
     assert "all 300 positions are within its 512 rows" in markdown(at)
     at.number_input(key="positional.trained").set_value(100).run()
     assert table_with(at, "code").set_index("code").loc["learned (trained at 100)", "missing rows"] == 200
+
+
+# --- predict, then see: reorder the words; the sentences that quote the page's numbers ------------
+
+
+def gaps(at):
+    return {m.label: float(m.value) for m in at.metric if m.label.startswith("gap ")}
+
+
+def test_the_sentences_and_the_shuffle_wait_for_the_opening_question():
+    q = questions.opening("positional")
+    at = open_page(PAGE, answered=False)
+    assert not at.exception
+    assert at.text_input(key="positional.a").disabled and at.text_input(key="positional.b").disabled
+    assert button(at, "Shuffle A's words into B").disabled
+    assert gaps(at) == {} and "outputs are" not in markdown(at)
+    assert not [t for grid in heatmap_grids(at) for t in grid if "PE)" in t]     # no outputs drawn yet
+    assert any("answered the question" in i.value for i in at.info)
+    answer_question(at, q, q.options[q.answer])
+    assert not at.text_input(key="positional.b").disabled and not button(at, "Shuffle A's words into B").disabled
+    assert set(gaps(at)) == {"gap without PE", "gap with sinusoidal PE"}
+
+
+@pytest.mark.parametrize("a, b", [("dog bites man", "man bites dog"), ("the cat saw a dog", "a dog saw the cat")])
+def test_the_opening_answer_is_what_the_page_shows(a, b):
+    """Without positions B's outputs are A's, reordered as the words were: the two panels the page
+    draws without PE match to rounding (and the gap says so); with PE they do not."""
+    q = questions.opening("positional")
+    at = open_page(PAGE, {"a": a, "b": b})
+    without, with_pe = heatmap_grids(at)[:2]
+    panels = list(without.values())
+    np.testing.assert_allclose(panels[0], panels[1], rtol=0, atol=1e-12)
+    assert gaps(at)["gap without PE"] < 1e-12
+    reordered = np.allclose(panels[0], panels[1], rtol=0, atol=1e-12)
+    assert q.options[q.answer].startswith("They are A's outputs, reordered" if reordered else "They are all different")
+    coded = list(with_pe.values())
+    assert np.abs(coded[0] - coded[1]).max() > 0.1
+    later = questions.by_key("positional.no_positions")                 # the same fact, one question on
+    assert "same bag of vectors" in later.options[later.answer]
+
+
+def test_the_shuffle_button_reorders_a_s_words_into_b():
+    at = open_page(PAGE)
+    before = at.text_input(key="positional.b").value
+    for _ in range(4):
+        button(at, "Shuffle A's words into B").click().run()
+        b = at.text_input(key="positional.b").value
+        assert sorted(b.split()) == sorted("dog bites man".split()) and not at.error
+        assert b not in ("dog bites man", before)                        # a new order at each click
+        before = b
+        assert at.query_params.get("b", "man bites dog") == b              # the link leaves out the default
+        plain = positions.order_blindness("dog bites man".split(), b.split(), with_pe=False, backend="cpu")
+        assert gaps(at)["gap without PE"] == pytest.approx(plain.gap, abs=1e-15) and plain.gap < 1e-12
+
+
+@pytest.mark.parametrize("link", [{}, {"Tc": "40"}, {"Tc": "512", "base": "500"}])
+def test_the_closest_call_quotes_the_table_and_is_not_called_indistinguishable(link):
+    """The sentence under the near-collision table names the row whose distant pair is closest compared
+    with two neighbours, with its numbers; the old sentence said such positions cannot be told apart,
+    but their codes differ."""
+    at = open_page(PAGE, link)
+    Tc, base = int(link.get("Tc", 100)), float(link.get("base", 10000.0))
+    pairs = table_with(at, "d_model")
+    best = None
+    for _, row in pairs.iterrows():
+        if row["apart"] > 1:
+            two = ref.sinusoidal(2, int(row["d_model"]), base)
+            neighbours = np.linalg.norm(two[1] - two[0])
+            if best is None or neighbours / row["distance"] > best[2]:
+                best = (row, neighbours, neighbours / row["distance"])
+    row, neighbours, ratio = best
+    i, j = map(int, row["closest pair"].split(" and "))
+    text = markdown(at)
+    assert (f"at d_model = {row['d_model']}, positions {i} and {j}, {j - i} apart, have codes only "
+            f"**{row['distance']:.3g}** apart (cosine {row['cosine']:.5f}), where two neighbouring positions' "
+            f"codes are {neighbours:.3g} apart: **{ratio:.0f} times closer**") in text
+    assert row["distance"] > 0 and "cannot tell them apart" not in text and "can still tell them apart" in text
+    assert ref.sinusoidal(Tc, int(row["d_model"]), base).shape == (Tc, row["d_model"])
+
+
+@pytest.mark.parametrize("d, stands", [(128, "stands out:"), (2, "barely stands out at this small d_model:")])
+def test_the_learned_scores_sentence_quotes_the_diagonal_it_draws(d, stands):
+    """The random learned code's scores: the page says what the map shows, a diagonal (each vector with
+    itself) against small scores between positions, with the numbers of the map drawn; the old sentence
+    said they have no structure, while at d_model = 128 the diagonal is 17 times the rest."""
+    at = open_page(PAGE, {"d": str(d)})
+    (maps,) = [g for g in heatmap_grids(at) if "learned (random init): P Pᵀ/√d" in g]
+    S = maps["learned (random init): P Pᵀ/√d"]
+    itself, other = np.diag(S).mean(), np.abs(S[~np.eye(len(S), dtype=bool)]).mean()
+    text = markdown(at)
+    assert (f"it {stands} |P_p|²/√d averages **{itself:.1e}** there, against **{other:.1e}** in size between "
+            f"two different positions ({itself / other:.1f} times less)") in text
+    assert "no structure" not in text
+    assert (itself > 3 * other) == (d == 128)
+
+
+@pytest.mark.parametrize("link", [{}, {"d": "4", "base": "500"}, {"d": "2"}])
+def test_the_frequencies_are_defined_where_the_formula_is_and_quote_the_code(link):
+    at = open_page(PAGE, link)
+    d, base = int(link.get("d", 128)), float(link.get("base", 10000.0))
+    omega = 1 / base ** (np.arange(0, d, 2) / d)
+    PE = ref.sinusoidal(3, d, base)
+    np.testing.assert_allclose(PE[1, 0::2], np.sin(omega), atol=1e-12)  # the ω the page defines is the code's
+    latex = " ".join(e.value for e in at.latex)
+    assert r"\omega_i = \frac{1}{b^{2i/d_{\text{model}}}}" in latex
+    text = markdown(at)
+    if d == 2:
+        assert "Its one pair of columns (i = 0) turns at ω_0 = 1 radian per position." in text
+    else:
+        assert (f"Column pair i = 0 … {d // 2 - 1} turns at ω_i radians per position: from ω_0 = 1 "
+                f"down to ω_{d // 2 - 1} = {omega[-1]:.3g}.") in text
