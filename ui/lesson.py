@@ -62,6 +62,8 @@ def ask(p: Prediction, *, opening: bool = False) -> bool:
         if st.button("Check", key=f"{field}_check", disabled=progress.done):
             progress, verdict = attempt(progress, p, answer)
             st.session_state.setdefault(PROGRESS, {})[p.key] = progress
+            if progress.done:
+                st.rerun()    # drawn again closed: the answer fixed, the control it locked open
         if verdict.stage == RIGHT:
             st.success(verdict.text)
         elif verdict.stage == REVEALED:

@@ -44,13 +44,14 @@ def texts(elements) -> list[str]:
 
 
 def widgets(at) -> dict:
-    """Every keyed widget of the page that can be disabled, by key: whether it is disabled now."""
+    """Every widget of the page that can be disabled, by its key (its label when it has none), except
+    the questions' own: whether it is disabled now."""
     found = {}
     for kind in ("button", "checkbox", "toggle", "radio", "selectbox", "multiselect", "slider", "select_slider",
                  "number_input", "text_input", "text_area"):
         for w in getattr(at, kind):
-            if w.key and not w.key.startswith("predict_"):
-                found[(kind, w.key)] = bool(w.proto.disabled)
+            if not (w.key or "").startswith("predict_"):
+                found[(kind, w.key or w.label)] = bool(w.proto.disabled)
     return found
 
 
