@@ -269,10 +269,11 @@ def shuffled(words, seed: int, *, unlike=None) -> list[str]:
         return words
     avoid = [words] + ([[str(w) for w in unlike]] if unlike is not None and orders > 2 else [])
     rng = np.random.default_rng(seed)
-    while True:                                           # each draw is avoided with chance at most 2/3
+    for _ in range(64):                                   # each draw is avoided with chance at most 2/3
         out = [words[i] for i in rng.permutation(len(words))]
         if out not in avoid:
             return out
+    return words[1:] + words[:1]                          # (2/3)^64: never in practice; still another order
 
 
 # ---------------------------------------------------------------------------------------------
