@@ -37,8 +37,8 @@ st.markdown("Each head's queries and keys are set by a recipe (below each head's
             "learned. **Attention itself has no notion of order**: computed from the tokens' vectors alone, "
             "a head's weights are only reordered when the tokens are. The previous-token, self and "
             "nearby-window recipes are *given* each token's position by hand: they write the index t into "
-            "its query and key (a point at angle 2πt/T on a circle, or t itself), and that alone is how they "
-            "find the token before, or themselves. In a trained model nobody writes t in: it comes from the "
+            "its query and key (a point at angle 2πt/T on a circle, or t itself, centred), and that alone is "
+            "how they find the token before, or themselves. In a trained model nobody writes t in: it comes from the "
             "positional encoding added to the input. The first-token recipe is a content head instead: it "
             "looks for a feature that only token 1's key carries.")
 lesson.link("positional", label="Positional encoding: where a model gets positions from")
@@ -53,7 +53,7 @@ T, d_k, H = int(ss[k("T")]), int(ss[k("d_k")]), int(ss[k("H")])
 labels = [f"t{i + 1}" for i in range(T)]
 
 # 2. one preset and one gain per head
-Qs, Ks, extra = np.zeros((H, T, d_k)), np.zeros((H, T, d_k)), {}
+Qs, Ks, extra, zeroed = np.zeros((H, T, d_k)), np.zeros((H, T, d_k)), {}, set()
 for h in range(1, H + 1):
     if (h - 1) % 4 == 0:
         col_row = st.columns(4)
@@ -77,8 +77,9 @@ for h in range(1, H + 1):
                 Qs[h - 1], Ks[h - 1] = heads.build_head(name, T, d_k, ss[k(f"g{h}")])
         except ValueError as err:
             st.warning(f"Head {h}: {err} It uses zero queries and keys instead.")
+            zeroed.add(h)
 active = ["T", "d_k", "H", "causal", "open", "row"] + [f"{p}{h}" for h in range(1, H + 1) for p in "pgqk"]
-told = [h for h in range(1, H + 1) if ss[k(f"p{h}")] in heads.POSITIONAL_PRESETS]
+told = [h for h in range(1, H + 1) if ss[k(f"p{h}")] in heads.POSITIONAL_PRESETS and h not in zeroed]
 st.markdown(f"Heads given each token's position by hand here: **{', '.join(map(str, told)) or 'none'}**.")
 
 # 3. all heads at once, on one colour scale

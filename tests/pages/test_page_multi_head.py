@@ -274,6 +274,7 @@ def test_the_opening_answer_is_the_row_the_page_shows():
     ({"p1": "nearby", "p3": "first_token"}, "1, 2"),
     ({"H": "8", "p6": "two_positions"}, "2, 3, 7"),      # heads 5..8 repeat the four; 6 is no longer positional
     ({"p2": "first_token", "p3": "custom"}, "none"),
+    ({"d_k": "1"}, "none"),                              # too narrow for a circle: zero queries and keys instead
 ])
 def test_the_page_names_the_heads_given_positions_by_hand(link, told):
     at = run(**link)

@@ -205,6 +205,8 @@ def test_the_opening_answer_is_what_the_page_shows_at_the_width_it_names():
     assert q.answer == (0 if off < on else 1 if off > on else 2)   # falls / rises / stays
     rows_on, rows_off = (np.array([entropy_bits(r) for r in A]) for A in (A_on, A_off))
     assert np.all(rows_off[1:] < rows_on[1:]) and rows_off[0] == rows_on[0] == 0.0
+    assert q.options[q.answer].startswith("It falls: the rows go nearly one-hot, most of each row's weight")
+    assert A_off.max(axis=1).min() > 0.5 > A_on.max(axis=1)[1:].min()   # and not so with √d_k
 
 
 def test_at_d_k_1_the_switch_changes_nothing():

@@ -19,7 +19,7 @@ QUESTIONS: tuple[Prediction, ...] = (
         "Concat·W_O = [o_1, o_2]·[W_O^(1); W_O^(2)] = o_1 W_O^(1) + o_2 W_O^(2), with o_h = A_h X W_V^h. That "
         "is block matrix multiplication, with no approximation, for any W_O: a channel that reads both "
         "heads just adds the two heads' contributions. The metric under the terms shows the difference "
-        "at floating-point rounding, about 1e-16 or exactly 0.",
+        "at floating-point rounding: exactly 0, or about 1e-16 in float64 (1e-7 in float32).",
         options=(
             "Exactly, for any W_O: the difference is floating-point rounding.",
             "Only approximately: the channels that mix heads leave cross terms between the heads out.",
