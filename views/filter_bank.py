@@ -98,7 +98,9 @@ st.markdown("Head h reads the tokens through two products of its weights. **W_Q^
             "W_K^hᵀ Xᵀ / √d_k + M). **W_V^h W_O^(h)** (d_model × d_model) is its **OV circuit**: what a token "
             "read by head h writes into the output, W_O^(h) being the block of rows of W_O that reads head h. "
             "Each term of the filter bank below is the head's map followed by its OV circuit, "
-            "A_h X (W_V^h W_O^(h)). Here X = I, so row i of a circuit is what token i contributes.")
+            "A_h X (W_V^h W_O^(h)). Here X = I (token i is the one-hot x_i), so a QK circuit's entry (i, j) is "
+            "query token i's raw score for key token j, and an OV circuit's row i is what token i writes when "
+            "the head reads it.")
 qk = analysis.qk_circuits(pipe.W_Q, pipe.W_K, H)                   # (H, d_model, d_model)
 ov = analysis.ov_circuits(W_V, W_O, H)                              # (H, d_model, d_model)
 qk_row, ov_row = st.columns(H), st.columns(H)

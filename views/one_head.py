@@ -117,12 +117,12 @@ st.vega_lite_chart(charts.bar(A[q - 1], labels, title=f"Weights of query {q} ({t
 entropy = analysis.row_entropy_bits(A)[q - 1]
 gradient = analysis.softmax_gradient_size(A)[q - 1]
 st.write(f"Query {q} blends its values with {entropy:.3f} bits of entropy, "
-         f"about {2 ** entropy:.2f} effective positions. The largest entry of its softmax's gradient, "
-         f"|∂a_i/∂s_j|, is {gradient:.3f} (0.25 at most; 0 for a one-hot row).")
+         f"about {2 ** entropy:.2f} effective positions. The largest |∂a_i/∂s_j| of its softmax (how much a "
+         f"weight moves per unit change of a score) is {gradient:.3f}: 0.25 at most, 0 for a one-hot row.")
 
 # 5. why the scores are divided by sqrt(d_k)
 st.subheader("Why divide by √d_k")
-st.markdown("A score q·k = q_1 k_1 + … + q_{d_k} k_{d_k} adds up d_k products. When the entries are "
+st.markdown("A score q·k adds up d_k products q_j k_j, one per feature. When the entries are "
             "independent with mean 0 and variance 1, each product has variance 1, so **var(q·k) = d_k**: "
             "the wider the head, the further apart the scores. A softmax fed scores far apart saturates: "
             "one weight near 1, the rest near 0, and its gradient ∂a_i/∂s_j = a_i(δ_ij − a_j) is near 0 "

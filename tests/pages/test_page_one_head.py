@@ -233,7 +233,7 @@ def test_the_variance_and_the_gradient_are_those_of_the_numbers_shown(link):
     assert (f"d_k = {d_k}), the {T * T} raw dot products q·k have variance **{variance:.2f}** (expected: "
             f"d_k = {d_k}; {T * T} pairs are a small sample); divided by √d_k, **{variance / d_k:.2f}**") in texts(at)
     row = A[3]                                                    # query 4, the default row read
-    assert f"|∂a_i/∂s_j|, is {np.max(row * (1 - row)):.3f}" in texts(at)
+    assert f"a score) is {np.max(row * (1 - row)):.3f}: 0.25 at most" in texts(at)
 
 
 def test_a_wide_head_without_the_scale_saturates_and_passes_back_almost_nothing():
