@@ -1,24 +1,27 @@
-"""Induction heads: two attention layers that copy what followed the last occurrence of a token."""
+"""Induction heads: two attention layers that copy what followed the earlier copy of a token, and
+the removal of the head the copying needs."""
 
 import numpy as np
 import pandas as pd
 import streamlit as st
 
-from core.model import head_scores
+from core import warmup
+from core.lessons import questions
+from core.model import head_scores, multi_head, names, transformer
 from core.training import decoder_runs, induction
 from core.training.steps import step_functions
-from core import warmup
-from ui import charts, state
+from ui import charts, lesson, state
 from ui.widgets import function_sources
 
 
 PAGE = "induction"
 SETUP = induction.InductionSetup()
-N, T, H = SETUP.half, 2 * SETUP.half - 1, SETUP.n_heads
-MAX_STEPS = 2000                # about half a minute on two cores
+L, T, H = SETUP.length, SETUP.length - 1, SETUP.n_heads
+MAX_STEPS = 5000                # about ten seconds on two cores
 SPEC = {"seed": state.int_field(0, 0, 999), "steps": state.int_field(SETUP.steps, 20, MAX_STEPS),
         "example": state.int_field(0, 0, SETUP.n_held_out - 1),
         "layer": state.int_field(2, 1, 2), "head": state.int_field(1, 1, H)}
+ABLATION_NAMES = {"zero": "zero (zero ablation)", "mean": "its mean over the sequence's positions (mean ablation)"}
 k = lambda name: state.key(PAGE, name)  # noqa: E731
 ss = st.session_state
 
@@ -34,36 +37,56 @@ def trained(seed: int, steps: int):
     return run, data, induction.measure(run.params, run.cfg, data)
 
 
+@st.cache_resource(show_spinner="Removing each layer-1 head in turn and scoring the held-out sequences…",
+                   max_entries=16)
+def removals(seed: int, steps: int, how: str) -> list:
+    """Each layer-1 head removed in turn (:func:`induction.layer_one_ablations`), for the model above."""
+    run, data, m = trained(seed, steps)
+    return induction.layer_one_ablations(run.params, run.cfg, data, m, how)
+
+
 st.title("Induction heads")
 state.restore(PAGE, SPEC)
+lesson.header(PAGE)
+unlocked = lesson.predict(PAGE)          # opens the removal of the previous-token head (section 4)
 st.markdown(
     "A two-layer transformer with **attention only** (no feed-forward sublayers) learns to continue "
-    f"sequences of {N} random tokens that repeat once. The first half is unpredictable; the second half "
-    "is predictable by in-context copying: *the last time I saw a it was followed by b, so predict b*. "
-    "No single head can do this. A **previous-token head** in layer 1 writes \"the token before me\" into "
-    "each position; an **induction head** in layer 2 then looks for the position whose predecessor was "
-    "the current token, and copies what stands there.")
-st.latex(r"x_{1..2n} = (a_1, \dots, a_n,\; a_1, \dots, a_n), \qquad n = %d,\ \text{%d token ids}"
-         % (N, SETUP.vocab_size))
+    f"sequences in which a segment of random tokens repeats. Each sequence holds {L} tokens: a prefix of random "
+    f"length, a segment of n distinct random tokens (n from {SETUP.min_segment} to {SETUP.max_segment}), then the "
+    "segment again and again to the end. The prefix and the segment's first copy cannot be predicted; from the "
+    "second copy on, every next token can, by in-context copying: *the last time I saw a it was followed by b, so "
+    "predict b*.")
+st.markdown(
+    "The segment starts at a different place and has a different length in every sequence, so no head that "
+    "always looks the same number of positions back finds the answer in every sequence. Nor can one layer: a first-layer head's keys hold "
+    "only each position's own token and place, not the token before it. Two layers can: a **previous-token "
+    "head** in layer 1 writes \"the token before me\" into each position; an **induction head** in layer 2 then "
+    "looks for the position whose predecessor was the current token, and copies what stands there.")
+st.latex(r"x = (\underbrace{p_1, \dots, p_m}_{\text{prefix}},\ \underbrace{a_1, \dots, a_n}_{\text{segment}},\ "
+         r"a_1, \dots, a_n,\ a_1, \dots), \qquad %d \le n \le %d,\ \ 0 \le m \le %d - 2n,\ \ \text{%d token ids}"
+         % (SETUP.min_segment, SETUP.max_segment, L, SETUP.vocab_size))
 
 # 1. the model ------------------------------------------------------------------------------------
 with st.form(k("train")):
     f1, f2 = st.columns(2)
     state.whole_number_input(f1, "Seed (initial weights and training sequences)", 0, 999, key=k("seed"))
     state.whole_number_input(f2, "Training steps", 20, MAX_STEPS, step=100, key=k("steps"),
-                             help="With a few hundred steps the repeated half is not learned yet: no induction head.")
+                             help="With a few hundred steps the repeat is not learned yet: no induction head.")
     st.form_submit_button("Train")
 seed, steps = int(ss[k("seed")]), int(ss[k("steps")])
 with st.spinner(f"Loading the shipped model, or training a two-layer attention-only model, {steps} steps (a few "
                 "seconds, once per seed; "
-                "ten to fifteen on a freshly started server, which trains on the readable step while it compiles)…"):
+                "longer on a freshly started server, which trains on the readable step while it compiles)…"):
     run, (tgt_in, tgt_out), m = trained(seed, steps)
 prev, ind = induction.head_verdicts(m)
-prev_head, ind_head = prev.head, ind.head
+prev_name, ind_name = names.head(prev.layer, prev.head), names.head(ind.layer, ind.head)
 c = st.columns(4)
-c[0].metric("loss, first half", f"{m.loss_first_half:.3f}", help="Mean cross-entropy (nats) at query positions 1..n.")
-c[1].metric("loss, repeated half", f"{m.loss_second_half:.3f}")
-c[2].metric("accuracy, repeated half", f"{m.acc_second_half:.1%}")
+c[0].metric("loss, first occurrence", f"{m.loss_first_occurrence:.3f}",
+            help="Mean cross-entropy (nats) over the next tokens not seen before in their sequence.")
+c[1].metric("loss, repeated segment", f"{m.loss_repeated_segment:.3f}",
+            help="Mean cross-entropy (nats) over the next tokens that stand right after an earlier copy of the "
+                 "current token.")
+c[2].metric("accuracy, repeated segment", f"{m.acc_repeated_segment:.1%}")
 c[3].metric(f"training ({run.track} step{', shipped' if run.shipped else ''})", f"{run.train_seconds:.1f} s",
             help=f"{steps} Adam steps of {SETUP.batch_size} fresh sequences, on the {run.track} training step"
                  + (" (this server was still compiling the compiled one)." if run.track == "readable" else ".")
@@ -79,7 +102,11 @@ example = st.slider("Held-out sequence", 0, SETUP.n_held_out - 1, key=k("example
 tokens = tgt_in[example]
 labels = charts.position_labels([str(t) for t in tokens])
 maps = m.attn[:, example]                                             # (L, H, T, T)
-uniform_prev, uniform_ind = induction.uniform_baselines(T, N)
+uniform_prev, uniform_ind = induction.uniform_baselines(tgt_in)
+prefixes, segments = induction.repeat_layout(tgt_in, tgt_out)
+m_ex, n_ex = int(prefixes[example]), int(segments[example])
+st.caption(f"This sequence: a prefix of {m_ex} tokens, the segment's {n_ex} tokens at positions {m_ex + 1} to "
+           f"{m_ex + n_ex}, its copies from position {m_ex + n_ex + 1} on (positions counted from 1).")
 
 
 def title(v: induction.HeadVerdict) -> str:
@@ -91,45 +118,48 @@ def title(v: induction.HeadVerdict) -> str:
 
 
 left, right = st.columns(2)
-left.vega_lite_chart(charts.heatmap(maps[0, prev_head], labels, labels, annotate=False, title=title(prev)))
-right.vega_lite_chart(charts.heatmap(maps[1, ind_head], labels, labels, annotate=False, title=title(ind)))
+left.vega_lite_chart(charts.heatmap(maps[0, prev.head], labels, labels, annotate=False, title=title(prev)))
+right.vega_lite_chart(charts.heatmap(maps[1, ind.head], labels, labels, annotate=False, title=title(ind)))
 st.caption(f"A head is named **previous-token** when at least {prev.threshold:g} of its weight, on average, sits one "
            f"step back (a uniform causal map scores {uniform_prev:.3f}), and **induction** when at least "
-           f"{ind.threshold:g} sits on the position right after the earlier copy of the current token (uniform: "
+           f"{ind.threshold:g} sits on the positions right after the earlier copies of the current token (uniform: "
            f"{uniform_ind:.3f}). Otherwise the chart shows the layer's best-scoring head, unnamed.")
 if ind.formed:
     st.markdown(
-        f"Right: from query position t in the second half the weight gathers at key t − {N - 1}, a diagonal "
-        f"{N - 1} below the main one: the position **right after the earlier copy** of the current token, "
-        "which holds the token to predict. In the first half no token has an earlier copy, so the head has "
-        "nothing to find there.")
+        f"Right: from a query in the repeated segment, {ind_name} puts on average {ind.score:.0%} of its weight on "
+        "the key right after an earlier copy of the current token, which holds the token to predict. In this "
+        f"sequence that key lies n − 1 = {n_ex - 1} positions back (a diagonal {n_ex - 1} below the main one; a "
+        "later copy also finds the copies further back), in another sequence at another distance: the head "
+        "finds it by the tokens, not by the position. Before the repeat no token has an earlier copy, so the "
+        "head has nothing to find there.")
     if prev.formed:
-        st.markdown("Left: each query looks one step back, the diagonal just below the main one; this is "
-                    "where the induction head's keys get \"the token before me\" from.")
+        st.markdown(
+            f"Left: {prev_name} puts on average {prev.score:.0%} of its weight one step back, the diagonal just below "
+            "the main one. The maps suggest that the induction head's keys get \"the token before me\" from here; "
+            "section 4 removes it to test that.")
     else:
         st.markdown(
             f"Left: no layer-1 head puts, on average, {prev.threshold:g} of its weight one step back (the best, "
-            f"L1H{prev.head + 1}, {prev.score:.3f}). The induction head still finds its targets, so "
-            "\"the token before me\" reaches layer 2 another way: spread over several heads, or through "
-            "the positions.")
+            f"{prev_name}, {prev.score:.3f}). The induction head still finds its targets, so \"the token before me\" "
+            "reaches layer 2 another way: spread over both heads, or partly through other positions.")
 else:
     st.warning(
         f"**No induction head formed** with seed {seed} after {steps:,} steps: every layer-2 head's induction "
-        f"score is below {ind.threshold:g} (the best, L2H{ind.head + 1}, scores {ind.score:.3f}; a uniform map "
-        f"{uniform_ind:.3f}), so no head shows the diagonal {N - 1} below the main one. "
-        f"The repeated half's accuracy is {m.acc_second_half:.0%}"
-        + (": whatever the model learned, it is not this copying rule." if m.acc_second_half > 0.2 else ".")
+        f"score is below {ind.threshold:g} (the best, {ind_name}, scores {ind.score:.3f}; a uniform map "
+        f"{uniform_ind:.3f}), so no head's weight follows the earlier copies. "
+        f"The repeated segment's accuracy is {m.acc_repeated_segment:.0%}"
+        + (": whatever the model learned, it is not this two-head rule." if m.acc_repeated_segment > 0.2 else ".")
         + f" Try more steps (up to {MAX_STEPS:,}) or another seed.")
 
 # 3. every head's scores --------------------------------------------------------------------------
 st.header("Scores of every head")
 st.latex(r"\text{induction}_h = \frac{1}{|\mathcal Q|}\sum_{t \in \mathcal Q} \sum_{j:\; x_{j-1} = x_t,\ j \le t} A^h_{t j}"
-         r"\qquad \text{previous-token}_h = \frac{1}{T-1}\sum_{t=1}^{T-1} A^h_{t,\,t-1}")
-st.caption(f"𝒬: the query positions whose token occurred earlier (the second half), averaged over the held-out "
-           f"sequences. A uniform causal map scores {uniform_ind:.3f} (induction) and {uniform_prev:.3f} "
-           "(previous token).")
-scores = pd.DataFrame({"head": [f"L{l + 1}H{h + 1}" for l in range(2) for h in range(H)],
-                       "induction": m.induction.ravel(), "previous token": m.previous.ravel()})
+         r"\qquad \text{previous-token}_h = \frac{1}{T-1}\sum_{t=2}^{T} A^h_{t,\,t-1}")
+st.caption(f"Positions t = 1 … T = {T}. 𝒬: the query positions whose token occurred earlier (the copies), over "
+           f"every held-out sequence. A uniform causal map scores {uniform_ind:.3f} (induction) and "
+           f"{uniform_prev:.3f} (previous token).")
+heads = [names.head(l, h) for l in range(2) for h in range(H)]
+scores = pd.DataFrame({"head": heads, "induction": m.induction.ravel(), "previous token": m.previous.ravel()})
 st.dataframe(scores.round(4), hide_index=True)
 b1, b2 = st.columns(2)
 b1.vega_lite_chart(charts.bar(scores["induction"], scores["head"], title="Induction score", x_title="head",
@@ -142,39 +172,102 @@ s1, s2 = st.columns(2)
 layer = s1.radio("Layer", [1, 2], key=k("layer"), horizontal=True)
 head = s2.radio("Head", list(range(1, H + 1)), key=k("head"), horizontal=True)
 one = maps[layer - 1, head - 1]
+chosen = names.head(layer - 1, head - 1)
 e1, e2, e3 = st.columns([1, 1, 2])
-e1.metric(f"L{layer}H{head} induction", f"{m.induction[layer - 1, head - 1]:.4f}")
-e2.metric(f"L{layer}H{head} previous token", f"{m.previous[layer - 1, head - 1]:.4f}")
-e3.metric(f"L{layer}H{head} induction, this sequence",
-          f"{float(head_scores.induction(one[None], tokens[None])):.4f}")
+e1.metric(f"{chosen} induction", f"{m.induction[layer - 1, head - 1]:.4f}",
+          help=f"Papers write this head {names.paper_head(layer - 1, head - 1)} (counted from 0).")
+e2.metric(f"{chosen} previous token", f"{m.previous[layer - 1, head - 1]:.4f}")
+e3.metric(f"{chosen} induction, this sequence", f"{float(head_scores.induction(one[None], tokens[None])):.4f}")
 st.vega_lite_chart(charts.heatmap(one, labels, labels, annotate=False, title=f"Layer {layer}, head {head}"))
 
-# 4. the loss along the sequence ------------------------------------------------------------------
-st.header("Loss along the sequence")
-st.latex(r"\mathcal L_{\text{first}} = \frac1n \sum_{t=0}^{n-1} \ell_t, \qquad "
-         r"\mathcal L_{\text{repeated}} = \frac1{n-1} \sum_{t=n}^{2n-2} \ell_t, \qquad "
-         r"\ell_t = -\log p(x_{t+1} \mid x_{\le t})")
-curve = pd.DataFrame({"query position": np.arange(T), "loss": m.loss_by_position,
-                      "half": ["first" if t < N else "repeated" for t in range(T)]})
-st.vega_lite_chart(charts.lines(curve, "query position", "loss", "half", points=True,
-                                title="Mean loss per position (held-out)", y_title="loss (nats)"))
-best = induction.best_first_half_losses(SETUP)
-announced = m.loss_by_position[N - 1]
+# 4. remove the previous-token head ---------------------------------------------------------------
+st.header("Remove the previous-token head")
+role = "previous-token head" if prev.formed else "highest previous-token score, not named"
 st.markdown(
-    f"First half **{m.loss_first_half:.3f}**, repeated half **{m.loss_second_half:.3f}** nats. Query positions "
-    f"0 to {N - 2} predict a token not seen yet: at best ln(V − t − 1), from {best[0]:.3f} down to {best[-1]:.3f}, "
-    f"since a half never repeats a token (this model: {m.loss_by_position[:N - 1].min():.3f} to "
-    f"{m.loss_by_position[:N - 1].max():.3f}). Position {N - 1}, the last of the first half, predicts the first "
-    f"repeated token, the sequence's first token: every sequence repeats at the same place, so the position "
-    f"alone says where to look back. Its loss here is **{announced:.3f}**"
-    + (", learned like the repeated half's." if announced < 0.5 * np.log(SETUP.vocab_size) else
-       ", not learned yet."))
+    "The maps suggest a mechanism; they do not show that the model uses it. An attention map is a diagnostic, "
+    f"not an explanation. Test it: remove {prev_name} ({role}) by replacing its output o_h, at every position, "
+    "before W_O, and score the same held-out sequences again. Layer 2 then reads a residual stream without what "
+    f"{prev_name} wrote.")
+r1, r2 = st.columns([1, 2])
+remove = r1.toggle(f"Remove {prev_name}", key=k("remove"), disabled=not unlocked)
+how = r2.radio("Replace its output by", induction.ABLATIONS, key=k("how"), format_func=ABLATION_NAMES.get,
+               horizontal=True, disabled=not unlocked)
+if not unlocked:
+    st.caption("Answer the question at the top of the page first: removing the head shows its answer.")
+elif remove:
+    table = removals(seed, steps, how)
+    a = table[prev.head]
+    d1, d2, d3 = st.columns(3)
+    d1.metric(f"best layer-2 induction score without {prev_name}", f"{a.induction_after:.3f}",
+              f"{a.induction_after - a.induction_before:+.3f}")
+    d2.metric(f"accuracy, repeated segment, without {prev_name}", f"{a.acc_after:.1%}",
+              f"{100 * (a.acc_after - a.acc_before):+.1f} points")
+    d3.metric(f"loss, repeated segment, without {prev_name}", f"{a.loss_after:.3f}",
+              f"{a.loss_after - a.loss_before:+.3f}", delta_color="inverse")
+    outcome = induction.ablation_outcome(a)
+    change = (f"Without {prev_name} layer 2's best induction score goes from {a.induction_before:.3f} to "
+              f"{a.induction_after:.3f} ({a.induction_ratio:.0%} of itself) and the repeated segment's accuracy from "
+              f"{a.acc_before:.1%} to {a.acc_after:.1%}")
+    if outcome == induction.FELL_TO_HALF_OR_LESS:
+        change += (": half or less of the weight on the positions after the earlier copies is left"
+                   + (f", although {prev_name} itself looks one step back, not at the token to predict" if prev.formed
+                      else "") + ".")
+    elif outcome == induction.FELL_LESS_THAN_HALF:
+        change += (f": more than half of the score stays, so layer 2 does not depend on {prev_name} alone "
+                   "(\"the token before me\" reaches it another way as well).")
+    else:
+        change += f": removing {prev_name} does not lower it."
+    if a.acc_after <= 0.5 * a.acc_before:
+        change += " The copying goes with it: the accuracy falls to half of itself or less."
+    elif a.acc_after >= a.acc_before - 0.01:
+        change += f" The repeated segment is predicted about as well as before: the copying did not need {prev_name}."
+    st.markdown(change)
+    after_map = a.after.attn[1, example, ind.head]
+    st.vega_lite_chart(charts.heatmap(after_map, labels, labels, annotate=False,
+                                      title=f"Layer 2, head {ind.head + 1} with {prev_name} removed"))
+    st.caption(f"The same held-out sequence as in section 2; {ind_name}'s map with the model intact is section 2's "
+               "right-hand chart.")
+    control = pd.DataFrame({
+        "head removed": ["none"] + [names.head(0, h) for h in range(H)],
+        "best layer-2 induction score": [a.induction_before] + [r.induction_after for r in table],
+        "accuracy, repeated segment": [a.acc_before] + [r.acc_after for r in table],
+        "loss, repeated segment": [a.loss_before] + [r.loss_after for r in table]})
+    st.dataframe(control.round(4), hide_index=True)
+    st.caption("Each layer-1 head removed in turn, the same way: the control. A head whose removal changes "
+               "little was not needed for the copying, however its map looks.")
+lesson.ask(questions.of_page(PAGE)[1])
+
+# 5. the loss along the sequence ------------------------------------------------------------------
+st.header("Loss along the sequence")
+st.latex(r"\mathcal L_{\text{first}} = \operatorname{mean}_{t \in \mathcal F}\, \ell_t, \qquad "
+         r"\mathcal L_{\text{repeated}} = \operatorname{mean}_{t \in \mathcal R}\, \ell_t, \qquad "
+         r"\ell_t = -\log p(x_{t+1} \mid x_{\le t}),\ \ t = 1, \dots, T")
+st.caption("𝓕: the query positions whose next token has not occurred yet in its sequence; 𝓡: those whose next "
+           "token stands right after an earlier copy of the current one (the repeated segment); over every "
+           "held-out sequence.")
+positions = np.arange(1, T + 1)
+curve = pd.concat([pd.DataFrame({"query position": positions, "loss": values, "next token": kind})
+                   for kind, values in (("first occurrence", m.loss_first), ("repeated segment", m.loss_repeated))])
+curve = curve[np.isfinite(curve["loss"])]
+st.vega_lite_chart(charts.lines(curve, "query position", "loss", "next token", points=True,
+                                title="Mean loss per position (held-out)", y_title="loss (nats)"))
+floor = induction.first_occurrence_floor(tgt_in, tgt_out, SETUP.vocab_size)
+st.markdown(
+    f"First occurrence **{m.loss_first_occurrence:.3f}**, repeated segment **{m.loss_repeated_segment:.3f}** nats. "
+    "A first occurrence after k distinct tokens is any of the V − k tokens not seen yet, alike, so on average no "
+    f"model does better than ln(V − k) there: **{floor:.3f}** nats over these sequences. The repeat's first token "
+    f"(one per sequence) costs **{m.loss_repeat_start:.3f}**: the token before it has no earlier copy, so the "
+    "sequence so far does not say that the segment has ended.")
 
 with st.expander(f"Source: the code that computed these numbers, and the {run.track} training step"):
-    st.caption(f"The data and the head scores; then training: the loop, and the {run.track} step that trained "
-               "this model" + (" (as it was trained ahead and shipped)." if run.shipped else "."))
-    function_sources([induction.make_data, head_scores.induction_targets, head_scores.induction,
-                      head_scores.previous_token, induction.measure, induction.default_run,
-                      induction.train_induction, decoder_runs.train_on, *step_functions("decoder", run.track)])
+    st.caption(f"The data, the measures and the removals; then training: the loop, and the {run.track} step that "
+               "trained this model" + (" (as it was trained ahead and shipped)." if run.shipped else "."))
+    function_sources([induction.make_data, induction.repeat_layout, induction.next_token_kinds,
+                      induction.measure, induction.position_losses, head_scores.induction_targets,
+                      head_scores.induction, head_scores.previous_token, induction.uniform_baselines,
+                      induction.first_occurrence_floor, induction.layer_one_ablations, induction.ablation_effect,
+                      induction.ablate, transformer.forward, multi_head.edit_heads, induction.ablation_outcome,
+                      induction.default_run, induction.train_induction, decoder_runs.train_on,
+                      *step_functions("decoder", run.track)])
 
 state.publish(PAGE, SPEC)

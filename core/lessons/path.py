@@ -56,7 +56,7 @@ STEPS: tuple[Step, ...] = (
          ("masks", "training"),
          "Generating with a KV cache gives the same logits as recomputing every position."),
     Step("induction", "Induction heads", TRANSFORMER, "Interpretability caution", ("decoder",),
-         "Two layers copy what followed the last occurrence; remove the previous-token head and the copying goes."),
+         "A layer-2 head copies what followed a token's earlier copy; remove layer 1's previous-token head and it stops."),
     Step("real_model", "A real model", TRANSFORMER, "Ablations: encoder-only and decoder-only",
          ("inside_model", "induction"),
          "A pretrained model's heads have measurable jobs, and removing one head moves its output."),

@@ -7,7 +7,8 @@ on the compiled step, and saved here as a small ``.npz``: the parameters, and th
 (its settings, the track, the training time, the losses) as JSON.
 
 A file is used only when a page asks for exactly the run it records; any other setting trains live.
-``python -m core.training.shipped`` trains both again and rewrites the files; ``tests/training/test_shipped.py``
+``python -m core.training.shipped`` trains both again and rewrites the files (``python -m
+core.training.shipped induction.npz`` that one alone); ``tests/training/test_shipped.py``
 trains them again and checks they still match.
 """
 from __future__ import annotations
@@ -49,24 +50,32 @@ def find(name: str, settings: dict) -> tuple[dict, dict] | None:
     return params, run
 
 
-def write() -> None:
-    """Train both default runs again on the compiled step and rewrite their files."""
+def write(which: tuple[str, ...] = (ENCODER_FILE, INDUCTION_FILE)) -> None:
+    """Train the default runs of the files in ``which`` again on the compiled step and rewrite them."""
     from core.lessons import inside
     from core.training import induction
     from core.training.runs import RunSpec
 
-    spec = RunSpec()
-    model = inside.train_default(spec.task, spec.seed, track="compiled")
-    save(os.path.join(FOLDER, ENCODER_FILE), model.params,
-         {"settings": dataclasses.asdict(spec), "track": "compiled"})
-    setup = induction.InductionSetup()
-    run = induction.train_induction(setup, seed=0, track="compiled")
-    save(os.path.join(FOLDER, INDUCTION_FILE), run.params,
-         {"settings": {**dataclasses.asdict(setup), "seed": 0}, "track": "compiled",
-          "train_seconds": run.train_seconds, "losses": [float(x) for x in run.losses]})
+    if ENCODER_FILE in which:
+        spec = RunSpec()
+        model = inside.train_default(spec.task, spec.seed, track="compiled")
+        save(os.path.join(FOLDER, ENCODER_FILE), model.params,
+             {"settings": dataclasses.asdict(spec), "track": "compiled"})
+    if INDUCTION_FILE in which:
+        setup = induction.InductionSetup()
+        run = induction.train_induction(setup, seed=0, track="compiled")
+        save(os.path.join(FOLDER, INDUCTION_FILE), run.params,
+             {"settings": {**dataclasses.asdict(setup), "seed": 0}, "track": "compiled",
+              "train_seconds": run.train_seconds, "losses": [float(x) for x in run.losses]})
 
 
 if __name__ == "__main__":
+    import sys
+
+    names = tuple(sys.argv[1:]) or (ENCODER_FILE, INDUCTION_FILE)     # e.g. induction.npz alone
+    unknown = set(names) - {ENCODER_FILE, INDUCTION_FILE}
+    if unknown:
+        sys.exit(f"unknown file {sorted(unknown)[0]!r}: {ENCODER_FILE} or {INDUCTION_FILE}")
     os.makedirs(FOLDER, exist_ok=True)
-    write()
-    print(f"wrote {ENCODER_FILE} and {INDUCTION_FILE} in {FOLDER}")
+    write(names)
+    print(f"wrote {' and '.join(names)} in {FOLDER}")
