@@ -7,7 +7,8 @@ from __future__ import annotations
 
 # (symbol in LaTeX, what it is)
 SYMBOLS: tuple[tuple[str, str], ...] = (
-    (r"T", "tokens in the sequence; positions are counted from 1 to $T$ on every page"),
+    (r"T", "tokens in the sequence; positions are counted from 1 to $T$ (only the sinusoidal code's formula "
+           "writes $pos = 0, \\dots, T - 1$, as the original paper does, and its page says so)"),
     (r"X", r"the input to a layer, one row per token ($T \times d_{\text{model}}$)"),
     (r"x_t^{(\ell)}", r"token $t$'s vector in the residual stream after layer $\ell$ ($x_t^{(0)}$: its embedding)"),
     (r"d_{\text{model}}", "the width of every token's vector between layers"),
