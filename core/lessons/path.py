@@ -54,7 +54,7 @@ STEPS: tuple[Step, ...] = (
          "An attention map is a diagnostic, not an explanation: the most focused head need not be the one needed most."),
     Step("decoder", "Decoder and generation", TRANSFORMER, "Why mask the decoder self-attention?",
          ("masks", "training"),
-         "Generating with a KV cache gives the same logits as recomputing every position."),
+         "Generation reads a cache of keys and values: count what it saves against recomputing every position."),
     Step("induction", "Induction heads", TRANSFORMER, "Interpretability caution", ("decoder",),
          "A layer-2 head copies what followed a token's earlier copy; remove layer 1's previous-token head and it stops."),
     Step("real_model", "A real model", TRANSFORMER, "Ablations: encoder-only and decoder-only",
