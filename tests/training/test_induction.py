@@ -1,5 +1,7 @@
-"""Induction heads: the measures on hand-built maps, then a trained two-layer attention-only model
-(a fixed seed) against the done-when figures, and the command line."""
+"""Induction heads: the data (a segment repeated after a random prefix, at a random distance), the
+measures on hand-built sequences, the shipped two-layer attention-only model against the done-when
+figures, the removal of its previous-token head, a one-layer model trained the same way, and the
+command line."""
 import json
 import subprocess
 import sys
@@ -10,41 +12,122 @@ import pytest
 from core.training import induction as I
 
 SETUP = I.InductionSetup()
-N, T = SETUP.half, 2 * SETUP.half - 1
+T = SETUP.length - 1
 
 
-def test_data_is_a_random_half_repeated_once():
-    tgt_in, tgt_out = I.make_data(5, seed=3)
-    seq = np.concatenate([tgt_in, tgt_out[:, -1:]], axis=1)
-    assert seq.shape == (5, 2 * N)
-    assert (seq[:, :N] == seq[:, N:]).all()
-    assert (tgt_out[:, :-1] == tgt_in[:, 1:]).all()
-    assert all(len(set(row[:N])) == N for row in seq)                  # distinct: one earlier copy
-    assert (I.make_data(5, seed=3)[0] == tgt_in).all()
+def _layout(seq: np.ndarray) -> tuple[int, int]:
+    """``(prefix, n)`` of one whole sequence, found by brute force: the first position whose token
+    occurred before is the repeat's start; the earlier copy is the segment's start."""
+    for i in range(len(seq)):
+        earlier = np.flatnonzero(seq[:i] == seq[i])
+        if earlier.size:
+            return int(earlier[0]), i - int(earlier[0])
+    raise AssertionError("no repeat")
+
+
+def test_the_segment_repeats_to_the_end_after_a_prefix_and_at_a_distance_that_vary():
+    tgt_in, tgt_out = I.make_data(64, seed=3)
+    seq = np.concatenate([tgt_in[:, :1], tgt_out], axis=1)
+    assert seq.shape == (64, SETUP.length) and (tgt_out[:, :-1] == tgt_in[:, 1:]).all()
+    layouts = np.array([_layout(row) for row in seq])                  # (B, 2): prefix, n
+    prefix, n = layouts.T
+    # the repeat's place and its distance back both vary: no fixed offset finds the earlier copy
+    assert len(set(prefix.tolist())) >= 5 and len(set(n.tolist())) >= 4
+    assert n.min() >= SETUP.min_segment and n.max() <= SETUP.max_segment
+    assert (prefix + 2 * n <= SETUP.length).all()                       # at least one whole copy
+    for row, p, k in zip(seq, prefix, n):
+        assert len(set(row[:p + k].tolist())) == p + k                 # prefix and first copy distinct
+        segment = row[p:p + k]
+        later = row[p + k:]
+        assert (later == np.resize(segment, later.size)).all()          # the segment, again and again
+    np.testing.assert_array_equal(I.repeat_layout(tgt_in, tgt_out), (prefix, n))
+    assert (I.make_data(5, seed=3)[0] == I.make_data(5, seed=3)[0]).all()
     assert not (I.held_out(SETUP)[0][:5] == I.make_data(5, rng=np.random.default_rng([0, 1]))[0]).all()
 
 
+def test_next_tokens_are_sorted_into_first_occurrences_the_repeated_segment_and_the_repeat_start():
+    #        prefix   segment    copy      copy (cut)
+    seq = np.array([[9, 8, 1, 2, 3, 1, 2, 3, 1, 2]])
+    first, repeated = I.next_token_kinds(seq[:, :-1], seq[:, 1:])
+    # next tokens 8 1 2 3 | 1 (the repeat's first: neither) | 2 3 1 2
+    assert first[0].tolist() == [True, True, True, True, False, False, False, False, False]
+    assert repeated[0].tolist() == [False, False, False, False, False, True, True, True, True]
+    np.testing.assert_array_equal(I.repeat_layout(seq[:, :-1], seq[:, 1:]), ([2], [3]))
+    # the floor of the first occurrences: k = 1, 2, 3, 4 distinct tokens seen before each
+    V = 12
+    assert I.first_occurrence_floor(seq[:, :-1], seq[:, 1:], V) == pytest.approx(
+        np.mean([np.log(V - k) for k in (1, 2, 3, 4)]))
+    # a uniform causal map on these tokens: queries with an earlier copy are t = 5..8 (0-based)
+    uniform_prev, uniform_ind = I.uniform_baselines(seq[:, :-1])
+    assert uniform_prev == pytest.approx(np.mean([1 / (t + 1) for t in range(1, 9)]))
+    assert uniform_ind == pytest.approx(np.mean([1 / (t + 1) for t in (5, 6, 7)] + [2 / 9]))   # t = 8: two copies
+
+
 @pytest.fixture(scope="module")
-def trained():
-    run = I.train_induction(SETUP, seed=0)
-    return run, I.measure(run.params, run.cfg, I.held_out(SETUP))
+def shipped():
+    """The page's default model (read from the file shipped with the app) on its held-out sequences."""
+    run = I.default_run(SETUP, seed=0)
+    data = I.held_out(SETUP, 0)
+    return run, data, I.measure(run.params, run.cfg, data)
 
 
-def test_a_layer_two_head_does_induction_and_the_repeated_half_is_learned(trained):
-    run, m = trained
+def test_the_default_model_forms_both_heads_and_copies_the_repeat(shipped):
+    run, _, m = shipped
     assert m.induction.shape == m.previous.shape == (2, SETUP.n_heads)
-    assert m.induction[1].max() >= 0.5                                   # layer 2, held-out sequences
-    assert m.loss_second_half < 0.5 * m.loss_first_half
-    assert m.acc_second_half > 0.9
-    # a previous-token head in layer 1: well above what a uniform map puts on t - 1
-    uniform_prev, _ = I.uniform_baselines(T, N)
-    assert m.previous[0].max() > 1.5 * uniform_prev
-    print(f"induction {m.induction.round(3).tolist()} previous {m.previous.round(3).tolist()} "
-          f"losses {m.loss_first_half:.3f} / {m.loss_second_half:.3f} in {run.train_seconds:.1f} s")
+    prev, ind = I.head_verdicts(m)
+    assert prev.formed and ind.formed
+    assert m.induction[1].max() >= 0.9 and m.previous[0].max() >= 0.8
+    assert m.loss_repeated_segment < 0.1 * m.loss_first_occurrence
+    assert m.acc_repeated_segment > 0.95
+    print(f"induction {m.induction.round(3).tolist()} previous {m.previous.round(3).tolist()} losses "
+          f"{m.loss_first_occurrence:.3f} / {m.loss_repeated_segment:.3f}")
 
 
-def test_same_seed_same_model(trained):
-    run, _ = trained
+def test_removing_the_previous_token_head_takes_the_induction_and_the_copying_with_it(shipped):
+    """Fails when the removal misses its head (another layer, another head, or no edit at all) or
+    when the measures after it are the intact model's."""
+    run, data, m = shipped
+    prev, _ = I.head_verdicts(m)
+    for how in I.ABLATIONS:
+        a = I.ablation_effect(run.params, run.cfg, data, m, 0, prev.head, how)
+        assert a.induction_before == pytest.approx(m.induction[1].max())
+        assert a.induction_after <= 0.5 * a.induction_before, how
+        assert a.acc_after < a.acc_before - 0.5 and a.loss_after > a.loss_before, how
+        assert I.ablation_outcome(a) == I.FELL_TO_HALF_OR_LESS
+    # the control: the other layer-1 head's removal leaves the copying
+    table = I.layer_one_ablations(run.params, run.cfg, data, m)
+    others = [a for h, a in enumerate(table) if h != prev.head]
+    assert all(a.induction_after >= 0.9 * a.induction_before and a.acc_after >= 0.9 * a.acc_before for a in others)
+    assert table[prev.head].induction_after == pytest.approx(
+        I.ablate(run.params, run.cfg, data, 0, prev.head).induction[1].max())
+    with pytest.raises(ValueError, match="'zero' or 'mean'"):
+        I.ablate(run.params, run.cfg, data, 0, 0, "drop")
+
+
+def test_the_outcome_of_a_removal_is_read_from_the_scores():
+    a = lambda before, after: I.Ablation(0, 0, "zero", before, after, 0.0, 0.0, 1.0, 1.0, None)  # noqa: E731
+    assert I.ablation_outcome(a(0.8, 0.9)) == I.ROSE
+    assert I.ablation_outcome(a(0.8, 0.41)) == I.FELL_LESS_THAN_HALF
+    assert I.ablation_outcome(a(0.8, 0.4)) == I.FELL_TO_HALF_OR_LESS
+
+
+def test_one_layer_trained_the_same_way_does_not_copy_the_repeat():
+    """The same data, steps and optimiser with one attention layer: its keys hold no previous token,
+    so it cannot find what followed the earlier copy. Fails when the data lets a head copy by a
+    fixed offset (a segment always of one length, or always at one place)."""
+    two = I.train_induction(SETUP, seed=0)
+    one_setup = I.InductionSetup(n_layers=1)
+    one = I.train_induction(one_setup, seed=0)
+    data = I.held_out(SETUP, 0)
+    m2, m1 = I.measure(two.params, two.cfg, data), I.measure(one.params, one.cfg, data)
+    assert one.cfg.n_layers == 1 and one_setup.steps == SETUP.steps and one_setup.lr == SETUP.lr
+    assert m2.loss_repeated_segment < 0.1
+    assert m1.loss_repeated_segment > 10 * m2.loss_repeated_segment and m1.acc_repeated_segment < 0.5
+    print(f"repeated segment: two layers {m2.loss_repeated_segment:.3f} ({m2.acc_repeated_segment:.1%}), "
+          f"one layer {m1.loss_repeated_segment:.3f} ({m1.acc_repeated_segment:.1%})")
+
+
+def test_same_seed_same_model():
     setup = I.InductionSetup(steps=5)
     a, b = I.train_induction(setup, seed=4), I.train_induction(setup, seed=4)
     assert a.losses == b.losses
@@ -52,9 +135,16 @@ def test_same_seed_same_model(trained):
     assert I.train_induction(setup, seed=5).losses != a.losses
 
 
-def test_bad_setups_are_refused():
-    with pytest.raises(ValueError, match="half must be between 2 and vocab_size"):
-        I.InductionSetup(half=30, vocab_size=20)
+@pytest.mark.parametrize("settings, message", [
+    (dict(min_segment=1), "2 <= min_segment <= max_segment"),
+    (dict(min_segment=8, max_segment=6), "2 <= min_segment <= max_segment"),
+    (dict(max_segment=20, length=32), "need 40 positions"),
+    (dict(vocab_size=20), "need 28 token ids"),
+    (dict(n_layers=0), "positive whole numbers"),
+])
+def test_bad_setups_are_refused(settings, message):
+    with pytest.raises(ValueError, match=message):
+        I.InductionSetup(**settings)
 
 
 def test_the_command_line_reports_the_usual_keys_and_the_induction_measures():
@@ -62,19 +152,19 @@ def test_the_command_line_reports_the_usual_keys_and_the_induction_measures():
                          capture_output=True, text=True, timeout=120, check=True).stdout
     result = json.loads(out.strip().splitlines()[-1])
     assert result["task"] == "induction" and result["steps"] == 3
-    for key in ("val_acc", "train_seconds", "ms_per_step", "induction_score", "loss_first_half", "loss_second_half"):
+    for key in ("val_acc", "train_seconds", "ms_per_step", "induction_score", "previous_token_score",
+                "loss_first_occurrence", "loss_repeated_segment"):
         assert isinstance(result[key], float), key
 
 
 def test_a_head_is_named_only_when_its_score_reaches_the_threshold():
     L, H, B = 2, 3, 1
     m = I.Measures(induction=np.array([[0.9, 0.0, 0.0], [0.05, 0.24, 0.1]]),
-                   previous=np.array([[0.2, 0.6, 0.1], [0.99, 0.0, 0.0]]), loss_by_position=np.zeros(T),
-                   loss_first_half=0.0, loss_second_half=0.0, acc_second_half=0.0, attn=np.zeros((L, B, H, T, T)))
+                   previous=np.array([[0.2, 0.6, 0.1], [0.99, 0.0, 0.0]]), loss_first=np.zeros(T),
+                   loss_repeated=np.zeros(T), loss_first_occurrence=0.0, loss_repeated_segment=0.0,
+                   acc_repeated_segment=0.0, loss_repeat_start=0.0, attn=np.zeros((L, B, H, T, T)))
     prev, ind = I.head_verdicts(m)
     assert (prev.layer, prev.head, prev.formed) == (0, 1, True)       # layer 1 only, however layer 2 scores
     assert (ind.layer, ind.head, ind.formed) == (1, 1, False)         # 0.24 < 0.25: not an induction head
     m.induction[1, 2] = I.INDUCTION_THRESHOLD
     assert I.head_verdicts(m)[1].formed and I.head_verdicts(m)[1].head == 2
-    best = I.best_first_half_losses(SETUP)
-    np.testing.assert_allclose(best, [np.log(SETUP.vocab_size - t - 1) for t in range(N - 1)])
