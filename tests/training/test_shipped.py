@@ -42,7 +42,7 @@ def test_the_shipped_induction_model_is_the_default_run_trained_again():
     assert loaded.shipped and loaded.track == "compiled" and loaded.losses == run["losses"]
     data = induction.held_out(setup, 0)
     a, b = induction.measure(loaded.params, loaded.cfg, data), induction.measure(again.params, again.cfg, data)
-    assert a.acc_second_half > 0.9 and abs(a.acc_second_half - b.acc_second_half) <= 0.02
+    assert a.acc_repeated_segment > 0.9 and abs(a.acc_repeated_segment - b.acc_repeated_segment) <= 0.02
     assert induction.best_heads(a) == induction.best_heads(b)
 
 
@@ -57,7 +57,7 @@ def test_any_other_encoder_run_trains(change, monkeypatch):
 
 def test_any_other_induction_run_trains(monkeypatch):
     monkeypatch.setattr(induction, "train_induction", lambda setup, seed, track: ("trained", setup.steps, seed))
-    assert induction.default_run(induction.InductionSetup(), seed=1) == ("trained", 1200, 1)
+    assert induction.default_run(induction.InductionSetup(), seed=1) == ("trained", induction.InductionSetup().steps, 1)
     assert induction.default_run(induction.InductionSetup(steps=100), seed=0) == ("trained", 100, 0)
 
 
