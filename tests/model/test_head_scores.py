@@ -7,8 +7,13 @@ from core.lessons import real_model as rm
 from core.model import head_scores as hs
 from core.training import induction as I
 
-SETUP = I.InductionSetup()
-N, T = SETUP.half, 2 * SETUP.half - 1
+N, T = 10, 2 * 10 - 1
+
+
+def _repeated_once(batch: int, seed: int) -> np.ndarray:
+    """``(batch, 2N - 1)``: N distinct random tokens, then the same N again (the last one left out)."""
+    first = np.argsort(np.random.default_rng(seed).random((batch, 20)), axis=1)[:, :N]
+    return np.concatenate([first, first], axis=1)[:, :-1]
 
 
 def _uniform_causal(T):
@@ -17,13 +22,13 @@ def _uniform_causal(T):
 
 
 def test_a_perfect_induction_map_scores_one_and_a_uniform_map_its_average():
-    tokens = I.make_data(3, seed=1)[0]                                  # (3, T)
+    tokens = _repeated_once(3, seed=1)                                  # (3, T)
     perfect = np.zeros((3, T, T))
     for t in range(T):
         perfect[:, t, t - N + 1 if t >= N else t] = 1.0                 # second half: right after the copy
     assert hs.induction(perfect, tokens) == pytest.approx(1.0)
     uniform = np.broadcast_to(_uniform_causal(T), (3, T, T))
-    expected_prev, expected_ind = I.uniform_baselines(T, N)
+    expected_prev, expected_ind = I.uniform_baselines(tokens)
     assert expected_ind == pytest.approx(np.mean([1 / (t + 1) for t in range(N, T)]))
     assert hs.induction(uniform, tokens) == pytest.approx(expected_ind, rel=1e-12)
     assert hs.previous_token(uniform).mean() == pytest.approx(expected_prev, rel=1e-12)

@@ -727,15 +727,16 @@ def test_decoder_language_model_grid_is_its_causal_self_attention():
 # Induction heads
 # ----------------------------------------------------------------------------------------------
 def test_induction_charts_are_the_held_out_maps_scores_and_losses():
-    """Held-out sequence 4, layer 1, head 3. Fails when a map is another sequence's, layer's or head's,
-    when the loss curve is the training loss or another half's labelling, or when a score's bars
-    are the other score's. The maps, the previous-token scores and the losses are recomputed from a
-    teacher-forced pass of the same model over the held-out sequences."""
+    """Held-out sequence 4, layer 1, head 2. Fails when a map is another sequence's, layer's or head's,
+    when the loss curve is the training loss, counts positions from 0 or sorts the next tokens into
+    the wrong kind, or when a score's bars are the other score's. The maps, the previous-token scores
+    and the losses are recomputed from a teacher-forced pass of the same model over the held-out
+    sequences, the kinds of next token from the tokens by a loop."""
     import test_page_induction as induction_page
     from core.model import decoder, head_scores
     from core.training import induction as I
 
-    at = induction_page._open(example=4, layer=1, head=3)
+    at = induction_page._open(example=4, layer=1, head=2)
     check(at)
     setup = I.InductionSetup(steps=induction_page.STEPS)
     run = I.train_induction(setup, seed=0)
@@ -750,8 +751,8 @@ def test_induction_charts_are_the_held_out_maps_scores_and_losses():
     prev_head, ind_head = int(np.argmax(previous[0])), int(np.argmax(induction[1]))
     np.testing.assert_allclose(named(maps, f"Layer 1, head {prev_head + 1}: "), A[0, 4, prev_head], **tol)
     np.testing.assert_allclose(named(maps, f"Layer 2, head {ind_head + 1}: "), A[1, 4, ind_head], **tol)
-    np.testing.assert_allclose(maps["Layer 1, head 3"], A[0, 4, 2], **tol)
-    assert np.abs(A[0, 4, 2] - A[1, 4, 0]).max() > 1e-2                  # not the default layer 2, head 1
+    np.testing.assert_allclose(maps["Layer 1, head 2"], A[0, 4, 1], **tol)
+    assert np.abs(A[0, 4, 1] - A[1, 4, 0]).max() > 1e-2                  # not the default layer 2, head 1
     bars = bar_charts(at)
     heads_ = [f"L{l}H{h}" for l in (1, 2) for h in range(1, A.shape[2] + 1)]
     assert list(bars["Previous-token score"].index) == heads_
@@ -759,11 +760,23 @@ def test_induction_charts_are_the_held_out_maps_scores_and_losses():
     np.testing.assert_allclose(bars["Induction score"], induction.ravel(), **tol)
     z = logits.astype(np.float64)
     log_p = z - z.max(-1, keepdims=True) - np.log(np.exp(z - z.max(-1, keepdims=True)).sum(-1, keepdims=True))
-    loss = -np.take_along_axis(log_p, tgt_out[..., None], axis=-1)[..., 0].mean(axis=0)     # (T,)
+    loss = -np.take_along_axis(log_p, tgt_out[..., None], axis=-1)[..., 0]                  # (B, T)
+    kind = np.full(tgt_in.shape, "", dtype=object)
+    for b in range(len(tgt_in)):
+        seq = [int(tgt_in[b, 0])] + tgt_out[b].tolist()
+        for t in range(T):
+            if seq[t + 1] not in seq[:t + 1]:
+                kind[b, t] = "first occurrence"
+            elif any(seq[i] == seq[t] and seq[i + 1] == seq[t + 1] for i in range(t)):
+                kind[b, t] = "repeated segment"
     curve = line_charts(at)["Mean loss per position (held-out)"]
-    assert list(curve["query position"]) == list(range(T))
-    assert list(curve["half"]) == ["first" if t < setup.half else "repeated" for t in range(T)]
-    np.testing.assert_allclose(curve["loss"], loss, **tol)
+    for name in ("first occurrence", "repeated segment"):
+        drawn = curve[curve["next token"] == name]
+        where = kind == name
+        positions = np.flatnonzero(where.any(axis=0))
+        assert list(drawn["query position"]) == list(positions + 1), name                    # counted from 1
+        want = [loss[where[:, t], t].mean() for t in positions]
+        np.testing.assert_allclose(drawn["loss"], want, **tol, err_msg=name)
 
 
 # ----------------------------------------------------------------------------------------------
