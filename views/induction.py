@@ -7,7 +7,7 @@ import streamlit as st
 
 from core import warmup
 from core.lessons import questions
-from core.model import head_scores, multi_head, names, transformer
+from core.model import decoder, head_scores, multi_head, names, transformer
 from core.training import decoder_runs, induction
 from core.training.steps import step_functions
 from ui import charts, lesson, state
@@ -20,7 +20,8 @@ L, T, H = SETUP.length, SETUP.length - 1, SETUP.n_heads
 MAX_STEPS = 5000                # about ten seconds on two cores
 SPEC = {"seed": state.int_field(0, 0, 999), "steps": state.int_field(SETUP.steps, 20, MAX_STEPS),
         "example": state.int_field(0, 0, SETUP.n_held_out - 1),
-        "layer": state.int_field(2, 1, 2), "head": state.int_field(1, 1, H)}
+        "layer": state.int_field(2, 1, 2), "head": state.int_field(1, 1, H),
+        "remove": state.bool_field(False), "how": state.choice_field("zero", induction.ABLATIONS)}
 ABLATION_NAMES = {"zero": "zero (zero ablation)", "mean": "its mean over the sequence's positions (mean ablation)"}
 k = lambda name: state.key(PAGE, name)  # noqa: E731
 ss = st.session_state
@@ -263,7 +264,7 @@ with st.expander(f"Source: the code that computed these numbers, and the {run.tr
     st.caption(f"The data, the measures and the removals; then training: the loop, and the {run.track} step that "
                "trained this model" + (" (as it was trained ahead and shipped)." if run.shipped else "."))
     function_sources([induction.make_data, induction.repeat_layout, induction.next_token_kinds,
-                      induction.measure, induction.position_losses, head_scores.induction_targets,
+                      induction.measure, induction.position_losses, decoder.forward, head_scores.induction_targets,
                       head_scores.induction, head_scores.previous_token, induction.uniform_baselines,
                       induction.first_occurrence_floor, induction.layer_one_ablations, induction.ablation_effect,
                       induction.ablate, transformer.forward, multi_head.edit_heads, induction.ablation_outcome,

@@ -83,7 +83,7 @@ SCENARIOS = {
                     "arch": "encoder-decoder", "pos": "sinusoidal", "lm": True, "tied": False}],
     "positional": [{"a": "dog bites man again", "b": "man bites dog again", "d": 130, "from": 3, "k": 4}],
     "masks": [{"lengths": "4, 2", "heads": "4", "sentence": "the cat sat", "source": "je suis", "target": "i am"}],
-    "induction": [{"steps": 20, "seed": 1, "layer": 1, "head": 3, "example": 7}],
+    "induction": [{"steps": 20, "seed": 1, "layer": 1, "head": 2, "example": 7}],
     "training": [{"heads": 2, "d_model": 16, "layers": 1, "steps": 5, "lr": "0.01", "positional": "learned",
                   "example": 3, "@": "trained_run"}],
     "inside_model": [{"source": "default", "task": "increasing", "seed": 1, "example": 3, "layer": 2, "mode": "mean", "show": "L2H3",

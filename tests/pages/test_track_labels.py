@@ -169,7 +169,8 @@ def test_induction_heads_names_the_step_its_model_trained_on(state, ran, request
         metric = [m for m in at.metric if m.label.startswith("training (")]
         assert [m.label for m in metric] == [f"training ({ran} step)"]
         assert ("still compiling the compiled one" in metric[0].help) == (ran == "readable")
-        shows_the_step_functions(source_box(at, "Source"), "decoder", ran)
+        # the page lists the forward pass its measures and its head removals run
+        shows_the_step_functions(source_box(at, "Source"), "decoder", ran, forward_shown=True)
 
     check()
     finish_loading(monkeypatch)
