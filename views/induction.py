@@ -48,8 +48,8 @@ def removals(seed: int, steps: int, how: str) -> list:
 
 st.title("Induction heads")
 state.restore(PAGE, SPEC)
-lesson.header(PAGE)
-unlocked = lesson.predict(PAGE)          # opens the removal of the previous-token head (section 4)
+lesson.header("induction")
+unlocked = lesson.predict("induction")        # opens the removal of the previous-token head (section 4)
 st.markdown(
     "A two-layer transformer with **attention only** (no feed-forward sublayers) learns to continue "
     f"sequences in which a segment of random tokens repeats. Each sequence holds {L} tokens: a prefix of random "
