@@ -54,9 +54,9 @@ st.markdown(
     "A two-layer transformer with **attention only** (no feed-forward sublayers) learns to continue "
     f"sequences in which a segment of random tokens repeats. Each sequence holds {L} tokens: a prefix of random "
     f"length, a segment of n distinct random tokens (n from {SETUP.min_segment} to {SETUP.max_segment}), then the "
-    "segment again and again to the end. The prefix and the segment's first copy cannot be predicted; from the "
-    "second copy on, every next token can, by in-context copying: *the last time I saw a it was followed by b, so "
-    "predict b*.")
+    "segment again and again to the end. The prefix and the segment's first copy cannot be predicted, nor can the "
+    "second copy's first token (nothing says where the segment ends); every token after that can, by in-context "
+    "copying: *the last time I saw a it was followed by b, so predict b*.")
 st.markdown(
     "The segment starts at a different place and has a different length in every sequence, so no head that "
     "always looks the same number of positions back finds the answer in every sequence. Nor can one layer: a first-layer head's keys hold "
@@ -128,7 +128,7 @@ st.caption(f"A head is named **previous-token** when at least {prev.threshold:g}
 if ind.formed:
     st.markdown(
         f"Right: from a query in the repeated segment, {ind_name} puts on average {ind.score:.0%} of its weight on "
-        "the key right after an earlier copy of the current token, which holds the token to predict. In this "
+        "the keys right after the earlier copies of the current token, which hold the token to predict. In this "
         f"sequence that key lies n − 1 = {n_ex - 1} positions back (a diagonal {n_ex - 1} below the main one; a "
         "later copy also finds the copies further back), in another sequence at another distance: the head "
         "finds it by the tokens, not by the position. Before the repeat no token has an earlier copy, so the "
@@ -142,7 +142,7 @@ if ind.formed:
         st.markdown(
             f"Left: no layer-1 head puts, on average, {prev.threshold:g} of its weight one step back (the best, "
             f"{prev_name}, {prev.score:.3f}). The induction head still finds its targets, so \"the token before me\" "
-            "reaches layer 2 another way: spread over both heads, or partly through other positions.")
+            "does reach layer 2, but no single layer-1 head carries it most of the time.")
 else:
     st.warning(
         f"**No induction head formed** with seed {seed} after {steps:,} steps: every layer-2 head's induction "

@@ -161,7 +161,7 @@ def test_few_steps_name_no_head_and_say_what_to_try(at, core_numbers):
     assert not any(": induction (" in t or ": previous-token (" in t for t in titles), titles
     assert any("highest induction score" in t for t in titles), titles
     text = _text(at)
-    assert "weight on the key right after an earlier copy" not in text and "one step back, the diagonal" not in text
+    assert "weight on the keys right after the earlier copies" not in text and "one step back, the diagonal" not in text
     run, data, m = _model(STEPS)
     prev, _ = I.head_verdicts(m)
     a = I.ablation_effect(run.params, run.cfg, data, m, 0, prev.head)
@@ -184,7 +184,7 @@ def test_an_early_model_names_its_induction_head_only_and_keeps_most_of_it_witho
     assert not at.exception and not any("No induction head" in w.value for w in at.warning)
     text = _text(at)
     assert f"Left: no layer-1 head puts, on average, {prev.threshold:g} of its weight one step back" in text
-    assert f"L{ind.layer + 1}H{ind.head + 1} puts on average {ind.score:.0%} of its weight on the key" in text
+    assert f"L{ind.layer + 1}H{ind.head + 1} puts on average {ind.score:.0%} of its weight on the keys" in text
     assert f"L1H{prev.head + 1} (highest previous-token score, not named)" in text
     sentence = _removal_sentence(_remove(at))
     assert "more than half of the score stays" in sentence and "half or less" not in sentence
