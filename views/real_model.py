@@ -34,8 +34,8 @@ ss = st.session_state
 
 st.title("A real model")
 state.restore(PAGE, SPEC)
-lesson.header(PAGE)
-unlocked = lesson.predict(PAGE)          # opens the head maps and the choice of a head
+lesson.header("real_model")
+unlocked = lesson.predict("real_model")          # opens the head maps and the choice of a head
 st.markdown("A published checkpoint, read from its own files and run by **our** transformer: the same blocks as "
             "every other page, set to the checkpoint's architecture. Every map below is the model's own.")
 

@@ -51,7 +51,7 @@ def test_a_link_opens_trained_heads_and_the_slider_moves_the_score(info, server)
             assert error_texts(pg) == [] and js_errors == []
             assert "Layer 1, head 2" in pg.inner_text(MAIN)
             before = metric_value(pg, "L1H2 induction, this sequence")
-            float(metric_value(pg, "loss, repeated half"))
+            float(metric_value(pg, "loss, repeated segment"))
             total, drawn = charts_drawn(pg)
             assert total >= 6 and drawn == total, f"{drawn} of {total} charts drawn"
             assert operate_first_slider(pg), "no slider to move"
