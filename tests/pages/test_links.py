@@ -26,6 +26,7 @@ from streamlit.testing.v1 import AppTest
 from streamlit.testing.v1.element_tree import Widget
 
 from browser_support import discover_pages
+from page_support import answer_everything
 from ui import state
 
 PAGES = [p for p in discover_pages() if p.exists and "state.restore(" in p.file.read_text(encoding="utf-8")]
@@ -122,8 +123,10 @@ def _other(field: state.Field):
 
 
 def _open(info, link=None, maker=None, values=None, spec=None) -> AppTest:
-    """The page run once in a fresh session, opened from ``link``, with ``values`` in the session."""
+    """The page run once in a fresh session, opened from ``link``, with ``values`` in the session (and
+    every question answered, so no control is locked)."""
     at = AppTest.from_file(str(info.file), default_timeout=180)
+    answer_everything(at)
     for k, v in HOOKS.get(info.name, {}).items():
         at.session_state[k] = v
     for k, v in (MAKERS[maker]() if maker else {}).items():
