@@ -165,7 +165,7 @@ def _type_into(page, label: str, text: str) -> None:
 def _one_head_controls(page) -> dict:
     main = page.locator(MAIN)
     return {
-        "d_k": main.get_by_label("d_k (width of a query or key)").input_value(),
+        "d_k": main.get_by_role("spinbutton", name="d_k (width of a query or key)").input_value(),
         "seed": main.get_by_label("Random seed").input_value(),
         "temperature": main.locator('[data-testid="stSlider"]', has_text="Temperature")
                            .get_by_test_id("stSliderThumbValue").inner_text(),
@@ -248,7 +248,9 @@ def _type_in_cell(page, editor_index: int, row: int, column: int, text: str) -> 
     from playwright.sync_api import TimeoutError as PlaywrightTimeout   # only where a browser runs
 
     for _ in range(3):
-        box = page.locator('[data-testid="stDataFrame"]').nth(editor_index).bounding_box()
+        grid = page.locator('[data-testid="stDataFrame"]').nth(editor_index)
+        grid.scroll_into_view_if_needed()                              # clicks land on screen only
+        box = grid.bounding_box()
         page.mouse.click(box["x"] + 15, box["y"] + 35 + 35 * row + 17)   # the row's label cell
         for _ in range(column):
             page.keyboard.press("ArrowRight")
