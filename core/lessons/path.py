@@ -84,5 +84,8 @@ def dot() -> str:
     prerequisite to the page that needs it (none where another prerequisite already leads there)."""
     nodes = [f'  "{s.page}" [label="{i}. {s.title}"];' for i, s in enumerate(STEPS, start=1)]
     edges = [f'  "{need}" -> "{s.page}";' for s in STEPS for need in s.needs if not implied(s.page, need)]
-    return "\n".join(["digraph path {", "  rankdir=TB; ranksep=0.2; nodesep=0.25;",
-                      '  node [shape=box, style=rounded, fontname="sans-serif", fontsize=13];', *nodes, *edges, "}"])
+    # a transparent ground, light boxes with dark text and grey arrows: it reads on a light and a dark theme
+    return "\n".join(["digraph path {", '  rankdir=TB; ranksep=0.2; nodesep=0.25; bgcolor="transparent";',
+                      '  node [shape=box, style="rounded,filled", fillcolor="#e8eef7", color="#7f8ea3", '
+                      'fontcolor="#1f2430", fontname="sans-serif", fontsize=13];',
+                      '  edge [color="#8a94a6"];', *nodes, *edges, "}"])
