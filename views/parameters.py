@@ -242,11 +242,7 @@ h0 = state.whole_number_input(g[1], "H before", 1, 64, key=key("h0"))
 h1 = state.whole_number_input(g[2], "H after", 1, 64, key=key("h1"))
 dk0 = state.whole_number_input(g[3], "d_k before", 1, 512, key=key("dk0"), help="So d_model before = H before · d_k.")
 try:
-    before, after = analysis.grow_heads(int(h0), int(h1), int(dk0), T, keep="d_k" if keep == "both" else keep,
-                                        bias=bias)
-    if keep == "both":       # reading (b): the heads keep d_k, d_model stays; only the count differs from (a)
-        after = dataclasses.replace(after, d_model=before.d_model, parameters=param_counts.mha_param_count_of_width(
-            before.d_model, int(h1), int(dk0), bias))
+    before, after = analysis.grow_heads(int(h0), int(h1), int(dk0), T, keep=keep, bias=bias)
 except ValueError as err:
     st.error(f"Keeping d_model fixed: {err}")
 else:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from core.lessons.param_counts import mha_param_count
+from core.lessons.param_counts import mha_param_count, mha_param_count_of_width  # noqa: F401  (the design names analysis.mha_param_count)
 from core.validate import as_float_array, check_heads
 
 # ---------------------------------------------------------------------------------------------
@@ -219,16 +219,17 @@ def ov_circuits(W_V, W_O, n_heads: int) -> np.ndarray:
 
 @dataclass(frozen=True)
 class HeadLayout:
-    """One way to lay out attention: ``H`` heads of width ``d_k`` in a model of width ``d_model = H d_k``."""
+    """One way to lay out attention: ``H`` heads of width ``d_k`` in a model of width ``d_model`` (usually
+    ``H d_k``; wider heads together than the model in exercise 5 read with both kept)."""
 
     n_heads: int
     d_k: int
     d_model: int
-    parameters: int      # 4 d_model^2 (+ 4 d_model)
+    parameters: int      # 4 d_model H d_k (+ biases): 4 d_model^2 when H d_k = d_model
     score_flops: int     # H * 2 T^2 d_k
 
 
-GROW_KEEPING = ("d_k", "d_model")
+GROW_KEEPING = ("d_k", "d_model", "both")
 
 
 def grow_heads(n_heads_from: int, n_heads_to: int, d_k: int, T: int, *, keep: str = "d_k",
@@ -240,7 +241,10 @@ def grow_heads(n_heads_from: int, n_heads_to: int, d_k: int, T: int, *, keep: st
     - ``keep="d_k"`` (the lesson's exercise 5): ``d_model = H_1 d_k`` grows with ``H``, so the
       parameters grow as ``(H_1 / H_0)^2`` and the score FLOPs as ``H_1 / H_0``;
     - ``keep="d_model"``: ``d_k = d_model / H_1`` shrinks; parameters and score FLOPs stay put
-      (``H_1`` must divide ``d_model``).
+      (``H_1`` must divide ``d_model``);
+    - ``keep="both"`` (exercise 5 read with ``d_model`` kept): every head stays ``d_k`` wide and
+      ``d_model`` stays, so the heads together are ``H_1 d_k`` wide; parameters and score FLOPs grow
+      as ``H_1 / H_0``.
     """
     if keep not in GROW_KEEPING:
         raise ValueError(f"Keep one of {', '.join(GROW_KEEPING)} fixed, not {keep!r}.")
@@ -248,13 +252,19 @@ def grow_heads(n_heads_from: int, n_heads_to: int, d_k: int, T: int, *, keep: st
         if int(v) != v or v < 1:
             raise ValueError(f"{name} must be a positive whole number, got {v}.")
 
-    def layout(H: int, d_model: int) -> HeadLayout:
-        width = check_heads(d_model, H)
-        return HeadLayout(H, width, d_model, mha_param_count(d_model, H, bias), score_flops(T, width, H))
+    def layout(H: int, d_model: int, width: int) -> HeadLayout:
+        return HeadLayout(H, width, d_model, mha_param_count_of_width(d_model, H, width, bias),
+                          score_flops(T, width, H))
 
-    d_model = int(n_heads_from) * int(d_k)
-    after_width = int(n_heads_to) * int(d_k) if keep == "d_k" else d_model
-    return layout(int(n_heads_from), d_model), layout(int(n_heads_to), after_width)
+    H0, H1, d_k = int(n_heads_from), int(n_heads_to), int(d_k)
+    d_model = H0 * d_k
+    if keep == "d_k":
+        after = layout(H1, H1 * d_k, d_k)
+    elif keep == "d_model":
+        after = layout(H1, d_model, check_heads(d_model, H1))
+    else:
+        after = layout(H1, d_model, d_k)
+    return layout(H0, d_model, d_k), after
 
 
 @dataclass(frozen=True)

@@ -225,6 +225,13 @@ def test_exercise_5_grow_heads():
     assert same_after.score_flops == same_before.score_flops == 1_073_741_824   # the lesson's T=1024, d=512
     with pytest.raises(ValueError, match="cannot be split evenly"):
         analysis.grow_heads(8, 7, 64, 16, keep="d_model")
+    # read with both kept: 16 heads of 64 in a 512-wide model, W_Q 512 x 1024 and W_O 1024 x 512
+    _, both = analysis.grow_heads(8, 16, 64, 1024, keep="both")
+    assert (both.d_model, both.d_k, both.n_heads) == (512, 64, 16)
+    assert both.parameters == 2 * before.parameters == 2_097_152
+    assert both.score_flops == 2 * before.score_flops
+    _, biased = analysis.grow_heads(8, 16, 64, 1024, keep="both", bias=True)
+    assert biased.parameters == 2_097_152 + 3 * 1024 + 512
 
 
 def test_bert_base_is_12_blocks_of_85M_plus_embeddings():
