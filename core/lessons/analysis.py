@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from core.lessons.param_counts import mha_param_count, mha_param_count_of_width  # noqa: F401  (the design names analysis.mha_param_count)
+from core.lessons.param_counts import mha_param_count, mha_param_count_of_width  # noqa: F401 (public name)
 from core.validate import as_float_array, check_heads
 
 # ---------------------------------------------------------------------------------------------
