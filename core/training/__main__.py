@@ -2,7 +2,7 @@
 
     python -m core.training --task sum --steps 300 --json        # the tiny encoder
     python -m core.training --task reverse --json                # a decoder task, with its defaults
-    python -m core.training --task induction --json              # the two-layer attention-only model
+    python -m core.training --task induction --json              # the induction page's default run
 
 The last line printed is ``{"task", "steps", "val_acc", "train_seconds", "ms_per_step", "step"}``:
 ``train_seconds`` is the wall time of the training steps (the loop's Python included, evaluation
@@ -25,8 +25,9 @@ def _main_induction(args) -> int:
     """Train the induction model; the result line adds the heads' scores and the two halves' losses."""
     from core.training import induction
 
+    given = {k: v for k, v in (("steps", args.steps), ("lr", args.lr)) if v is not None}
     try:
-        setup = induction.InductionSetup(steps=args.steps, lr=args.lr)
+        setup = induction.InductionSetup(**given)            # the page's default run unless told otherwise
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -60,9 +61,9 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m core.training", description="Train the tiny encoder "
                                      "(or a decoder: reverse, sort, lm).")
     parser.add_argument("--task", default="sum", choices=sorted(TASKS) + [INDUCTION_TASK] + sorted(DECODER_TASKS))
-    parser.add_argument("--steps", type=int, default=None, help="default 300 (a decoder task: its own)")
+    parser.add_argument("--steps", type=int, default=None, help="default 300 (a decoder task or induction: its own)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--lr", type=float, default=None, help="default 3e-3 (a decoder task: its own)")
+    parser.add_argument("--lr", type=float, default=None, help="default 3e-3 (a decoder task or induction: its own)")
     parser.add_argument("--positional", default="sinusoidal", choices=["sinusoidal", "learned", "none"])
     parser.add_argument("--max-seconds", type=float, default=None)
     parser.add_argument("--step", default=DEFAULT_TRACK, choices=TRACKS,
@@ -77,10 +78,10 @@ def main(argv=None) -> int:
 
     if args.task in DECODER_TASKS:
         return _main_decoder(args)
-    args.steps = 300 if args.steps is None else args.steps
-    args.lr = 3e-3 if args.lr is None else args.lr
     if args.task == INDUCTION_TASK:
         return _main_induction(args)
+    args.steps = 300 if args.steps is None else args.steps
+    args.lr = 3e-3 if args.lr is None else args.lr
     try:
         result = run(args.task, args.steps, seed=args.seed, lr=args.lr, positional=args.positional,
                      max_seconds=args.max_seconds, on_metrics=report, track=args.step)

@@ -168,3 +168,22 @@ def test_a_head_is_named_only_when_its_score_reaches_the_threshold():
     assert (ind.layer, ind.head, ind.formed) == (1, 1, False)         # 0.24 < 0.25: not an induction head
     m.induction[1, 2] = I.INDUCTION_THRESHOLD
     assert I.head_verdicts(m)[1].formed and I.head_verdicts(m)[1].head == 2
+
+
+def test_the_command_line_trains_the_pages_default_run_unless_told_otherwise(monkeypatch):
+    """Without --steps or --lr the command line trains the setup the page opens on (InductionSetup's
+    defaults), not the encoder's 300 steps at 3e-3; given, they override it."""
+    from core.training import __main__ as cli
+
+    seen = []
+
+    def stop(setup, **_):
+        seen.append(setup)
+        raise KeyboardInterrupt          # stop before any training
+
+    monkeypatch.setattr(I, "train_induction", stop)
+    for argv in (["--task", "induction"], ["--task", "induction", "--steps", "40", "--lr", "0.002"]):
+        with pytest.raises(KeyboardInterrupt):
+            cli.main(argv)
+    assert seen[0] == I.InductionSetup()
+    assert seen[1] == I.InductionSetup(steps=40, lr=0.002)
