@@ -67,7 +67,7 @@ from core.model import transformer as tr
 from core.model import config as C
 from core.model.generation import generate
 cfg = C.TransformerConfig(vocab_size=50257, n_ctx=1024, d_model=768, n_heads=12, d_ff=3072, n_layers=12,
-                           norm="pre", activation="gelu_tanh", positional="learned", tied_unembed=True, final_ln=True)
+                           norm_placement="pre", activation="gelu_tanh", positional="learned", tied_unembed=True, final_ln=True)
 params = C.init_params(cfg, seed=0, dtype=np.float32)
 ids = np.random.default_rng(0).integers(0, cfg.vocab_size, size=T)
 """

@@ -52,7 +52,7 @@ def config_from_bert(hf: dict) -> C.TransformerConfig:
     return C.TransformerConfig(
         vocab_size=hf.get("vocab_size", 30522), n_ctx=hf.get("max_position_embeddings", 512),
         d_model=hf.get("hidden_size", 768), n_heads=hf.get("num_attention_heads", 12),
-        d_ff=hf.get("intermediate_size", 3072), n_layers=hf.get("num_hidden_layers", 12), norm="post",
+        d_ff=hf.get("intermediate_size", 3072), n_layers=hf.get("num_hidden_layers", 12), norm_placement="post",
         activation=ACTIVATIONS[act], positional="learned", final_ln=False, bias=True, causal=False,
         ln_eps=float(hf.get("layer_norm_eps", 1e-12)), head="none", n_token_types=hf.get("type_vocab_size", 2),
         embed_ln=True, pooler=False)

@@ -13,7 +13,7 @@ from core.model import params as P
 from core.model.params import init_by_name, whole as _whole
 from core.validate import check_heads
 
-NORMS = ("post", "pre")
+NORM_PLACEMENTS = ("post", "pre")
 ACTIVATIONS = ("relu", "gelu_tanh", "gelu_erf")
 POSITIONAL = ("sinusoidal", "learned", "none")
 HEADS = ("lm", "classify", "none")
@@ -23,7 +23,7 @@ HEADS = ("lm", "classify", "none")
 class TransformerConfig:
     """Sizes and architecture of a decoder-only (or, with ``causal=False``, encoder) stack.
 
-    ``norm="post"`` puts each LayerNorm after its residual sum (the original Transformer),
+    ``norm_placement="post"`` puts each LayerNorm after its residual sum (the original Transformer),
     ``"pre"`` before its sublayer (GPT-2). ``d_ff`` is the feed-forward width (GPT-2: ``4 d``,
     or its ``n_inner``), 0 for attention-only. ``bias=False`` drops every linear layer's bias.
     ``head="classify"`` averages the last hidden states over positions and maps them to
@@ -41,7 +41,7 @@ class TransformerConfig:
     n_heads: int
     d_ff: int
     n_layers: int
-    norm: str = "post"
+    norm_placement: str = "post"
     activation: str = "relu"
     positional: str = "sinusoidal"
     tied_unembed: bool = False
@@ -62,7 +62,7 @@ class TransformerConfig:
             if not _whole(value) or value < (0 if name in ("d_ff", "n_token_types") else 1):  # 0: none
                 raise ValueError(f"{name} must be a positive whole number, got {value!r}.")
         check_heads(self.d_model, self.n_heads)
-        for name, choices in (("norm", NORMS), ("activation", ACTIVATIONS), ("positional", POSITIONAL),
+        for name, choices in (("norm_placement", NORM_PLACEMENTS), ("activation", ACTIVATIONS), ("positional", POSITIONAL),
                               ("head", HEADS)):
             if getattr(self, name) not in choices:
                 raise ValueError(f"{name} must be one of {', '.join(choices)}, got {getattr(self, name)!r}.")

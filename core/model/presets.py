@@ -25,7 +25,7 @@ def encoder_classifier(vocab_size: int = 10, n_ctx: int = 16, d_model: int = 32,
                        ln_eps: float = 1e-5) -> TransformerConfig:
     """The seeds' tiny encoder: attends both ways and classifies the mean of its last hidden states."""
     return TransformerConfig(vocab_size=vocab_size, n_ctx=n_ctx, d_model=d_model, n_heads=n_heads, d_ff=d_ff,
-                             n_layers=n_layers, norm="post", activation="relu", positional=positional,
+                             n_layers=n_layers, norm_placement="post", activation="relu", positional=positional,
                              causal=False, ln_eps=ln_eps, head="classify", n_classes=n_classes)
 
 
@@ -33,7 +33,7 @@ def decoder_lm(vocab_size: int, n_ctx: int, d_model: int = 32, n_heads: int = 4,
                positional: str = "sinusoidal", ln_eps: float = 1e-5) -> TransformerConfig:
     """A causal language model with the original Transformer's blocks and a biased unembedding."""
     return TransformerConfig(vocab_size=vocab_size, n_ctx=n_ctx, d_model=d_model, n_heads=n_heads, d_ff=d_ff,
-                             n_layers=n_layers, norm="post", activation="relu", positional=positional,
+                             n_layers=n_layers, norm_placement="post", activation="relu", positional=positional,
                              causal=True, ln_eps=ln_eps, unembed_b=True)
 
 
@@ -58,6 +58,6 @@ def gpt2(vocab_size: int = 50257, n_ctx: int = 1024, d_model: int = 768, n_heads
          d_ff: int | None = None, activation: str = "gelu_tanh", ln_eps: float = 1e-5) -> TransformerConfig:
     """GPT-2's architecture (the small model's sizes by default; ``d_ff`` defaults to ``4 d_model``)."""
     return TransformerConfig(vocab_size=vocab_size, n_ctx=n_ctx, d_model=d_model, n_heads=n_heads,
-                             d_ff=4 * d_model if d_ff is None else d_ff, n_layers=n_layers, norm="pre",
+                             d_ff=4 * d_model if d_ff is None else d_ff, n_layers=n_layers, norm_placement="pre",
                              activation=activation, positional="learned", tied_unembed=True, final_ln=True,
                              causal=True, ln_eps=ln_eps)

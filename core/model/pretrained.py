@@ -76,7 +76,7 @@ def config_from_gpt2(hf: dict) -> C.TransformerConfig:
 
 def gpt2_config(cfg: C.TransformerConfig) -> dict:
     """GPT-2's ``config.json`` for one of our configs; a ValueError when the architecture isn't GPT-2's."""
-    wanted = dict(norm="pre", positional="learned", tied_unembed=True, final_ln=True, bias=True, causal=True,
+    wanted = dict(norm_placement="pre", positional="learned", tied_unembed=True, final_ln=True, bias=True, causal=True,
                   head="lm", unembed_b=False)
     wrong = [f"{k}={getattr(cfg, k)!r} (GPT-2: {v!r})" for k, v in wanted.items() if getattr(cfg, k) != v]
     if cfg.d_ff == 0:

@@ -105,7 +105,7 @@ def block(h: np.ndarray, p: dict, cfg: TransformerConfig, cache: dict, name: str
                          edits=edits, layer=layer, key_mask=key_mask)
 
     cache[key(name, "resid_pre")] = h
-    if cfg.norm == "pre":
+    if cfg.norm_placement == "pre":
         # 1. h = h + MHA(LN1(h))
         h = h + attention(layer_norm(h, p["ln1.g"], p["ln1.b"], eps, cache, key(name, "ln1")))
         cache[key(name, "resid_mid")] = h

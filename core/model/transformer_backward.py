@@ -46,7 +46,7 @@ def block_backward(dh: np.ndarray, p: dict, cfg: TransformerConfig, cache: dict,
         g.update(g_ffn)
         return dx
 
-    if cfg.norm == "pre":
+    if cfg.norm_placement == "pre":
         # 2. h_out = h_mid + FFN(LN2(h_mid)): the residual passes dh on, the sublayer adds its share
         if cfg.d_ff:
             d_mid, g["ln2.g"], g["ln2.b"] = tr.layer_norm_backward(feed_forward_backward(dh), p["ln2.g"], cache, ln2)

@@ -108,7 +108,7 @@ def decoder_block(x, memory, p: dict, cfg: TransformerConfig, cache: dict, name:
     cache.update({k: v for k, v in sub.items() if not k.endswith(".resid_post")})
     # 2. cross-attention: queries from x, keys and values from the memory
     w, cross, ln_cross = MH.weights(p, "cross"), key(name, "cross"), key(name, "ln_cross")
-    if cfg.norm == "pre":
+    if cfg.norm_placement == "pre":
         a = tr.layer_norm(x, p["ln_cross.g"], p["ln_cross.b"], eps, cache, ln_cross)
         x = x + MH.attend(a, memory, w, cfg, cache, cross)
     else:
@@ -118,7 +118,7 @@ def decoder_block(x, memory, p: dict, cfg: TransformerConfig, cache: dict, name:
     # 3. feed-forward (and its norm)
     if cfg.d_ff:
         ln2, ffn = key(name, "ln2"), key(name, "ffn")
-        if cfg.norm == "pre":
+        if cfg.norm_placement == "pre":
             x = x + tr.feed_forward(tr.layer_norm(x, p["ln2.g"], p["ln2.b"], eps, cache, ln2), p, cfg, cache, ffn)
         else:
             x = tr.layer_norm(x + tr.feed_forward(x, p, cfg, cache, ffn), p["ln2.g"], p["ln2.b"], eps, cache, ln2)
@@ -177,7 +177,7 @@ def decoder_block_backward(dx, p: dict, cfg: TransformerConfig, cache: dict, nam
     ln2, ffn, ln_cross, cross = (key(name, part) for part in ("ln2", "ffn", "ln_cross", "cross"))
     # 3. feed-forward
     if cfg.d_ff:
-        if cfg.norm == "pre":
+        if cfg.norm_placement == "pre":
             d_f, g_ffn = tr.feed_forward_backward(dx, p, cfg, cache, ffn)
             d_in, g["ln2.g"], g["ln2.b"] = tr.layer_norm_backward(d_f, p["ln2.g"], cache, ln2)
             dx = dx + d_in
@@ -187,7 +187,7 @@ def decoder_block_backward(dx, p: dict, cfg: TransformerConfig, cache: dict, nam
             dx = d_sum + d_f
         g.update(g_ffn)
     # 2. cross-attention: the queries' share goes back to x, the keys' and values' to the memory
-    if cfg.norm == "pre":
+    if cfg.norm_placement == "pre":
         d_a, d_memory, g_cross = MH.attend_backward(dx, w, cfg, cache, cross)
         d_in, g["ln_cross.g"], g["ln_cross.b"] = tr.layer_norm_backward(d_a, p["ln_cross.g"], cache, ln_cross)
         dx = dx + d_in

@@ -47,7 +47,7 @@ CORPUS = os.path.join(HERE, "corpus.txt")
 OUT = os.path.join(os.path.dirname(HERE), "model", "tiny_gpt")
 END = "<|endoftext|>"
 VOCAB_SIZE = 512
-CONFIG = dict(n_ctx=64, d_model=64, n_heads=4, d_ff=256, n_layers=2, norm="pre", activation="gelu_tanh",
+CONFIG = dict(n_ctx=64, d_model=64, n_heads=4, d_ff=256, n_layers=2, norm_placement="pre", activation="gelu_tanh",
               positional="learned", tied_unembed=True, final_ln=True, bias=True, causal=True)
 SHARES = (0.2, 0.2, 0.6)            # text as it is, text repeated, random ids repeated
 

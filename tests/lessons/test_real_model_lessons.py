@@ -22,7 +22,7 @@ def hand_built_induction_model():
     """
     A, P, Bs = slice(0, V), slice(V, V + N_CTX), slice(V + N_CTX, 2 * V + N_CTX)
     d = 2 * V + N_CTX
-    cfg = C.TransformerConfig(vocab_size=V, n_ctx=N_CTX, d_model=d, n_heads=1, d_ff=4, n_layers=2, norm="pre",
+    cfg = C.TransformerConfig(vocab_size=V, n_ctx=N_CTX, d_model=d, n_heads=1, d_ff=4, n_layers=2, norm_placement="pre",
                                activation="gelu_tanh", positional="learned", tied_unembed=True, final_ln=True)
     p = {name: np.zeros(shape) for name, shape in C.param_shapes(cfg).items()}
     for name in p:
@@ -51,7 +51,7 @@ def test_hand_built_induction_pair_is_found():
 
 
 def test_random_model_scores_low():
-    cfg = C.TransformerConfig(vocab_size=50, n_ctx=48, d_model=32, n_heads=4, d_ff=64, n_layers=2, norm="pre",
+    cfg = C.TransformerConfig(vocab_size=50, n_ctx=48, d_model=32, n_heads=4, d_ff=64, n_layers=2, norm_placement="pre",
                                activation="gelu_tanh", positional="learned", tied_unembed=True, final_ln=True)
     scores = rm.detect_heads(C.init_params(cfg, seed=0, dtype=np.float64), cfg, n=20)
     assert scores["induction"].max() < 0.2 and scores["duplicate-token"].max() < 0.2
@@ -110,7 +110,7 @@ def test_rollout_multiplies_the_layers_latest_on_the_left():
     assert np.abs(want[-1] - want[0]).max() > 1e-2                        # and so does every layer after the first
 
 
-GPT_CFG = C.TransformerConfig(vocab_size=17, n_ctx=16, d_model=16, n_heads=4, d_ff=32, n_layers=3, norm="pre",
+GPT_CFG = C.TransformerConfig(vocab_size=17, n_ctx=16, d_model=16, n_heads=4, d_ff=32, n_layers=3, norm_placement="pre",
                                activation="gelu_tanh", positional="learned", tied_unembed=True, final_ln=True)
 
 

@@ -87,7 +87,7 @@ def test_matches_transformers_bert(bert_folder, dtype):
     folder, model, settings = bert_folder
     m = pretrained.load(folder, dtype)
     assert m.is_encoder and m.config.head == "none" and m.config.activation == "gelu_erf"
-    assert not m.config.causal and m.config.norm == "post" and m.config.embed_ln and m.config.pooler
+    assert not m.config.causal and m.config.norm_placement == "post" and m.config.embed_ln and m.config.pooler
     ids, mask, types = batch_with_padding(settings["vocab_size"], [7, 4, 9], seed=1)
     assert_matches(m, model, ids, mask, types, dtype)
     assert all(not v.flags.writeable for v in m.params.values())          # shared by every session: read-only

@@ -44,7 +44,7 @@ def test_a_mask_with_no_padding_gives_the_plain_mean_exactly():
 
 ENCODER = C.TransformerConfig(vocab_size=17, n_ctx=12, d_model=12, n_heads=3, d_ff=20, n_layers=2, causal=False,
                               head="none", positional="learned")
-DECODER = C.TransformerConfig(vocab_size=17, n_ctx=12, d_model=12, n_heads=3, d_ff=20, n_layers=2, norm="pre",
+DECODER = C.TransformerConfig(vocab_size=17, n_ctx=12, d_model=12, n_heads=3, d_ff=20, n_layers=2, norm_placement="pre",
                               activation="gelu_tanh", positional="learned", tied_unembed=True, final_ln=True)
 
 

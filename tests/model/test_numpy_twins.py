@@ -14,7 +14,7 @@ TOL = {np.float64: 1e-12, np.float32: 2e-5}
 CONFIGS = {
     "encoder classifier": dict(vocab_size=7, n_ctx=6, d_model=12, n_heads=3, d_ff=10, n_layers=2, causal=False,
                                head="classify", n_classes=3),
-    "GPT-style decoder": dict(vocab_size=9, n_ctx=6, d_model=8, n_heads=2, d_ff=16, n_layers=2, norm="pre",
+    "GPT-style decoder": dict(vocab_size=9, n_ctx=6, d_model=8, n_heads=2, d_ff=16, n_layers=2, norm_placement="pre",
                               activation="gelu_tanh", final_ln=True),
 }
 

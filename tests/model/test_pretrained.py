@@ -42,7 +42,7 @@ def test_loads_what_transformers_saved(hf_folder, dtype, monkeypatch):
     tol = 1e-9 if dtype == np.float64 else 1e-4
     np.testing.assert_allclose(logits, ref, rtol=tol, atol=tol * np.abs(ref).max())
     assert cache["blocks.1.attn.weights"].shape == (2, TINY["n_head"], 6, 6)
-    assert m.config.norm == "pre" and m.config.tied_unembed and m.config.positional == "learned"
+    assert m.config.norm_placement == "pre" and m.config.tied_unembed and m.config.positional == "learned"
     assert all(not v.flags.writeable for v in m.params.values())          # shared by every session: read-only
 
 
@@ -174,9 +174,9 @@ def test_empty_text_and_a_model_without_tokenizer(hf_folder):
 def test_save_refuses_another_architecture(tmp_path):
     from core.model import config as C
 
-    gpt2 = dict(vocab_size=9, n_ctx=8, d_model=8, n_heads=2, d_ff=8, n_layers=1, norm="pre", activation="gelu_tanh",
+    gpt2 = dict(vocab_size=9, n_ctx=8, d_model=8, n_heads=2, d_ff=8, n_layers=1, norm_placement="pre", activation="gelu_tanh",
                 positional="learned", tied_unembed=True, final_ln=True)
-    others = [dict(gpt2, norm="post"), dict(gpt2, d_ff=0), dict(gpt2, unembed_b=True),
+    others = [dict(gpt2, norm_placement="post"), dict(gpt2, d_ff=0), dict(gpt2, unembed_b=True),
               dict(gpt2, tied_unembed=False, head="classify", n_classes=2)]
     for settings in others:
         cfg = C.TransformerConfig(**settings)

@@ -89,7 +89,7 @@ def test_matches_full_gpt2_small(dtype):
 
 
 SEED_CFG = C.TransformerConfig(vocab_size=13, n_ctx=12, d_model=8, n_heads=2, d_ff=16, n_layers=2)
-GPT_CFG = C.TransformerConfig(vocab_size=13, n_ctx=12, d_model=8, n_heads=2, d_ff=16, n_layers=2, norm="pre",
+GPT_CFG = C.TransformerConfig(vocab_size=13, n_ctx=12, d_model=8, n_heads=2, d_ff=16, n_layers=2, norm_placement="pre",
                                activation="gelu_tanh", positional="learned", tied_unembed=True, final_ln=True)
 
 
@@ -129,8 +129,8 @@ def test_bad_inputs_are_refused_in_plain_words():
             tr.forward(params, SEED_CFG, tokens)
     with pytest.raises(ValueError, match="cannot be split"):
         C.TransformerConfig(vocab_size=5, n_ctx=4, d_model=6, n_heads=4, d_ff=8, n_layers=1)
-    with pytest.raises(ValueError, match="norm"):
-        C.TransformerConfig(vocab_size=5, n_ctx=4, d_model=8, n_heads=2, d_ff=8, n_layers=1, norm="middle")
+    with pytest.raises(ValueError, match="norm_placement"):
+        C.TransformerConfig(vocab_size=5, n_ctx=4, d_model=8, n_heads=2, d_ff=8, n_layers=1, norm_placement="middle")
     with pytest.raises(ValueError, match="missing"):
         tr.forward({k: v for k, v in params.items() if k != "unembed"}, SEED_CFG, [1, 2])
 
@@ -140,7 +140,7 @@ def test_tiny_gpt_gradient_matches_finite_differences():
     from core.training import make_tiny_gpt
     from core.model import layers as L
 
-    cfg = C.TransformerConfig(vocab_size=11, n_ctx=6, d_model=8, n_heads=2, d_ff=12, n_layers=2, norm="pre",
+    cfg = C.TransformerConfig(vocab_size=11, n_ctx=6, d_model=8, n_heads=2, d_ff=12, n_layers=2, norm_placement="pre",
                                activation="gelu_tanh", positional="learned", tied_unembed=True, final_ln=True)
     rng = np.random.default_rng(0)
     params = {k: v + 0.1 * rng.standard_normal(v.shape) for k, v in C.init_params(cfg, 3, np.float64).items()}

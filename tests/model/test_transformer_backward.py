@@ -15,13 +15,13 @@ from oracle_support import require
 BASE = dict(vocab_size=11, n_ctx=7, d_model=8, n_heads=2, d_ff=12, n_layers=2)
 KINDS = {
     "encoder-classifier": dict(causal=False, head="classify", n_classes=3),        # the seeds: post, relu, sinusoidal
-    "gpt2": dict(norm="pre", activation="gelu_tanh", positional="learned", tied_unembed=True, final_ln=True),
+    "gpt2": dict(norm_placement="pre", activation="gelu_tanh", positional="learned", tied_unembed=True, final_ln=True),
     "decoder": dict(unembed_b=True),                                               # post-norm, causal, b_out
-    "no-bias": dict(bias=False, norm="pre", activation="gelu_tanh", final_ln=True),
+    "no-bias": dict(bias=False, norm_placement="pre", activation="gelu_tanh", final_ln=True),
     "attention-only": dict(d_ff=0, unembed_b=True),
-    "attention-only-pre": dict(d_ff=0, norm="pre", positional="learned", final_ln=True),
+    "attention-only-pre": dict(d_ff=0, norm_placement="pre", positional="learned", final_ln=True),
     "no-positions": dict(positional="none", activation="gelu_tanh"),
-    "classifier-pre-learned": dict(norm="pre", positional="learned", final_ln=True, head="classify", n_classes=4,
+    "classifier-pre-learned": dict(norm_placement="pre", positional="learned", final_ln=True, head="classify", n_classes=4,
                                    bias=False),
 }
 
@@ -112,7 +112,7 @@ def torch_stack(torch, tp: dict, cfg: C.TransformerConfig, tokens, prefix: str =
         h = h + pe
     for i in range(cfg.n_layers):
         b = f"{prefix}blocks.{i}."
-        if cfg.norm == "pre":
+        if cfg.norm_placement == "pre":
             h = h + mha(ln(h, b + "ln1"), ln(h, b + "ln1"), b + "attn.", cfg.causal)
             h = h + mha(ln(h, b + "ln_cross"), memory, b + "cross.", False) if memory is not None else h
             h = h + ffn(ln(h, b + "ln2"), b + "ffn.") if cfg.d_ff else h
@@ -190,7 +190,7 @@ def test_bad_targets_and_gradients_are_refused():
 # ----------------------------------------------------------------------------------------------
 SEQ2SEQ = {
     "original": dict(),                                                           # post-norm, ReLU, sinusoidal
-    "pre-gelu-learned-no-bias": dict(norm="pre", activation="gelu_tanh", positional="learned", bias=False),
+    "pre-gelu-learned-no-bias": dict(norm_placement="pre", activation="gelu_tanh", positional="learned", bias=False),
     "attention-only": dict(d_ff=0, positional="none"),
 }
 
@@ -200,7 +200,7 @@ def seq2seq_model(kind: str, dtype=np.float64, seed: int = 0):
 
     settings = {**BASE, "n_layers": 2, **SEQ2SEQ[kind]}
     enc = C.TransformerConfig(**{**settings, "vocab_size": 6, "n_ctx": 5, "causal": False})
-    dec = C.TransformerConfig(**settings, unembed_b=True, final_ln=settings.get("norm") == "pre")
+    dec = C.TransformerConfig(**settings, unembed_b=True, final_ln=settings.get("norm_placement") == "pre")
     cfg = ed.EncoderDecoderConfig(enc, dec)
     rng = np.random.default_rng(seed)
     params = {n: (v + 0.3 * rng.standard_normal(v.shape)).astype(dtype)

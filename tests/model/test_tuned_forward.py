@@ -71,7 +71,7 @@ def test_append_kv_gives_the_concatenation_and_forks_do_not_overwrite_each_other
     np.testing.assert_array_equal(kv["K"], K_all)                        # the prefix itself untouched
 
 
-BIG = C.TransformerConfig(vocab_size=50, n_ctx=160, d_model=512, n_heads=8, d_ff=512, n_layers=1, norm="pre",
+BIG = C.TransformerConfig(vocab_size=50, n_ctx=160, d_model=512, n_heads=8, d_ff=512, n_layers=1, norm_placement="pre",
                            activation="gelu_tanh", positional="learned", tied_unembed=True, final_ln=True)
 
 

@@ -31,7 +31,7 @@ CROSS_SLOTS = ("cross.W_Q", "cross.W_K", "cross.W_V", "cross.W_O", "cross.b_Q", 
 
 # What the compiled steps compute: the original Transformer's blocks (post-norm, ReLU, biases)
 # under a classifier head or an untied, biased unembedding. Anything else runs on the readable track.
-_COMPILED = dict(norm="post", activation="relu", bias=True, tied_unembed=False, final_ln=False,
+_COMPILED = dict(norm_placement="post", activation="relu", bias=True, tied_unembed=False, final_ln=False,
                  n_token_types=0, embed_ln=False, pooler=False)
 
 
