@@ -62,8 +62,8 @@ def warm_cache(timeout: float = 600) -> dict[str, float]:
     from streamlit.testing.v1 import AppTest
 
     from core import warmup
-    from core.model import decoder_step
-    from core.training import encoder_runs as training
+    from core.model.tuned import decoder_loss
+    from core.training import encoder_runs
 
     warm = warmup.WarmUp(warmup.STEPS, warmup.ON_DEMAND)
     for label, _, _ in warmup.ON_DEMAND:
@@ -82,10 +82,10 @@ def warm_cache(timeout: float = 600) -> dict[str, float]:
             if at.exception:
                 raise RuntimeError(f"{path} raised while warming up: {at.exception[0].message}")
     start = time.perf_counter()
-    training.run("sum", steps=3, n_train=64, n_val=32, n_test=32, eval_every=1)
+    encoder_runs.run("sum", steps=3, n_train=64, n_val=32, n_test=32, eval_every=1)
     seconds["training steps"] = time.perf_counter() - start
     start = time.perf_counter()
-    decoder_step.warm_up()
+    decoder_loss.warm_up()
     seconds["decoder training step"] = time.perf_counter() - start
     return seconds
 

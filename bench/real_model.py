@@ -146,9 +146,9 @@ made = lambda out: T
 _MINILM_TORCH = textwrap.dedent("""
     import torch
     from transformers import BertModel
-    from core.model import packaged
+    from core.model import minilm_package
     torch.set_num_threads(threads)
-    model = BertModel.from_pretrained(packaged.minilm_folder(), attn_implementation="sdpa").eval()
+    model = BertModel.from_pretrained(minilm_package.minilm_folder(), attn_implementation="sdpa").eval()
     ids = torch.from_numpy(np.random.default_rng(0).integers(1000, 30000, size=(1, T)))
     def run():
         with torch.no_grad():

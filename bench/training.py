@@ -26,8 +26,9 @@ import statistics
 import numpy as np
 
 from bench import alternating_rounds, last_json_line, print_step_table, torch_step_ms, with_threads
-from core.model import encoder, layers, presets
-from core.training import encoder_runs as training
+from core.model import layers, presets
+from core.model.tuned import classifier
+from core.training import encoder_runs
 from core.training.tasks import make_dataset
 
 BATCH, SEQ_LEN = 64, 16
@@ -117,16 +118,16 @@ def time_to_accuracy(target: float = 0.97, seed: int = 0, max_steps: int = 2000,
     """Training seconds (``track``'s step; evaluation excluded) for the sum task to first reach
     ``target`` on the validation set, and on the held-out test set (both checked every 10 steps)."""
     data = make_dataset("sum", 4000, 1000, 1000, seed=seed)
-    encoder.warm_up(training.config_for("sum"))
-    state = training.new_state(training.config_for("sum"), data, seed=seed, lr=7e-3, decay_steps=250)
+    classifier.warm_up(encoder_runs.config_for("sum"))
+    state = encoder_runs.new_state(encoder_runs.config_for("sum"), data, seed=seed, lr=7e-3, decay_steps=250)
     first = {"val": None, "test": None}
-    for m in training.train(state, data, max_steps=max_steps, eval_every=10, track=track):
+    for m in encoder_runs.train(state, data, max_steps=max_steps, eval_every=10, track=track):
         if not m["evaluated"]:
             continue
         if first["val"] is None and m["val_acc"] >= target:
-            first["val"] = (m["step"], m["elapsed"], m["cpu_seconds"], m["val_acc"], training.test_accuracy(state, data))
-        if first["test"] is None and training.test_accuracy(state, data) >= target:
-            first["test"] = (m["step"], m["elapsed"], m["cpu_seconds"], m["val_acc"], training.test_accuracy(state, data))
+            first["val"] = (m["step"], m["elapsed"], m["cpu_seconds"], m["val_acc"], encoder_runs.test_accuracy(state, data))
+        if first["test"] is None and encoder_runs.test_accuracy(state, data) >= target:
+            first["test"] = (m["step"], m["elapsed"], m["cpu_seconds"], m["val_acc"], encoder_runs.test_accuracy(state, data))
         if first["val"] and first["test"]:
             break
     return first

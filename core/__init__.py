@@ -55,7 +55,7 @@ kernel_cache.install()
 # notebooks), for modules that live in core/lessons/, core/model/ and core/training/: imported on first
 # use, not here, so that importing ``core`` stays cheap. ``core.training`` is a package of its own.
 _PUBLIC_MODULES = {"analysis": "core.lessons.analysis", "decoder": "core.model.decoder",
-                   "encoder": "core.model.encoder", "pretrained": "core.model.pretrained",
+                   "encoder": "core.model.tuned.classifier", "pretrained": "core.model.pretrained",
                    "tasks": "core.training.tasks"}
 
 

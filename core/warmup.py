@@ -55,7 +55,8 @@ def _readable_loops() -> None:
     """The compiled loops inside the readable sublayers (attention rows, LayerNorm, products, GELU),
     forward and backward, in both precisions, as the model pages run them: an encoder classifier,
     an encoder-decoder, a decoder-only model, the exact GELU, and GPT-2's tuned elementwise steps."""
-    from core.model import decoder, presets, tuned_forward
+    from core.model import decoder, presets
+    from core.model.tuned import forward as tuned_forward
     from core.model import layers as L
     from core.model import transformer_backward as TB
     from core.model.config import TransformerConfig, init_params
@@ -77,18 +78,18 @@ def _readable_loops() -> None:
 
 def _encoder() -> None:
     """The encoder's compiled training step and forward pass (float32, as the pages train)."""
-    from core.model import encoder
-    from core.training.runs import RunSpec
+    from core.model.tuned import classifier
+    from core.training.encoder_runs import EncoderRun
 
-    encoder.warm_up(RunSpec().config())
+    classifier.warm_up(EncoderRun().config())
 
 
 def _decoder() -> None:
     """The decoders' compiled gradient (encoder-decoder, decoder-only, attention-only: one compiled
     function, float32)."""
-    from core.model import decoder_step
+    from core.model.tuned import decoder_loss
 
-    decoder_step.warm_up()
+    decoder_loss.warm_up()
 
 
 def _speed(operation: str) -> None:

@@ -129,7 +129,7 @@ def test_inside_a_trained_model_draws_on_the_readable_track_while_the_compiled_s
     gate = threading.Event()
     warm = warmup.WarmUp(steps=[(warmup.ENCODER, lambda: gate.wait(60))]).start()
     monkeypatch.setattr(warmup, "_started", warm)
-    from core.model import encoder
+    from core.model.tuned import classifier
 
     def no_compiled_step(*args, **kwargs):
         raise AssertionError("the compiled step ran before it was ready")

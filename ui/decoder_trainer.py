@@ -25,7 +25,8 @@ from typing import Callable
 import numpy as np
 
 from core import limits, warmup
-from core.model import decoder, decoder_step
+from core.model import decoder
+from core.model.tuned import decoder_loss
 from core.training import decoder_runs
 from core.training.decoder_runs import LM_TASK, Setup
 from core.training.steps import DEFAULT_TRACK, check_track
@@ -179,7 +180,7 @@ class DecoderTrainer(BackgroundRun):
 
         if track == "compiled":               # loaded already (the warm-up), or compiled here (no warm-up)
             with self._compiling(generation, "the compiled training step"):
-                decoder_step.warm_up()
+                decoder_loss.warm_up()
         self._set_status(generation, None, "This server has just started and still compiles the compiled step: "
                                            "this run trains on the readable step." if compiled_missing else "")
         start = time.perf_counter()           # the time cap counts training, not compiling

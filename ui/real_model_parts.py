@@ -12,7 +12,7 @@ import streamlit as st
 from core import pretrained
 from core.lessons import real_model as rm
 from core.model import layers as L
-from core.model import packaged
+from core.model import minilm_package
 from core.model import generation
 from core.model import names
 from core.model import transformer as tr
@@ -23,9 +23,9 @@ SHIPPED = os.path.join(os.path.dirname(tr.__file__), "tiny_gpt")
 MODELS = {"minilm": "all-MiniLM-L6-v2: a real encoder (BERT family)",
           "tiny_gpt": "The small GPT shipped with the dashboard (a decoder)",
           "other": "Another checkpoint: a folder or a Hub name"}
-SOURCES = {"minilm": packaged.MINILM, "tiny_gpt": ""}   # what each choice loads ("": the shipped small GPT)
+SOURCES = {"minilm": minilm_package.MINILM, "tiny_gpt": ""}   # what each choice loads ("": the shipped small GPT)
 DEFAULT_MODEL = "minilm"                                # the page opens on this one
-DESCRIBED = {"minilm": f"{packaged.MINILM.rsplit('/', 1)[-1]}, a pretrained sentence encoder of the BERT family",
+DESCRIBED = {"minilm": f"{minilm_package.MINILM.rsplit('/', 1)[-1]}, a pretrained sentence encoder of the BERT family",
              "tiny_gpt": "the small GPT shipped with the dashboard, a decoder trained here"}
 MAX_SENTENCES = 8
 show = lambda token: token.replace(" ", "·").replace("\n", "⏎")  # noqa: E731  (spaces and new lines, visible)

@@ -5,7 +5,7 @@ thread (:class:`ui.background_run.BackgroundRun`, which both training pages' wor
 the page's ``st.fragment(run_every=...)`` reads :meth:`Trainer.view` a few times a second and redraws.
 
     trainer = Trainer()
-    trainer.start(RunSpec(task="increasing", steps=800))     # or a list of specs: an ablation
+    trainer.start(EncoderRun(task="increasing", steps=800))     # or a list of specs: an ablation
     trainer.view().runs[0].metrics                             # grows while it trains
     trainer.pause(); trainer.resume(); trainer.reset()
 
@@ -27,10 +27,11 @@ from typing import Callable
 import numpy as np
 
 from core import limits, warmup
-from core.model import encoder, encoder_io, names
+from core.model import encoder_io, names
+from core.model.tuned import classifier
 from core.model.config import TransformerConfig, check_params
-from core.training import encoder_runs as training
-from core.training.runs import RunSpec
+from core.training import encoder_runs
+from core.training.encoder_runs import EncoderRun
 from core.training.tasks import Dataset, make_dataset
 from ui.background_run import BUSY, DONE, LOADED, PAUSED, BackgroundRun
 
@@ -41,11 +42,11 @@ RATE_WINDOW = 25              # steps per second is measured over the last this-
 class _Run:
     """A run's live objects; only the worker thread touches ``state`` while the trainer runs."""
 
-    spec: RunSpec
+    spec: EncoderRun
     cfg: TransformerConfig
     data: Dataset
-    state: training.TrainState
-    train: Callable                            # the training loop: training.train or one like it
+    state: encoder_runs.TrainState
+    train: Callable                            # the training loop: encoder_runs.train or one like it
     metrics: list = dataclasses.field(default_factory=list)
     attention: np.ndarray | None = None        # (L, H, T, T) for the chosen validation example
     attention_step: int = -1
@@ -64,7 +65,7 @@ class RunView:
     """A copy of one run's record, safe to read while the worker carries on."""
 
     label: str
-    spec: RunSpec
+    spec: EncoderRun
     step: int
     target_steps: int
     metrics: list                  # one dict per step: step, loss, train_acc, val_acc, elapsed, steps_per_s,
@@ -104,7 +105,7 @@ class TrainerView:
 # the trainer
 # ----------------------------------------------------------------------------------------------
 class Trainer(BackgroundRun):
-    """Runs one or more :class:`RunSpec` in a background thread; every method is thread-safe.
+    """Runs one or more :class:`EncoderRun` in a background thread; every method is thread-safe.
 
     Parameters
     ----------
@@ -127,7 +128,7 @@ class Trainer(BackgroundRun):
 
     # -- control ---------------------------------------------------------------------------------
     def start(self, specs, *, train: Callable | None = None) -> None:
-        """Build the data and fresh models for ``specs`` (one or a list) and start training.
+        """Build the data and fresh models for ``specs`` (one or a list) and start encoder_runs.
 
         ``train`` is the training loop, called as ``train(state, data, max_steps=, max_seconds=,
         eval_every=)`` and yielding one metrics dict per step (default
@@ -135,12 +136,12 @@ class Trainer(BackgroundRun):
         Raises ``ValueError`` (in the user's terms) for a bad spec; nothing changes then. The
         runs train once the server's training queue gives them a slot.
         """
-        specs = [specs] if isinstance(specs, RunSpec) else list(specs)
+        specs = [specs] if isinstance(specs, EncoderRun) else list(specs)
         if not specs:
             raise ValueError("Nothing to train: give at least one run.")
         self._refuse_while_running("A run is already training: pause or reset it first.")
         if train is None:   # the compiled step, or the readable one while a new server still compiles it
-            train = functools.partial(training.train, track=warmup.track(warmup.ENCODER))
+            train = functools.partial(encoder_runs.train, track=warmup.track(warmup.ENCODER))
         runs, datasets = [], {}
         for spec in specs:
             spec = spec.check()
@@ -151,7 +152,7 @@ class Trainer(BackgroundRun):
             if key not in datasets:
                 datasets[key] = make_dataset(spec.task, spec.n_train, spec.n_val, spec.n_test, seed=spec.seed)
             data = datasets[key]
-            state = training.new_state(cfg, data, seed=spec.seed, lr=spec.lr, batch_size=spec.batch_size,
+            state = encoder_runs.new_state(cfg, data, seed=spec.seed, lr=spec.lr, batch_size=spec.batch_size,
                                        decay_steps=spec.steps)
             runs.append(_Run(spec, cfg, data, state, train))
         self._claim()
@@ -190,7 +191,7 @@ class Trainer(BackgroundRun):
             for run in self._runs:
                 self._snapshot(run)
 
-    def load(self, params: dict, cfg: TransformerConfig, spec: RunSpec, *, train: Callable | None = None) -> None:
+    def load(self, params: dict, cfg: TransformerConfig, spec: EncoderRun, *, train: Callable | None = None) -> None:
         """Replace everything by a trained model (e.g. an uploaded file), evaluated on ``spec.task``;
         :meth:`resume` trains it further with ``train`` (as in :meth:`start`).
 
@@ -204,11 +205,11 @@ class Trainer(BackgroundRun):
         check_params(params, cfg)
         data = make_dataset(spec.task, spec.n_train, spec.n_val, spec.n_test, seed=spec.seed)
         dtype = next(iter(params.values())).dtype
-        state = training.new_state(cfg, data, seed=spec.seed, lr=spec.lr, batch_size=spec.batch_size,
+        state = encoder_runs.new_state(cfg, data, seed=spec.seed, lr=spec.lr, batch_size=spec.batch_size,
                                    decay_steps=spec.steps, dtype=dtype)
         for name, value in params.items():
             state.params[name][...] = value
-        run = _Run(spec, cfg, data, state, training.train if train is None else train)
+        run = _Run(spec, cfg, data, state, encoder_runs.train if train is None else train)
         self._evaluate(run)
         self._join()
 
@@ -261,7 +262,7 @@ class Trainer(BackgroundRun):
         if warmup.ready(warmup.ENCODER):  # loading (or compiling, with no warm-up) is not training: outside the clock
             with self._compiling(generation, "the compiled training step"):
                 for run in runs:
-                    encoder.warm_up(run.cfg, run.state.grad_flat.dtype)
+                    classifier.warm_up(run.cfg, run.state.grad_flat.dtype)
         while True:
             left = [run for run in runs if not run.finished]
             if not left:
@@ -331,7 +332,7 @@ class Trainer(BackgroundRun):
         state, spec = run.state, run.spec
         if stopped_early and run.metrics and not run.metrics[-1]["evaluated"]:
             # the last step may not have evaluated: do it so every run ends with a validation accuracy
-            val = training.accuracy(state, run.data.X_val, run.data.y_val)
+            val = encoder_runs.accuracy(state, run.data.X_val, run.data.y_val)
             with self._lock:
                 run.metrics[-1] = {**run.metrics[-1], "val_acc": val, "evaluated": True}
         self._snapshot(run)
@@ -349,7 +350,7 @@ class Trainer(BackgroundRun):
         with self._lock:
             i = min(self._example, len(run.data.y_val) - 1)
         tokens = run.data.X_val[i:i + 1]
-        _, cache = encoder.forward(run.state.params, tokens, run.cfg)
+        _, cache = classifier.forward(run.state.params, tokens, run.cfg)
         attn = np.array([w[0] for w in names.per_block(cache, run.cfg.n_layers, "attn", "weights")],
                         dtype=np.float64)                             # (L, H, T, T)
         with self._lock:
@@ -357,8 +358,8 @@ class Trainer(BackgroundRun):
             self._bump()
 
     def _evaluate(self, run: _Run) -> None:
-        acc = training.test_accuracy(run.state, run.data)
-        table = training.confusion_table(run.state, run.data.X_test, run.data.y_test)
+        acc = encoder_runs.test_accuracy(run.state, run.data)
+        table = encoder_runs.confusion_table(run.state, run.data.X_test, run.data.y_test)
         with self._lock:
             run.test_acc, run.confusion = acc, table
             self._bump()

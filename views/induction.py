@@ -7,7 +7,8 @@ import streamlit as st
 
 from core import warmup
 from core.lessons import questions
-from core.model import decoder, head_scores, multi_head, names, transformer
+from core.model import decoder, multi_head, names, transformer
+from core.lessons import head_kinds
 from core.training import decoder_runs, induction
 from core.training.steps import step_functions
 from ui import charts, lesson, state
@@ -178,7 +179,7 @@ e1, e2, e3 = st.columns([1, 1, 2])
 e1.metric(f"{chosen} induction", f"{m.induction[layer - 1, head - 1]:.4f}",
           help=f"Papers write this head {names.paper_head(layer - 1, head - 1)} (counted from 0).")
 e2.metric(f"{chosen} previous token", f"{m.previous[layer - 1, head - 1]:.4f}")
-e3.metric(f"{chosen} induction, this sequence", f"{float(head_scores.induction(one[None], tokens[None])):.4f}")
+e3.metric(f"{chosen} induction, this sequence", f"{float(head_kinds.induction(one[None], tokens[None])):.4f}")
 st.vega_lite_chart(charts.heatmap(one, labels, labels, annotate=False, title=f"Layer {layer}, head {head}"))
 
 # 4. remove the previous-token head ---------------------------------------------------------------
@@ -264,8 +265,8 @@ with st.expander(f"Source: the code that computed these numbers, and the {run.tr
     st.caption(f"The data, the measures and the removals; then training: the loop, and the {run.track} step that "
                "trained this model" + (" (as it was trained ahead and shipped)." if run.shipped else "."))
     function_sources([induction.make_data, induction.repeat_layout, induction.next_token_kinds,
-                      induction.measure, induction.position_losses, decoder.forward, head_scores.induction_targets,
-                      head_scores.induction, head_scores.previous_token, induction.uniform_baselines,
+                      induction.measure, induction.position_losses, decoder.forward, head_kinds.induction_targets,
+                      head_kinds.induction, head_kinds.previous_token, induction.uniform_baselines,
                       induction.first_occurrence_floor, induction.layer_one_ablations, induction.ablation_effect,
                       induction.ablate, transformer.forward, multi_head.edit_heads, induction.ablation_outcome,
                       induction.default_run, induction.train_induction, decoder_runs.train_on,

@@ -10,7 +10,8 @@ from core import limits
 from core.lessons import inside
 from core.lessons.analysis import row_entropy_bits
 from core.lessons.questions import inside_model as questions
-from core.model import encoder, multi_head, names, transformer
+from core.model import multi_head, names, transformer
+from core.model.tuned import classifier
 from core.training import tasks
 from core import warmup
 from ui import charts, lesson, state, widgets
@@ -94,7 +95,7 @@ def bar_chart(spec: dict) -> None:
 
 def model_key(model: inside.Model) -> str:
     """Names a model by its numbers and data, so cached analyses follow the model, not the session."""
-    digest = hashlib.sha1(encoder.flatten(model.params, model.cfg).tobytes())
+    digest = hashlib.sha1(classifier.flatten(model.params, model.cfg).tobytes())
     digest.update(repr((model.cfg, model.data.task)).encode())
     digest.update(model.data.X_test.tobytes())
     return digest.hexdigest()

@@ -10,11 +10,11 @@ from core.lessons import real_model as rm
 from core.model import generation
 from core.model import names
 from core.model import layers as L
-from core.model import head_scores as hs
+from core.lessons import head_kinds as hs
 from core.model import multi_head as MH
-from core.model import packaged
+from core.model import minilm_package
 from core.model import transformer as tr
-from core.model import tuned_forward as TF
+from core.model.tuned import forward as TF
 from ui import charts, lesson, state
 from ui import real_model_parts as parts
 
@@ -69,8 +69,8 @@ else:
 st.caption("x is the residual stream (token t's row after layer ℓ is x_t^(ℓ))"
            + ("" if m.is_encoder else ", z the logits") + "; MHA is the multi-head attention of every other page, "
            "its heads' outputs concatenated and mixed by W_O.")
-about = {packaged.MINILM: f"all-MiniLM-L6-v2 (sentence-transformers, {packaged.LICENSE}), from the installed package "
-                          f"{packaged.DISTRIBUTION}, its weights checked against their published sha256",
+about = {minilm_package.MINILM: f"all-MiniLM-L6-v2 (sentence-transformers, {minilm_package.LICENSE}), from the installed package "
+                          f"{minilm_package.DISTRIBUTION}, its weights checked against their published sha256",
          "": "the small GPT shipped with the dashboard (re-create it: python -m core.training.make_tiny_gpt)"}
 st.caption(f"{about.get(source, source)}: {'an encoder' if m.is_encoder else 'a decoder'}, {cfg.n_layers} layers × "
            f"{cfg.n_heads} heads, d = {cfg.d_model}, vocabulary {cfg.vocab_size:,}, context {cfg.n_ctx}, run in float32.")
@@ -223,7 +223,7 @@ if m.is_encoder:
         sentences = parts.read_sentences(ss.get(k("good_sentences"), SPEC["sentences"].default))
         st.error(f"{err} Still showing the last sentences that worked.")
     before = parts.similarity_section(m, source, sentences)
-    if source == packaged.MINILM and sentences == SPEC["sentences"].default.splitlines():
+    if source == minilm_package.MINILM and sentences == SPEC["sentences"].default.splitlines():
         st.caption("The model's published figures for these three sentences: 0.6660, 0.1046 and 0.1411.")
     st.header(f"Remove head {names.head(layer, head)}")
     if ss[k("how")] == "patch":

@@ -5,11 +5,11 @@ import pandas as pd
 import streamlit as st
 
 from core import limits, warmup
-from core.training import steps, tasks, encoder_runs as training
+from core.training import steps, tasks, encoder_runs
 from core.model.config import POSITIONAL
 from core.lessons.questions import training as questions
 from ui import charts, lesson, state
-from core.training.runs import RunSpec
+from core.training.encoder_runs import EncoderRun
 from core.model.upload import weights_from_upload
 from ui.trainer import Trainer
 from ui.widgets import act, function_sources, live_view, run_progress
@@ -120,7 +120,7 @@ left.radio("Training step", steps.TRACKS, key=k("track"), horizontal=True,
                 "call into Numba, several times faster. Tests hold the two to the same numbers.")
 track = st.session_state[k("track")]
 
-spec = RunSpec(task=task, n_layers=int(st.session_state[k("layers")]), n_heads=int(st.session_state[k("heads")]),
+spec = EncoderRun(task=task, n_layers=int(st.session_state[k("layers")]), n_heads=int(st.session_state[k("heads")]),
                d_model=int(st.session_state[k("d_model")]), positional=st.session_state[k("positional")],
                lr=float(st.session_state[k("lr")]), steps=int(st.session_state[k("steps")]),
                n_train=n_train, n_val=n_val, n_test=n_test, label="run")
@@ -147,7 +147,7 @@ if b1.button("Start training", type="primary", disabled=spec_problem is not None
         if run_track != track:
             st.info("This server has just started and still compiles the compiled step in the background: this "
                     "run trains on the readable step (the ms-per-step metric names the step that ran).")
-        act(functools.partial(trainer.start, train=functools.partial(training.train, track=run_track)), spec)
+        act(functools.partial(trainer.start, train=functools.partial(encoder_runs.train, track=run_track)), spec)
 if b2.button("Pause", disabled=not trainer.running):
     act(trainer.pause)
 if b3.button("Resume", disabled=trainer.status not in ("paused", "loaded") or busy_elsewhere):
@@ -276,7 +276,7 @@ if raw is not None:
     else:
         try:
             params, cfg, notes = weights_from_upload(raw, n_heads=spec.n_heads, positional=spec.positional)
-            trainer.load(params, cfg, RunSpec(task=task, steps=spec.steps, lr=spec.lr, n_train=n_train,
+            trainer.load(params, cfg, EncoderRun(task=task, steps=spec.steps, lr=spec.lr, n_train=n_train,
                                               n_val=n_val, n_test=n_test, label="uploaded"))
         except ValueError as err:
             st.error(f"{name}: {err} Nothing was changed.")
@@ -306,9 +306,9 @@ state.whole_number_input(st, f"Steps per ablation run (at most {limits.MAX_TRAIN
                          limits.MAX_TRAIN_STEPS, key=k("ablation_steps"))
 abl_steps = int(st.session_state[k("ablation_steps")])
 sizes = dict(n_train=n_train, n_val=n_val, n_test=n_test, steps=abl_steps, task="increasing")
-ABLATIONS = [RunSpec(label="PE, 4 heads", **sizes),
-             RunSpec(label="no PE, 4 heads", positional="none", **sizes),
-             RunSpec(label="PE, 1 head", n_heads=1, **sizes)]
+ABLATIONS = [EncoderRun(label="PE, 4 heads", **sizes),
+             EncoderRun(label="no PE, 4 heads", positional="none", **sizes),
+             EncoderRun(label="PE, 1 head", n_heads=1, **sizes)]
 a1, a2 = st.columns(2)
 if a1.button("Run the ablations", disabled=ablation.running or not unlocked):
     if trainer.running:

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from core.model import encoder, transformer
-from core.training.runs import RunSpec
+from core.model import transformer
+from core.model.tuned import classifier
+from core.training.encoder_runs import EncoderRun
 from core.training.tasks import make_dataset
 
 
@@ -30,8 +31,8 @@ def near_miss_gap(positional: str, seed: int = 0) -> float:
     """max |z(positive) − z(its near miss)| over :func:`near_misses`, for the page's default encoder
     on 'increasing' with ``positional`` positions, initialised with ``seed`` (any weights will do:
     without positions the gap is rounding, whatever the weights)."""
-    cfg = RunSpec(task="increasing", positional=positional, seed=seed).config()
-    params = encoder.init_params(cfg, seed=seed)
+    cfg = EncoderRun(task="increasing", positional=positional, seed=seed).config()
+    params = classifier.init_params(cfg, seed=seed)
     positives, negatives = near_misses(seed=seed)
     z_pos, _ = transformer.forward(params, cfg, positives)
     z_neg, _ = transformer.forward(params, cfg, negatives)
@@ -41,9 +42,9 @@ def near_miss_gap(positional: str, seed: int = 0) -> float:
 def initial_loss(task: str = "sum", seed: int = 0) -> float:
     """The mean cross-entropy (in nats) of the page's default encoder for ``task`` before its first
     step, over the task's validation set: what the loss curve starts from."""
-    spec = RunSpec(task=task, seed=seed)
+    spec = EncoderRun(task=task, seed=seed)
     cfg = spec.config()
-    params = encoder.init_params(cfg, seed=seed)
+    params = classifier.init_params(cfg, seed=seed)
     data = make_dataset(task, spec.n_train, spec.n_val, spec.n_test, seed=seed)
     z, _ = transformer.forward(params, cfg, data.X_val)
     z = z.astype(np.float64)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from core.model import head_scores as hs
+from core.lessons import head_kinds as hs
 from core.model import names
 from core.model import transformer as tr
 from core.model import config as C

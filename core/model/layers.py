@@ -15,8 +15,6 @@ Multi-head attention, the sublayer with the most steps, has a module of its own
 """
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import functools
 import math
 
@@ -24,31 +22,10 @@ import numpy as np
 from numba import njit
 
 from core.kernels import cpu as lesson_cpu
+from core.recording import note, recording  # noqa: F401  (recording: what the model pages wrap a forward pass in)
 from core.warmup import can_run
 
 ATTENTION_PARAMS = ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O")
-
-
-_ran = contextvars.ContextVar("ran", default=None)
-
-
-@contextlib.contextmanager
-def recording():
-    """``with recording() as ran:`` each function :func:`note` is given (every loop or NumPy formula
-    :func:`compiled_or` runs, among them) is appended to ``ran`` once: what a page's source shows."""
-    ran = []
-    token = _ran.set(ran)
-    try:
-        yield ran
-    finally:
-        _ran.reset(token)
-
-
-def note(fn) -> None:
-    """Record ``fn`` as having run, inside :func:`recording`."""
-    ran = _ran.get()
-    if ran is not None and fn not in ran:
-        ran.append(fn)
 
 
 def compiled_or(kernel, twin, *args) -> None:
@@ -100,7 +77,7 @@ def _matmul_tiled(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """``a @ b`` with ``compiled.products.project`` (``Y = A^T X``, the SIMD lanes along X's rows).
     A result narrower than it is tall and narrower than a tile (the 11 logits of a token) is
     computed transposed, ``(a b)^T = b^T a^T``, so its long side fills the lanes."""
-    from core.model.compiled.products import project     # tuned kernels: loaded when training needs them
+    from core.model.tuned.products import project     # tuned kernels: loaded when training needs them
 
     r, c = a.shape[0], b.shape[1]
     if c >= r or c >= 24:

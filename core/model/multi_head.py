@@ -29,7 +29,7 @@ from numba import njit
 
 from core.attention import merge_heads, split_heads    # heads are pure reshapes: one definition
 from core.model import layers as L
-from core.model import tuned_forward as TF
+from core.model.tuned import forward as TF
 from core.model.names import key
 
 ATTENTION_PARAMS = ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O")

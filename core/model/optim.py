@@ -1,6 +1,6 @@
 """Adam, the one optimiser every model trains with, on one flat parameter buffer.
 
-The update is one compiled call (``core.model.compiled.elementwise.adam_update``), in the buffer's dtype.
+The update is one compiled call (``core.model.tuned.elementwise.adam_update``), in the buffer's dtype.
 Each model passes its own betas (the encoder (0.9, 0.999), the decoders (0.9, 0.98), as in the
 original Transformer).
 """
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from core.model.compiled import elementwise
+from core.model.tuned import elementwise
 
 
 class Adam:

@@ -12,7 +12,7 @@ sizes are its arguments, the architecture is fixed::
     gpt2                 pre-norm, tanh GELU, learned positions, a final LayerNorm, tied unembedding
 
 The first four are the original Transformer's blocks, which the compiled training steps run
-(:mod:`core.model.compiled.offsets`); GPT-2's are loaded from its published weights.
+(:mod:`core.model.tuned.offsets`); GPT-2's are loaded from its published weights.
 """
 from __future__ import annotations
 

@@ -27,7 +27,9 @@ import os
 
 import numpy as np
 
-from core.model import bert_format, packaged, presets
+from core.model import bert_format, presets
+
+from core.model import minilm_package
 from core.model import transformer as tr
 from core.model import config as C
 
@@ -322,7 +324,7 @@ def load(source: str, dtype=np.float32, *, progress=None) -> Model:
     source : a folder holding ``config.json``, ``model.safetensors`` and optionally
         ``tokenizer.json`` (read with no network call), or a Hub name (``"gpt2"``).
         ``"sentence-transformers/all-MiniLM-L6-v2"`` is read from its installed package
-        (:mod:`core.model.packaged`), with no network call, and never downloaded.
+        (:mod:`core.model.minilm_package`), with no network call, and never downloaded.
     dtype : float32 or float64, the precision the model runs in.
     progress : optional ``progress(fraction, message)``, called while a Hub checkpoint downloads.
     """
@@ -332,8 +334,8 @@ def load(source: str, dtype=np.float32, *, progress=None) -> Model:
     if not isinstance(source, str) or not source.strip():
         raise ValueError("Give a folder path or a Hugging Face Hub name such as 'gpt2'.")
     source = os.path.expanduser(source.strip())
-    if source == packaged.MINILM:
-        return dataclasses.replace(_read_folder(packaged.minilm_folder(), dtype), source=source)
+    if source == minilm_package.MINILM:
+        return dataclasses.replace(_read_folder(minilm_package.minilm_folder(), dtype), source=source)
     if os.path.isdir(source):
         return _read_folder(source, dtype)
     if os.path.exists(source):

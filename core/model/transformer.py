@@ -32,7 +32,7 @@ import numpy as np
 from core.model import layers as L
 from core.model import multi_head as MH
 from core.model import names
-from core.model import tuned_forward as TF
+from core.model.tuned import forward as TF
 from core.model.config import TransformerConfig, check_params, check_tokens
 from core.model.names import key
 from core.model.params import whole

@@ -16,7 +16,9 @@ import time
 
 import numpy as np
 
-from core.model import decoder, decoder_step, optim, presets
+from core.model import decoder, optim, presets
+
+from core.model.tuned import decoder_loss
 from core.model import params as P
 from core.training import loop, tasks
 from core.training.steps import DEFAULT_TRACK, decoder_gradient
@@ -184,7 +186,7 @@ def train_on(params: dict, cfg, next_batch, *, steps: int, lr: float, rate, call
     ``on_params(step, params)``, if given, runs after every ``every``-th step but the last, with the
     parameters as they are then (views into the training buffer: read them, do not keep them). Each
     step's loss and gradient come from ``track``'s step (:mod:`core.training.steps`): ``"compiled"``,
-    one Numba call (``core.model.decoder_step``), or ``"readable"``, the one transformer's forward
+    one Numba call (``core.model.tuned.decoder_loss``), or ``"readable"``, the one transformer's forward
     and hand-written backward; the tests hold the two together.
     """
     decoder.check_params(params, cfg)
@@ -210,7 +212,7 @@ def train_task(task: str, *, steps: int | None = None, seed: int = 0, callback=N
     """Build ``task`` with its defaults, :func:`fit` a model and evaluate it.
     ``train_seconds`` is the wall time of training alone, the compiled step already loaded."""
     setup = build(task, seed=seed, **overrides)
-    decoder_step.warm_up()                          # compiling (the first time) is not training
+    decoder_loss.warm_up()                          # compiling (the first time) is not training
     t0 = time.perf_counter()
     params, losses = fit(setup, steps=steps, seed=seed, callback=callback, track=track)
     seconds = time.perf_counter() - t0

@@ -19,13 +19,16 @@ from typing import Iterator
 
 import numpy as np
 
-from core.model import encoder, presets, transformer
+from core import limits
+from core.model import presets, transformer
+from core.model.tuned import classifier
 from core.model.config import TransformerConfig
 from core.model.optim import Adam
 from core.model.params import pack
 from core.training import loop
 from core.training.steps import DEFAULT_TRACK, encoder_update
 from core.training.tasks import TASKS, Dataset, make_dataset
+from core.validate import check_heads
 
 
 @dataclasses.dataclass
@@ -62,7 +65,7 @@ def new_state(cfg: TransformerConfig, data: Dataset | None = None, *, seed: int 
         raise ValueError(f"batch_size must be a positive whole number, got {batch_size}.")
     if not lr > 0:
         raise ValueError(f"The learning rate must be positive, got {lr}.")
-    flat, params = pack(encoder.init_params(cfg, seed=seed, dtype=dtype))
+    flat, params = pack(classifier.init_params(cfg, seed=seed, dtype=dtype))
     grad_flat, grads = pack({k: np.zeros_like(v) for k, v in params.items()})
     return TrainState(cfg, flat, params, grad_flat, grads, Adam(flat.size, flat.dtype, lr=lr),
                       np.random.default_rng([seed, 1]), int(batch_size), float(lr), decay_steps)
@@ -75,7 +78,7 @@ def accuracy(state: TrainState, X: np.ndarray, y: np.ndarray, track: str = DEFAU
         return float("nan")
     X = np.ascontiguousarray(X, dtype=np.int64)
     if track == "compiled":
-        return float(np.mean(encoder.predict_flat(state.flat, X, state.cfg) == y))
+        return float(np.mean(classifier.predict_flat(state.flat, X, state.cfg) == y))
     logits = np.concatenate([transformer.forward(state.params, state.cfg, X[i:i + 256])[0]
                              for i in range(0, len(X), 256)])
     return float(np.mean(logits.argmax(axis=-1) == y))
@@ -135,7 +138,7 @@ def test_accuracy(state: TrainState, data: Dataset) -> float:
 
 def confusion_table(state: TrainState, X: np.ndarray, y: np.ndarray) -> np.ndarray:
     """``table[true, predicted]`` counts, (C, C)."""
-    pred = encoder.predict_flat(state.flat, np.ascontiguousarray(X, dtype=np.int64), state.cfg)
+    pred = classifier.predict_flat(state.flat, np.ascontiguousarray(X, dtype=np.int64), state.cfg)
     C = state.cfg.n_classes
     table = np.zeros((C, C), dtype=np.int64)
     np.add.at(table, (np.asarray(y), pred), 1)
@@ -160,7 +163,7 @@ def run(task: str = "sum", steps: int = 300, *, seed: int = 0, lr: float = 3e-3,
     """Make the data set, train, and summarise (the command line calls this)."""
     data = make_dataset(task, n_train, n_val, n_test, seed=seed)
     cfg = config_for(task, positional=positional)
-    encoder.warm_up(cfg)          # compile (or load) the kernels before the clock starts
+    classifier.warm_up(cfg)          # compile (or load) the kernels before the clock starts
     state = new_state(cfg, data, seed=seed, lr=lr, decay_steps=steps)
     for metrics in train(state, data, max_steps=steps, max_seconds=max_seconds, eval_every=eval_every,
                          target_val_acc=target_val_acc, track=track):
@@ -170,3 +173,47 @@ def run(task: str = "sum", steps: int = 300, *, seed: int = 0, lr: float = 3e-3,
             "test_acc": test_accuracy(state, data), "train_seconds": state.train_seconds,
             "cpu_seconds": state.cpu_seconds,
             "ms_per_step": 1000.0 * state.train_seconds / max(state.step, 1), "state": state, "data": data}
+
+
+# ----------------------------------------------------------------------------------------------
+# one run's settings, as the page and the command line give them
+# ----------------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class EncoderRun:
+    """One training run: the task, the model's sizes and the optimiser's settings."""
+
+    task: str = "sum"
+    n_layers: int = 2
+    n_heads: int = 4
+    d_model: int = 32
+    positional: str = "sinusoidal"
+    lr: float = 3e-3
+    steps: int = 300
+    seed: int = 0
+    label: str = "run"
+    n_train: int = 4000
+    n_val: int = 1000
+    n_test: int = 1000
+    batch_size: int = 64
+    eval_every: int = 25
+
+    def check(self) -> "EncoderRun":
+        """Refuse sizes beyond ``core.limits`` or a head count that does not divide d_model."""
+        if not 1 <= int(self.n_layers) <= limits.MAX_TRAIN_LAYERS:
+            raise ValueError(f"Layers must be between 1 and {limits.MAX_TRAIN_LAYERS}, got {self.n_layers}.")
+        if not 1 <= int(self.d_model) <= limits.MAX_TRAIN_D_MODEL:
+            raise ValueError(f"d_model must be between 1 and {limits.MAX_TRAIN_D_MODEL}, got {self.d_model}.")
+        if not 1 <= int(self.n_heads) <= limits.MAX_TRAIN_HEADS:
+            raise ValueError(f"Heads must be between 1 and {limits.MAX_TRAIN_HEADS}, got {self.n_heads}.")
+        check_heads(int(self.d_model), int(self.n_heads))
+        if not 1 <= int(self.steps) <= limits.MAX_TRAIN_STEPS:
+            raise ValueError(f"Steps must be between 1 and {limits.MAX_TRAIN_STEPS}, got {self.steps}.")
+        if not (np.isfinite(self.lr) and 0 < self.lr <= 1):
+            raise ValueError(f"The learning rate must be in (0, 1], got {self.lr}.")
+        return self
+
+    def config(self) -> TransformerConfig:
+        """The encoder classifier this spec trains (feed-forward width 2 d_model, as the default 32 -> 64)."""
+        return config_for(self.task, d_model=int(self.d_model), n_heads=int(self.n_heads),
+                                   d_ff=2 * int(self.d_model), n_layers=int(self.n_layers),
+                                   positional=self.positional)

@@ -22,7 +22,7 @@ the repeat running to the end it forms in about a thousand.)
 Measures, for attention weights ``A[t, j]`` (query ``t``, key ``j``):
 
 * induction score: the average, over query positions whose token appeared earlier, of the weight
-  on the positions right after those earlier copies (:func:`core.model.head_scores.induction`);
+  on the positions right after those earlier copies (:func:`core.lessons.head_kinds.induction`);
 * previous-token score: the average over ``t >= 1`` of ``A[t, t - 1]``;
 * the loss on each kind of next token: a **first occurrence** (not seen before in the sequence)
   and the **repeated segment** (the next token stands right after an earlier copy of the current
@@ -37,7 +37,11 @@ import time
 
 import numpy as np
 
-from core.model import decoder, decoder_step, head_scores, layers, presets, transformer
+from core.model import decoder, layers, presets, transformer
+
+from core.model.tuned import decoder_loss
+
+from core.lessons import head_kinds
 from core.model.config import TransformerConfig
 from core.model.generation import attention_weights
 from core.training import decoder_runs, shipped, steps as tracks
@@ -121,14 +125,14 @@ def held_out(setup: InductionSetup = InductionSetup(), seed: int = 0):
 def next_token_kinds(tgt_in, tgt_out) -> tuple[np.ndarray, np.ndarray]:
     """``(first, repeated)``, each ``(B, T)`` bool, by query position: ``first`` where the next token
     has not occurred in the sequence yet; ``repeated`` where it stands right after an earlier copy of
-    the current token (at an induction target, :func:`core.model.head_scores.induction_targets`), so
+    the current token (at an induction target, :func:`core.lessons.head_kinds.induction_targets`), so
     copying from there predicts it."""
     tgt_in, tgt_out = np.asarray(tgt_in), np.asarray(tgt_out)
     seq = np.concatenate([tgt_in[:, :1], tgt_out], axis=1)                               # (B, T + 1)
     T = tgt_in.shape[1]
     earlier = np.tril(np.ones((T + 1, T + 1), dtype=bool), k=-1)                         # i < t
     seen = ((seq[:, :, None] == seq[:, None, :]) & earlier).any(axis=-1)                 # (B, T + 1)
-    targets = head_scores.induction_targets(tgt_in)                                      # (B, T, T)
+    targets = head_kinds.induction_targets(tgt_in)                                      # (B, T, T)
     holds = tgt_in[:, None, :] == tgt_out[:, :, None]                                    # (B, T, T): x_j == y_t
     return ~seen[:, 1:], (targets & holds).any(axis=-1)
 
@@ -197,8 +201,8 @@ def measure(params: dict, cfg: TransformerConfig, data, ablate: dict | None = No
     attn = attention_weights(cache, cfg)                                 # (L, B, H, T, T)
     hits = logits.argmax(axis=-1) == tgt_out
     by_head = attn.transpose(0, 2, 1, 3, 4)                             # (L, H, B, T, T)
-    return Measures(induction=head_scores.induction(by_head, tgt_in),
-                    previous=head_scores.previous_token(by_head).mean(axis=-1),
+    return Measures(induction=head_kinds.induction(by_head, tgt_in),
+                    previous=head_kinds.previous_token(by_head).mean(axis=-1),
                     loss_first=_masked_mean(losses, first, axis=0),
                     loss_repeated=_masked_mean(losses, repeated, axis=0),
                     loss_first_occurrence=float(losses[first].mean()),
@@ -292,7 +296,7 @@ def train_induction(setup: InductionSetup = InductionSetup(), *, seed: int = 0, 
     params = decoder.init_params(cfg, seed=seed, dtype=np.float32)
     rng = np.random.default_rng([seed, 1])
     if track == "compiled":
-        decoder_step.warm_up()                      # compiling (the first time) is not training
+        decoder_loss.warm_up()                      # compiling (the first time) is not training
     t0 = time.perf_counter()
     losses = decoder_runs.train_on(params, cfg, lambda step: (*make_data(setup.batch_size, setup, rng=rng), None),
                                    steps=setup.steps, lr=setup.lr, callback=callback, track=track,
@@ -385,7 +389,7 @@ def uniform_baselines(tgt_in) -> tuple[float, float]:
     T = tgt_in.shape[1]
     uniform = np.tril(np.ones((T, T))) / np.arange(1, T + 1)[:, None]                    # (T, T)
     stacked = np.broadcast_to(uniform, (len(tgt_in), T, T))
-    return float(head_scores.previous_token(uniform)), float(head_scores.induction(stacked, tgt_in))
+    return float(head_kinds.previous_token(uniform)), float(head_kinds.induction(stacked, tgt_in))
 
 
 def summary(run: InductionRun, m: Measures) -> dict:

@@ -54,10 +54,10 @@ def write(which: tuple[str, ...] = (ENCODER_FILE, INDUCTION_FILE)) -> None:
     """Train the default runs of the files in ``which`` again on the compiled step and rewrite them."""
     from core.lessons import inside
     from core.training import induction
-    from core.training.runs import RunSpec
+    from core.training.encoder_runs import EncoderRun
 
     if ENCODER_FILE in which:
-        spec = RunSpec()
+        spec = EncoderRun()
         model = inside.train_default(spec.task, spec.seed, track="compiled")
         save(os.path.join(FOLDER, ENCODER_FILE), model.params,
              {"settings": dataclasses.asdict(spec), "track": "compiled"})

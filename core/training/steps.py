@@ -7,7 +7,7 @@ compiled twin that trains fast. One place chooses between them, and says what ra
 
 ``"readable"``: the one transformer's forward pass (:mod:`core.model.transformer`) and its backward
 pass written by hand (:mod:`core.model.transformer_backward`), sublayer by sublayer in NumPy, then
-Adam. ``"compiled"``: the same step as one call into Numba (:mod:`core.model.compiled`), with
+Adam. ``"compiled"``: the same step as one call into Numba (:mod:`core.model.tuned`), with
 no Python between the sublayers. The tests hold the two to the same loss and gradients (1e-12 in
 float64, 2e-5 in float32); the compiled step is the faster one at every size the pages train.
 
@@ -20,14 +20,18 @@ from typing import Callable
 
 import numpy as np
 
-from core.model import decoder, decoder_step, encoder, optim
+from core.model import decoder, optim
+
+from core.model.tuned import decoder_loss
+
 from core.model import layers as L
 from core.model import multi_head as MH
 from core.model import transformer as tr
 from core.model import transformer_backward as TB
 from core.model import transformer_encdec as ED
-from core.model.compiled import decoder_gradient as compiled_decoder
-from core.model.compiled import elementwise, encoder_step, ends, sublayers
+from core.model.tuned import classifier
+from core.model.tuned import decoder_gradient as compiled_decoder
+from core.model.tuned import elementwise, embedding_and_loss, encoder_step, sublayers
 
 TRACKS = ("readable", "compiled")
 DEFAULT_TRACK = "compiled"
@@ -48,7 +52,7 @@ def encoder_update(track: str, state) -> Callable:
     if check_track(track) == "compiled":
         def update(batch, lr):
             state.optimizer.lr = lr
-            return encoder.train_step(state.flat, state.grad_flat, state.optimizer, *batch, state.cfg)
+            return classifier.train_step(state.flat, state.grad_flat, state.optimizer, *batch, state.cfg)
         return update
 
     def update(batch, lr):
@@ -69,7 +73,7 @@ def decoder_gradient(track: str, cfg, flat: np.ndarray) -> Callable:
     token of a batch, and its gradient into ``out`` (flat, in ``decoder.param_shapes(cfg)`` order).
     ``cfg``: a decoder-only TransformerConfig or an EncoderDecoderConfig."""
     if check_track(track) == "compiled":
-        return decoder_step.Gradient(cfg, flat)
+        return decoder_loss.Gradient(cfg, flat)
     shapes = decoder.param_shapes(cfg)
     params = _named_views(flat, shapes)
 
@@ -115,13 +119,13 @@ def step_functions(model: str, track: str, cross_attention: bool = False) -> lis
                                         tr.layer_norm_backward, TB.embed_backward, optim.Adam.step,
                                         elementwise.adam_update]
     if model == "encoder":
-        return [encoder_update, encoder.train_step, encoder_step.run, encoder_step.forward_chunk, ends.embed_forward,
-                encoder_step.encoder_layers, sublayers.self_attention, sublayers.feed_forward, ends.mean_pool,
-                ends.classify, ends.cross_entropy, encoder_step.backward_chunk, ends.classify_backward,
+        return [encoder_update, classifier.train_step, encoder_step.run, encoder_step.forward_chunk, embedding_and_loss.embed_forward,
+                encoder_step.encoder_layers, sublayers.self_attention, sublayers.feed_forward, embedding_and_loss.mean_pool,
+                embedding_and_loss.classify, embedding_and_loss.cross_entropy, encoder_step.backward_chunk, embedding_and_loss.classify_backward,
                 encoder_step.encoder_layers_backward, sublayers.feed_forward_backward,
-                sublayers.self_attention_backward, ends.embed_backward, elementwise.adam_update]
+                sublayers.self_attention_backward, embedding_and_loss.embed_backward, elementwise.adam_update]
     cross = [compiled_decoder.cross_attention, compiled_decoder.cross_attention_backward] if cross_attention else []
-    return [decoder_gradient, decoder_step.Gradient.__call__, compiled_decoder.decoder_gradient,
+    return [decoder_gradient, decoder_loss.Gradient.__call__, compiled_decoder.decoder_gradient,
             compiled_decoder.decoder_chunk, sublayers.self_attention, *cross[:1], sublayers.feed_forward,
             compiled_decoder.token_cross_entropy, sublayers.feed_forward_backward, *cross[1:],
             sublayers.self_attention_backward, optim.Adam.step, elementwise.adam_update]

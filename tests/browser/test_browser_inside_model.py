@@ -11,7 +11,7 @@ import pytest
 from browser_support import (MAIN, SCREENSHOTS, charts_drawn, chromium_or_skip, discover_pages,
                              error_texts, launch_options, wait_idle)
 from core.lessons import inside
-from core.model import encoder
+from core.model.tuned import classifier
 
 COLD_MS = 240_000      # first visit: compiles the kernels, trains the default model, scores every head
 WARM_MS = 60_000
@@ -33,7 +33,7 @@ def test_inside_model_page_in_browser(default_model, server):
     from playwright.sync_api import sync_playwright
 
     X, y = default_model.data.X_test, default_model.data.y_test
-    logits, _ = encoder.forward(default_model.params, X[3:5], default_model.cfg)
+    logits, _ = classifier.forward(default_model.params, X[3:5], default_model.cfg)
     with sync_playwright() as pw:
         browser = pw.chromium.launch(**launch_options(chromium))
         page = browser.new_page(viewport={"width": 1400, "height": 900})

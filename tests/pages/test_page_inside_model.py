@@ -11,7 +11,7 @@ from streamlit.testing.v1 import AppTest
 from core.lessons import inside
 from core.lessons.questions import inside_model as questions
 from core.model import multi_head, transformer
-from core.training.runs import RunSpec
+from core.training.encoder_runs import EncoderRun
 from page_support import answer_everything, answer_question
 from ui.trainer import Trainer
 
@@ -145,7 +145,7 @@ def test_a_link_restores_the_settings():
 def test_offers_the_training_pages_finished_run():
     trained = model("increasing", 2)            # stands in for a run finished on the training page
     trainer = Trainer()
-    trainer.load(trained.params, trained.cfg, RunSpec(task="increasing", seed=2, n_train=SIZES[0], n_val=SIZES[1],
+    trainer.load(trained.params, trained.cfg, EncoderRun(task="increasing", seed=2, n_train=SIZES[0], n_val=SIZES[1],
                                                       n_test=SIZES[2]))
     at = AppTest.from_file("../../views/inside_model.py", default_timeout=120)
     at.session_state["inside_model.data_sizes"] = SIZES

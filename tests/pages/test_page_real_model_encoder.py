@@ -5,7 +5,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from core.model import packaged
+from core.model import minilm_package
 from tests.page_support import heatmaps, open_page, table_named
 from tests.model.test_minilm import PUBLISHED, minilm  # noqa: F401  (the fixture: skip or fail without the package)
 from ui import real_model_parts as parts
@@ -86,7 +86,7 @@ def test_without_the_package_the_page_says_how_to_install_and_shows_the_decoder(
     try:
         at = open_page(PAGE)
         assert not at.exception and not at.error
-        assert any(packaged.INSTALL in i.value for i in at.info)
+        assert any(minilm_package.INSTALL in i.value for i in at.info)
         assert table_named(at, "head").shape[1] == 4                  # the decoder's detector
         assert any(m.label == "largest change in a next-token probability" for m in at.metric)
     finally:

@@ -9,7 +9,7 @@ from streamlit.testing.v1 import AppTest
 from core import encoder, limits, tasks
 from core.lessons.questions import training as questions
 from core.model import encoder_io, transformer
-from core.training.runs import RunSpec
+from core.training.encoder_runs import EncoderRun
 from page_support import answer_everything, answer_question
 from ui.trainer import Trainer
 
@@ -74,7 +74,7 @@ def compiled():
     """Compile the training kernels once, outside the page: on a cold cache the compile can outlast
     a run's time cap, and the page's run would stop at its first step."""
     warm = Trainer()
-    warm.start(RunSpec(task="increasing", n_layers=1, d_model=16, n_heads=2, positional="learned", steps=2,
+    warm.start(EncoderRun(task="increasing", n_layers=1, d_model=16, n_heads=2, positional="learned", steps=2,
                        n_train=SIZES[0], n_val=SIZES[1], n_test=SIZES[2]))
     assert warm.join(600)
     warm.reset()
@@ -165,7 +165,7 @@ def test_bad_upload_bytes_give_a_message_and_change_nothing(at):
 
 def test_good_upload_is_loaded_and_evaluated(at):
     source = Trainer()        # 2 heads and no positional encoding, unlike the page's settings
-    source.start(RunSpec(task="sum", n_layers=1, d_model=16, n_heads=2, positional="none", steps=10,
+    source.start(EncoderRun(task="sum", n_layers=1, d_model=16, n_heads=2, positional="none", steps=10,
                          n_train=SIZES[0], n_val=SIZES[1], n_test=SIZES[2]))
     assert source.join(30)
     at.run()

@@ -28,7 +28,7 @@ from streamlit.testing.v1 import AppTest
 
 from page_support import HANG_GUARD_S, answer_question, button, rerun_until, set_tiny_encoder
 
-from core.training.runs import RunSpec
+from core.training.encoder_runs import EncoderRun
 from ui.trainer import Trainer
 
 VIEWS = Path(__file__).resolve().parents[2] / "views"
@@ -155,7 +155,7 @@ def induction_seed_shown(at: AppTest) -> bool:
 # taken apart
 def finished_encoder_run() -> Trainer:
     trainer = Trainer()
-    trainer.start(RunSpec(task="sum", n_layers=1, d_model=16, n_heads=2, steps=5, n_train=200, n_val=40, n_test=60))
+    trainer.start(EncoderRun(task="sum", n_layers=1, d_model=16, n_heads=2, steps=5, n_train=200, n_val=40, n_test=60))
     assert trainer.join(HANG_GUARD_S), f"the 5-step encoder run had not ended after {HANG_GUARD_S:.0f} s"
     assert trainer.status == "done"
     return trainer

@@ -7,7 +7,7 @@ import pytest
 
 from core.lessons import inside
 from core.training import induction, shipped
-from core.training.runs import RunSpec
+from core.training.encoder_runs import EncoderRun
 
 # Training again gives the shipped models bit for bit on the machine that wrote them. A CPU with
 # other SIMD widths rounds a few sums differently, and 300-1,200 float32 Adam steps grow that: on
@@ -18,7 +18,7 @@ LOGITS_ATOL, LOSSES_ATOL = 0.15, 1e-3
 
 def test_the_shipped_encoder_is_the_default_run_trained_again():
     params, run = shipped.load(f"{shipped.FOLDER}/{shipped.ENCODER_FILE}")
-    assert run["settings"] == dataclasses.asdict(RunSpec()), "the defaults changed: python -m core.training.shipped"
+    assert run["settings"] == dataclasses.asdict(EncoderRun()), "the defaults changed: python -m core.training.shipped"
     assert run["track"] == "compiled"
     again = inside.train_default("sum", 0, track="compiled")
     loaded = inside.default_model("sum", 0)

@@ -1,13 +1,14 @@
 """The two tracks of a training step (core.training.steps): the readable step and the compiled one
 take the same model to the same place, step for step, and either can take over a run. For the
 encoder classifier this is the one place that holds the readable track (the one transformer's
-forward and backward) to the compiled one (core.model.encoder)."""
+forward and backward) to the compiled one (core.model.tuned.classifier)."""
 import numpy as np
 import pytest
 
-from core.model import encoder, transformer
-from core.training import steps, encoder_runs as training
-from core.model.encoder import EncoderConfig
+from core.model import transformer
+from core.model.tuned import classifier
+from core.training import steps, encoder_runs
+from core.model.tuned.classifier import EncoderConfig
 
 TOL = {np.float64: 1e-12, np.float32: 2e-5}
 ENC = EncoderConfig(vocab_size=10, seq_len=8, d_model=16, n_heads=2, d_ff=24, n_layers=2)
@@ -36,8 +37,8 @@ def test_encoder_steps_agree_step_for_step(name, dtype):
     gradients and parameters. Adam divides each gradient by its running size, so where a gradient
     is tiny the tracks' last-digit differences grow by a few hundred in the parameters."""
     cfg = ENCODERS[name]
-    state = training.new_state(cfg, seed=3, lr=1e-2, dtype=dtype)
-    twin = training.new_state(cfg, seed=3, lr=1e-2, dtype=dtype)
+    state = encoder_runs.new_state(cfg, seed=3, lr=1e-2, dtype=dtype)
+    twin = encoder_runs.new_state(cfg, seed=3, lr=1e-2, dtype=dtype)
     readable, compiled = steps.encoder_update("readable", state), steps.encoder_update("compiled", twin)
     for k in range(3):
         batch = encoder_batch(k, cfg=cfg)
@@ -52,15 +53,15 @@ def test_encoder_steps_agree_step_for_step(name, dtype):
 @pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["float64", "float32"])
 @pytest.mark.parametrize("name", ENCODERS)
 def test_encoder_forwards_agree_under_the_same_names(name, dtype):
-    """The compiled forward (core.model.encoder) and the readable one (core.model.transformer) on the
+    """The compiled forward (core.model.tuned.classifier) and the readable one (core.model.transformer) on the
     same parameters: the same logits, and the compiled cache's arrays under the readable cache's names
     (every block's attention weights, the last block's output, the pooled states, the logits)."""
     cfg = ENCODERS[name]
     rng = np.random.default_rng(5)
     params = {n: (v + 0.3 * rng.standard_normal(v.shape)).astype(dtype)        # biases and gains off their start
-              for n, v in encoder.init_params(cfg, seed=5, dtype=np.float64).items()}
+              for n, v in classifier.init_params(cfg, seed=5, dtype=np.float64).items()}
     tokens = encoder_batch(6, B=21, cfg=cfg)[0][:, :-1]                 # two chunks, one padded; T < n_ctx
-    logits, cache = encoder.forward(params, tokens, cfg)
+    logits, cache = classifier.forward(params, tokens, cfg)
     want, readable = transformer.forward(params, cfg, tokens)
     assert logits.dtype == want.dtype == dtype
     close(logits, want, dtype)
@@ -77,17 +78,17 @@ def test_a_run_switches_track_and_goes_on():
     from core.training.tasks import make_dataset
 
     data = make_dataset("sum", 200, 50, 50, seed=0)
-    cfg = training.config_for("sum", d_model=16, d_ff=16)
-    one = training.new_state(cfg, data, seed=0, dtype=np.float64)
-    list(training.train(one, data, max_steps=6, track="compiled"))
-    mixed = training.new_state(cfg, data, seed=0, dtype=np.float64)
-    list(training.train(mixed, data, max_steps=3, track="compiled"))
-    list(training.train(mixed, data, max_steps=6, track="readable"))
+    cfg = encoder_runs.config_for("sum", d_model=16, d_ff=16)
+    one = encoder_runs.new_state(cfg, data, seed=0, dtype=np.float64)
+    list(encoder_runs.train(one, data, max_steps=6, track="compiled"))
+    mixed = encoder_runs.new_state(cfg, data, seed=0, dtype=np.float64)
+    list(encoder_runs.train(mixed, data, max_steps=3, track="compiled"))
+    list(encoder_runs.train(mixed, data, max_steps=6, track="readable"))
     assert mixed.step == one.step == 6
     close(mixed.flat, one.flat, np.float64, slack=1000)
 
 
 def test_an_unknown_track_is_refused():
-    state = training.new_state(ENC, seed=0)
+    state = encoder_runs.new_state(ENC, seed=0)
     with pytest.raises(ValueError, match="readable' or 'compiled"):
         steps.encoder_update("fast", state)

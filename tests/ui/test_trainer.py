@@ -10,15 +10,15 @@ from core.model import encoder_io
 from core.model.config import param_shapes
 from ui import background_run
 from ui import trainer as trainer_module
-from core.training.runs import RunSpec
+from core.training.encoder_runs import EncoderRun
 from ui.background_run import BUSY, COMPILING, DONE, ERROR, IDLE, LOADED, PAUSED, QUEUED, RUNNING
 from ui.trainer import Trainer
 
 TINY = dict(task="sum", n_layers=1, d_model=16, n_heads=2, n_train=200, n_val=40, n_test=40, eval_every=5)
 
 
-def tiny(**overrides) -> RunSpec:
-    return RunSpec(**{**TINY, **overrides})
+def tiny(**overrides) -> EncoderRun:
+    return EncoderRun(**{**TINY, **overrides})
 
 
 def workers_alive() -> list:

@@ -1,4 +1,4 @@
-"""The tuned twins of the transformer's elementwise steps (core.model.tuned_forward) against the
+"""The tuned twins of the transformer's elementwise steps (core.model.tuned.forward) against the
 readable steps they replace at GPT-2's sizes, in float32 and float64; and a model above BLAS_FROM,
 which runs them, against itself with and without the KV cache."""
 import numpy as np
@@ -8,7 +8,7 @@ from core.model import layers as L
 from core.model import multi_head as MH
 from core.model import transformer as tr
 from core.model import config as C
-from core.model import tuned_forward as TF
+from core.model.tuned import forward as TF
 
 DTYPES = [np.float64, np.float32]
 TOL = {np.float64: dict(rtol=1e-12, atol=1e-14), np.float32: dict(rtol=2e-6, atol=1e-7)}

@@ -1,10 +1,10 @@
-"""Head scores (core.model.head_scores) on hand-built maps: a perfect map scores one, a uniform
+"""Head scores (core.lessons.head_kinds) on hand-built maps: a perfect map scores one, a uniform
 causal map its average, and the induction targets follow the tokens, not the positions."""
 import numpy as np
 import pytest
 
 from core.lessons import real_model as rm
-from core.model import head_scores as hs
+from core.lessons import head_kinds as hs
 from core.training import induction as I
 
 N, T = 10, 2 * 10 - 1

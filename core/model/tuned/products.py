@@ -14,7 +14,7 @@ from numba.extending import intrinsic
 
 from core.kernels.tuned import simd
 from core.kernels.tuned.target import REGISTERS
-from core.model.compiled import JIT
+from core.model.tuned import JIT
 
 # With 32 vector registers (AVX-512) :func:`project` uses tiles 4 vectors wide (16 running sums + 4
 # loaded + 1 broadcast = 21 registers): a chunk's rows of 256 float32 are 4 tiles exactly, where

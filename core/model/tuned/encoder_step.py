@@ -3,16 +3,16 @@ backward and Adam), is one call into Numba.
 
     loss, hits = run(STEP, flat, layout, tokens, labels, pe, ln_eps, grads, adam, out)
 
-(``core.model.encoder`` makes these calls: ``forward``, ``loss_and_grads``, ``train_step``, with
-``layout`` from :func:`core.model.compiled.offsets.encoder_layout` and ``pe`` from
-:func:`core.model.compiled.offsets.positions`; ``flat`` is packed in ``param_shapes(cfg)`` order.) At this size
+(``core.model.tuned.classifier`` makes these calls: ``forward``, ``loss_and_grads``, ``train_step``, with
+``layout`` from :func:`core.model.tuned.offsets.encoder_layout` and ``pe`` from
+:func:`core.model.tuned.offsets.positions`; ``flat`` is packed in ``param_shapes(cfg)`` order.) At this size
 (a 64 x 16 batch, d_model 32, two layers) the arithmetic of a step takes about a millisecond; a
 step made of dozens of separate calls (NumPy products, small kernels, their allocations) spent
 most of its time between them.
 
 Determinism: the batch is cut into fixed chunks of :data:`CHUNK` sequences. Each chunk runs forward
 and backward into a gradient buffer, and the buffers are added in chunk order. The products
-are our own (``core.model.compiled.products``), not a BLAS: no thread pool, so the result depends
+are our own (``core.model.tuned.products``), not a BLAS: no thread pool, so the result depends
 on the inputs alone, bit for bit: not on the number of threads, on other work in the process, or on
 timing.
 """
@@ -24,11 +24,11 @@ import numpy as np
 from numba import njit
 
 from core.kernels.tuned import simd
-from core.model.compiled import JIT
-from core.model.compiled.ends import (classify, classify_backward, column, cross_entropy, embed_backward,
+from core.model.tuned import JIT
+from core.model.tuned.embedding_and_loss import (classify, classify_backward, column, cross_entropy, embed_backward,
                                        embed_forward, mean_pool)
-from core.model.compiled.elementwise import adam_update
-from core.model.compiled.sublayers import (EMBED, OUT_B, OUT_W, POS, _mat, feed_forward, feed_forward_backward,
+from core.model.tuned.elementwise import adam_update
+from core.model.tuned.sublayers import (EMBED, OUT_B, OUT_W, POS, _mat, feed_forward, feed_forward_backward,
                                             layer_views, packed_qkv, self_attention, self_attention_backward)
 
 # Sequences per chunk: the unit of work whose gradients are summed in a fixed order. At T = 16, 16

@@ -1,12 +1,12 @@
 """Readable equals compiled, for each decoder kind (encoder-decoder, decoder-only, attention-only):
-the compiled gradient training runs (core.model.decoder_step) against the readable one
+the compiled gradient training runs (core.model.tuned.decoder_loss) against the readable one
 (decoder.loss_and_grads, itself checked against finite differences and PyTorch), both through the
 two training tracks (core.training.steps.decoder_gradient)."""
 import numpy as np
 import pytest
 
 from core.model import decoder, presets
-from core.model.decoder_step import Gradient
+from core.model.tuned.decoder_loss import Gradient
 from core.model.params import pack
 from core.model.transformer_encdec import EncoderDecoderConfig, target_stack
 from core.training import steps

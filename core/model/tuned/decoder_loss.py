@@ -5,7 +5,7 @@
 
 :func:`core.model.decoder.loss_and_grads` computes the same numbers sublayer by sublayer, in
 NumPy and small kernels: the version to read. This one runs the encoder's compiled kernels
-(``core.model.compiled.decoder_gradient``) over chunks of sequences, with no Python between the
+(``core.model.tuned.decoder_gradient``) over chunks of sequences, with no Python between the
 steps; at the page's sizes that is where a step made of a few hundred calls spent its time. The
 tests hold the two to the same loss and gradients.
 """
@@ -15,7 +15,7 @@ import numpy as np
 
 from core.model import presets
 from core.model import params as P
-from core.model.compiled import decoder_gradient, offsets
+from core.model.tuned import decoder_gradient, offsets
 from core.model.decoder import init_params, param_shapes
 from core.model.transformer_encdec import EncoderDecoderConfig
 

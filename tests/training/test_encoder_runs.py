@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from core.training import encoder_runs as training
+from core.training import encoder_runs
 from core.training.tasks import make_dataset
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -21,8 +21,8 @@ def sum_data():
 
 def _run(data, steps, seed=0, state=None, **kwargs):
     if state is None:
-        state = training.new_state(training.config_for("sum"), data, seed=seed, decay_steps=60)
-    metrics = list(training.train(state, data, max_steps=steps, eval_every=10, **kwargs))
+        state = encoder_runs.new_state(encoder_runs.config_for("sum"), data, seed=seed, decay_steps=60)
+    metrics = list(encoder_runs.train(state, data, max_steps=steps, eval_every=10, **kwargs))
     return state, metrics
 
 
@@ -57,20 +57,20 @@ def test_bounds_stop_the_run(sum_data):
     state, metrics = _run(sum_data, 1000, target_val_acc=0.0)
     assert len(metrics) == 10       # stops at the first evaluation that reaches the target
     state, metrics = _run(sum_data, 5)
-    assert state.step == 5 and list(training.train(state, sum_data, max_steps=5)) == []
+    assert state.step == 5 and list(encoder_runs.train(state, sum_data, max_steps=5)) == []
 
 
 def test_sum_task_reaches_97_percent_test_accuracy():
-    result = training.run("sum", 600, seed=0, lr=3e-3)
+    result = encoder_runs.run("sum", 600, seed=0, lr=3e-3)
     assert result["test_acc"] >= 0.97, result["test_acc"]
-    table = training.confusion_table(result["state"], result["data"].X_test, result["data"].y_test)
+    table = encoder_runs.confusion_table(result["state"], result["data"].X_test, result["data"].y_test)
     assert table.sum() == len(result["data"].y_test)
     assert np.trace(table) / table.sum() == pytest.approx(result["test_acc"])
 
 
 def test_positions_matter_for_the_increasing_task():
-    with_pe = training.run("increasing", 600, seed=0, lr=3e-3, positional="sinusoidal")
-    without = training.run("increasing", 600, seed=0, lr=3e-3, positional="none")
+    with_pe = encoder_runs.run("increasing", 600, seed=0, lr=3e-3, positional="sinusoidal")
+    without = encoder_runs.run("increasing", 600, seed=0, lr=3e-3, positional="none")
     # negatives hold the same tokens as positives: without positions the model sits at chance
     assert abs(without["test_acc"] - 0.5) < 0.08
     assert with_pe["test_acc"] >= without["test_acc"] + 0.1, (with_pe["test_acc"], without["test_acc"])

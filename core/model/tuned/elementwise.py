@@ -8,7 +8,7 @@ import math
 import numpy as np
 from numba import njit
 
-from core.model.compiled import JIT, JIT_REDUCE
+from core.model.tuned import JIT, JIT_REDUCE
 
 
 @njit(**JIT)

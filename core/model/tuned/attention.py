@@ -10,8 +10,8 @@ from numba.extending import intrinsic
 
 from core.kernels.tuned import simd
 from core.kernels.tuned.fastexp import fast_exp
-from core.model.compiled import JIT
-from core.model.compiled.products import WIDE
+from core.model.tuned import JIT
+from core.model.tuned.products import WIDE
 
 
 # A SIMD vector holds one position of `lanes` sequences (the chunk's sequences are padded to whole

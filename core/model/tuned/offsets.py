@@ -16,8 +16,8 @@ import numpy as np
 
 from core.model import layers
 from core.model import params as P
-from core.model.compiled.decoder_gradient import DecoderLayout
-from core.model.compiled.sublayers import Layout
+from core.model.tuned.decoder_gradient import DecoderLayout
+from core.model.tuned.sublayers import Layout
 from core.model.config import TransformerConfig, param_shapes
 from core.model.transformer_encdec import EncoderDecoderConfig
 from core.model.transformer_encdec import param_shapes as encdec_shapes

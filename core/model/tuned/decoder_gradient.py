@@ -1,11 +1,11 @@
-"""The decoder's compiled loss and gradient (``core.model.decoder_step`` calls it): the encoder's
+"""The decoder's compiled loss and gradient (``core.model.tuned.decoder_loss`` calls it): the encoder's
 sublayers in a decoder's order, plus causal masks and cross-attention.
 
 A decoder block (core/model/decoder.py) is an encoder block with a causal mask and, in an
 encoder-decoder, a cross-attention sublayer between its self-attention and its feed-forward:
     x -> h1 = LN1(x + MHA(x, causal)) -> h2 = LN_cross(h1 + MHA(h1, over m)) -> LN2(h2 + FFN(h2))
 The encoder's output m (the "memory") gives the keys and values of every cross-attention. The
-offsets come from the one layout builder, :func:`core.model.compiled.offsets.decoder_layout`.
+offsets come from the one layout builder, :func:`core.model.tuned.offsets.decoder_layout`.
 """
 from __future__ import annotations
 
@@ -16,14 +16,14 @@ import numpy as np
 from numba import njit
 
 from core.kernels.tuned import simd
-from core.model.compiled import JIT
-from core.model.compiled.attention import attention_backward, attention_forward
-from core.model.compiled.ends import column, embed_backward, embed_forward
-from core.model.compiled.encoder_step import (CHUNK, add_in_order, encoder_layers, encoder_layers_backward,
+from core.model.tuned import JIT
+from core.model.tuned.attention import attention_backward, attention_forward
+from core.model.tuned.embedding_and_loss import column, embed_backward, embed_forward
+from core.model.tuned.encoder_step import (CHUNK, add_in_order, encoder_layers, encoder_layers_backward,
                                                new_activations, padded_chunk)
-from core.model.compiled.products import gram, project
-from core.model.compiled.elementwise import add_bias, layernorm_backward, residual_layernorm, row_sums
-from core.model.compiled.sublayers import (EMBED, OUT_B, OUT_W, POS, _mat, feed_forward, feed_forward_backward,
+from core.model.tuned.products import gram, project
+from core.model.tuned.elementwise import add_bias, layernorm_backward, residual_layernorm, row_sums
+from core.model.tuned.sublayers import (EMBED, OUT_B, OUT_W, POS, _mat, feed_forward, feed_forward_backward,
                                             layer_views, packed_qkv, self_attention, self_attention_backward)
 
 # The fields of one block's cross-attention, in the order of offsets.CROSS_SLOTS ("cross.W_Q" ...

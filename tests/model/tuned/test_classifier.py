@@ -9,7 +9,7 @@ from core import encoder
 from core.kernels import reference
 from core.model import encoder_io
 from core.model.config import param_count, param_shapes
-from core.model.encoder import EncoderConfig
+from core.model.tuned.classifier import EncoderConfig
 from core.model.optim import Adam
 from core.model.params import pack
 
@@ -377,6 +377,6 @@ def test_the_encoder_does_not_import_the_reference():
     import subprocess
     import sys
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    code = "import sys, core.model.encoder, core.training.encoder_runs; sys.exit('core.kernels.reference' in sys.modules)"
+    code = "import sys, core.model.tuned.classifier, core.training.encoder_runs; sys.exit('core.kernels.reference' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr or "core.model.encoder imported core.kernels.reference"
+    assert done.returncode == 0, done.stderr or "core.model.tuned.classifier imported core.kernels.reference"

@@ -3,12 +3,12 @@ and feed-forward sublayers with their backward passes, as the encoder and decode
 
 Parameters live in one flat buffer (:func:`core.model.params.pack`, in
 :func:`core.model.config.param_shapes` order) and are read through a :data:`Layout`: the sizes and
-the offset of every array, built from the parameters' names by :mod:`core.model.compiled.offsets`.
+the offset of every array, built from the parameters' names by :mod:`core.model.tuned.offsets`.
 Gradients go to a buffer of the same layout.
 
 Layout of activations: stored transposed, one row per feature and one column per token:
 ``(features, N)`` with ``N = T * Bp`` for a chunk of ``Bp`` sequences (padded to whole SIMD
-vectors), the columns ordered by :func:`core.model.compiled.ends.column`. Every kernel writes into
+vectors), the columns ordered by :func:`core.model.tuned.embedding_and_loss.column`. Every kernel writes into
 arrays its caller passes.
 """
 from __future__ import annotations
@@ -18,14 +18,14 @@ from collections import namedtuple
 import numpy as np
 from numba import njit
 
-from core.model.compiled import JIT
-from core.model.compiled.attention import attention_backward, attention_forward
-from core.model.compiled.products import gram, project
-from core.model.compiled.elementwise import (add_bias, bias_relu, layernorm_backward, relu_backward,
+from core.model.tuned import JIT
+from core.model.tuned.attention import attention_backward, attention_forward
+from core.model.tuned.products import gram, project
+from core.model.tuned.elementwise import (add_bias, bias_relu, layernorm_backward, relu_backward,
                                               residual_layernorm, row_sums)
 
 # The kernels' names for one block's arrays (Layer's fields), slot by slot in the order of
-# core.model.compiled.offsets.LAYER_SLOTS ("W_Q" is "attn.W_Q", "ln1_g" is "ln1.g", ...).
+# core.model.tuned.offsets.LAYER_SLOTS ("W_Q" is "attn.W_Q", "ln1_g" is "ln1.g", ...).
 LAYER_FIELDS = ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O",
                 "ln1_g", "ln1_b", "ln2_g", "ln2_b", "W_1", "b_1", "W_2", "b_2")
 # Offsets of the arrays outside the blocks, in Layout.top: the output layer is the classifier

@@ -13,7 +13,7 @@ The model is a setting of the one transformer (:func:`EncoderConfig` returns the
 ``encoder_classifier`` preset, a :class:`~core.model.config.TransformerConfig`), and its parameters
 are that config's, in the one vocabulary (:func:`core.model.config.param_shapes`). They are computed
 in their own dtype, float32 (fast, for training) or float64 (gradient checks). The computation is
-compiled whole (``core/model/compiled/``): a forward pass, or a training step with its backward
+compiled whole (``core/model/tuned/``): a forward pass, or a training step with its backward
 pass and Adam, is one call into Numba. Its matrix products are our own, so nothing depends on a
 BLAS thread pool, and a seed gives the same numbers bit for bit whatever else the process is doing.
 The readable twin of this step is :func:`core.model.transformer_backward.loss_and_grads`.
@@ -32,8 +32,8 @@ from core import backend as _backend
 from core.model import names
 from core.model import params as P
 from core.model import presets
-from core.model.compiled import encoder_step as K
-from core.model.compiled import offsets
+from core.model.tuned import encoder_step as K
+from core.model.tuned import offsets
 from core.model.config import TransformerConfig, check_tokens, init_params, param_count, param_shapes
 from core.model.optim import Adam
 
@@ -68,7 +68,7 @@ def check_labels(labels, batch: int, cfg: TransformerConfig) -> np.ndarray:
 
 def flatten(params: dict, cfg: TransformerConfig) -> np.ndarray:
     """The parameters copied into one flat buffer in ``param_shapes(cfg)`` order, as the compiled
-    step reads it (:func:`core.model.compiled.offsets.encoder_layout`)."""
+    step reads it (:func:`core.model.tuned.offsets.encoder_layout`)."""
     return np.concatenate([np.ravel(params[name]) for name in param_shapes(cfg)])
 
 
@@ -125,7 +125,7 @@ def _no_maps(dtype) -> tuple:
 
 
 def _run(mode, flat, tok, lab, cfg, *, grad_flat=None, optimizer=None, out=None):
-    """One call of the compiled encoder (``core.model.compiled.encoder_step.run``), with empty
+    """One call of the compiled encoder (``core.model.tuned.encoder_step.run``), with empty
     stand-ins for the arrays ``mode`` does not use (Numba compiles one version per dtype, whatever
     the mode)."""
     dtype = flat.dtype
@@ -151,7 +151,7 @@ def loss_and_grads(params: dict, tokens, labels, cfg: TransformerConfig, *, back
 
     Returns ``(loss, grads)``; ``grads`` has the same names, shapes and dtype as ``params``. The
     backward pass is written by hand, step by step, mirroring the forward pass
-    (``core/model/compiled/``; CPU kernels, see the module docstring about ``backend``).
+    (``core/model/tuned/``; CPU kernels, see the module docstring about ``backend``).
     """
     _backend.resolve(backend)
     _check_params(params, cfg)

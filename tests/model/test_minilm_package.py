@@ -1,4 +1,4 @@
-"""The packaged model's weights checksum (core.model.packaged): checked before every load, hashed
+"""The packaged model's weights checksum (core.model.minilm_package): checked before every load, hashed
 again whenever the file has changed since it was last hashed, and not rehashed while it has not.
 
 A small checkpoint stands in for the installed package, so these run without it."""
@@ -11,7 +11,8 @@ import pytest
 
 from core import pretrained
 from core.model import config as C
-from core.model import packaged, presets
+from core.model import presets
+from core.model import minilm_package
 
 
 @pytest.fixture
@@ -19,13 +20,13 @@ def installed(tmp_path, monkeypatch):
     """A tiny GPT-2 checkpoint where the package would be, published with its own sha256; returns
     the weights file's path."""
     cfg = presets.gpt2(vocab_size=13, n_ctx=8, d_model=8, n_heads=2, n_layers=1)
-    folder = tmp_path / packaged.FOLDER
+    folder = tmp_path / minilm_package.FOLDER
     pretrained.save(C.init_params(cfg, seed=0), cfg, str(folder))
     weights = folder / "model.safetensors"
     monkeypatch.setattr(packaged, "WEIGHTS_SHA256", hashlib.sha256(weights.read_bytes()).hexdigest())
     dist = types.SimpleNamespace(locate_file=lambda path: tmp_path / path)
-    monkeypatch.setattr(packaged.importlib.metadata, "distribution",
-                        lambda name: dist if name == packaged.DISTRIBUTION else None)
+    monkeypatch.setattr(minilm_package.importlib.metadata, "distribution",
+                        lambda name: dist if name == minilm_package.DISTRIBUTION else None)
     return str(weights)
 
 
@@ -43,7 +44,7 @@ def hashes(monkeypatch):
 
 
 def _load():
-    return pretrained.load(packaged.MINILM)
+    return pretrained.load(minilm_package.MINILM)
 
 
 def _flip_a_byte(path, at=-5):

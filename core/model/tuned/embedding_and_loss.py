@@ -8,7 +8,7 @@ import numpy as np
 from numba import njit
 
 from core.kernels.tuned import simd
-from core.model.compiled import JIT
+from core.model.tuned import JIT
 
 
 @njit(**JIT)
