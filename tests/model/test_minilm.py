@@ -103,7 +103,7 @@ def test_found_without_importing_the_package(minilm):
 
 
 def test_a_checksum_that_does_not_match_is_refused(minilm, monkeypatch):
-    monkeypatch.setattr(packaged, "WEIGHTS_SHA256", "0" * 64)
+    monkeypatch.setattr(minilm_package, "WEIGHTS_SHA256", "0" * 64)
     with pytest.raises(ValueError, match="not the published 0000.*--force-reinstall"):
         pretrained.load(minilm_package.MINILM)
 
@@ -120,6 +120,6 @@ def test_a_damaged_copy_fails_its_checksum(minilm, tmp_path):
 
 
 def test_not_installed_says_how_to_install(monkeypatch):
-    monkeypatch.setattr(packaged, "DISTRIBUTION", "no-such-package-here")
+    monkeypatch.setattr(minilm_package, "DISTRIBUTION", "no-such-package-here")
     with pytest.raises(ValueError, match="requirements-model.txt"):
         pretrained.load(minilm_package.MINILM)

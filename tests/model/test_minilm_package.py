@@ -23,7 +23,7 @@ def installed(tmp_path, monkeypatch):
     folder = tmp_path / minilm_package.FOLDER
     pretrained.save(C.init_params(cfg, seed=0), cfg, str(folder))
     weights = folder / "model.safetensors"
-    monkeypatch.setattr(packaged, "WEIGHTS_SHA256", hashlib.sha256(weights.read_bytes()).hexdigest())
+    monkeypatch.setattr(minilm_package, "WEIGHTS_SHA256", hashlib.sha256(weights.read_bytes()).hexdigest())
     dist = types.SimpleNamespace(locate_file=lambda path: tmp_path / path)
     monkeypatch.setattr(minilm_package.importlib.metadata, "distribution",
                         lambda name: dist if name == minilm_package.DISTRIBUTION else None)
@@ -39,7 +39,7 @@ def hashes(monkeypatch):
         counter.n += 1
         return hashlib.sha256()
 
-    monkeypatch.setattr(packaged, "hashlib", types.SimpleNamespace(sha256=sha256))
+    monkeypatch.setattr(minilm_package, "hashlib", types.SimpleNamespace(sha256=sha256))
     return counter
 
 
@@ -111,6 +111,6 @@ def test_a_file_replaced_by_another_of_the_same_size_and_time_is_refused(install
 
 
 def test_a_wrong_published_checksum_is_refused(installed, monkeypatch):
-    monkeypatch.setattr(packaged, "WEIGHTS_SHA256", "0" * 64)
+    monkeypatch.setattr(minilm_package, "WEIGHTS_SHA256", "0" * 64)
     with pytest.raises(ValueError, match="not the published 0000.*--force-reinstall"):
         _load()
