@@ -141,13 +141,7 @@ def init_params(cfg: TransformerConfig, seed: int = 0, dtype=np.float32) -> dict
     """Fresh parameters, deterministic for a seed: weights ``N(0, 1/d_in)``, embeddings ``N(0, 1)``
     (scaled by ``1/sqrt(d)`` when tied, so the logits start small), learned positions
     ``N(0, 0.1^2)``, LayerNorm gains 1, biases 0."""
-    shapes = param_shapes(cfg)
-    # params.init_by_name chooses by a name's last part: LayerNorm gains as "..._g", weights as "W_..."
-    alias = {name: name[:-2] + "_g" if name.endswith(".g") else name for name in shapes}
-    alias.update({"unembed": "W_unembed", "classifier.W": "W_classifier", "classifier.b": "b_classifier",
-                  "unembed_b": "b_unembed", "token_type": "token_type.embed", "pooler.W": "pooler.W_pool"})
-    fresh = init_by_name({alias[n]: s for n, s in shapes.items()}, seed, dtype)
-    params = {n: fresh[alias[n]] for n in shapes}
+    params = init_by_name(param_shapes(cfg), seed, dtype)
     if cfg.tied_unembed:
         params["embed"] = np.ascontiguousarray(params["embed"] / math.sqrt(cfg.d_model))
     return params

@@ -47,9 +47,11 @@ def pack(params: dict) -> tuple[np.ndarray, dict]:
 
 
 def init_by_name(shapes: dict, seed: int, dtype) -> dict[str, np.ndarray]:
-    """Fresh parameters for ``{name: shape}``, deterministic for a seed, chosen by each name's last
-    part: weights (``W_...``) ``N(0, 1/d_in)``, embeddings ``N(0, 1)``, learned
-    positions ``N(0, 0.1^2)``, layer-norm gains (``..._g``) 1, everything else (biases, shifts) 0."""
+    """Fresh parameters for ``{name: shape}`` in the one vocabulary, deterministic for a seed, drawn
+    in the dict's order and chosen by each name's last part: token tables (``embed``,
+    ``token_type``) ``N(0, 1)``, learned positions (``pos``) ``N(0, 0.1^2)``, weights (``W_Q`` ...
+    ``W_2``, ``classifier.W``, ``pooler.W``, ``unembed``) ``N(0, 1/d_in)``, norm gains (``g``) 1,
+    everything else (biases, norm shifts) 0."""
     dtype = np.dtype(dtype)
     if dtype not in (np.float32, np.float64):
         raise ValueError(f"Parameters must be float32 or float64, got {dtype}.")
@@ -57,13 +59,13 @@ def init_by_name(shapes: dict, seed: int, dtype) -> dict[str, np.ndarray]:
     params = {}
     for name, shape in shapes.items():
         short = name.rsplit(".", 1)[-1]
-        if short == "embed":
+        if short in ("embed", "token_type"):
             value = rng.standard_normal(shape)
         elif short == "pos":
             value = 0.1 * rng.standard_normal(shape)
-        elif short.startswith("W_"):
+        elif short.startswith("W") or short == "unembed":
             value = rng.standard_normal(shape) / math.sqrt(shape[0])
-        elif short.endswith("_g"):
+        elif short == "g":
             value = np.ones(shape)
         else:
             value = np.zeros(shape)

@@ -85,11 +85,7 @@ def param_shapes(cfg: EncoderDecoderConfig) -> dict[str, tuple[int, ...]]:
 
 def init_params(cfg: EncoderDecoderConfig, seed: int = 0, dtype=np.float32) -> dict[str, np.ndarray]:
     """Fresh parameters, as :func:`C.init_params` draws them."""
-    shapes = param_shapes(cfg)
-    alias = {n: n[:-2] + "_g" if n.endswith(".g") else n for n in shapes}
-    alias.update({"unembed": "W_unembed", "unembed_b": "b_unembed"})
-    fresh = P.init_by_name({alias[n]: s for n, s in shapes.items()}, seed, dtype)
-    return {n: fresh[alias[n]] for n in shapes}
+    return P.init_by_name(param_shapes(cfg), seed, dtype)
 
 
 # ----------------------------------------------------------------------------------------------
