@@ -10,7 +10,8 @@ No page waits for that: the server's first session starts :func:`start_once`, an
   child holds none of this process's locks;
 - until a step has loaded, pages run its readable twin: a model page trains and runs on the
   readable step and says so (:func:`ready`), and the readable sublayers run their NumPy formula
-  instead of a compiled loop not yet loaded (:func:`can_run`).
+  instead of a compiled loop not yet loaded (:func:`can_run`). Both read the process's warm-up from
+  :mod:`core.readiness`, the leaf module below every layer that runs compiled code.
 
 A page asks for what it needs with :meth:`WarmUp.want`: that step compiles next. "Make it fast"
 asks for its tuned kernels, which are compiled only then, and times them with the compiling
@@ -37,6 +38,9 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+from core import readiness
+from core.readiness import can_run, ready, running  # noqa: F401  (public here too: the pages ask warmup.ready)
 
 # the operations every lesson page warms (ui.widgets.ensure_kernels), union over the pages
 LESSON_OPERATIONS = ("scaled_scores", "attention_with_weights", "project_heads", "merge_heads_project",
@@ -289,35 +293,23 @@ class WarmUp:
         return self._finished.wait(timeout)
 
 
-_started: WarmUp | None = None
 _start_lock = threading.Lock()
 
 
 def start_once() -> WarmUp:
     """The process's warm-up, started on the first call (``ATTN_WARMUP=0`` turns it off: then a
-    finished, empty one is returned and each page compiles what it needs on first use)."""
-    global _started
+    finished, empty one is returned and each page compiles what it needs on first use). It is
+    registered in :mod:`core.readiness`, where the layers below this one read whether it has loaded
+    what they would run."""
     with _start_lock:
-        if _started is None:
+        if readiness.started() is None:
             if os.environ.get("ATTN_WARMUP", "1") == "0":
-                _started = WarmUp(steps=())
+                warm = WarmUp(steps=())
             else:
-                _started = WarmUp(STEPS, ON_DEMAND).start()
-                atexit.register(_started.stop_child)
-        return _started
-
-
-def running() -> WarmUp | None:
-    """The process's warm-up while it runs, else None (never starts one)."""
-    warm = _started
-    return warm if warm is not None and not warm.finished else None
-
-
-def ready(label: str) -> bool:
-    """Whether a page may run step ``label``'s compiled code now without waiting for a compile: it
-    has loaded, or no warm-up runs in this process (a script, a test: it compiles on first use)."""
-    warm = running()
-    return warm is None or warm.has_done(label)
+                warm = WarmUp(STEPS, ON_DEMAND).start()
+                atexit.register(warm.stop_child)
+            readiness.register(warm)
+        return readiness.started()
 
 
 def track(label: str) -> str:
@@ -327,16 +319,6 @@ def track(label: str) -> str:
         return "compiled"
     start_once().want(label)
     return "readable"
-
-
-def can_run(kernel, *args) -> bool:
-    """Whether calling the Numba function ``kernel`` on ``args`` starts no compile on this thread:
-    its machine code for these argument types is loaded, or no warm-up runs in this process."""
-    if running() is None:
-        return True
-    from numba import typeof
-
-    return tuple(typeof(a) for a in args) in kernel.overloads
 
 
 # ----------------------------------------------------------------------------------------------

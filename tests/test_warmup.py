@@ -11,7 +11,7 @@ import pytest
 from numba import njit
 from streamlit.testing.v1 import AppTest
 
-from core import warmup
+from core import readiness, warmup
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -57,30 +57,34 @@ def test_a_wanted_step_comes_next_and_a_failing_step_does_not_stop_the_rest():
 
 
 def test_one_warm_up_per_process_and_it_can_be_turned_off(monkeypatch):
-    monkeypatch.setattr(warmup, "_started", None)
+    monkeypatch.setattr(readiness, "_started", None)
     monkeypatch.setenv("ATTN_WARMUP", "0")
     off = warmup.start_once()
     assert off.finished and warmup.start_once() is off and warmup.running() is None
     assert warmup.ready(warmup.ENCODER) and warmup.track(warmup.ENCODER) == "compiled"
 
 
-@njit(cache=False)
-def _never_called_before(x):
-    return x + 1
+def test_the_warm_up_started_is_the_one_the_layers_below_read(monkeypatch):
+    """start_once registers its warm-up in core.readiness: the readable sublayers (core.model.layers)
+    ask there whether a compiled loop is loaded."""
+    from core.model import layers
+
+    monkeypatch.setattr(readiness, "_started", None)
+    monkeypatch.setenv("ATTN_WARMUP", "0")
+    assert readiness.started() is None
+    warm = warmup.start_once()
+    assert readiness.started() is warm and layers.can_run is readiness.can_run
 
 
-def test_can_run_is_false_for_a_kernel_not_loaded_while_the_warm_up_runs(monkeypatch):
+def test_a_page_trains_on_the_readable_step_until_the_compiled_one_has_loaded(monkeypatch):
     gate = threading.Event()
     warm = warmup.WarmUp(steps=[(warmup.ENCODER, lambda: gate.wait(20))]).start()
-    monkeypatch.setattr(warmup, "_started", warm)
+    monkeypatch.setattr(readiness, "_started", warm)
     try:
-        assert not warmup.can_run(_never_called_before, 1.0)
         assert not warmup.ready(warmup.ENCODER) and warmup.track(warmup.ENCODER) == "readable"
-        _never_called_before(1.0)                            # compiled now: float64 loaded, int64 not
-        assert warmup.can_run(_never_called_before, 2.0) and not warmup.can_run(_never_called_before, 2)
     finally:
         gate.set()
-    assert warm.wait(10) and warmup.can_run(_never_called_before, 2) and warmup.track(warmup.ENCODER) == "compiled"
+    assert warm.wait(10) and warmup.track(warmup.ENCODER) == "compiled"
 
 
 def _state(pid: int) -> str:
@@ -128,14 +132,14 @@ def test_inside_a_trained_model_draws_on_the_readable_track_while_the_compiled_s
     trains the default model on the readable step and says so where it names the model."""
     gate = threading.Event()
     warm = warmup.WarmUp(steps=[(warmup.ENCODER, lambda: gate.wait(60))]).start()
-    monkeypatch.setattr(warmup, "_started", warm)
+    monkeypatch.setattr(readiness, "_started", warm)
     from core.model.tuned import classifier
 
     def no_compiled_step(*args, **kwargs):
         raise AssertionError("the compiled step ran before it was ready")
 
-    monkeypatch.setattr(encoder, "train_step", no_compiled_step)
-    monkeypatch.setattr(encoder, "predict_flat", no_compiled_step)
+    monkeypatch.setattr(classifier, "train_step", no_compiled_step)
+    monkeypatch.setattr(classifier, "predict_flat", no_compiled_step)
     try:
         at = AppTest.from_file(str(ROOT / "views" / "inside_model.py"), default_timeout=120)
         at.session_state["inside_model.data_sizes"] = (160, 40, 40)

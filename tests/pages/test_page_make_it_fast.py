@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from core import warmup
+from core import readiness, warmup
 from core.kernels.tuned import target
 from core.lessons import speed
 
@@ -222,7 +222,7 @@ def test_no_kernel_is_timed_while_the_servers_warm_up_compiles(monkeypatch):
     45 µs tuned call to 7.6 ms. The page waits for the warm-up (showing its progress), then times."""
     gate = threading.Event()
     warm = warmup.WarmUp(steps=[(warmup.ENCODER, lambda: gate.wait(20))]).start()
-    monkeypatch.setattr(warmup, "_started", warm)
+    monkeypatch.setattr(readiness, "_started", warm)
     threading.Timer(1.0, gate.set).start()
     timed_during_warm_up = []
     on_each_timing(monkeypatch, lambda: timed_during_warm_up.append(not warm.finished))

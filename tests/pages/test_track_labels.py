@@ -21,7 +21,7 @@ from streamlit.testing.v1 import AppTest
 
 from page_support import HANG_GUARD_S, button, rerun_until, set_tiny_encoder
 
-from core import warmup
+from core import readiness, warmup
 from core.training import steps
 
 VIEWS = Path(__file__).resolve().parents[2] / "views"
@@ -37,7 +37,7 @@ def still_compiling(monkeypatch):
     gate = threading.Event()
     warm = warmup.WarmUp(steps=(("the first kernels", lambda: gate.wait(HANG_GUARD_S)),
                                 (warmup.ENCODER, nothing), (warmup.DECODER, nothing))).start()
-    monkeypatch.setattr(warmup, "_started", warm)
+    monkeypatch.setattr(readiness, "_started", warm)
     assert warmup.running() is warm and not warmup.ready(warmup.ENCODER) and not warmup.ready(warmup.DECODER)
     yield warm
     gate.set()
@@ -49,7 +49,7 @@ def loaded(monkeypatch):
     gate = threading.Event()
     warm = warmup.WarmUp(steps=((warmup.ENCODER, nothing), (warmup.DECODER, nothing),
                                 ("the last kernels", lambda: gate.wait(HANG_GUARD_S)))).start()
-    monkeypatch.setattr(warmup, "_started", warm)
+    monkeypatch.setattr(readiness, "_started", warm)
     end = time.monotonic() + HANG_GUARD_S
     while not (warm.has_done(warmup.ENCODER) and warm.has_done(warmup.DECODER)):
         assert time.monotonic() < end, "the warm-up did not run its do-nothing steps"
@@ -61,7 +61,7 @@ def loaded(monkeypatch):
 
 def finish_loading(monkeypatch) -> None:
     """The compiled steps have loaded now (the warm-up has ended)."""
-    monkeypatch.setattr(warmup, "_started", warmup.WarmUp(steps=()))
+    monkeypatch.setattr(readiness, "_started", warmup.WarmUp(steps=()))
     assert warmup.ready(warmup.ENCODER) and warmup.ready(warmup.DECODER)
 
 
