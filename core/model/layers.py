@@ -23,7 +23,7 @@ from numba import njit
 
 from core.kernels import cpu as lesson_cpu
 from core.recording import note, recording  # noqa: F401  (recording: what the model pages wrap a forward pass in)
-from core.warmup import can_run
+from core.readiness import can_run
 
 ATTENTION_PARAMS = ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O")
 

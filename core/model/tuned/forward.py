@@ -25,7 +25,7 @@ import numpy as np
 from numba import njit
 
 from core.kernels.tuned.fastexp import fast_exp
-from core.warmup import can_run
+from core.readiness import can_run
 
 JIT = dict(cache=True, nogil=True, error_model="numpy")
 GELU_TANH_C = math.sqrt(2.0 / math.pi)
