@@ -8,10 +8,11 @@ Three kernel modules share one host-driver interface (see ``core/kernels/__init_
 - ``core.kernels.gpu``: the lesson kernels for CUDA.
 
 :func:`kernels_for` picks one for a call; :func:`run` calls a driver of the one picked. Inside
-``with recording() as ran:``, every call also leaves behind what ran (the host driver, the
-kernels it launched, the module, the seconds it took), so a page can show exactly the code behind
-its numbers. The record lives in a context variable: each thread (each Streamlit session runs in
-its own) sees only its own calls.
+``with recording() as ran:`` (:mod:`core.recording`, the one record a page keeps), every call also
+leaves behind what ran (the host driver, the kernels it launched, the module, the seconds it took),
+so a page can show exactly the code behind its numbers; :func:`functions_behind` reads the
+compiled functions a record's compiled functions call from their code. The record lives in a
+context variable: each thread (each Streamlit session runs in its own) sees only its own calls.
 """
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from typing import Callable, Iterator
 import numpy as np
 
 from core import backend as _backend
+from core.recording import Record, current, recording  # noqa: F401  (recording: the one record, re-exported)
 from core.kernels.warm_inputs import tiny_inputs
 
 LESSON_CPU, TUNED_CPU, LESSON_GPU = "core.kernels.cpu", "core.kernels.tuned.cpu", "core.kernels.gpu"
@@ -112,7 +114,9 @@ def _module(name: str) -> types.ModuleType:
     return module
 
 
-# --- the record of what ran ------------------------------------------------------------------
+# --- the record of what ran --------------------------------------------------------------------
+# One record for the whole page (core.recording.Record): the kernel calls below, with their seconds,
+# and every other function that ran. recording is re-exported here for code that times kernels.
 
 
 @dataclass(frozen=True)
@@ -128,40 +132,6 @@ class KernelCall:
     seconds: float
 
 
-class Record(list):
-    """The :class:`KernelCall` s made inside one ``with recording()`` block, in order."""
-
-    @property
-    def seconds(self) -> float:
-        return sum(call.seconds for call in self)
-
-    def functions(self) -> list[Callable]:
-        """Every function that ran, each once, in the order first run: hosts, then kernels, per call."""
-        seen: dict = {}
-        for call in self:
-            for fn in call.host + call.kernels:
-                seen.setdefault(fn.__code__, fn)
-        return list(seen.values())
-
-
-_record: contextvars.ContextVar[Record | None] = contextvars.ContextVar("kernel_record", default=None)
-
-
-@contextlib.contextmanager
-def recording() -> Iterator[Record]:
-    """``with recording() as ran:`` collects every driver call made by this thread (or task)
-    inside the block into ``ran``; a block nested in another fills both."""
-    outer = _record.get()
-    ran = Record()
-    token = _record.set(ran)
-    try:
-        yield ran
-    finally:
-        _record.reset(token)
-        if outer is not None:
-            outer.extend(ran)
-
-
 @contextlib.contextmanager
 def lesson_recording() -> Iterator[Record]:
     """:func:`recording` on the lesson track: what the lesson pages wrap their computation in, so
@@ -175,7 +145,7 @@ def run(backend: str | None, work: int, operation: str, *args):
     inside :func:`recording`, also notes what ran and how long it took."""
     kernels = kernels_for(backend, work, operation)
     driver = getattr(kernels, operation)
-    ran = _record.get()
+    ran = current()
     if ran is None:
         return driver(*args)
     start = time.perf_counter()
@@ -183,29 +153,31 @@ def run(backend: str | None, work: int, operation: str, *args):
     seconds = time.perf_counter() - start
     host, launched = functions_of(driver)
     name = kernels.__name__
-    ran.append(KernelCall(operation, name, "tuned" if name == TUNED_CPU else "lesson",
-                          "cuda" if name == LESSON_GPU else "cpu", host, launched, seconds))
+    ran.add_call(KernelCall(operation, name, "tuned" if name == TUNED_CPU else "lesson",
+                            "cuda" if name == LESSON_GPU else "cpu", host, launched, seconds))
     return result
 
 
 @functools.lru_cache(maxsize=None)
 def functions_of(driver: Callable) -> tuple[tuple[Callable, ...], tuple[Callable, ...]]:
-    """``(host, kernels)``: the Python functions a host driver runs, read from its code.
+    """``(host, kernels)``: the Python functions a host driver (or a compiled function) runs, read
+    from its code.
 
     Every global name the code uses is looked up where the code was written: a function of the
     driver's own module is host code (another driver, a helper); a compiled function (``@njit``,
     ``@cuda.jit``, a pair of builds, a cached kernel factory) is a kernel. Each is followed into
     its own code, so helpers a kernel calls are found too. Kernels appear as their Python source
-    function (``py_func``); builds of one source appear once.
+    function (``py_func``); builds of one source appear once. A compiled function has no host code:
+    ``((), (its source, the compiled functions it calls...))``.
     """
-    host: dict = {}
+    host: dict = {}       # id(code) -> function: a code object's hash may change as it is specialised
     kernels: dict = {}
 
     def visit(fn, is_kernel: bool) -> None:
         found = kernels if is_kernel else host
-        if fn.__code__ in host or fn.__code__ in kernels:
+        if id(fn.__code__) in host or id(fn.__code__) in kernels:
             return
-        found[fn.__code__] = fn
+        found[id(fn.__code__)] = fn
         for name in _global_names(fn.__code__):
             obj = fn.__globals__.get(name)
             for item in obj if isinstance(obj, tuple) else (obj,):
@@ -216,8 +188,22 @@ def functions_of(driver: Callable) -> tuple[tuple[Callable, ...], tuple[Callable
                       and item.__module__ == driver.__module__):
                     visit(item, False)
 
-    visit(driver, False)
+    compiled = _kernel_source(driver)
+    visit(driver if compiled is None else compiled, compiled is not None)
     return tuple(host.values()), tuple(kernels.values())
+
+
+def functions_behind(ran: Record) -> list[Callable]:
+    """Every function behind a record's numbers, each once, in the order first run: the functions
+    that ran, each compiled one followed by the compiled functions it calls (inside Numba nothing
+    can note itself: they are read from its code by :func:`functions_of`). What a page's source
+    expander shows."""
+    shown: dict = {}
+    for fn in ran.functions():
+        build = ran.build_of(fn)
+        for each in (fn,) if build is None else functions_of(build)[1]:
+            shown.setdefault(id(each.__code__), each)
+    return list(shown.values())
 
 
 def _global_names(code: types.CodeType) -> list[str]:
