@@ -33,16 +33,23 @@ def count(shapes: dict) -> int:
     return int(sum(math.prod(shape) for shape in shapes.values()))
 
 
+def named_views(flat: np.ndarray, shapes: dict) -> dict[str, np.ndarray]:
+    """A flat buffer packed in ``{name: shape}`` order as ``{name: view}``: writing a view writes the
+    buffer, so one update of the buffer (Adam's) updates every parameter."""
+    if flat.size != count(shapes):
+        raise ValueError(f"The flat buffer holds {flat.size} numbers; these parameters need {count(shapes)}.")
+    return {name: flat[at:at + math.prod(shape)].reshape(shape)
+            for (name, shape), at in zip(shapes.items(), offsets(shapes).values())}
+
+
 def pack(params: dict) -> tuple[np.ndarray, dict]:
-    """Copy parameters into one flat buffer, in the dict's order; return it and a dict of views into
-    it (same names), so that one update of the buffer updates every parameter."""
-    dtype = next(iter(params.values())).dtype
-    flat = np.empty(sum(v.size for v in params.values()), dtype=dtype)
-    views, at = {}, 0
+    """Copy parameters into one flat buffer, in the dict's order; return it and its
+    :func:`named_views` (the same names)."""
+    shapes = {name: np.shape(value) for name, value in params.items()}
+    flat = np.empty(count(shapes), dtype=next(iter(params.values())).dtype)
+    views = named_views(flat, shapes)
     for name, value in params.items():
-        views[name] = flat[at:at + value.size].reshape(value.shape)
         views[name][...] = value
-        at += value.size
     return flat, views
 
 

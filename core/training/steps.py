@@ -21,6 +21,7 @@ from typing import Callable
 import numpy as np
 
 from core.model import decoder, optim
+from core.model import params as P
 
 from core.model.tuned import decoder_loss
 
@@ -75,25 +76,15 @@ def decoder_gradient(track: str, cfg, flat: np.ndarray) -> Callable:
     if check_track(track) == "compiled":
         return decoder_loss.Gradient(cfg, flat)
     shapes = decoder.param_shapes(cfg)
-    params = _named_views(flat, shapes)
+    params = P.named_views(flat, shapes)
 
     def gradient(tgt_in, tgt_out, src, out):
         loss, grads = decoder.loss_and_grads(params, cfg, tgt_in, tgt_out, src)
-        views = _named_views(out, shapes)
+        views = P.named_views(out, shapes)
         for name, value in grads.items():
             views[name][...] = value
         return loss
     return gradient
-
-
-def _named_views(flat: np.ndarray, shapes: dict) -> dict:
-    """A flat buffer packed in ``shapes`` order as named views (writing one writes the buffer)."""
-    out, at = {}, 0
-    for name, shape in shapes.items():
-        size = int(np.prod(shape))
-        out[name] = flat[at:at + size].reshape(shape)
-        at += size
-    return out
 
 
 # ----------------------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ import pytest
 
 from core.model import config as C
 from core.model import decoder, presets
+from core.model import params as P
 
 
 def digest(params: dict) -> str:
@@ -51,3 +52,33 @@ PINNED = {
 def test_fresh_parameters_are_the_pinned_ones_bit_for_bit(model, seed, dtype):
     params = decoder.init_params(MODELS[model], seed, np.dtype(dtype))    # a single stack: config.init_params
     assert digest(params) == PINNED[model, seed, dtype]
+
+
+# --- the flat buffer and its named views --------------------------------------------------------
+
+def test_named_views_cut_the_buffer_in_order_and_write_through():
+    shapes = {"a": (2, 3), "b": (4,), "c": (), "d": (1, 2)}
+    flat = np.arange(13.0)
+    views = P.named_views(flat, shapes)
+    assert list(views) == list(shapes) and {n: v.shape for n, v in views.items()} == shapes
+    assert np.concatenate([v.ravel() for v in views.values()]).tolist() == flat.tolist()
+    views["b"][...] = -1.0                                    # a view writes the buffer
+    assert flat[6:10].tolist() == [-1.0] * 4 and flat[5] == 5.0 and flat[10] == 10.0
+
+
+def test_pack_copies_the_parameters_into_one_buffer_their_views_read():
+    cfg = MODELS["seq2seq"]
+    params = decoder.init_params(cfg, 1, np.float64)
+    flat, views = P.pack(params)
+    assert flat.dtype == np.float64 and flat.size == decoder.param_count(cfg)
+    assert all(np.array_equal(views[n], params[n]) for n in params)
+    again = P.named_views(flat, decoder.param_shapes(cfg))
+    assert all(np.shares_memory(again[n], views[n]) for n in params)
+    flat *= 2.0                                               # one update of the buffer moves every view ...
+    assert all(np.array_equal(views[n], 2.0 * params[n]) for n in params)
+    assert digest(params) == digest(decoder.init_params(cfg, 1, np.float64))   # ... and no parameter it was copied from
+
+
+def test_a_buffer_of_the_wrong_size_is_refused():
+    with pytest.raises(ValueError, match="holds 5 numbers; these parameters need 6"):
+        P.named_views(np.zeros(5), {"a": (2, 3)})

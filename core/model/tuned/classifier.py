@@ -69,7 +69,7 @@ def check_labels(labels, batch: int, cfg: TransformerConfig) -> np.ndarray:
 def flatten(params: dict, cfg: TransformerConfig) -> np.ndarray:
     """The parameters copied into one flat buffer in ``param_shapes(cfg)`` order, as the compiled
     step reads it (:func:`core.model.tuned.offsets.encoder_layout`)."""
-    return np.concatenate([np.ravel(params[name]) for name in param_shapes(cfg)])
+    return P.pack({name: params[name] for name in param_shapes(cfg)})[0]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -160,12 +160,7 @@ def loss_and_grads(params: dict, tokens, labels, cfg: TransformerConfig, *, back
     flat = flatten(params, cfg)
     grad_flat = np.empty_like(flat)
     loss, _ = _run(K.GRADIENT, flat, tok, lab, cfg, grad_flat=grad_flat)
-    grads, at = {}, 0
-    for name, shape in param_shapes(cfg).items():
-        size = int(np.prod(shape))
-        grads[name] = grad_flat[at:at + size].reshape(shape).copy()
-        at += size
-    return float(loss), grads
+    return float(loss), P.named_views(grad_flat, param_shapes(cfg))
 
 
 def train_step(flat: np.ndarray, grad_flat: np.ndarray, optimizer: Adam, tok: np.ndarray, lab: np.ndarray,

@@ -376,7 +376,7 @@ def test_the_encoder_does_not_import_the_reference():
     import os
     import subprocess
     import sys
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))  # the repository
     code = "import sys, core.model.tuned.classifier, core.training.encoder_runs; sys.exit('core.kernels.reference' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr or "core.model.tuned.classifier imported core.kernels.reference"
