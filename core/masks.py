@@ -7,13 +7,19 @@ from __future__ import annotations
 import numpy as np
 
 
-def causal(T: int, dtype=np.float64) -> np.ndarray:
-    r"""The causal mask ``(T, T)``: :math:`M_{ij} = 0` if :math:`j \le i`, else :math:`-\infty`.
+def causal(T: int, dtype=np.float64, *, start: int = 0) -> np.ndarray:
+    r"""The causal mask ``(T, start + T)``: :math:`M_{ij} = 0` if :math:`j \le start + i`, else :math:`-\infty`.
 
-    Query ``i`` may look at itself and the past, never the future.
+    Query ``i`` may look at itself and the past, never the future. ``start`` is the number of
+    positions already in a KV cache: the ``T`` new queries sit at positions ``start ... start+T-1``
+    and see every cached key (``start=0``, the default, is the square mask of a whole sequence).
+    The one definition of causality: the readable model builds its mask here, and the compiled
+    training step's attention (:mod:`core.model.tuned.attention`) is tested to agree with it.
     """
     T = _positive_length(T, "T")
-    return np.triu(np.full((T, T), -np.inf, dtype=dtype), k=1)
+    if int(start) != start or start < 0:
+        raise ValueError(f"start must be a whole number of cached positions, 0 or more, got {start}.")
+    return np.triu(np.full((T, int(start) + T), -np.inf, dtype=dtype), k=int(start) + 1)
 
 
 def padding(lengths, T: int, dtype=np.float64) -> np.ndarray:

@@ -27,6 +27,7 @@ import math
 import numpy as np
 from numba import njit
 
+from core import masks
 from core.attention import merge_heads, split_heads    # heads are pure reshapes: one definition
 from core.model import layers as L
 from core.model.tuned import forward as TF
@@ -51,11 +52,6 @@ def softmax_rows(S: np.ndarray) -> np.ndarray:
     np.exp(A, out=A)
     A /= A.sum(axis=-1, keepdims=True)
     return A
-
-
-def causal_mask(n_new: int, start: int, dtype) -> np.ndarray:
-    """``(n_new, start + n_new)``: query ``i`` (at position ``start + i``) sees keys ``j <= start + i``."""
-    return np.triu(np.full((n_new, start + n_new), -np.inf, dtype=dtype), k=start + 1)
 
 
 def edit_heads(Z: np.ndarray, edits: dict | None, layer: int, key_mask: np.ndarray | None = None) -> np.ndarray:
@@ -152,7 +148,7 @@ def attend(x_q: np.ndarray, x_kv: np.ndarray, w: dict, cfg, cache: dict, name: s
     S = L.product(Q, K.swapaxes(-1, -2), big)                                            # (B, H, Tq, Tk)
     S *= S.dtype.type(1.0 / math.sqrt(d_k))
     if causal:
-        S += causal_mask(Q.shape[2], start, x_q.dtype)
+        S += masks.causal(Q.shape[2], x_q.dtype, start=start)                          # (Tq, start + Tq)
     if key_mask is not None:
         S += key_mask
     cache[key(name, "scores")] = S

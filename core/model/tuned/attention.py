@@ -194,7 +194,9 @@ def attention_forward(xq, q_row, xkv, k_row, v_row, causal, P, ctx):
     for h in range(H):
         for v in range(Bv):
             q0, k0, v0, o0, block = _head_block(h, v, q_row, k_row, v_row, dk, Bv, Tq, L, Nq, Nk, TL)
-            # 1. scores s_j = q_i . k_j / sqrt(d_k) of every visible key j, minus their maximum
+            # 1. scores s_j = q_i . k_j / sqrt(d_k) of every visible key j, minus their maximum. Causal:
+            # query i sees keys j <= i, the first min(i + 1, Tk), as core.masks.causal defines it (the
+            # one definition; an index bound here, not a mask to add: tests/test_masks.py holds the two equal)
             if causal:
                 for i in range(Tq):
                     _dots_into(p, block + i * TL, L, x, q0 + i * L, Nq, y, k0, L, Nk, dk, min(i + 1, Tk), xq)

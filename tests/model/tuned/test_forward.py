@@ -4,6 +4,7 @@ which runs them, against itself with and without the KV cache."""
 import numpy as np
 import pytest
 
+from core import masks
 from core.model import layers as L
 from core.model import multi_head as MH
 from core.model import transformer as tr
@@ -20,7 +21,7 @@ def test_softmax_twin_matches_the_readable_rows(shape, dtype):
     rng = np.random.default_rng(sum(shape))
     S = (6 * rng.standard_normal(shape)).astype(dtype)
     Tq, Tk = shape[-2:]
-    S += MH.causal_mask(Tq, Tk - Tq, dtype)                  # -inf above the diagonal, never a whole row
+    S += masks.causal(Tq, dtype, start=Tk - Tq)              # -inf above the diagonal, never a whole row
     A = TF.softmax_rows(S)
     assert A.dtype == dtype and A.shape == S.shape
     np.testing.assert_allclose(A, MH.softmax_rows(S), **TOL[dtype])
