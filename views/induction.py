@@ -8,8 +8,8 @@ import streamlit as st
 from core import warmup
 from core.lessons import questions
 from core.model import decoder, multi_head, names, transformer
-from core.lessons import head_kinds
-from core.training import decoder_runs, induction
+from core.lessons import head_kinds, induction
+from core.training import decoder_runs
 from core.training.steps import step_functions
 from ui import charts, lesson, state
 from ui.widgets import function_sources

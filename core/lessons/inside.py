@@ -27,66 +27,11 @@ import numpy as np
 from core.lessons.analysis import row_entropy_bits
 from core.model import names, transformer
 from core.model.config import TransformerConfig
-from core.training import shipped, encoder_runs
-from core.training.encoder_runs import EncoderRun
-from core.training.tasks import Dataset, make_dataset
+# the model the page opens on is trained (or read from the file shipped with the app) in core.training
+from core.training.encoder_runs import TrainedEncoder as Model, default_model, train_default  # noqa: F401
 
 ABLATION_MODES = ("zero", "mean")
 BATCH = 256            # sequences per forward pass when scoring a test set (bounds the cache's memory)
-
-
-# ----------------------------------------------------------------------------------------------
-# the model
-# ----------------------------------------------------------------------------------------------
-@dataclasses.dataclass(frozen=True)
-class Model:
-    """A trained encoder, the data it was trained and tested on, and how it came about."""
-
-    params: dict
-    cfg: TransformerConfig
-    data: Dataset
-    origin: str
-
-
-def _spec(task, seed, n_train, n_val, n_test, steps) -> EncoderRun:
-    return EncoderRun(task=task, seed=int(seed), n_train=n_train, n_val=n_val, n_test=n_test,
-                   **({} if steps is None else {"steps": int(steps)})).check()
-
-
-def _origin(spec: EncoderRun, track: str) -> str:
-    """How a default model came about, as the page names it (the track says which step trained it)."""
-    return (f"default model: {spec.steps} steps on '{spec.task}', seed {spec.seed}, "
-            f"trained on the {track} training step")
-
-
-def train_default(task: str = "sum", seed: int = 0, *, n_train: int = 4000, n_val: int = 1000,
-                  n_test: int = 1000, steps: int | None = None, track: str = encoder_runs.DEFAULT_TRACK) -> Model:
-    """The training page's default run (``EncoderRun``: 2 layers, 4 heads, d_model 32, sinusoidal
-    positions, Adam at 3e-3 decaying to a tenth, batches of 64, 300 steps), deterministic by seed
-    and ``track`` (the readable or the compiled training step: the same to rounding), which its
-    ``origin`` names."""
-    spec = _spec(task, seed, n_train, n_val, n_test, steps)
-    cfg = spec.config()
-    data = make_dataset(task, spec.n_train, spec.n_val, spec.n_test, seed=spec.seed)
-    state = encoder_runs.new_state(cfg, data, seed=spec.seed, lr=spec.lr, batch_size=spec.batch_size,
-                               decay_steps=spec.steps)
-    for _ in encoder_runs.train(state, data, max_steps=spec.steps, eval_every=spec.steps, track=track):
-        pass
-    params = {name: value.copy() for name, value in state.params.items()}
-    return Model(params, cfg, data, _origin(spec, track))
-
-
-def default_model(task: str = "sum", seed: int = 0, *, n_train: int = 4000, n_val: int = 1000,
-                  n_test: int = 1000, steps: int | None = None, track: str = encoder_runs.DEFAULT_TRACK) -> Model:
-    """:func:`train_default`'s model, read from the file shipped with the app when that run is the
-    shipped one (:mod:`core.training.shipped`: the default task, seed 0), trained here otherwise."""
-    spec = _spec(task, seed, n_train, n_val, n_test, steps)
-    found = shipped.find(shipped.ENCODER_FILE, dataclasses.asdict(spec))
-    if found is None:
-        return train_default(task, seed, n_train=n_train, n_val=n_val, n_test=n_test, steps=steps, track=track)
-    params, run = found
-    return Model(params, spec.config(), make_dataset(task, spec.n_train, spec.n_val, spec.n_test, seed=spec.seed),
-                 _origin(spec, run["track"]) + " and shipped with the app")
 
 
 def forward(params: dict, cfg: TransformerConfig, tokens, ablate: dict | None = None):

@@ -18,22 +18,29 @@ from core.training.encoder_runs import confusion_table, run
 from core.training.steps import DEFAULT_TRACK, TRACKS
 from core.training.tasks import TASKS
 
-INDUCTION_TASK = "induction"       # the two-layer attention-only decoder of core.training.induction
+INDUCTION_TASK = "induction"       # the two-layer attention-only decoder of core.training.induction_runs
 
 
 def _main_induction(args) -> int:
-    """Train the induction model; the result line adds the heads' scores and the two halves' losses."""
-    from core.training import induction
+    """Train the induction model; the result line adds the heads' scores (measured by the page's
+    lesson, core.lessons.induction: this program sits above every layer of core) and the losses on
+    the two kinds of next token."""
+    from core.lessons import induction as lesson
+    from core.training import induction_runs
 
     given = {k: v for k, v in (("steps", args.steps), ("lr", args.lr)) if v is not None}
     try:
-        setup = induction.InductionSetup(**given)            # the page's default run unless told otherwise
+        setup = induction_runs.InductionSetup(**given)       # the page's default run unless told otherwise
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    run_ = induction.train_induction(setup, seed=args.seed, callback=lambda step, loss: (
+    run_ = induction_runs.train_induction(setup, seed=args.seed, callback=lambda step, loss: (
         step % 100 == 99 and print(f"step {step + 1:5d}  loss {loss:.4f}", flush=True)))
-    result = induction.summary(run_, induction.measure(run_.params, run_.cfg, induction.held_out(setup, args.seed)))
+    m = lesson.measure(run_.params, run_.cfg, induction_runs.held_out(setup, args.seed))
+    result = {"task": "induction", "steps": setup.steps, "val_acc": m.acc_repeated_segment,
+              "train_seconds": run_.train_seconds, "ms_per_step": 1000.0 * run_.train_seconds / setup.steps,
+              "induction_score": float(m.induction[-1].max()), "previous_token_score": float(m.previous[0].max()),
+              "loss_first_occurrence": m.loss_first_occurrence, "loss_repeated_segment": m.loss_repeated_segment}
     print(json.dumps(result) if args.json else "\n".join(f"{k}: {v}" for k, v in result.items()))
     return 0
 

@@ -1,9 +1,11 @@
-"""Training the tiny encoder: a resumable generator of metrics, evaluation helpers, and a CLI.
+"""Training the tiny encoder: a resumable generator of metrics, evaluation helpers, one run's
+settings, and the default model the page "Inside a trained model" opens on.
 
     state = new_state(cfg, data, seed=0)
     for metrics in train(state, data, max_steps=300):    # one dict per step
         ...                                               # state.params is the live model
     test_accuracy(state, data); confusion_table(state, data)
+    model = default_model("sum", seed=0)                  # shipped with the app, else trained here
 
 Everything that changes during training lives in :class:`TrainState` (parameters, Adam moments,
 the random generator that draws batches, the step count), so a new ``train(state, ...)`` call
@@ -25,7 +27,7 @@ from core.model.tuned import classifier
 from core.model.config import TransformerConfig
 from core.model.optim import Adam
 from core.model.params import pack
-from core.training import loop
+from core.training import loop, shipped
 from core.training.steps import DEFAULT_TRACK, encoder_update
 from core.training.tasks import TASKS, Dataset, make_dataset
 from core.validate import check_heads
@@ -217,3 +219,57 @@ class EncoderRun:
         return config_for(self.task, d_model=int(self.d_model), n_heads=int(self.n_heads),
                                    d_ff=2 * int(self.d_model), n_layers=int(self.n_layers),
                                    positional=self.positional)
+
+
+# ----------------------------------------------------------------------------------------------
+# the default model: the run "Inside a trained model" opens on, shipped with the app
+# ----------------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class TrainedEncoder:
+    """A trained encoder, the data it was trained and tested on, and how it came about."""
+
+    params: dict
+    cfg: TransformerConfig
+    data: Dataset
+    origin: str
+
+
+def _spec(task, seed, n_train, n_val, n_test, steps) -> EncoderRun:
+    return EncoderRun(task=task, seed=int(seed), n_train=n_train, n_val=n_val, n_test=n_test,
+                      **({} if steps is None else {"steps": int(steps)})).check()
+
+
+def _origin(spec: EncoderRun, track: str) -> str:
+    """How a default model came about, as the page names it (the track says which step trained it)."""
+    return (f"default model: {spec.steps} steps on '{spec.task}', seed {spec.seed}, "
+            f"trained on the {track} training step")
+
+
+def train_default(task: str = "sum", seed: int = 0, *, n_train: int = 4000, n_val: int = 1000,
+                  n_test: int = 1000, steps: int | None = None, track: str = DEFAULT_TRACK) -> TrainedEncoder:
+    """The training page's default run (``EncoderRun``: 2 layers, 4 heads, d_model 32, sinusoidal
+    positions, Adam at 3e-3 decaying to a tenth, batches of 64, 300 steps), deterministic by seed
+    and ``track`` (the readable or the compiled training step: the same to rounding), which its
+    ``origin`` names."""
+    spec = _spec(task, seed, n_train, n_val, n_test, steps)
+    cfg = spec.config()
+    data = make_dataset(task, spec.n_train, spec.n_val, spec.n_test, seed=spec.seed)
+    state = new_state(cfg, data, seed=spec.seed, lr=spec.lr, batch_size=spec.batch_size, decay_steps=spec.steps)
+    for _ in train(state, data, max_steps=spec.steps, eval_every=spec.steps, track=track):
+        pass
+    params = {name: value.copy() for name, value in state.params.items()}
+    return TrainedEncoder(params, cfg, data, _origin(spec, track))
+
+
+def default_model(task: str = "sum", seed: int = 0, *, n_train: int = 4000, n_val: int = 1000,
+                  n_test: int = 1000, steps: int | None = None, track: str = DEFAULT_TRACK) -> TrainedEncoder:
+    """:func:`train_default`'s model, read from the file shipped with the app when that run is the
+    shipped one (:mod:`core.training.shipped`: the default task, seed 0), trained here otherwise."""
+    spec = _spec(task, seed, n_train, n_val, n_test, steps)
+
+    def read(params, run):
+        data = make_dataset(task, spec.n_train, spec.n_val, spec.n_test, seed=spec.seed)
+        return TrainedEncoder(params, spec.config(), data, _origin(spec, run["track"]) + " and shipped with the app")
+
+    return shipped.load_or_train(shipped.ENCODER_FILE, dataclasses.asdict(spec), read=read, train=lambda: train_default(
+        task, seed, n_train=n_train, n_val=n_val, n_test=n_test, steps=steps, track=track))

@@ -6,14 +6,14 @@ the class waits. So the default run of each page (its default settings, seed 0) 
 on the compiled step, and saved here as a small ``.npz``: the parameters, and the run that made them
 (its settings, the track, the training time, the losses) as JSON.
 
-A file is used only when a page asks for exactly the run it records; any other setting trains live.
-``python -m core.training.shipped`` trains both again and rewrites the files (``python -m
-core.training.shipped induction.npz`` that one alone); ``tests/training/test_shipped.py``
-trains them again and checks they still match.
+A file is used only when a page asks for exactly the run it records; any other setting trains live
+(:func:`load_or_train`). This module is the files' format and their lookup, and imports nothing of
+the models: ``python -m core.training.retrain_shipped`` trains both again and rewrites the files
+(``python -m core.training.retrain_shipped induction.npz`` that one alone);
+``tests/training/test_shipped.py`` trains them again and checks they still match.
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 
@@ -50,32 +50,8 @@ def find(name: str, settings: dict) -> tuple[dict, dict] | None:
     return params, run
 
 
-def write(which: tuple[str, ...] = (ENCODER_FILE, INDUCTION_FILE)) -> None:
-    """Train the default runs of the files in ``which`` again on the compiled step and rewrite them."""
-    from core.lessons import inside
-    from core.training import induction
-    from core.training.encoder_runs import EncoderRun
-
-    if ENCODER_FILE in which:
-        spec = EncoderRun()
-        model = inside.train_default(spec.task, spec.seed, track="compiled")
-        save(os.path.join(FOLDER, ENCODER_FILE), model.params,
-             {"settings": dataclasses.asdict(spec), "track": "compiled"})
-    if INDUCTION_FILE in which:
-        setup = induction.InductionSetup()
-        run = induction.train_induction(setup, seed=0, track="compiled")
-        save(os.path.join(FOLDER, INDUCTION_FILE), run.params,
-             {"settings": {**dataclasses.asdict(setup), "seed": 0}, "track": "compiled",
-              "train_seconds": run.train_seconds, "losses": [float(x) for x in run.losses]})
-
-
-if __name__ == "__main__":
-    import sys
-
-    names = tuple(sys.argv[1:]) or (ENCODER_FILE, INDUCTION_FILE)     # e.g. induction.npz alone
-    unknown = set(names) - {ENCODER_FILE, INDUCTION_FILE}
-    if unknown:
-        sys.exit(f"unknown file {sorted(unknown)[0]!r}: {ENCODER_FILE} or {INDUCTION_FILE}")
-    os.makedirs(FOLDER, exist_ok=True)
-    write(names)
-    print(f"wrote {' and '.join(names)} in {FOLDER}")
+def load_or_train(name: str, settings: dict, *, read, train):
+    """A default model: ``read(params, run)`` of the shipped file ``name`` when it records exactly
+    ``settings`` (:func:`find`), else ``train()``."""
+    found = find(name, settings)
+    return train() if found is None else read(*found)

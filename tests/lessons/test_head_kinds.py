@@ -5,7 +5,7 @@ import pytest
 
 from core.lessons import real_model as rm
 from core.lessons import head_kinds as hs
-from core.training import induction as I
+from core.lessons import induction as I
 
 N, T = 10, 2 * 10 - 1
 

@@ -7,7 +7,7 @@ import pytest
 
 from core.kernels import reference
 from core.lessons import inside
-from core.training import induction as I
+from core.lessons import induction as I
 from core.model.tuned.classifier import EncoderConfig
 from test_inside import SMALL, _params, _reference, _tokens
 

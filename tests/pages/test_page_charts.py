@@ -735,7 +735,7 @@ def test_induction_charts_are_the_held_out_maps_scores_and_losses():
     import test_page_induction as induction_page
     from core.model import decoder
     from core.lessons import head_kinds
-    from core.training import induction as I
+    from core.lessons import induction as I
 
     at = induction_page._open(example=4, layer=1, head=2)
     check(at)

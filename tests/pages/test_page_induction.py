@@ -1,4 +1,4 @@
-"""The Induction heads page: the scores, losses and removals it shows are core.training.induction's,
+"""The Induction heads page: the scores, losses and removals it shows are core.lessons.induction's,
 the controls move what is shown, and every sentence that depends on the measures is checked in a
 setting where it flips: few steps (no head formed), an early model (an induction head, no named
 previous-token head, a removal that leaves most of the score) and the shipped default model (both
@@ -11,7 +11,7 @@ from streamlit.testing.v1 import AppTest
 
 from core.lessons import questions
 from core.lessons import head_kinds as hs
-from core.training import induction as I
+from core.lessons import induction as I
 from page_support import answer_everything, answer_question, button, heatmaps
 
 PAGE = str(Path(__file__).resolve().parents[2] / "views" / "induction.py")

@@ -10,7 +10,7 @@ import test_page_decoder as decoder_page
 import test_page_induction as induction_page
 import test_page_inside_model as inside_page
 from core.kernels import reference
-from core.training import induction as I
+from core.lessons import induction as I
 from page_support import heatmaps, table_named
 
 

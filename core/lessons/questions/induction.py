@@ -5,7 +5,7 @@ the opening question's answer is what removing that model's previous-token head 
 """
 from core.lessons.predictions import Prediction
 from core.model import names
-from core.training import induction
+from core.lessons import induction
 
 PAGE = "induction"
 _RUN, _DATA, _M, (_PREV, _IND), _ABLATION = induction.opening_experiment("zero")
