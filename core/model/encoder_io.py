@@ -3,7 +3,7 @@ one vocabulary (``embed``, ``blocks.{i}.attn.W_Q``, ``classifier.W`` ...), with 
 weights alone do not determine stored beside them.
 
 Files saved before the one vocabulary name the same arrays ``layers.{i}.W_Q``, ``layers.{i}.ln1_g``,
-``W_cls`` ...: they still load, renamed here (:data:`OLD_NAMES`) and nowhere else.
+``W_cls`` ...: they still load, renamed by their own format, :mod:`core.model.formats.legacy_npz`.
 """
 from __future__ import annotations
 
@@ -16,17 +16,12 @@ import numpy as np
 
 from core.model import params as P
 from core.model import presets
+from core.model.formats import legacy_npz
 from core.model.config import POSITIONAL, TransformerConfig, param_shapes
 
 # Settings the weights alone do not determine, stored beside them as "config.<name>" arrays.
 SETTINGS_PREFIX = "config."
 
-# The older names of a weight file: outside the blocks, and a block's array after "layers.{i}."
-OLD_NAMES = {"W_cls": "classifier.W", "b_cls": "classifier.b"}
-OLD_BLOCK_NAMES = {**{f"{w}_{n}": f"attn.{w}_{n}" for w in "Wb" for n in "QKVO"},
-                   "ln1_g": "ln1.g", "ln1_b": "ln1.b", "ln2_g": "ln2.g", "ln2_b": "ln2.b",
-                   **{f"{w}_{n}": f"ffn.{w}_{n}" for w in "Wb" for n in "12"}}
-_OLD_BLOCK = re.compile(r"^layers\.(\d+)\.(\w+)$")
 _BLOCK = re.compile(r"^blocks\.(\d+)\.")
 
 
@@ -46,11 +41,11 @@ def save(params: dict, path_or_file, cfg: TransformerConfig | None = None) -> No
 def load(path_or_file, cfg: TransformerConfig | None = None) -> dict[str, np.ndarray]:
     """Read parameters from an ``.npz`` file (no pickles) and check them.
 
-    Arrays under the older names (:data:`OLD_NAMES`) are renamed to the one vocabulary's. With
-    ``cfg`` the names, shapes, dtype and finiteness are checked against it; without, a config is
-    inferred (:func:`infer_config`, with the settings the file stores) and the parameters are
-    checked against that. Returned in ``param_shapes(cfg)`` order. A file that is not a valid
-    archive, or holds the wrong arrays, raises ``ValueError`` saying what is wrong.
+    Arrays under the older names (:mod:`core.model.formats.legacy_npz`) are renamed to the one
+    vocabulary's. With ``cfg`` the names, shapes, dtype and finiteness are checked against it;
+    without, a config is inferred (:func:`infer_config`, with the settings the file stores) and the
+    parameters are checked against that. Returned in ``param_shapes(cfg)`` order. A file that is not
+    a valid archive, or holds the wrong arrays, raises ``ValueError`` saying what is wrong.
     """
     return load_with_settings(path_or_file, cfg)[0]
 
@@ -72,28 +67,12 @@ def load_with_settings(path_or_file, cfg: TransformerConfig | None = None) -> tu
         reason = str(err) or type(err).__name__
         raise ValueError(f"Could not read the parameter file: it is not a valid .npz archive ({reason}).") from None
     settings = _take_settings(params)
-    params = _new_names(params)
+    params = legacy_npz.params_from(params)
     if cfg is None:
         cfg = infer_config(params, **settings)
     else:
         P.check_params(params, param_shapes(cfg))
     return {name: params[name] for name in param_shapes(cfg)}, cfg, settings
-
-
-def _new_names(arrays: dict) -> dict:
-    """``arrays`` with every older name (:data:`OLD_NAMES`, ``layers.{i}.`` + :data:`OLD_BLOCK_NAMES`)
-    replaced by the one vocabulary's; other names unchanged."""
-    renamed = {}
-    for name, value in arrays.items():
-        block = _OLD_BLOCK.match(name)
-        if block and block.group(2) in OLD_BLOCK_NAMES:
-            new = f"blocks.{block.group(1)}.{OLD_BLOCK_NAMES[block.group(2)]}"
-        else:
-            new = OLD_NAMES.get(name, name)
-        if new in renamed:
-            raise ValueError(f"The parameter file holds {new!r} twice, under its older and its new name.")
-        renamed[new] = value
-    return renamed
 
 
 def _take_settings(arrays: dict) -> dict:

@@ -1,4 +1,7 @@
-"""Loading and saving GPT-2-format checkpoints, against `transformers` (random weights, no download)."""
+"""What every checkpoint family shares (core.model.pretrained): the folder, safetensors, config.json's
+model_type looked up among the registered formats, the tokenizer, the Hub; a random GPT-2 saved by
+`transformers` stands in for any checkpoint. Each family's own names and layouts are tested beside
+its format, in tests/model/formats/."""
 import json
 import os
 import shutil
@@ -7,19 +10,14 @@ import numpy as np
 import pytest
 
 from core import pretrained
+from core.model import formats
 from core.training import make_tiny_gpt
-from oracle_support import require
-from tests.model.test_transformer import TINY, random_gpt2
+from oracle_support import random_gpt2, require
+
+TINY = dict(vocab_size=50, n_positions=32, n_embd=16, n_head=4, n_layer=2)
 
 TEXTS = ["the query and the key give a score.", "Hello, world!  Ünïcode: naïve café — 東京 🙂",
          "  leading spaces and\ttabs\nnew lines", "a"]
-
-
-def reference_logits(model, ids, dtype):
-    torch = require("torch")
-    model = model.double() if dtype == np.float64 else model.float()
-    with torch.no_grad():
-        return model(torch.from_numpy(np.atleast_2d(ids))).logits.numpy()
 
 
 @pytest.fixture(scope="module")
@@ -29,49 +27,6 @@ def hf_folder(tmp_path_factory):
     folder = tmp_path_factory.mktemp("gpt2")
     model.save_pretrained(folder, safe_serialization=True)
     return str(folder), model
-
-
-@pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["float64", "float32"])
-def test_loads_what_transformers_saved(hf_folder, dtype, monkeypatch):
-    folder, model = hf_folder
-    monkeypatch.setattr(pretrained, "_download", lambda *a, **k: pytest.fail("a folder must not touch the network"))
-    m = pretrained.load(folder, dtype)
-    ids = np.array([[1, 5, 9, 2, 44, 7], [0, 0, 3, 49, 8, 8]])
-    logits, cache = m.forward(ids)
-    ref = reference_logits(model, ids, dtype)
-    tol = 1e-9 if dtype == np.float64 else 1e-4
-    np.testing.assert_allclose(logits, ref, rtol=tol, atol=tol * np.abs(ref).max())
-    assert cache["blocks.1.attn.weights"].shape == (2, TINY["n_head"], 6, 6)
-    assert m.config.norm_placement == "pre" and m.config.tied_unembed and m.config.positional == "learned"
-    assert all(not v.flags.writeable for v in m.params.values())          # shared by every session: read-only
-
-
-def test_keys_without_the_transformer_prefix_load(hf_folder, tmp_path):
-    from safetensors.numpy import load_file, save_file
-
-    folder, model = hf_folder
-    shutil.copy(os.path.join(folder, "config.json"), tmp_path / "config.json")
-    tensors = {k.removeprefix("transformer."): v for k, v in load_file(os.path.join(folder, "model.safetensors")).items()}
-    assert not any(k.startswith("transformer.") for k in tensors)
-    save_file(tensors, str(tmp_path / "model.safetensors"), metadata={"format": "pt"})
-    ids = np.array([4, 8, 15, 16, 23, 42])
-    logits, _ = pretrained.load(str(tmp_path), np.float64).forward(ids)
-    np.testing.assert_allclose(logits, reference_logits(model, ids, np.float64), rtol=1e-9, atol=1e-9)
-
-
-def test_transformers_loads_what_we_saved(hf_folder, tmp_path):
-    transformers = require("transformers")
-    folder, _ = hf_folder
-    ours = pretrained.load(folder, np.float32)
-    pretrained.save(ours.params, ours.config, str(tmp_path))
-    theirs = transformers.GPT2LMHeadModel.from_pretrained(str(tmp_path), attn_implementation="eager").eval()
-    ids = np.array([3, 1, 4, 1, 5, 9, 2, 6])
-    ref = reference_logits(theirs, ids, np.float32)
-    logits, _ = ours.forward(ids)
-    np.testing.assert_allclose(logits, ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
-    again = pretrained.load(str(tmp_path), np.float32)                      # and our own reader agrees
-    for name, value in ours.params.items():
-        np.testing.assert_array_equal(again.params[name], value)
 
 
 @pytest.fixture(scope="module")
@@ -128,8 +83,10 @@ def test_a_config_of_another_family(hf_folder, tmp_path):
     folder = copy_of(hf_folder[0], tmp_path)
     with open(os.path.join(folder, "config.json"), "w") as f:
         json.dump({"model_type": "t5", "d_model": 16}, f)
-    with pytest.raises(ValueError, match="t5 model: only the GPT-2 family .* and the BERT family"):
+    with pytest.raises(ValueError, match="t5 model: only the GPT-2 family .* and the BERT family") as refused:
         pretrained.load(folder)
+    for model_type in formats.FORMATS:                                   # every registered family is named
+        assert f"model_type {model_type!r}" in str(refused.value), model_type
 
 
 def test_a_bert_config_beside_gpt2_weights(hf_folder, tmp_path):
@@ -171,18 +128,11 @@ def test_empty_text_and_a_model_without_tokenizer(hf_folder):
         m.encode("hello")
 
 
-def test_save_refuses_another_architecture(tmp_path):
-    from core.model import config as C
-
-    gpt2 = dict(vocab_size=9, n_ctx=8, d_model=8, n_heads=2, d_ff=8, n_layers=1, norm_placement="pre", activation="gelu_tanh",
-                positional="learned", tied_unembed=True, final_ln=True)
-    others = [dict(gpt2, norm_placement="post"), dict(gpt2, d_ff=0), dict(gpt2, unembed_b=True),
-              dict(gpt2, tied_unembed=False, head="classify", n_classes=2)]
-    for settings in others:
-        cfg = C.TransformerConfig(**settings)
-        with pytest.raises(ValueError, match="GPT-2's architecture"):
-            pretrained.save(C.init_params(cfg), cfg, str(tmp_path))
-        assert not os.listdir(tmp_path)
+def test_save_writes_only_a_format_that_is_written(hf_folder, tmp_path):
+    m = pretrained.load(hf_folder[0])
+    with pytest.raises(ValueError, match="written here in the 'gpt2' format, not 'bert'"):
+        pretrained.save(m.params, m.config, str(tmp_path / "out"), model_type="bert")
+    assert not os.path.exists(tmp_path / "out")
 
 
 def test_our_safetensors_reader_agrees_with_the_library(hf_folder, tmp_path):

@@ -3,7 +3,7 @@ its own invariants: the KV cache, head edits, post-norm settings."""
 import numpy as np
 import pytest
 
-from core.model import pretrained
+from core.model.formats import gpt2
 from core.model import transformer as tr
 from core.model import config as C
 from oracle_support import require
@@ -39,8 +39,7 @@ def run_both(settings: dict, dtype, T: int = 7, B: int = 2, seed: int = 0):
     with torch.no_grad():
         ref = model(torch.from_numpy(ids), output_attentions=True, output_hidden_states=True)
     tensors = {k: v.detach().numpy() for k, v in model.state_dict().items()}
-    cfg = pretrained.config_from_gpt2(model.config.to_dict())
-    params = pretrained.params_from_gpt2(tensors, cfg, dtype)
+    cfg, params = gpt2.params_from(tensors, gpt2.config_from(model.config.to_dict()), dtype)
     logits, cache = tr.forward(params, cfg, ids)
     return ref, (logits, cache, cfg, params)
 
@@ -186,3 +185,35 @@ def test_attention_only_classifier_and_output_bias_settings():
                 dict(head="pool"), dict(d_ff=-1)):
         with pytest.raises(ValueError):
             C.TransformerConfig(**{**dict(vocab_size=5, n_ctx=4, d_model=8, n_heads=2, d_ff=8, n_layers=1), **bad})
+
+
+@pytest.mark.parametrize("setting", ["norm", "norm_placement", "activation", "positional"])
+def test_an_unknown_choice_is_refused_naming_the_registered_ones(setting):
+    from core.model import activations, norms, positions
+
+    registered = {"norm": norms.NORMS, "norm_placement": norms.PLACEMENTS, "activation": activations.ACTIVATIONS,
+                  "positional": positions.POSITIONS}[setting]
+    with pytest.raises(ValueError, match=setting) as refused:
+        C.TransformerConfig(vocab_size=5, n_ctx=4, d_model=8, n_heads=2, d_ff=8, n_layers=1, **{setting: "swish"})
+    assert all(name in str(refused.value) for name in registered)
+
+
+def test_a_forward_pass_chooses_the_tuned_twins_once(monkeypatch):
+    """At GPT-2's sizes the tuned twins run once they are compiled; the pass asks once, so a compile
+    that finishes (or a readiness that changes) mid-pass cannot mix the two kinds of step."""
+    from core.model import layers as L
+    from core.model import multi_head as MH
+    from core.model.tuned import forward as TF
+    from core.recording import recording
+
+    cfg = C.TransformerConfig(vocab_size=20, n_ctx=8, d_model=384, n_heads=6, d_ff=64, n_layers=2,
+                              norm_placement="pre", activation="gelu_tanh", positional="learned")
+    assert cfg.d_model ** 2 >= L.BLAS_FROM
+    params = C.init_params(cfg, seed=0, dtype=np.float32)
+    asked = []
+    monkeypatch.setattr(TF, "ready", lambda dtype: asked.append(dtype) or len(asked) == 1)   # ready, then not
+    with recording() as ran:
+        tr.forward(params, cfg, [1, 2, 3, 4])
+    assert len(asked) == 1
+    assert {TF.softmax_rows, TF.gelu_tanh} <= set(ran.functions())
+    assert not {MH.softmax_rows, L.gelu_tanh} & set(ran.functions())

@@ -1,4 +1,5 @@
-"""BERT-family encoders run by our transformer, against `transformers.BertModel` (random weights, no download)."""
+"""BERT's format (core.model.formats.bert): BERT-family encoders run by our transformer, against
+`transformers.BertModel` (random weights, no download)."""
 import json
 import os
 import shutil
@@ -7,9 +8,10 @@ import numpy as np
 import pytest
 
 from core import pretrained
-from core.model import bert_format, layers as L
+from core.model import layers as L
 from core.model import config as C
-from oracle_support import require
+from core.model.formats import bert
+from oracle_support import random_model, require
 
 TINY = dict(vocab_size=60, hidden_size=16, num_attention_heads=4, num_hidden_layers=2, intermediate_size=40,
             max_position_embeddings=24, type_vocab_size=2)
@@ -21,18 +23,9 @@ BERT_BASE = dict(vocab_size=30522, hidden_size=768, num_attention_heads=12, num_
 
 def random_bert(settings: dict, seed: int = 0):
     """A `BertModel` (with its pooler) whose every parameter is random, LayerNorm gains and biases included."""
-    torch = require("torch")
     transformers = require("transformers")
-    torch.manual_seed(seed)
     config = transformers.BertConfig(**settings, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-    model = transformers.BertModel._from_config(config, attn_implementation="eager").eval()
-    with torch.no_grad():
-        for name, value in model.named_parameters():
-            if "LayerNorm.weight" in name:
-                value.copy_(1.0 + 0.2 * torch.randn_like(value))          # LayerNorm gains near 1
-            else:
-                value.copy_(0.08 * torch.randn_like(value))
-    return model
+    return random_model(transformers.BertModel, config, seed, is_gain=lambda name: "LayerNorm.weight" in name)
 
 
 def saved(model, folder) -> str:
@@ -157,9 +150,9 @@ def test_a_key_mask_must_leave_each_sequence_a_token(bert_folder):
 def test_variants_we_do_not_run_are_refused():
     base = {"model_type": "bert", **TINY}
     with pytest.raises(ValueError, match="Activation 'swish'"):
-        bert_format.config_from_bert({**base, "hidden_act": "swish"})
+        bert.config_from({**base, "hidden_act": "swish"})
     with pytest.raises(ValueError, match="relative_key"):
-        bert_format.config_from_bert({**base, "position_embedding_type": "relative_key"})
+        bert.config_from({**base, "position_embedding_type": "relative_key"})
 
 
 def test_a_tokenizer_of_another_model_is_refused(bert_folder, tmp_path):
@@ -188,7 +181,7 @@ def test_a_truncated_bert_checkpoint(bert_folder, tmp_path):
 
 def test_config_json_of_bert_names_our_settings(bert_folder):
     with open(os.path.join(bert_folder[0], "config.json")) as f:
-        cfg = bert_format.config_from_bert(json.load(f))
+        cfg = bert.config_from(json.load(f))
     assert (cfg.n_layers, cfg.d_model, cfg.n_heads) == (bert_folder[2]["num_hidden_layers"],
                                                         bert_folder[2]["hidden_size"],
                                                         bert_folder[2]["num_attention_heads"])

@@ -1,4 +1,5 @@
-"""BERT-family checkpoints (BERT, MiniLM, ...) in the Hugging Face format, as settings of our one transformer.
+"""BERT-family checkpoints (BERT, MiniLM, ...) in the Hugging Face format, as settings of our one
+transformer: the only place that knows BERT's tensor names, layouts and ``config.json``.
 
 BERT is the original Transformer's encoder: post-norm blocks, the exact GELU, learned positions,
 plus segment ("token type") embeddings and a LayerNorm on the embeddings; no causal mask and no
@@ -29,16 +30,21 @@ import dataclasses
 import numpy as np
 
 from core.model import config as C
+from core.model.formats.tensors import Tensors
 
+MODEL_TYPE = "bert"
+FAMILY = "the BERT family (model_type 'bert': bert-base-uncased, all-MiniLM-L6-v2, ...)"
+PREFIX = "bert."
 # BERT's "gelu" is the exact, erf form; "gelu_new" and friends are the tanh approximation.
 ACTIVATIONS = {"gelu": "gelu_erf", "gelu_python": "gelu_erf", "gelu_new": "gelu_tanh",
                "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu"}
 LINEARS = {"attention.self.query": "attn.W_Q", "attention.self.key": "attn.W_K", "attention.self.value": "attn.W_V",
            "attention.output.dense": "attn.W_O", "intermediate.dense": "ffn.W_1", "output.dense": "ffn.W_2"}
 NORMS = {"attention.output.LayerNorm": "ln1", "output.LayerNorm": "ln2"}
+NOT_RUN = ("cls.",)                                # the pre-training heads (masked LM, next sentence)
 
 
-def config_from_bert(hf: dict) -> C.TransformerConfig:
+def config_from(hf: dict) -> C.TransformerConfig:
     """Our config for a BERT ``config.json``; a ValueError for a variant we don't run."""
     act = hf.get("hidden_act", "gelu")
     if act not in ACTIVATIONS:
@@ -58,35 +64,34 @@ def config_from_bert(hf: dict) -> C.TransformerConfig:
         embed_ln=True, pooler=False)
 
 
-def params_from_bert(tensors: dict, cfg: C.TransformerConfig, dtype=np.float32) -> tuple[C.TransformerConfig, dict]:
-    """Our config (with ``pooler`` set when the checkpoint has one) and parameters from BERT's tensors,
-    read-only. Heads on top of the encoder (masked-LM, classifiers) are not read."""
-    t = {k.removeprefix("bert."): v for k, v in tensors.items()}
+def in_model(name: str) -> bool:
+    """Whether the checkpoint's tensor ``name`` is one the model runs (not a pre-training head)."""
+    return not name.startswith(NOT_RUN)
 
-    def get(name):
-        for key in (name, name.replace(".weight", ".gamma").replace(".bias", ".beta")):
-            if key in t:
-                return np.asarray(t[key]).astype(dtype, copy=False)
-        raise ValueError(f"The weights have no tensor {name!r}: this is not a complete BERT checkpoint.")
 
-    def norm(prefix):
-        return get(prefix + ".weight"), get(prefix + ".bias")
+def params_from(tensors: dict, cfg: C.TransformerConfig, dtype=np.float32) -> tuple[C.TransformerConfig, dict]:
+    """Our config (with ``pooler`` set when the checkpoint has one) and parameters from BERT's tensors.
+    Heads on top of the encoder (masked-LM, classifiers) are not read."""
+    t = Tensors(tensors, "BERT", dtype, PREFIX)
+    d, shapes = cfg.d_model, C.block_shapes(cfg)       # ours: (d_in, d_out)
+
+    def norm(prefix):                                   # early checkpoints: gamma and beta
+        return t.get(prefix + ".weight", (d,), prefix + ".gamma"), t.get(prefix + ".bias", (d,), prefix + ".beta")
 
     e = "embeddings."
-    p = {"embed": get(e + "word_embeddings.weight"), "pos": get(e + "position_embeddings.weight"),
-         "token_type": get(e + "token_type_embeddings.weight")}
+    p = {"embed": t.get(e + "word_embeddings.weight", (cfg.vocab_size, d)),
+         "pos": t.get(e + "position_embeddings.weight", (cfg.n_ctx, d)),
+         "token_type": t.get(e + "token_type_embeddings.weight", (cfg.n_token_types, d))}
     p["embed_ln.g"], p["embed_ln.b"] = norm(e + "LayerNorm")
     for i in range(cfg.n_layers):
         layer, block = f"encoder.layer.{i}.", f"blocks.{i}."
         for theirs, ours in LINEARS.items():
-            p[block + ours] = np.ascontiguousarray(get(layer + theirs + ".weight").T)   # (out, in) -> (in, out)
-            p[block + ours.replace("W_", "b_")] = get(layer + theirs + ".bias")
+            d_in, d_out = shapes[ours]
+            p[block + ours] = t.linear(layer + theirs + ".weight", d_in, d_out)      # (out, in) -> (in, out)
+            p[block + ours.replace("W_", "b_")] = t.get(layer + theirs + ".bias", (d_out,))
         for theirs, ours in NORMS.items():
             p[block + ours + ".g"], p[block + ours + ".b"] = norm(layer + theirs)
     if "pooler.dense.weight" in t:
         cfg = dataclasses.replace(cfg, pooler=True)
-        p["pooler.W"], p["pooler.b"] = np.ascontiguousarray(get("pooler.dense.weight").T), get("pooler.dense.bias")
-    C.check_params(p, cfg)                              # shapes agree with config.json
-    for value in p.values():
-        value.setflags(write=False)                      # one copy, shared by every session
+        p["pooler.W"], p["pooler.b"] = t.linear("pooler.dense.weight", d, d), t.get("pooler.dense.bias", (d,))
     return cfg, p
