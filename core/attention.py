@@ -53,7 +53,7 @@ def merge_heads(X: np.ndarray) -> np.ndarray:
 # --- public operations ------------------------------------------------------------------------
 
 
-def attention(Q, K, V, mask=None, *, return_weights=True, scale=None, backend=None):
+def attention(Q, K, V, mask=None, *, return_weights=True, return_scores=False, scale=None, backend=None):
     r"""Scaled dot-product attention.
 
     .. math:: A = \mathrm{softmax}\!\left(\frac{Q K^\top}{\sqrt{d_k}} + M\right), \qquad out = A V
@@ -65,6 +65,9 @@ def attention(Q, K, V, mask=None, *, return_weights=True, scale=None, backend=No
     mask : additive mask broadcastable to ``(..., Tq, Tk)`` (0 allowed, -inf not), or boolean
         (True allowed). A query with nothing allowed gets zero weights and a zero output.
     return_weights : when False the fused kernel runs and no ``(Tq, Tk)`` tensor is materialised.
+    return_scores : also return the scores :math:`S = Q K^\top \cdot scale + M` that the weights are
+        the softmax of, as the kernels computed them on the way (-inf where masked): a page that
+        draws both computes S once. Needs ``return_weights``.
     scale : score scale; default ``1/sqrt(d_k)``.
     backend : ``"cpu"``, ``"cuda"``, ``"auto"`` or None (see :mod:`core.backend`).
 
@@ -72,6 +75,7 @@ def attention(Q, K, V, mask=None, *, return_weights=True, scale=None, backend=No
     -------
     out : ``(..., Tq, d_v)``
     weights : ``(..., Tq, Tk)`` or None
+    scores : ``(..., Tq, Tk)``, with ``return_scores`` only
     """
     # 1. the one set of input rules; the kernels' 4-D layout
     Q, K, V, mask, scale, lead = attention_inputs(Q, K, V, mask, scale)
@@ -79,9 +83,15 @@ def attention(Q, K, V, mask=None, *, return_weights=True, scale=None, backend=No
     Tk, d_v = V.shape[2], V.shape[3]
     # 2. the kernels for this backend and size (B*H*Tq*Tk*(d_k + d_v) multiply-adds)
     work = B * H * Tq * Tk * (d_k + d_v)
+    if return_scores and not return_weights:
+        raise ValueError("return_scores=True needs return_weights=True: the scores are kept on the way to "
+                         "the weights.")
     if not return_weights:
         out = dispatch.run(backend, work, "fused_attention", Q, K, V, mask, scale)      # (B, H, Tq, d_v)
         return _leading(out, lead), None
+    if return_scores:
+        out, A, S = dispatch.run(backend, work, "attention_with_scores", Q, K, V, mask, scale)  # and S (B, H, Tq, Tk)
+        return _leading(out, lead), _leading(A, lead), _leading(S, lead)
     out, A = dispatch.run(backend, work, "attention_with_weights", Q, K, V, mask, scale)  # and A (B, H, Tq, Tk)
     # 3. back to the inputs' leading axes
     if len(lead) == 2:

@@ -1,13 +1,15 @@
 """What each lesson driver runs, by name and in order: its kernels and, on the GPU, the device
 helpers they call. The pages show what the dispatch reads from a driver's own code
 (``dispatch.functions_of``); these tables are what the tests expect it to read."""
-DRIVERS = ["scaled_scores", "attention_with_weights", "weighted_sum", "fused_attention", "project_heads",
-           "merge_heads_project", "sinusoidal"]
+DRIVERS = ["scaled_scores", "attention_with_weights", "attention_with_scores", "weighted_sum", "fused_attention",
+           "project_heads", "merge_heads_project", "sinusoidal"]
 
 LESSON_CPU = {
     "scaled_scores": ("scores_kernel", "add_mask_kernel"),
     "attention_with_weights": ("attention_steps", "scores_kernel", "add_mask_kernel", "softmax_kernel",
                                "weighted_sum_kernel"),
+    "attention_with_scores": ("attention_steps", "scores_kernel", "add_mask_kernel", "softmax_kernel",
+                              "weighted_sum_kernel"),
     "weighted_sum": ("weighted_sum_kernel",),
     "fused_attention": ("fused_attention_kernel",),
     "project_heads": ("project_heads_kernel",),
@@ -19,6 +21,8 @@ LESSON_GPU = {
     "scaled_scores": ("scores_kernel", "add_mask_kernel", "position", "dot", "mask_entry"),
     "attention_with_weights": ("scores_kernel", "add_mask_kernel", "softmax_kernel", "weighted_sum_kernel",
                                "position", "dot", "mask_entry", "softmax_row"),
+    "attention_with_scores": ("scores_kernel", "add_mask_kernel", "softmax_kernel", "weighted_sum_kernel",
+                              "position", "dot", "mask_entry", "softmax_row"),
     "weighted_sum": ("weighted_sum_kernel", "position", "dot"),
     "fused_attention": ("fused_attention_kernel", "load_rows", "dot", "mask_entry", "online_step"),
     "project_heads": ("project_heads_kernel", "position"),

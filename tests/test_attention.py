@@ -95,12 +95,18 @@ def test_attention_matches_reference(backend, dtype, shape, mask_kind):
 
     out, A = at.attention(Q, K, V, mask, backend=backend)
     fused, none = at.attention(Q, K, V, mask, backend=backend, return_weights=False)
+    kept_out, kept_A, S = at.attention(Q, K, V, mask, backend=backend, return_scores=True)
 
-    assert out.dtype == dtype and A.dtype == dtype and fused.dtype == dtype
+    assert out.dtype == dtype and A.dtype == dtype and fused.dtype == dtype and S.dtype == dtype
     assert out.shape == lead + (Tq, dv) and A.shape == lead + (Tq, Tk) and none is None
     close(A, expected_A, dtype)
     close(out, expected_out, dtype)
     close(fused, expected_out, dtype)
+    # the scores kept on the way: the reference's, masked (-inf where it is), and the same weights
+    assert S.shape == lead + (Tq, Tk)
+    close(S, ref.scaled_scores(Q.astype(np.float64), K, mask), dtype)
+    np.testing.assert_array_equal(kept_A, A)
+    np.testing.assert_array_equal(kept_out, out)
     # invariants: masked weights are exactly 0, each row sums to 1 (0 when nothing is allowed)
     allowed = np.ones(lead + (Tq, Tk), bool) if mask is None else np.broadcast_to(np.isfinite(mask), A.shape)
     assert np.all(A[~allowed] == 0.0)
@@ -168,12 +174,15 @@ def test_tuned_register_tiles_of_either_width(monkeypatch, tile_vectors, dtype, 
         out, A = at.attention(Q, K, V, mask, backend="cpu")
         fused, _ = at.attention(Q, K, V, mask, backend="cpu", return_weights=False)
         scores = at.scores(Q, K, mask, backend="cpu")
+        kept_out, kept_A, kept = at.attention(Q, K, V, mask, backend="cpu", return_scores=True)
     summed = cpu.weighted_sum(expected_A.astype(dtype)[None], V[None])[0]   # A V alone, as the filter bank runs it
     assert {call.module for call in ran} == {dispatch.TUNED_CPU}
     assert cpu._panel(dtype) == tile_vectors * simd.lanes(np.dtype(dtype))
     for got, want in ((A, expected_A), (out, expected_out), (fused, expected_out), (summed, expected_out),
-                      (scores, ref.scaled_scores(Q.astype(np.float64), K, mask))):
+                      (scores, ref.scaled_scores(Q.astype(np.float64), K, mask)), (kept, scores)):
         close(got, want, dtype)
+    np.testing.assert_array_equal(kept_A, A)
+    np.testing.assert_array_equal(kept_out, out)
 
 
 def test_fully_masked_case_really_occurs():
@@ -360,6 +369,12 @@ GOOD = np.ones((3, 2))
 def test_attention_refuses_bad_input_with_a_clear_message(args, message):
     with pytest.raises(ValueError, match=message):
         at.attention(*args)
+
+
+def test_the_scores_come_with_the_weights_only():
+    """The fused kernel builds no (Tq, Tk) tensor, so it has no scores to give."""
+    with pytest.raises(ValueError, match="return_scores=True needs return_weights=True"):
+        at.attention(GOOD, GOOD, GOOD, return_weights=False, return_scores=True)
 
 
 @pytest.mark.parametrize("T", [3, 64])

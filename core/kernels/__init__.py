@@ -11,6 +11,6 @@
 
 All three kernel modules implement the formulas of the reference and are tested against it. Their
 host drivers share names and arguments (``scaled_scores``, ``attention_with_weights``,
-``weighted_sum``, ``fused_attention``, ``project_heads``, ``merge_heads_project``, ``sinusoidal``,
-``warm_up``), so ``core.attention`` can run any of them.
+``attention_with_scores``, ``weighted_sum``, ``fused_attention``, ``project_heads``,
+``merge_heads_project``, ``sinusoidal``, ``warm_up``), so ``core.attention`` can run any of them.
 """

@@ -7,7 +7,7 @@ against) written out as loops, so that a reader who knows NumPy can follow every
     S = S + M                  add_mask_kernel      (M additive: 0 may look, -inf may not)
     A = softmax(S) by rows     softmax_kernel       (a row with nothing allowed gives zeros)
     out = A V                  weighted_sum_kernel
-    all four, one call         attention_steps
+    all four, one call         attention_steps      (S and A kept: the pages draw both)
     out without building A     fused_attention_kernel  (online softmax, one key at a time)
     X W + b, split into heads  project_heads_kernel
     Concat(heads) W_O + b_O    merge_heads_project_kernel
@@ -210,7 +210,8 @@ def attention_steps(Q, K, V, M, scale):
     """The four kernels of attention one after another, in one call from Python (each call from
     Python costs about a microsecond, as much as a kernel's loops at the lesson's size).
 
-    Q (B, H, Tq, d_k), K (B, H, Tk, d_k), V (B, H, Tk, d_v) -> out (B, H, Tq, d_v), A (B, H, Tq, Tk).
+    Q (B, H, Tq, d_k), K (B, H, Tk, d_k), V (B, H, Tk, d_v) -> out (B, H, Tq, d_v), A (B, H, Tq, Tk)
+    and the scores S (B, H, Tq, Tk) A is the softmax of, masked.
     """
     B, H, Tq, _ = Q.shape
     S = np.empty((B, H, Tq, K.shape[2]), dtype=Q.dtype)
@@ -220,7 +221,7 @@ def attention_steps(Q, K, V, M, scale):
     add_mask_kernel(S, M)                            # S = S + M
     softmax_kernel(S, A)                             # A = softmax(S), row by row
     weighted_sum_kernel(A, V, out)                   # out = A V
-    return out, A
+    return out, A, S
 
 
 # --- host drivers ------------------------------------------------------------------------------
@@ -237,6 +238,13 @@ def scaled_scores(Q, K, mask, scale):
 
 def attention_with_weights(Q, K, V, mask, scale):
     """``A = softmax(Q K^T * scale + M)`` and ``out = A V`` -> (out (B, H, Tq, d_v), A (B, H, Tq, Tk))."""
+    out, A, _ = attention_steps(Q, K, V, mask, float(scale))
+    return out, A
+
+
+def attention_with_scores(Q, K, V, mask, scale):
+    """:func:`attention_with_weights`, and the scores ``S = Q K^T * scale + M`` it took the softmax of
+    -> (out (B, H, Tq, d_v), A (B, H, Tq, Tk), S (B, H, Tq, Tk))."""
     return attention_steps(Q, K, V, mask, float(scale))
 
 

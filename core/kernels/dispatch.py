@@ -40,11 +40,13 @@ LESSON_CPU, TUNED_CPU, LESSON_GPU = "core.kernels.cpu", "core.kernels.tuned.cpu"
 # `python -m bench crossover` (float32, this machine: AVX2 EPYC, 2 cores; both runs in
 # bench/RESULTS.md), the larger of two runs' crossovers. Below it, the lesson kernels' shorter
 # setup wins (H=4, d=4: T <= 8). The tuned projection never won in time measured, nor the
-# tuned sinusoid in its serial build: NEVER.
+# tuned sinusoid in its serial build: NEVER. Keeping the scores on the way to the weights is the
+# weights' kernel with one copy per row more: their crossover.
 NEVER = 1 << 62
 TUNED_FROM = {
-    "attention_with_weights": 8_192, "fused_attention": 8_192, "scaled_scores": 9_216, "weighted_sum": 9_216,
-    "merge_heads_project": 4_096, "project_heads": NEVER, "sinusoidal": NEVER,
+    "attention_with_weights": 8_192, "attention_with_scores": 8_192, "fused_attention": 8_192,
+    "scaled_scores": 9_216, "weighted_sum": 9_216, "merge_heads_project": 4_096, "project_heads": NEVER,
+    "sinusoidal": NEVER,
 }
 # Lesson pages keep the lesson kernels whatever the size: they show those kernels' source (see
 # lesson_recording). TRACK_ENV forces one track for a whole process; track() for a block of code.
@@ -231,6 +233,7 @@ def _tiny_inputs(operation: str, dtype) -> tuple:
     """Arguments of the smallest call of a driver (the types every later call has)."""
     X4, X3, W, b, mask = tiny_inputs(dtype)
     return {"scaled_scores": (X4, X4, mask, 1.0), "attention_with_weights": (X4, X4, X4, mask, 1.0),
+            "attention_with_scores": (X4, X4, X4, mask, 1.0),
             "fused_attention": (X4, X4, X4, mask, 1.0), "weighted_sum": (X4, X4),
             "project_heads": (X3, W, b, 1), "merge_heads_project": (X4, W, b),
             "sinusoidal": (2, 2, 10000.0, np.dtype(dtype))}[operation]

@@ -287,15 +287,28 @@ def scaled_scores(Q, K, mask, scale):
     return _scores_on_device(Q, K, mask, scale).copy_to_host()
 
 
-def attention_with_weights(Q, K, V, mask, scale):
-    """``A = softmax(Q K^T * scale + M)`` and ``out = A V`` -> (out (B, H, Tq, d_v), A (B, H, Tq, Tk))."""
+def _attention_on_device(Q, K, V, mask, scale):
+    """``out = A V``, ``A = softmax(S)`` and ``S = Q K^T * scale + M`` as device arrays."""
     B, H, Tq, _ = Q.shape
     S = _scores_on_device(Q, K, mask, scale)
     A = cuda.device_array_like(S)
     softmax_kernel[_grid(B * H * Tq)](S, A)
     out = cuda.device_array((B, H, Tq, V.shape[3]), dtype=Q.dtype)
     weighted_sum_kernel[_grid(out.size)](A, _to_device(V, Q.dtype), out)
+    return out, A, S
+
+
+def attention_with_weights(Q, K, V, mask, scale):
+    """``A = softmax(Q K^T * scale + M)`` and ``out = A V`` -> (out (B, H, Tq, d_v), A (B, H, Tq, Tk))."""
+    out, A, _ = _attention_on_device(Q, K, V, mask, scale)
     return out.copy_to_host(), A.copy_to_host()
+
+
+def attention_with_scores(Q, K, V, mask, scale):
+    """:func:`attention_with_weights`, and the scores ``S = Q K^T * scale + M`` it took the softmax of
+    -> (out (B, H, Tq, d_v), A (B, H, Tq, Tk), S (B, H, Tq, Tk))."""
+    out, A, S = _attention_on_device(Q, K, V, mask, scale)
+    return out.copy_to_host(), A.copy_to_host(), S.copy_to_host()
 
 
 def weighted_sum(A, V):

@@ -187,6 +187,7 @@ def test_every_function_a_lesson_page_runs_fits_on_a_screen_without_tricks(backe
         at.filter_bank(X, W, W, mha.weights, 2, backend=backend_name)
         at.scores(X, X, backend=backend_name)
         at.attention(X, X, X, return_weights=False, backend=backend_name)
+        at.attention(X, X, X, return_scores=True, backend=backend_name)
         positional.sinusoidal(6, 4, backend=backend_name)
     assert {c.operation for c in ran} == set(DRIVERS)                  # every operation ran
     assert {c.track for c in ran} == {"lesson"}

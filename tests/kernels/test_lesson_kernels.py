@@ -133,6 +133,20 @@ def test_attention_with_weights(kernels, shape_name, mask_name, dtype):
 
 
 @pytest.mark.parametrize("shape_name, mask_name", CASES)
+def test_attention_with_scores(kernels, shape_name, mask_name, dtype):
+    """The weights and output of attention_with_weights, to the bit, and the masked scores they are
+    the softmax of, as the reference computes them."""
+    Q, K, V, mask, scale = make_case(shape_name, mask_name, dtype)
+    out, A, S = kernels.attention_with_scores(Q, K, V, mask, scale)
+    assert_close(S, ref.scaled_scores(Q, K, mask, scale), dtype)
+    out_w, A_w = kernels.attention_with_weights(Q, K, V, mask, scale)
+    np.testing.assert_array_equal(A, A_w)
+    np.testing.assert_array_equal(out, out_w)
+    np.testing.assert_array_equal(S, kernels.scaled_scores(Q, K, mask, scale))      # the same kernels
+    assert_close(A, ref.softmax(S.astype(np.float64)).astype(dtype), dtype)       # A is the softmax of S
+
+
+@pytest.mark.parametrize("shape_name, mask_name", CASES)
 def test_fused_attention(kernels, shape_name, mask_name, dtype):
     Q, K, V, mask, scale = make_case(shape_name, mask_name, dtype)
     out = kernels.fused_attention(Q, K, V, mask, scale)

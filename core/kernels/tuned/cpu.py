@@ -81,15 +81,22 @@ def _scores_rows(Q, K, mask, scale, S, panel, block):
 
 
 @njit(**_jit)
-def _weights_unit(Q, Kt, Vp, mask, ranges, scale, b, h, i0, i1, A, out, Qs, S4, O4):
+def _weights_unit(Q, Kt, Vp, mask, ranges, scale, b, h, i0, i1, A, out, S, Qs, S4, O4):
     """Rows ``i0..i1`` of ``A = softmax(Q K^T * scale + M)``, four queries at a time (see
-    :func:`_scores_tile`), and ``out = A V`` for them."""
+    :func:`_scores_tile`), and ``out = A V`` for them; the scores too into ``S``, unless it is
+    empty (``(0, 0, 0, 0)``: the softmax then overwrites them in the scratch rows)."""
     Q, Kt, Vp, mask, A, out = borrowed(Q), borrowed(Kt), borrowed(Vp), borrowed(mask), borrowed(A), borrowed(out)
-    ranges, Qs, S4, O4 = borrowed(ranges), borrowed(Qs), borrowed(S4), borrowed(O4)
+    ranges, S, Qs, S4, O4 = borrowed(ranges), borrowed(S), borrowed(Qs), borrowed(S4), borrowed(O4)
     Tk, dv = A.shape[3], out.shape[3]
     for i in range(i0, i1, 4):
         n = min(4, i1 - i)
         lo, hi = _scores_group(Q, Kt[b, h], mask, ranges, scale, b, h, i, n, 0, Tk, Qs, S4)
+        if S.shape[0] > 0:                     # kept: -inf outside the live keys, as _scores_unit writes them
+            for r in range(n):
+                row = S[b, h, i + r]
+                _copy(S4[r, lo:hi], row[lo:hi], hi - lo)
+                _fill(row, 0, lo, -np.inf)
+                _fill(row, hi, Tk, -np.inf)
         _softmax_group(S4, lo, hi, n, A[b, h], i)
         for r in range(4):
             _fill(O4[r], 0, O4.shape[1], 0.0)
@@ -102,7 +109,7 @@ def _weights_unit(Q, Kt, Vp, mask, ranges, scale, b, h, i0, i1, A, out, Qs, S4, 
             _copy(O4[r], out[b, h, i + r], dv)
 
 
-def _attention_rows(Q, K, V, mask, scale, A, out, panel, block):
+def _attention_rows(Q, K, V, mask, scale, A, out, S, panel, block):
     B, H, Tq = A.shape[0], A.shape[1], A.shape[2]
     Kt, Vp, ranges = _key_panels(K, panel), _padded_values(V), _live_ranges(mask, K.shape[2])
     n_blocks = (Tq + block - 1) // block
@@ -115,7 +122,7 @@ def _attention_rows(Q, K, V, mask, scale, A, out, panel, block):
         if n_blocks == 1:
             _transpose_keys(K, Kt, b, h)
             _pad_values(V, Vp, b, h)
-        _weights_unit(Q, Kt, Vp, mask, ranges, scale, b, h, i0, i1, A, out,
+        _weights_unit(Q, Kt, Vp, mask, ranges, scale, b, h, i0, i1, A, out, S,
                       np.empty((4, Q.shape[3]), Q.dtype), _aligned_empty((4, _panel_keys(Kt)), Q),
                       _aligned_empty((4, Vp.shape[3]), Q))
 
@@ -306,13 +313,25 @@ def weighted_sum(A, V):
 
 def attention_with_weights(Q, K, V, mask, scale):
     """``A = softmax(Q K^T * scale + M)`` and ``out = A V`` in one pass over each row."""
+    out, A, _ = _attention(Q, K, V, mask, scale, keep_scores=False)
+    return out, A
+
+
+def attention_with_scores(Q, K, V, mask, scale):
+    """:func:`attention_with_weights`, and the scores ``S = Q K^T * scale + M`` it took the softmax of,
+    kept on the way -> (out, A, S)."""
+    return _attention(Q, K, V, mask, scale, keep_scores=True)
+
+
+def _attention(Q, K, V, mask, scale, keep_scores: bool):
     B, H, Tq, dk = Q.shape
     A = np.empty((B, H, Tq, K.shape[2]), dtype=Q.dtype)
     out = np.empty((B, H, Tq, V.shape[3]), dtype=V.dtype)
+    S = np.empty(A.shape if keep_scores else (0, 0, 0, 0), dtype=Q.dtype)
     work = A.size * (dk + V.shape[3] + 8)
-    _pick(_attention_kernel, work)(Q, K, V, mask, Q.dtype.type(scale), A, out, _panel(Q.dtype),
+    _pick(_attention_kernel, work)(Q, K, V, mask, Q.dtype.type(scale), A, out, S, _panel(Q.dtype),
                                    _query_block(B, H, Tq, work))
-    return out, A
+    return out, A, S
 
 
 def fused_attention(Q, K, V, mask, scale):
