@@ -26,18 +26,20 @@ from core.model.tuned.elementwise import add_bias, layernorm_backward, residual_
 from core.model.tuned.sublayers import (EMBED, OUT_B, OUT_W, POS, _mat, feed_forward, feed_forward_backward,
                                             layer_views, packed_qkv, self_attention, self_attention_backward)
 
-# The fields of one block's cross-attention, in the order of offsets.CROSS_SLOTS ("cross.W_Q" ...
-# "ln_cross.b"): the kernels' short names for dec.blocks.{i}.cross.* and dec.blocks.{i}.ln_cross.*.
-CROSS_PARAMS = ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O", "ln_g", "ln_b")
-Cross = namedtuple("Cross", CROSS_PARAMS)
+# A decoder block's cross-attention arrays (dec.blocks.{i}.cross.*, dec.blocks.{i}.ln_cross.*), in the
+# order of their slots (DecoderLayout.cross' columns); a Cross's fields are the same names with "_"
+# for "." (c.cross_W_Q, c.ln_cross_g), as a Layer's.
+CROSS_SLOTS = ("cross.W_Q", "cross.W_K", "cross.W_V", "cross.W_O", "cross.b_Q", "cross.b_K", "cross.b_V",
+               "cross.b_O", "ln_cross.g", "ln_cross.b")
+Cross = namedtuple("Cross", [slot.replace(".", "_") for slot in CROSS_SLOTS])
 DecoderLayout = namedtuple("DecoderLayout", ["enc", "dec", "cross"])
 DecoderLayout.__doc__ = """Where a decoder's parameters start in its flat buffer.
 
 ``enc``, ``dec``: a :data:`Layout` each, for the encoder's and the decoder's stacks (their
 self-attention and feed-forward sublayers; ``dec.top`` holds ``unembed`` and ``unembed_b`` where
-an encoder holds its classifier, ``dec.n_classes`` is the vocabulary); a decoder-only model's
+an encoder holds its classifier, ``dec.n_out`` is the vocabulary); a decoder-only model's
 ``enc`` has no layers. ``cross`` (L, 10): each decoder block's cross-attention arrays, in
-``offsets.CROSS_SLOTS`` order (no rows without cross-attention). Sublayers a model lacks (the
+the :data:`CROSS_SLOTS` order (no rows without cross-attention). Sublayers a model lacks (the
 feed-forward one when ``d_ff = 0``) have offset 0: their views are never read."""
 # The cross-attention sublayers' activations, per decoder layer i: cq[i] (d, N) queries, ckv[i]
 # (2d, Ns) keys and values of the memory, Pc[i] (H, Bv, T, S, lanes) weights, cctx[i] (d, N)
@@ -64,10 +66,10 @@ def packed_kv(flat, lay):
     b = np.empty((L, 2 * d), flat.dtype)
     for i in range(L):
         c = cross_views(flat, lay, i)
-        W[i, :, :d] = c.W_K
-        W[i, :, d:] = c.W_V
-        b[i, :d] = c.b_K
-        b[i, d:] = c.b_V
+        W[i, :, :d] = c.cross_W_K
+        W[i, :, d:] = c.cross_W_V
+        b[i, :d] = c.cross_b_K
+        b[i, d:] = c.cross_b_V
     return W, b
 
 
@@ -75,13 +77,13 @@ def packed_kv(flat, lay):
 def cross_attention(c, Wkv, bkv, h1, memory, eps, cq, ckv, Pc, cctx, sub, h2, xhatc, rstdc):
     """``h2 = LN_cross(h1 + MHA(queries from h1, keys and values from memory) + b_O)``."""
     d = h1.shape[0]
-    project(c.W_Q, h1, cq, cq, False)                # q = (h1 W_Q + b_Q)^T              (d, N)
-    add_bias(cq, c.b_Q)
+    project(c.cross_W_Q, h1, cq, cq, False)          # q = (h1 W_Q + b_Q)^T              (d, N)
+    add_bias(cq, c.cross_b_Q)
     project(Wkv, memory, ckv, ckv, False)            # [k; v] = (m [W_K | W_V] + ...)^T (2d, Ns)
     add_bias(ckv, bkv)
     attention_forward(cq, 0, ckv, 0, d, False, Pc, cctx)
-    project(c.W_O, cctx, sub, sub, False)
-    residual_layernorm(h1, sub, c.b_O, c.ln_g, c.ln_b, eps, h2, xhatc, rstdc)
+    project(c.cross_W_O, cctx, sub, sub, False)
+    residual_layernorm(h1, sub, c.cross_b_O, c.ln_cross_g, c.ln_cross_b, eps, h2, xhatc, rstdc)
 
 
 @njit(**JIT)
@@ -90,20 +92,20 @@ def cross_attention_backward(c, gc, Wkv, dh2, xhatc, rstdc, h1, memory, cq, ckv,
     """Backward of :func:`cross_attention`: ``dh1`` from ``dh2``, and the memory's share added to
     ``dmemory`` (d, Ns); ``dr`` ... ``scratch`` are scratch."""
     d = h1.shape[0]
-    layernorm_backward(dh2, xhatc, rstdc, c.ln_g, dr, gc.ln_g, gc.ln_b)
-    row_sums(dr, gc.b_O)
-    gram(cctx, dr, gc.W_O)                           # dW_O = cctx^T dr
-    project(c.W_O.T, dr, dcctx, dcctx, False)
+    layernorm_backward(dh2, xhatc, rstdc, c.ln_cross_g, dr, gc.ln_cross_g, gc.ln_cross_b)
+    row_sums(dr, gc.cross_b_O)
+    gram(cctx, dr, gc.cross_W_O)                     # dW_O = cctx^T dr
+    project(c.cross_W_O.T, dr, dcctx, dcctx, False)
     attention_backward(cq, 0, ckv, 0, d, Pc, dcctx, dcq, dckv)
-    row_sums(dcq, gc.b_Q)
-    gram(h1, dcq, gc.W_Q)                            # dW_Q = h1^T dq
-    project(c.W_Q.T, dcq, dr, dh1, True)             # dh1 = dr + dq W_Q^T (the residual path adds dr)
+    row_sums(dcq, gc.cross_b_Q)
+    gram(h1, dcq, gc.cross_W_Q)                      # dW_Q = h1^T dq
+    project(c.cross_W_Q.T, dcq, dr, dh1, True)       # dh1 = dr + dq W_Q^T (the residual path adds dr)
     row_sums(dckv, db_kv)
     gram(memory, dckv, dW_kv)                        # [dW_K | dW_V] = m^T [dk dv]
-    gc.W_K[:, :] = dW_kv[:, :d]
-    gc.W_V[:, :] = dW_kv[:, d:]
-    gc.b_K[:] = db_kv[:d]
-    gc.b_V[:] = db_kv[d:]
+    gc.cross_W_K[:, :] = dW_kv[:, :d]
+    gc.cross_W_V[:, :] = dW_kv[:, d:]
+    gc.cross_b_K[:] = db_kv[:d]
+    gc.cross_b_V[:] = db_kv[d:]
     project(Wkv.T, dckv, dmemory, scratch, True)     # dm += [dk dv] [W_K | W_V]^T
     dmemory[:, :] = scratch
 
@@ -142,7 +144,7 @@ def decoder_chunk(flat, grads, lay, packed, src, tgt_in, tgt_out, n_real, scale,
     enc, dec = lay.enc, lay.dec
     Bp, T = tgt_in.shape
     S = src.shape[1]
-    L, d, H, V = Wqkv_d.shape[0], dec.d_model, dec.n_heads, dec.n_classes     # L: the target stack's blocks
+    L, d, H, V = Wqkv_d.shape[0], dec.d_model, dec.n_heads, dec.n_out     # L: the target stack's blocks
     N, Ns, lanes, dt = T * Bp, S * Bp, simd.lanes_of(flat), flat.dtype
     Lc = lay.cross.shape[0]                        # L with cross-attention, 0 without
     cross = Lc > 0
@@ -208,7 +210,7 @@ def decoder_chunk(flat, grads, lay, packed, src, tgt_in, tgt_out, n_real, scale,
 def _positions(grads, lay, T):
     """Where the gradient of the positions goes: the learned table, or scratch."""
     if lay.learned_positions:
-        return _mat(grads, lay.top[POS], lay.seq_len, lay.d_model)
+        return _mat(grads, lay.top[POS], lay.n_ctx, lay.d_model)
     return np.empty((T, lay.d_model), grads.dtype)
 
 

@@ -63,7 +63,7 @@ def new_activations(lay, T, Bp, like):
                        np.empty((L, H, Bp // lanes, T, T, lanes), dt), np.empty((L, d, N), dt),
                        np.empty((L, d, N), dt), np.empty((L, d, N), dt), np.empty((L, N), dt),
                        np.empty((L, F, N), dt), np.empty((L, d, N), dt), np.empty((L, N), dt),
-                       np.empty((d, Bp), dt), np.empty((Bp, lay.n_classes), dt))
+                       np.empty((d, Bp), dt), np.empty((Bp, lay.n_out), dt))
 
 
 @njit(inline="always", **JIT)
@@ -76,8 +76,8 @@ def forward_chunk(flat, lay, Wqkv, bqkv, tokens, pe, eps, acts):
     encoder_layers(flat, lay, Wqkv, bqkv, eps, acts)
     # 7. logits = mean over positions of h, then classifier.W and .b   pooled: (d, Bp), logits: (Bp, C)
     mean_pool(acts.x[L], tokens.shape[1], acts.pooled)
-    classify(acts.pooled, _mat(flat, lay.top[OUT_W], d, lay.n_classes),
-               flat[lay.top[OUT_B]:lay.top[OUT_B] + lay.n_classes], acts.logits)
+    classify(acts.pooled, _mat(flat, lay.top[OUT_W], d, lay.n_out),
+               flat[lay.top[OUT_B]:lay.top[OUT_B] + lay.n_out], acts.logits)
 
 
 @njit(**JIT)
@@ -97,7 +97,7 @@ def backward_chunk(flat, grads, lay, Wqkv, tokens, labels, batch, acts):
     the number of hits; writes the chunk's share of the gradient of the mean loss over ``batch``
     sequences into ``grads`` (every entry)."""
     Bp, T = tokens.shape
-    d, C, N = lay.d_model, lay.n_classes, T * Bp
+    d, C, N = lay.d_model, lay.n_out, T * Bp
     dt = flat.dtype
     dh = np.empty((d, N), dt)            # gradient of a layer's output (of x[i+1])
     dlogits = np.empty((Bp, C), dt)
@@ -110,7 +110,7 @@ def backward_chunk(flat, grads, lay, Wqkv, tokens, labels, batch, acts):
     # 1'. embeddings and (learned) positions
     d_embed = _mat(grads, lay.top[EMBED], lay.vocab_size, d)
     if lay.learned_positions:
-        d_pos = _mat(grads, lay.top[POS], lay.seq_len, d)
+        d_pos = _mat(grads, lay.top[POS], lay.n_ctx, d)
     else:
         d_pos = np.empty((T, d), dt)
     embed_backward(tokens, dh, d_embed, d_pos)

@@ -2,10 +2,10 @@
 
 A model trained on the compiled track keeps its parameters in one flat buffer, packed in
 ``param_shapes(cfg)`` order (:func:`core.model.params.pack`). The compiled kernels read it through
-offsets: each block's arrays in a fixed slot order (:data:`LAYER_SLOTS`, :data:`CROSS_SLOTS`,
-named in the one vocabulary), and the stack's embedding, positions and output layer. This module
-builds those offsets from the parameter names, for an encoder classifier
-(:func:`encoder_layout`), a decoder-only language model or an encoder-decoder
+offsets: each block's arrays in a fixed slot order (``sublayers.LAYER_SLOTS``,
+``decoder_gradient.CROSS_SLOTS``: the names of the one vocabulary), and the stack's embedding,
+positions and output layer. This module builds those offsets from the parameter names, for an
+encoder classifier (:func:`encoder_layout`), a decoder-only language model or an encoder-decoder
 (:func:`decoder_layout`), and the positional table each stack adds (:func:`positions`).
 """
 from __future__ import annotations
@@ -16,23 +16,16 @@ import numpy as np
 
 from core.model import layers
 from core.model import params as P
-from core.model.tuned.decoder_gradient import DecoderLayout
-from core.model.tuned.sublayers import Layout
+from core.model.tuned.decoder_gradient import CROSS_SLOTS, DecoderLayout
+from core.model.tuned.sublayers import LAYER_SLOTS, Layout
 from core.model.config import TransformerConfig, param_shapes
 from core.model.transformer_encdec import EncoderDecoderConfig
 from core.model.transformer_encdec import param_shapes as encdec_shapes
 
-# The arrays of one block, in the order of the compiled kernels' slots (sublayers.Layer's fields).
-LAYER_SLOTS = ("attn.W_Q", "attn.W_K", "attn.W_V", "attn.W_O", "attn.b_Q", "attn.b_K", "attn.b_V", "attn.b_O",
-               "ln1.g", "ln1.b", "ln2.g", "ln2.b", "ffn.W_1", "ffn.b_1", "ffn.W_2", "ffn.b_2")
-# A decoder block's cross-attention (decoder_gradient.Cross's fields).
-CROSS_SLOTS = ("cross.W_Q", "cross.W_K", "cross.W_V", "cross.W_O", "cross.b_Q", "cross.b_K", "cross.b_V",
-               "cross.b_O", "ln_cross.g", "ln_cross.b")
-
-# What the compiled steps compute: the original Transformer's blocks (post-norm, ReLU, biases)
-# under a classifier head or an untied, biased unembedding. Anything else runs on the readable track.
-_COMPILED = dict(norm_placement="post", activation="relu", bias=True, tied_unembed=False, final_ln=False,
-                 n_token_types=0, embed_ln=False, pooler=False)
+# What the compiled steps compute: the original Transformer's blocks (post-norm LayerNorm, ReLU,
+# biases) under a classifier head or an untied, biased unembedding. Anything else runs on the readable track.
+_COMPILED = dict(norm_placement="post", norm="layernorm", activation="relu", bias=True, tied_unembed=False,
+                 final_ln=False, n_token_types=0, embed_ln=False, pooler=False)
 
 
 def unsupported(cfg) -> str | None:
@@ -42,7 +35,7 @@ def unsupported(cfg) -> str | None:
     for stack in stacks:
         wrong = [f"{k}={getattr(stack, k)!r}" for k, v in _COMPILED.items() if getattr(stack, k) != v]
         if wrong:
-            return "the compiled steps run post-norm ReLU blocks with biases only, not " + ", ".join(wrong)
+            return "the compiled steps run post-norm LayerNorm ReLU blocks with biases only, not " + ", ".join(wrong)
     head = stacks[-1]
     if head.head == "classify" and head.causal:
         return "the compiled classifier attends both ways (causal=False)"
@@ -75,8 +68,9 @@ def _stack(cfg: TransformerConfig, at: dict, prefix: str, out: tuple[str, str], 
     rows = [[at.get(f"{prefix}blocks.{i}.{slot}", 0) for slot in LAYER_SLOTS]
             for i in range(cfg.n_layers if present else 0)]
     top = [at.get(f"{prefix}embed", 0), at.get(f"{prefix}pos", -1), at[out[0]], at[out[1]]]
-    return Layout(cfg.vocab_size, cfg.n_ctx, cfg.d_model, cfg.n_heads, cfg.d_ff, n_out,
-                  cfg.positional == "learned", _read_only(top, 0), _read_only(rows, len(LAYER_SLOTS)))
+    return Layout(vocab_size=cfg.vocab_size, n_ctx=cfg.n_ctx, d_model=cfg.d_model, n_heads=cfg.n_heads,
+                  d_ff=cfg.d_ff, n_out=n_out, learned_positions=cfg.positional == "learned",
+                  top=_read_only(top, 0), layers=_read_only(rows, len(LAYER_SLOTS)))
 
 
 @functools.lru_cache(maxsize=64)

@@ -24,23 +24,26 @@ from core.model.tuned.products import gram, project
 from core.model.tuned.elementwise import (add_bias, bias_relu, layernorm_backward, relu_backward,
                                               residual_layernorm, row_sums)
 
-# The kernels' names for one block's arrays (Layer's fields), slot by slot in the order of
-# core.model.tuned.offsets.LAYER_SLOTS ("W_Q" is "attn.W_Q", "ln1_g" is "ln1.g", ...).
-LAYER_FIELDS = ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O",
-                "ln1_g", "ln1_b", "ln2_g", "ln2_b", "W_1", "b_1", "W_2", "b_2")
+# One block's arrays, in the order of the compiled kernels' slots (Layout.layers' columns), under
+# their names in the one vocabulary (blocks.{i}.attn.W_Q ...). A Layer's fields are the same names
+# with "_" for "." (p.attn_W_Q, p.ln1_g): a field's name cannot hold a dot.
+LAYER_SLOTS = ("attn.W_Q", "attn.W_K", "attn.W_V", "attn.W_O", "attn.b_Q", "attn.b_K", "attn.b_V", "attn.b_O",
+               "ln1.g", "ln1.b", "ln2.g", "ln2.b", "ffn.W_1", "ffn.b_1", "ffn.W_2", "ffn.b_2")
 # Offsets of the arrays outside the blocks, in Layout.top: the output layer is the classifier
 # (classifier.W, classifier.b) or the language model's unembedding (unembed, unembed_b)
 EMBED, POS, OUT_W, OUT_B = 0, 1, 2, 3
 
-Layout = namedtuple("Layout", ["vocab_size", "seq_len", "d_model", "n_heads", "d_ff", "n_classes",
+Layout = namedtuple("Layout", ["vocab_size", "n_ctx", "d_model", "n_heads", "d_ff", "n_out",
                                "learned_positions", "top", "layers"])
-Layout.__doc__ = """Sizes of the model and where each parameter starts in the flat buffer.
+Layout.__doc__ = """Sizes of the model (a :class:`~core.model.config.TransformerConfig`'s, under its names)
+and where each parameter starts in the flat buffer.
 
+``n_out``: the output layer's width (a classifier's ``n_classes``, a language model's ``vocab_size``);
 ``top`` (4,): offsets of ``embed``, ``pos`` (-1 without learned positions) and the output
 layer's weight and bias (``classifier.W``, ``classifier.b`` or ``unembed``, ``unembed_b``);
-``layers`` (L, 16): offsets of each block's arrays, in ``offsets.LAYER_SLOTS`` order."""
+``layers`` (L, 16): offsets of each block's arrays, in :data:`LAYER_SLOTS` order."""
 
-Layer = namedtuple("Layer", LAYER_FIELDS)
+Layer = namedtuple("Layer", [slot.replace(".", "_") for slot in LAYER_SLOTS])
 
 
 @njit(**JIT)
@@ -73,11 +76,11 @@ def packed_qkv(flat, lay):
         p = layer_views(flat, lay, i)
         for r in range(d):
             for c in range(d):
-                W[i, r, c] = p.W_Q[r, c]
-                W[i, r, d + c] = p.W_K[r, c]
-                W[i, r, 2 * d + c] = p.W_V[r, c]
+                W[i, r, c] = p.attn_W_Q[r, c]
+                W[i, r, d + c] = p.attn_W_K[r, c]
+                W[i, r, 2 * d + c] = p.attn_W_V[r, c]
         for c in range(d):
-            b[i, c], b[i, d + c], b[i, 2 * d + c] = p.b_Q[c], p.b_K[c], p.b_V[c]
+            b[i, c], b[i, d + c], b[i, 2 * d + c] = p.attn_b_Q[c], p.attn_b_K[c], p.attn_b_V[c]
     return W, b
 
 
@@ -91,8 +94,8 @@ def self_attention(p, Wqkv, bqkv, x, causal, eps, qkv, P, ctx, sub, h1, xhat1, r
     # 3. every head: P = softmax(q k^T / sqrt(d_k)), its output P v   P: (H, Bv, T, T, lanes), ctx: (d, N)
     attention_forward(qkv, 0, qkv, d, 2 * d, causal, P, ctx)
     # 4. h1 = LN1(x + ctx W_O + b_O)                                                h1: (d, N)
-    project(p.W_O, ctx, sub, sub, False)
-    residual_layernorm(x, sub, p.b_O, p.ln1_g, p.ln1_b, eps, h1, xhat1, rstd1)
+    project(p.attn_W_O, ctx, sub, sub, False)
+    residual_layernorm(x, sub, p.attn_b_O, p.ln1_g, p.ln1_b, eps, h1, xhat1, rstd1)
 
 
 @njit(**JIT)
@@ -103,11 +106,11 @@ def feed_forward(p, h1, eps, a, sub, y, xhat2, rstd2):
         y[:, :] = h1
         return
     # 5. a = relu(h1 W_1 + b_1)                                                     a: (d_ff, N)
-    project(p.W_1, h1, a, a, False)
-    bias_relu(a, p.b_1)
+    project(p.ffn_W_1, h1, a, a, False)
+    bias_relu(a, p.ffn_b_1)
     # 6. y = LN2(h1 + a W_2 + b_2), the next layer's input                          y: (d, N)
-    project(p.W_2, a, sub, sub, False)
-    residual_layernorm(h1, sub, p.b_2, p.ln2_g, p.ln2_b, eps, y, xhat2, rstd2)
+    project(p.ffn_W_2, a, sub, sub, False)
+    residual_layernorm(h1, sub, p.ffn_b_2, p.ln2_g, p.ln2_b, eps, y, xhat2, rstd2)
 
 
 @njit(**JIT)
@@ -118,13 +121,13 @@ def feed_forward_backward(p, g, dy, xhat2, rstd2, a, h1, dr, da, dh1):
         return
     # 6'. through LN2; dr is the gradient of h1 + a W_2 + b_2
     layernorm_backward(dy, xhat2, rstd2, p.ln2_g, dr, g.ln2_g, g.ln2_b)
-    row_sums(dr, g.b_2)
-    gram(a, dr, g.W_2)                               # dW_2 = a^T dr
+    row_sums(dr, g.ffn_b_2)
+    gram(a, dr, g.ffn_W_2)                           # dW_2 = a^T dr
     # 5'. through W_2, the ReLU and W_1; the residual path adds dr
-    project(p.W_2.T, dr, da, da, False)              # da = dr W_2^T               (d_ff, N)
-    relu_backward(da, a, g.b_1)
-    gram(h1, da, g.W_1)                              # dW_1 = h1^T da
-    project(p.W_1.T, da, dr, dh1, True)              # dh1 = dr + da W_1^T
+    project(p.ffn_W_2.T, dr, da, da, False)          # da = dr W_2^T               (d_ff, N)
+    relu_backward(da, a, g.ffn_b_1)
+    gram(h1, da, g.ffn_W_1)                          # dW_1 = h1^T da
+    project(p.ffn_W_1.T, da, dr, dh1, True)          # dh1 = dr + da W_1^T
 
 
 @njit(**JIT)
@@ -133,17 +136,17 @@ def self_attention_backward(p, g, Wqkv, dh1, xhat1, rstd1, x, qkv, P, ctx, dr, d
     d = x.shape[0]
     # 4'. through LN1; dr is the gradient of x + ctx W_O + b_O
     layernorm_backward(dh1, xhat1, rstd1, p.ln1_g, dr, g.ln1_g, g.ln1_b)
-    row_sums(dr, g.b_O)
-    gram(ctx, dr, g.W_O)                             # dW_O = ctx^T dr
-    project(p.W_O.T, dr, dctx, dctx, False)          # dctx = dr W_O^T
+    row_sums(dr, g.attn_b_O)
+    gram(ctx, dr, g.attn_W_O)                        # dW_O = ctx^T dr
+    project(p.attn_W_O.T, dr, dctx, dctx, False)     # dctx = dr W_O^T
     # 3'. the attention core                                                      dqkv: (3d, N)
     attention_backward(qkv, 0, qkv, d, 2 * d, P, dctx, dqkv, dqkv)
     # 2'. the packed projection; the residual path adds dr. Each weight's gradient straight into
     # its place (the same sums as one product into [dW_Q | dW_K | dW_V], without the copy)
-    row_sums(dqkv[:d], g.b_Q)
-    row_sums(dqkv[d:2 * d], g.b_K)
-    row_sums(dqkv[2 * d:], g.b_V)
-    gram(x, dqkv[:d], g.W_Q)                         # dW_Q = x^T dq
-    gram(x, dqkv[d:2 * d], g.W_K)                    # dW_K = x^T dk
-    gram(x, dqkv[2 * d:], g.W_V)                     # dW_V = x^T dv
+    row_sums(dqkv[:d], g.attn_b_Q)
+    row_sums(dqkv[d:2 * d], g.attn_b_K)
+    row_sums(dqkv[2 * d:], g.attn_b_V)
+    gram(x, dqkv[:d], g.attn_W_Q)                    # dW_Q = x^T dq
+    gram(x, dqkv[d:2 * d], g.attn_W_K)               # dW_K = x^T dk
+    gram(x, dqkv[2 * d:], g.attn_W_V)                # dW_V = x^T dv
     project(Wqkv.T, dqkv, dr, dx, True)              # dx = dr + [dq dk dv] [W_Q|W_K|W_V]^T
