@@ -163,6 +163,8 @@ def _function_of(code: types.CodeType, module_globals: dict):
     file = os.path.abspath(code.co_filename)
     if not file.startswith(_CORE) or file in UNWATCHED:
         return None
+    if "__name__" not in module_globals:               # a compiled function's frame (Numba's) has no globals
+        module_globals = _globals_of_file(file)
     qualname = getattr(code, "co_qualname", code.co_name).split(".<locals>.")[0]
     if qualname.startswith("<"):                       # <module>, a module-level lambda or comprehension
         return None
@@ -177,3 +179,12 @@ def _function_of(code: types.CodeType, module_globals: dict):
         obj = obj.__wrapped__                          # @recorded, lru_cache: the function itself
     source = getattr(obj, "py_func", obj)              # (a compiled function stays itself: a build)
     return obj if isinstance(source, types.FunctionType) else None
+
+
+def _globals_of_file(file: str) -> dict:
+    """The namespace of the loaded module written in ``file`` (empty if none is)."""
+    for module in list(sys.modules.values()):
+        path = getattr(module, "__file__", None)
+        if path and os.path.abspath(path) == file:
+            return vars(module)
+    return {}
