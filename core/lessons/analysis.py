@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from core.lessons.param_counts import mha_param_count, mha_param_count_of_width  # noqa: F401 (public name)
+from core.recording import recorded
 from core.validate import as_float_array, check_heads
 
 # ---------------------------------------------------------------------------------------------
@@ -19,6 +20,7 @@ from core.validate import as_float_array, check_heads
 # ---------------------------------------------------------------------------------------------
 
 
+@recorded
 def row_entropy_bits(A) -> np.ndarray:
     """Shannon entropy of each row of an attention matrix, in bits.
 
@@ -47,6 +49,7 @@ def effective_positions(A) -> np.ndarray:
     return 2.0 ** row_entropy_bits(A)
 
 
+@recorded
 def softmax_gradient_size(A) -> np.ndarray:
     """How much gradient each softmax row passes back to its scores: ``max_i a_i (1 - a_i)``; ``(..., Tq)``.
 
@@ -61,6 +64,7 @@ def softmax_gradient_size(A) -> np.ndarray:
     return (A * (1.0 - A)).max(axis=-1)
 
 
+@recorded
 def dot_product_variance(Q, K) -> float:
     """Variance of the raw dot products ``q_t . k_s`` over every pair of a row of ``Q`` and a row of ``K``.
 
@@ -74,6 +78,7 @@ def dot_product_variance(Q, K) -> float:
     return float(np.var(Q @ K.T))                                 # (Tq, Tk) dot products, one variance
 
 
+@recorded
 def score_rank(Q, K, tol: float | None = None):
     """Numerical rank of the score matrix ``Q K^T`` (at most ``d_k``).
 
@@ -131,6 +136,7 @@ class ScoreCost:
     d_k: int
 
 
+@recorded
 def wide_vs_narrow_score_flops(T: int, d_model: int, n_heads: int) -> ScoreCost:
     """Compare the score cost of one wide head with ``H`` narrow heads.
 
@@ -147,6 +153,7 @@ def wide_vs_narrow_score_flops(T: int, d_model: int, n_heads: int) -> ScoreCost:
 # ---------------------------------------------------------------------------------------------
 
 
+@recorded
 def max_row_sum_error(A) -> float:
     """``max_t |sum_i A[t, i] - 1|``: how far a weight matrix is from row-stochastic (0 for softmax)."""
     A = as_float_array(A, "The attention weights")
@@ -155,6 +162,7 @@ def max_row_sum_error(A) -> float:
     return float(np.max(np.abs(A.sum(axis=-1) - 1.0)))
 
 
+@recorded
 def entropy_ceiling_bits(T: int, causal: bool = True) -> np.ndarray:
     """Largest possible row entropy, ``log2`` of the keys a row may see: ``log2 t`` (causal) or ``log2 T``; ``(T,)``."""
     if int(T) != T or T < 1:
@@ -278,6 +286,7 @@ class PathLengths:
     rnn_sequential: int          # n
 
 
+@recorded
 def interaction_paths(n_tokens: int) -> PathLengths:
     """Longest path between two of ``n`` tokens, and sequential steps per layer.
 

@@ -18,6 +18,7 @@ from typing import Callable
 
 import numpy as np
 
+from core.recording import recorded
 from core.validate import as_float_array
 
 DEFAULT_GAIN = 3.0
@@ -166,6 +167,7 @@ def uniform(T: int, d_k: int = 2, gain: float = DEFAULT_GAIN) -> tuple[np.ndarra
     return _zeros(T, d_k)
 
 
+@recorded
 def two_positions(T: int, d_k: int = 2, gain: float = DEFAULT_GAIN, *,
                   query: int = 4, targets: tuple[int, int] = (1, 3)) -> tuple[np.ndarray, np.ndarray]:
     """A head whose row ``query`` splits its attention evenly between two chosen positions.
@@ -274,6 +276,7 @@ LESSON_HEADS = ("first_token", "previous_token", "self", "uniform")
 POSITIONAL_PRESETS = ("previous_token", "self", "nearby")
 
 
+@recorded
 def build_head(name: str, T: int, d_k: int = 2, gain: float = DEFAULT_GAIN) -> tuple[np.ndarray, np.ndarray]:
     """``(Q, K)`` of the preset called ``name`` (a key of ``PRESETS``)."""
     if name not in PRESETS:
