@@ -252,7 +252,7 @@ def cross_entropy(logits: np.ndarray, targets: np.ndarray):
 # ----------------------------------------------------------------------------------------------
 # GELU, tanh form (GPT-2's activation)
 # ----------------------------------------------------------------------------------------------
-GELU_TANH_C = math.sqrt(2.0 / math.pi)
+GELU_TANH_C = math.sqrt(2.0 / math.pi)      # the one definition: the tuned twin (tuned/forward.py) reads it here
 
 
 def gelu_tanh(x: np.ndarray) -> np.ndarray:
@@ -279,7 +279,7 @@ def gelu_tanh(x: np.ndarray) -> np.ndarray:
 def _gelu_tanh_backward_flat(dy, x, dx):
     """``dx = dy * GELU'(x)``, with ``u = c (x + 0.044715 x^3)``:
     ``GELU'(x) = 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) c (1 + 3 * 0.044715 x^2)``."""
-    c = math.sqrt(2.0 / math.pi)
+    c = GELU_TANH_C
     for n in range(x.size):
         v = x[n]
         t = math.tanh(c * (v + 0.044715 * v * v * v))
@@ -355,3 +355,29 @@ def gelu_erf(x: np.ndarray) -> np.ndarray:
     kernel = _gelu_erf_flat if x.dtype == np.float64 else _gelu_erf_rational
     compiled_or(kernel, _gelu_erf_numpy, np.ascontiguousarray(x).reshape(-1), y)
     return y.reshape(x.shape)
+
+
+@njit(cache=True, nogil=True)
+def _gelu_erf_backward_flat(dy, x, dx):
+    """``dx = dy * GELU'(x)``: the derivative of ``x Phi(x)`` is ``Phi(x) + x phi(x)``, with
+    ``Phi(x) = 0.5 (1 + erf(x / sqrt 2))`` and ``phi(x) = exp(-x^2 / 2) / sqrt(2 pi)``."""
+    r, s = 1.0 / math.sqrt(2.0), 1.0 / math.sqrt(2.0 * math.pi)
+    for n in range(x.size):
+        v = x[n]
+        dx[n] = dy[n] * (0.5 * (1.0 + math.erf(v * r)) + v * s * math.exp(-0.5 * v * v))
+
+
+def _gelu_erf_backward_numpy(dy, x, dx):
+    """:func:`_gelu_erf_backward_flat` through Python's ``math.erf`` (slow, and needs no compiler)."""
+    Phi = 0.5 * (1.0 + _erf(x * (1.0 / math.sqrt(2.0))).astype(x.dtype))
+    phi = np.exp(-0.5 * x * x) * (1.0 / math.sqrt(2.0 * math.pi))
+    dx[:] = dy * (Phi + x * phi)
+
+
+def gelu_erf_backward(dy: np.ndarray, x: np.ndarray) -> np.ndarray:
+    r"""The gradient through :func:`gelu_erf` at its input ``x``:
+    :math:`dx = dy\,(\Phi(x) + x\,\varphi(x))`, the normal distribution's CDF and density."""
+    dx = np.empty(x.size, dtype=x.dtype)
+    compiled_or(_gelu_erf_backward_flat, _gelu_erf_backward_numpy, np.ascontiguousarray(dy).reshape(-1),
+                np.ascontiguousarray(x).reshape(-1), dx)
+    return dx.reshape(x.shape)

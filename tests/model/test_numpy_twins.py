@@ -74,6 +74,7 @@ def test_gelu_and_its_gradient_and_the_products(dtype, monkeypatch):
     rng = np.random.default_rng(2)
     x = (rng.normal(size=(3, 50)) * 4).astype(dtype)
     for fn in (L.gelu_erf, lambda v: L.gelu_tanh_backward(np.ones_like(v), v),
+               lambda v: L.gelu_erf_backward(np.ones_like(v), v),
                lambda v: L.matmul(v, v.T.copy()), lambda v: L.matmul(v[None].repeat(2, 0), v.T.copy())):
         compiled, twin = _both(lambda: fn(x), monkeypatch)
         np.testing.assert_allclose(twin, compiled, rtol=TOL[dtype] * 10, atol=TOL[dtype] * 10)

@@ -19,16 +19,14 @@ docstring). No ``fastmath``: ``-inf`` lives in the masked scores.
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 from numba import njit
 
 from core.kernels.tuned.fastexp import fast_exp
+from core.model.layers import GELU_TANH_C        # sqrt(2 / pi), defined once beside the readable GELU
 from core.readiness import can_run
 
 JIT = dict(cache=True, nogil=True, error_model="numpy")
-GELU_TANH_C = math.sqrt(2.0 / math.pi)
 # exp's argument is held at or below this (the tuned float32 exp is defined up to 88): GELU's
 # sigmoid is then 1 / (1 + e^88), which times any activation is far below a float32 rounding of it.
 EXP_MAX = 80.0
