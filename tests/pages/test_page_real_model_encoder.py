@@ -81,7 +81,7 @@ def test_the_text_moves_the_detector_and_the_sentences_move_the_matrix():
 
 
 def test_without_the_package_the_page_says_how_to_install_and_shows_the_decoder(monkeypatch):
-    monkeypatch.setattr(packaged, "DISTRIBUTION", "no-such-package-here")
+    monkeypatch.setattr(minilm_package, "DISTRIBUTION", "no-such-package-here")
     parts.model_for.clear()
     try:
         at = open_page(PAGE)
