@@ -10,12 +10,14 @@ import math
 import numpy as np
 
 from core.model import params as P
+from core.model.activations import ACTIVATIONS
+from core.model.norms import NORMS, PLACEMENTS
 from core.model.params import init_by_name, whole as _whole
+from core.model.positions import POSITIONAL, POSITIONS  # noqa: F401  (POSITIONAL: the names, read from here too)
 from core.validate import check_heads
 
-NORM_PLACEMENTS = ("post", "pre")
-ACTIVATIONS = ("relu", "gelu_tanh", "gelu_erf")
-POSITIONAL = ("sinusoidal", "learned", "none")
+# each architectural choice is a name in its registry (a forward and a backward pass under that name)
+CHOICES = {"norm": NORMS, "norm_placement": PLACEMENTS, "activation": ACTIVATIONS, "positional": POSITIONS}
 HEADS = ("lm", "classify", "none")
 
 
@@ -23,8 +25,9 @@ HEADS = ("lm", "classify", "none")
 class TransformerConfig:
     """Sizes and architecture of a decoder-only (or, with ``causal=False``, encoder) stack.
 
-    ``norm_placement="post"`` puts each LayerNorm after its residual sum (the original Transformer),
-    ``"pre"`` before its sublayer (GPT-2). ``d_ff`` is the feed-forward width (GPT-2: ``4 d``,
+    ``norm_placement="post"`` puts each norm after its residual sum (the original Transformer),
+    ``"pre"`` before its sublayer (GPT-2); ``norm`` is which norm, ``"layernorm"`` (a gain and a
+    bias) or ``"rmsnorm"`` (a gain only). ``d_ff`` is the feed-forward width (GPT-2: ``4 d``,
     or its ``n_inner``), 0 for attention-only. ``bias=False`` drops every linear layer's bias.
     ``head="classify"`` averages the last hidden states over positions and maps them to
     ``n_classes`` logits (the seeds' encoder); ``unembed_b`` adds an output bias to the language
@@ -33,6 +36,10 @@ class TransformerConfig:
     (BERT's), ``"gelu_tanh"`` its tanh approximation (GPT-2's). ``n_token_types`` adds BERT's
     segment embeddings, ``embed_ln`` its LayerNorm on the embeddings, ``pooler`` its dense layer
     on the first token, ``tanh([CLS] W + b)``.
+
+    ``norm``, ``norm_placement``, ``activation`` and ``positional`` each name a forward and a
+    backward pass in a registry (:mod:`core.model.norms`, :mod:`core.model.activations`,
+    :mod:`core.model.positions`); a name none of them has is refused here.
     """
 
     vocab_size: int
@@ -42,6 +49,7 @@ class TransformerConfig:
     d_ff: int
     n_layers: int
     norm_placement: str = "post"
+    norm: str = "layernorm"
     activation: str = "relu"
     positional: str = "sinusoidal"
     tied_unembed: bool = False
@@ -62,9 +70,8 @@ class TransformerConfig:
             if not _whole(value) or value < (0 if name in ("d_ff", "n_token_types") else 1):  # 0: none
                 raise ValueError(f"{name} must be a positive whole number, got {value!r}.")
         check_heads(self.d_model, self.n_heads)
-        for name, choices in (("norm_placement", NORM_PLACEMENTS), ("activation", ACTIVATIONS), ("positional", POSITIONAL),
-                              ("head", HEADS)):
-            if getattr(self, name) not in choices:
+        for name, choices in (*CHOICES.items(), ("head", HEADS)):
+            if not isinstance(getattr(self, name), str) or getattr(self, name) not in choices:
                 raise ValueError(f"{name} must be one of {', '.join(choices)}, got {getattr(self, name)!r}.")
         if self.head == "classify" and (not _whole(self.n_classes) or self.n_classes < 2):
             raise ValueError(f"A classifier needs n_classes, at least 2, got {self.n_classes!r}.")
@@ -88,19 +95,25 @@ class TransformerConfig:
 # ----------------------------------------------------------------------------------------------
 # parameters
 # ----------------------------------------------------------------------------------------------
+def norm_shapes(cfg: TransformerConfig, part: str) -> dict[str, tuple[int, ...]]:
+    """The parameters of the norm ``part`` (``ln1``, ``ln_final`` ...): those its kind has (LayerNorm
+    ``{part}.g`` and ``{part}.b``, RMSNorm ``{part}.g`` only), each ``(d,)``."""
+    return {f"{part}.{w}": (cfg.d_model,) for w in NORMS[cfg.norm].params}
+
+
 def block_shapes(cfg: TransformerConfig) -> dict[str, tuple[int, ...]]:
     """One block's parameters under their short names (``attn.W_Q`` ...), in the order they run."""
     d, F = cfg.d_model, cfg.d_ff
     shapes = {f"attn.{w}": (d, d) for w in ("W_Q", "W_K", "W_V", "W_O")}
     if cfg.bias:
         shapes.update({f"attn.{b}": (d,) for b in ("b_Q", "b_K", "b_V", "b_O")})
-    shapes.update({"ln1.g": (d,), "ln1.b": (d,)})
+    shapes.update(norm_shapes(cfg, "ln1"))
     if F == 0:                                          # attention-only: no feed-forward, no ln2
         return shapes
     shapes.update({"ffn.W_1": (d, F), "ffn.W_2": (F, d)})
     if cfg.bias:
         shapes.update({"ffn.b_1": (F,), "ffn.b_2": (d,)})
-    shapes.update({"ln2.g": (d,), "ln2.b": (d,)})
+    shapes.update(norm_shapes(cfg, "ln2"))
     return shapes
 
 
@@ -108,16 +121,15 @@ def param_shapes(cfg: TransformerConfig, prefix: str = "") -> dict[str, tuple[in
     """Every parameter name with its shape, in a fixed order: embeddings, blocks, output."""
     d = cfg.d_model
     shapes = {f"{prefix}embed": (cfg.vocab_size, d)}
-    if cfg.positional == "learned":
-        shapes[f"{prefix}pos"] = (cfg.n_ctx, d)
+    shapes.update({f"{prefix}{name}": (cfg.n_ctx, d) for name in POSITIONS[cfg.positional].params})   # learned: pos
     if cfg.n_token_types:
         shapes[f"{prefix}token_type"] = (cfg.n_token_types, d)
     if cfg.embed_ln:
-        shapes.update({f"{prefix}embed_ln.g": (d,), f"{prefix}embed_ln.b": (d,)})
+        shapes.update(norm_shapes(cfg, f"{prefix}embed_ln"))
     for i in range(cfg.n_layers):
         shapes.update({f"{prefix}blocks.{i}.{name}": s for name, s in block_shapes(cfg).items()})
     if cfg.final_ln:
-        shapes.update({f"{prefix}ln_final.g": (d,), f"{prefix}ln_final.b": (d,)})
+        shapes.update(norm_shapes(cfg, f"{prefix}ln_final"))
     if cfg.pooler:
         shapes.update({f"{prefix}pooler.W": (d, d), f"{prefix}pooler.b": (d,)})
     if cfg.head == "none":

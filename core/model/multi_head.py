@@ -114,7 +114,7 @@ def edit_heads(Z: np.ndarray, edits: dict | None, layer: int, key_mask: np.ndarr
 
 def attend(x_q: np.ndarray, x_kv: np.ndarray, w: dict, cfg, cache: dict, name: str, *, causal: bool = False,
            kv: dict | None = None, start: int = 0, edits=None, layer: int = 0,
-           key_mask: np.ndarray | None = None) -> np.ndarray:
+           key_mask: np.ndarray | None = None, tuned: bool = False) -> np.ndarray:
     r"""Multi-head attention of the queries of ``x_q (B, Tq, d)`` over the keys and values of
     ``x_kv (B, Tk, d)`` (the same array for self-attention); what it computes goes to ``{name}.*``.
 
@@ -126,11 +126,11 @@ def attend(x_q: np.ndarray, x_kv: np.ndarray, w: dict, cfg, cache: dict, name: s
     queries, at positions ``start...``, attend over all of them. ``edits``: head ablations or
     patches for block ``layer`` (:func:`edit_heads`). ``key_mask`` (B, 1, 1, Tk), additive (0 or
     -inf), hides padding keys from every query; in self-attention a mean ablation averages over
-    the positions it lets through.
+    the positions it lets through. ``tuned``: the forward pass runs the tuned twins of the
+    softmax and the KV cache (:func:`core.model.transformer.runs_tuned`, chosen once per pass).
     """
     H, d_k = cfg.n_heads, cfg.d_model // cfg.n_heads
-    big = cfg.d_model ** 2 >= L.BLAS_FROM                   # GPT-2's sizes: BLAS, and the tuned twins
-    tuned = big and TF.ready(x_q.dtype)                     # (tuned_forward) once they are compiled
+    big = cfg.d_model ** 2 >= L.BLAS_FROM                   # GPT-2's sizes: the products on BLAS
     # 1. queries, keys and values, split into heads
     Q = split_heads(L.dense(x_q, w["W_Q"], w["b_Q"]), H)                                # (B, H, Tq, d_k)
     K = split_heads(L.dense(x_kv, w["W_K"], w["b_K"]), H)                               # (B, H, Tk, d_k)

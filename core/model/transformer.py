@@ -16,14 +16,22 @@ embeddings, no causal mask, no head: it returns the last hidden states)::
 
 ``d_ff=0`` drops the feed-forward sublayer and its LayerNorm (attention-only). The seeds' encoder
 classifier, the decoder-only and attention-only models and GPT-2 are all settings of this one model.
+Each choice is a forward and a backward pass registered under its name: which norm ("LN" above:
+LayerNorm or RMSNorm) and where it sits (:mod:`core.model.norms`, whose
+:func:`~core.model.norms.residual` is the pre- and post-norm wiring of every block), which
+activation (:mod:`core.model.activations`), which positions (:mod:`core.model.positions`).
 
 Parameters and the forward cache use the project's one vocabulary (``embed``, ``pos``,
 ``blocks.{i}.attn.W_Q`` ..., ``blocks.{i}.resid_pre``, ``blocks.{i}.attn.weights`` ...), so a
 page reads what it draws from the cache instead of recomputing it; the names are built by
 :mod:`core.model.names`. Attention, self or cross, is :func:`core.model.multi_head.attend`; the
-other sublayers (LayerNorm, the feed-forward network) are here, each with its backward pass beside
-it, reading what its forward pass left in the cache. The whole backward pass, block by block in
-reverse, is :mod:`core.model.transformer_backward`.
+feed-forward network is here, with its backward pass beside it, reading what its forward pass left
+in the cache. The whole backward pass, block by block in reverse, is
+:mod:`core.model.transformer_backward`.
+
+At GPT-2's sizes a forward pass runs the tuned twins of its elementwise steps (the softmax, GELU,
+the KV cache; :mod:`core.model.tuned.forward`): :func:`runs_tuned` decides once, at the top of the
+pass, and every sublayer is handed that choice.
 """
 from __future__ import annotations
 
@@ -32,61 +40,47 @@ import numpy as np
 from core.model import layers as L
 from core.model import multi_head as MH
 from core.model import names
-from core.model.tuned import forward as TF
+from core.model import norms as N
+from core.model.activations import ACTIVATIONS
 from core.model.config import TransformerConfig, check_params, check_tokens
 from core.model.names import key
+from core.model.norms import layer_norm, layer_norm_backward  # noqa: F401  (the pages show them as the model's)
 from core.model.params import whole
+from core.model.positions import POSITIONS
+from core.model.tuned import forward as TF
 
 
 # ----------------------------------------------------------------------------------------------
-# the sublayers other than attention (multi_head.attend), each with its backward beside it
+# the readable steps or their tuned twins: one choice per forward pass
 # ----------------------------------------------------------------------------------------------
-def layer_norm(x: np.ndarray, g: np.ndarray, b: np.ndarray, eps: float, cache: dict, name: str) -> np.ndarray:
-    """:func:`layers.layer_norm`, leaving in the cache its ``{name}.input`` (B, T, d), the statistics
-    ``{name}.mean`` and ``{name}.std`` (B, T) and the ``{name}.normalized`` input ``(x - mean) / std``
-    (B, T, d), before the gain and bias."""
-    y, c = L.layer_norm(x, g, b, eps)
-    cache[key(name, "input")] = x
-    cache[key(name, "normalized")] = c["xhat"].reshape(x.shape)
-    cache[key(name, "mean")] = x.mean(axis=-1)
-    cache[key(name, "std")] = (1.0 / c["rstd"]).reshape(x.shape[:-1])          # sqrt(var + eps)
-    return y
+def runs_tuned(cfg: TransformerConfig, dtype) -> bool:
+    """Whether a forward pass runs the tuned twins (:mod:`core.model.tuned.forward`): at GPT-2's sizes
+    (a ``d x d`` weight of at least ``BLAS_FROM`` numbers, which BLAS multiplies), once they are
+    compiled. Decided once at the top of a forward pass and handed to every sublayer."""
+    return cfg.d_model ** 2 >= L.BLAS_FROM and TF.ready(dtype)
 
 
-def layer_norm_backward(dy: np.ndarray, g: np.ndarray, cache: dict, name: str):
-    """``(dx, dg, db)`` of :func:`layer_norm` ``name`` (:func:`layers.layer_norm_backward`), from its cache."""
-    d = dy.shape[-1]
-    saved = {"xhat": np.ascontiguousarray(cache[key(name, "normalized")].reshape(-1, d)),
-             "rstd": np.ascontiguousarray(1.0 / cache[key(name, "std")].reshape(-1)), "g": g}
-    return L.layer_norm_backward(dy, saved)
-
-
-def feed_forward(x: np.ndarray, p: dict, cfg: TransformerConfig, cache: dict, name: str) -> np.ndarray:
-    """``act(x W_1 + b_1) W_2 + b_2`` with ReLU or GELU (exact, or its tanh form); its ``{name}.input``,
-    the hidden layer before and after the activation (``{name}.pre``, ``{name}.hidden``) and its
-    ``{name}.output`` go to the cache."""
+# ----------------------------------------------------------------------------------------------
+# the feed-forward network (attention is multi_head.attend), with its backward beside it
+# ----------------------------------------------------------------------------------------------
+def feed_forward(x: np.ndarray, p: dict, cfg: TransformerConfig, cache: dict, name: str, *,
+                 tuned: bool = False) -> np.ndarray:
+    """``act(x W_1 + b_1) W_2 + b_2``, ``act`` the model's activation (ReLU, GELU exact or its tanh
+    form: :data:`~core.model.activations.ACTIVATIONS`); its ``{name}.input``, the hidden layer before
+    and after the activation (``{name}.pre``, ``{name}.hidden``) and its ``{name}.output`` go to the cache."""
     cache[key(name, "input")] = x
     cache[key(name, "pre")] = pre = L.dense(x, p["ffn.W_1"], p.get("ffn.b_1"))          # (B, T, d_ff)
-    tuned = p["ffn.W_1"].size >= L.BLAS_FROM and TF.ready(pre.dtype)        # GPT-2's sizes: the tuned twin
-    gelu_tanh = TF.gelu_tanh if tuned else L.gelu_tanh
-    if cfg.activation == "gelu_tanh":
-        L.note(gelu_tanh)
-    act = {"gelu_tanh": gelu_tanh, "gelu_erf": L.gelu_erf}.get(cfg.activation, lambda v: np.maximum(v, 0.0))
-    hidden = act(pre)
-    cache[key(name, "hidden")] = hidden
+    cache[key(name, "hidden")] = hidden = ACTIVATIONS[cfg.activation].forward(pre, tuned)
     cache[key(name, "output")] = out = L.dense(hidden, p["ffn.W_2"], p.get("ffn.b_2"))  # (B, T, d)
     return out
 
 
 def feed_forward_backward(dy: np.ndarray, p: dict, cfg: TransformerConfig, cache: dict, name: str):
-    """``(dx, grads)`` of :func:`feed_forward` ``name`` (ReLU or GELU's tanh form), from its cache."""
+    """``(dx, grads)`` of :func:`feed_forward` ``name``, from its cache."""
     g = {}
-    hidden = cache[key(name, "hidden")]                                        # (B, T, d_ff)
+    pre, hidden = cache[key(name, "pre")], cache[key(name, "hidden")]                # (B, T, d_ff)
     d_hidden, g["ffn.W_2"], g["ffn.b_2"] = L.linear_backward(dy, hidden, p["ffn.W_2"])
-    if cfg.activation == "gelu_tanh":
-        d_pre = L.gelu_tanh_backward(d_hidden, cache[key(name, "pre")])
-    else:
-        d_pre = d_hidden * (hidden > 0)                                        # ReLU passes where it was positive
+    d_pre = ACTIVATIONS[cfg.activation].backward(d_hidden, pre, hidden)
     dx, g["ffn.W_1"], g["ffn.b_1"] = L.linear_backward(d_pre, cache[key(name, "input")], p["ffn.W_1"])
     return dx, {k: v for k, v in g.items() if cfg.bias or ".W_" in k}
 
@@ -95,32 +89,29 @@ def feed_forward_backward(dy: np.ndarray, p: dict, cfg: TransformerConfig, cache
 # one block, the whole stack
 # ----------------------------------------------------------------------------------------------
 def block(h: np.ndarray, p: dict, cfg: TransformerConfig, cache: dict, name: str, *,
-          kv: dict | None = None, start: int = 0, edits=None, layer: int = 0, key_mask=None) -> np.ndarray:
+          kv: dict | None = None, start: int = 0, edits=None, layer: int = 0, key_mask=None,
+          tuned: bool = False) -> np.ndarray:
     """One block on ``h (B, T, d)``, its parameters ``p`` under short names (``attn.W_Q`` ...);
     what it computes goes to the cache under ``{name}.`` (``blocks.3.resid_mid`` ...)."""
-    eps, w = cfg.ln_eps, MH.weights(p, "attn")
+    w = MH.weights(p, "attn")
 
-    def attention(x):
+    def attention(x):                                     # self-attention, causal in a decoder
         return MH.attend(x, x, w, cfg, cache, key(name, "attn"), causal=cfg.causal, kv=kv, start=start,
-                         edits=edits, layer=layer, key_mask=key_mask)
+                         edits=edits, layer=layer, key_mask=key_mask, tuned=tuned)
+
+    def ffn(x):
+        return feed_forward(x, p, cfg, cache, key(name, "ffn"), tuned=tuned)
+
+    def norm(part):                                       # the model's norm (LayerNorm, RMSNorm) ``part``
+        return lambda x: N.forward(cfg, x, p, part, cache, key(name, part))
 
     cache[key(name, "resid_pre")] = h
-    if cfg.norm_placement == "pre":
-        # 1. h = h + MHA(LN1(h))
-        h = h + attention(layer_norm(h, p["ln1.g"], p["ln1.b"], eps, cache, key(name, "ln1")))
-        cache[key(name, "resid_mid")] = h
-        # 2. h = h + FFN(LN2(h))   (none in an attention-only model)
-        if cfg.d_ff:
-            h = h + feed_forward(layer_norm(h, p["ln2.g"], p["ln2.b"], eps, cache, key(name, "ln2")), p, cfg,
-                                 cache, key(name, "ffn"))
-    else:
-        # 1. h = LN1(h + MHA(h))
-        h = layer_norm(h + attention(h), p["ln1.g"], p["ln1.b"], eps, cache, key(name, "ln1"))
-        cache[key(name, "resid_mid")] = h
-        # 2. h = LN2(h + FFN(h))   (none in an attention-only model)
-        if cfg.d_ff:
-            h = layer_norm(h + feed_forward(h, p, cfg, cache, key(name, "ffn")), p["ln2.g"], p["ln2.b"], eps,
-                           cache, key(name, "ln2"))
+    # 1. post-norm: h = LN1(h + MHA(h));  pre-norm: h = h + MHA(LN1(h))
+    h = N.residual(h, attention, norm("ln1"), cfg.norm_placement)
+    cache[key(name, "resid_mid")] = h
+    # 2. post-norm: h = LN2(h + FFN(h));  pre-norm: h = h + FFN(LN2(h))   (none in an attention-only model)
+    if cfg.d_ff:
+        h = N.residual(h, ffn, norm("ln2"), cfg.norm_placement)
     cache[key(name, "resid_post")] = h
     return h
 
@@ -135,15 +126,9 @@ def embed(params: dict, cfg: TransformerConfig, tokens: np.ndarray, start: int =
     """``embed[tokens] + positions[start:start+T]`` for ``tokens (B, T)``; the two terms go to
     ``{prefix}token_embed`` (B, T, d) and ``{prefix}pos_embed`` (T, d) in ``cache`` when one is given.
     A model with token types (BERT's segments A and B) adds ``token_type[token_types]`` (all type 0
-    when none are given), and one with ``embed_ln`` puts the sum through a LayerNorm."""
+    when none are given), and one with ``embed_ln`` puts the sum through the model's norm (BERT's LayerNorm)."""
     x = params[f"{prefix}embed"][tokens]                                                 # (B, T, d)
-    T = tokens.shape[1]
-    if cfg.positional == "learned":
-        pos = params[f"{prefix}pos"][start:start + T]
-    elif cfg.positional == "sinusoidal":
-        pos = L.sinusoid_table(cfg.n_ctx, cfg.d_model, x.dtype.str)[start:start + T]
-    else:
-        pos = np.zeros((T, cfg.d_model), dtype=x.dtype)
+    pos = POSITIONS[cfg.positional].table(params, cfg, prefix, start, tokens.shape[1], x.dtype)   # (T, d)
     if cache is not None:
         cache[f"{prefix}token_embed"], cache[f"{prefix}pos_embed"] = x, pos
     h = x + pos
@@ -151,19 +136,17 @@ def embed(params: dict, cfg: TransformerConfig, tokens: np.ndarray, start: int =
         types = np.zeros_like(tokens) if token_types is None else token_types
         h = h + params[f"{prefix}token_type"][types]                                     # (B, T, d)
     if cfg.embed_ln:
-        h = layer_norm(h, params[f"{prefix}embed_ln.g"], params[f"{prefix}embed_ln.b"], cfg.ln_eps,
-                       {} if cache is None else cache, f"{prefix}embed_ln")
+        h = N.forward(cfg, h, params, f"{prefix}embed_ln", {} if cache is None else cache, f"{prefix}embed_ln")
     return h
 
 
 def unembed(params: dict, cfg: TransformerConfig, h: np.ndarray, cache: dict, prefix: str = "") -> np.ndarray:
-    """The final LayerNorm (when the model has one), then the head: the unembedding, ``logits
+    """The final norm (when the model has one), then the head: the unembedding, ``logits
     (B, T, V)``, the classifier on the mean over positions, ``logits (B, C)`` (``pooled`` (B, d)
     goes to the cache), or none: the hidden states ``(B, T, d)``. BERT's pooler, when the model has
     one, leaves ``pooler.output = tanh(h[:, 0] W + b)`` (B, d) in the cache."""
     if cfg.final_ln:
-        h = layer_norm(h, params[f"{prefix}ln_final.g"], params[f"{prefix}ln_final.b"], cfg.ln_eps,
-                       cache, f"{prefix}ln_final")
+        h = N.forward(cfg, h, params, f"{prefix}ln_final", cache, f"{prefix}ln_final")
     if cfg.pooler:
         cache[f"{prefix}pooler.output"] = np.tanh(L.dense(h[:, 0], params[f"{prefix}pooler.W"],
                                                         params[f"{prefix}pooler.b"]))
@@ -222,10 +205,12 @@ def forward_checked(params: dict, cfg: TransformerConfig, tokens, *, ablate: dic
     cache: dict[str, np.ndarray] = {"tokens": tokens}
     if ablate:
         cache["edited_heads"] = np.array(sorted(ablate), dtype=np.int64)                # (n, 2): layer, head
+    tuned = runs_tuned(cfg, params["embed"].dtype)               # the readable steps or their tuned twins
     h = embed(params, cfg, tokens, start, cache=cache, token_types=types)                # (B, T, d)
     for i in range(cfg.n_layers):
         h = block(h, block_params(params, names.block(i) + "."), cfg, cache, names.block(i),
-                  kv=None if kv is None else kv[i], start=start, edits=ablate, layer=i, key_mask=additive)
+                  kv=None if kv is None else kv[i], start=start, edits=ablate, layer=i, key_mask=additive,
+                  tuned=tuned)
     logits = unembed(params, cfg, h, cache)
     cache["logits"] = logits
     return logits, cache

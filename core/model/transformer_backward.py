@@ -1,16 +1,18 @@
 """The backward pass of :mod:`core.model.transformer`, by hand, step by step in reverse: the
-readable track of training, for every setting of the one model (post- or pre-norm, ReLU or GELU,
-any positions, tied or separate unembedding with or without its bias, a final LayerNorm, biases
-on or off, causal or not, attention-only, a language model or a classifier)::
+readable track of training, for every setting of the one model (post- or pre-norm, LayerNorm or
+RMSNorm, ReLU or GELU, any positions, tied or separate unembedding with or without its bias, a
+final norm, biases on or off, causal or not, attention-only, a language model or a classifier)::
 
     loss, grads = loss_and_grads(params, cfg, tokens, targets)     # mean cross-entropy, its gradient
     grads = backward(params, cfg, cache, d_logits)                 # from a forward pass's cache
 
 Each sublayer's backward pass sits beside its forward pass and reads what that left in the cache,
 in the one vocabulary: attention's in :mod:`core.model.multi_head` (``attend_backward``: its
-inputs, ``q``, ``k``, ``v``, ``weights``, ``concat``), LayerNorm's and the feed-forward network's
-in :mod:`core.model.transformer` (``normalized``, ``std``; ``input``, ``pre``, ``hidden``). This
-module runs them block by block in reverse, with the head and the embeddings at either end.
+inputs, ``q``, ``k``, ``v``, ``weights``, ``concat``), the norms' in :mod:`core.model.norms`
+(``normalized``, ``std``), the feed-forward network's in :mod:`core.model.transformer` (``input``,
+``pre``, ``hidden``), the activations' in :mod:`core.model.activations`. This module runs them
+block by block in reverse, through the residual wiring of :func:`core.model.norms.residual_backward`,
+with the head and the embeddings at either end.
 ``grads`` has the parameters' names, shapes and dtype.
 """
 from __future__ import annotations
@@ -21,9 +23,11 @@ from core.model import config as C
 from core.model import layers as L
 from core.model import multi_head as MH
 from core.model import names
+from core.model import norms as N
 from core.model import transformer as tr
 from core.model.config import TransformerConfig
 from core.model.names import key
+from core.model.positions import POSITIONS
 
 
 # ----------------------------------------------------------------------------------------------
@@ -34,34 +38,25 @@ def block_backward(dh: np.ndarray, p: dict, cfg: TransformerConfig, cache: dict,
     ``grads`` under the block's short names (``attn.W_Q``, ``ln1.g`` ...). Each sublayer's backward
     pass sits beside its forward pass and reads what that left in the cache."""
     g, w = {}, MH.weights(p, "attn")
-    ln1, ln2, ffn, attn = (key(name, part) for part in ("ln1", "ln2", "ffn", "attn"))
 
     def attention_backward(d_out):                         # self-attention: x gave the queries, keys and values
-        dq, dkv, g_attn = MH.attend_backward(d_out, w, cfg, cache, attn)
+        dq, dkv, g_attn = MH.attend_backward(d_out, w, cfg, cache, key(name, "attn"))
         g.update({f"attn.{n}": v for n, v in g_attn.items()})
         return dq + dkv
 
-    def feed_forward_backward(dy):
-        dx, g_ffn = tr.feed_forward_backward(dy, p, cfg, cache, ffn)
+    def ffn_backward(dy):
+        dx, g_ffn = tr.feed_forward_backward(dy, p, cfg, cache, key(name, "ffn"))
         g.update(g_ffn)
         return dx
 
-    if cfg.norm_placement == "pre":
-        # 2. h_out = h_mid + FFN(LN2(h_mid)): the residual passes dh on, the sublayer adds its share
-        if cfg.d_ff:
-            d_mid, g["ln2.g"], g["ln2.b"] = tr.layer_norm_backward(feed_forward_backward(dh), p["ln2.g"], cache, ln2)
-            dh = dh + d_mid
-        # 1. h_mid = h_in + MHA(LN1(h_in))
-        d_in, g["ln1.g"], g["ln1.b"] = tr.layer_norm_backward(attention_backward(dh), p["ln1.g"], cache, ln1)
-        dh = dh + d_in
-    else:
-        # 2. h_out = LN2(h_mid + FFN(h_mid)): through the norm, then the residual and the sublayer
-        if cfg.d_ff:
-            d_sum, g["ln2.g"], g["ln2.b"] = tr.layer_norm_backward(dh, p["ln2.g"], cache, ln2)
-            dh = d_sum + feed_forward_backward(d_sum)
-        # 1. h_mid = LN1(h_in + MHA(h_in))
-        d_sum, g["ln1.g"], g["ln1.b"] = tr.layer_norm_backward(dh, p["ln1.g"], cache, ln1)
-        dh = d_sum + attention_backward(d_sum)
+    def norm_backward(part):                               # the norm ``part``'s, its gradients into g
+        return lambda dy: N.backward(cfg, dy, p, part, cache, key(name, part), g)
+
+    # 2. post-norm: h_out = LN2(h_mid + FFN(h_mid));  pre-norm: h_out = h_mid + FFN(LN2(h_mid))
+    if cfg.d_ff:
+        dh = N.residual_backward(dh, ffn_backward, norm_backward("ln2"), cfg.norm_placement)
+    # 1. post-norm: h_mid = LN1(h_in + MHA(h_in));  pre-norm: h_mid = h_in + MHA(LN1(h_in))
+    dh = N.residual_backward(dh, attention_backward, norm_backward("ln1"), cfg.norm_placement)
     return dh, g
 
 
@@ -71,13 +66,13 @@ def block_backward(dh: np.ndarray, p: dict, cfg: TransformerConfig, cache: dict,
 def head_backward(d_logits: np.ndarray, params: dict, cfg: TransformerConfig, cache: dict, grads: dict, *,
                   h_last=None):
     """Gradient of the last block's output ``h_last`` (by default the cache's last ``resid_post``),
-    from ``d_logits``, through the head and the final LayerNorm; the head's parameter gradients go
+    from ``d_logits``, through the head and the final norm; the head's parameter gradients go
     into ``grads`` (a tied unembedding's share of ``embed`` under ``embed``)."""
     if h_last is None:
         h_last = cache[key(names.block(cfg.n_layers - 1), "resid_post")]     # (B, T, d)
     h = h_last
     if cfg.final_ln:                                                          # LN_final's output, from its cache
-        h = cache["ln_final.normalized"] * params["ln_final.g"] + params["ln_final.b"]
+        h = cache["ln_final.normalized"] * params["ln_final.g"] + params.get("ln_final.b", 0)   # RMSNorm: no b
     if cfg.head == "classify":
         # logits = pooled W + b, pooled = mean_t h: each position gets 1/T of the pooled gradient
         d_pooled, grads["classifier.W"], grads["classifier.b"] = L.linear_backward(
@@ -94,21 +89,17 @@ def head_backward(d_logits: np.ndarray, params: dict, cfg: TransformerConfig, ca
         if cfg.unembed_b:
             grads["unembed_b"] = db
     if cfg.final_ln:
-        dh, grads["ln_final.g"], grads["ln_final.b"] = tr.layer_norm_backward(dh, params["ln_final.g"], cache,
-                                                                             "ln_final")
+        dh = N.backward(cfg, dh, params, "ln_final", cache, "ln_final", grads)
     return dh
 
 
 def embed_backward(dx: np.ndarray, params: dict, cfg: TransformerConfig, tokens: np.ndarray, grads: dict) -> None:
-    """Scatter the gradient of ``embed[tokens] + pos`` into the embedding rows (added to a tied
-    unembedding's share) and the learned position rows."""
+    """Scatter the gradient of ``embed[tokens] + positions`` into the embedding rows (added to a tied
+    unembedding's share) and, for learned positions, the position rows."""
     d_embed = grads.get("embed", np.zeros_like(params["embed"]))
     np.add.at(d_embed, tokens.reshape(-1), dx.reshape(-1, cfg.d_model))       # a token seen twice adds twice
     grads["embed"] = d_embed
-    if cfg.positional == "learned":
-        d_pos = np.zeros_like(params["pos"])
-        d_pos[:tokens.shape[1]] = dx.sum(axis=0)
-        grads["pos"] = d_pos
+    POSITIONS[cfg.positional].backward(dx, params, "", grads)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -146,9 +137,8 @@ def backward(params: dict, cfg: TransformerConfig, cache: dict, d_logits: np.nda
 
 def trainable(cfg: TransformerConfig) -> None:
     """Refuse what the hand-written backward pass does not cover: BERT's settings run forward only."""
-    extras = [name for name, value in (("head='none'", cfg.head == "none"), ("activation='gelu_erf'",
-              cfg.activation == "gelu_erf"), ("token types", cfg.n_token_types), ("an embedding LayerNorm",
-              cfg.embed_ln), ("a pooler", cfg.pooler)) if value]
+    extras = [name for name, value in (("head='none'", cfg.head == "none"), ("token types", cfg.n_token_types),
+              ("an embedding LayerNorm", cfg.embed_ln), ("a pooler", cfg.pooler)) if value]
     if extras:
         raise ValueError(f"This model has {', '.join(extras)}: it runs forward here, but has no backward pass "
                          f"to train with (train a language model or a classifier instead).")

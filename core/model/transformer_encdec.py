@@ -26,6 +26,7 @@ from core.model import config as C
 from core.model import layers as L
 from core.model import multi_head as MH
 from core.model import names
+from core.model import norms as N
 from core.model import params as P
 from core.model import transformer as tr
 from core.model import transformer_backward as tb
@@ -69,16 +70,17 @@ def cross_shapes(cfg: TransformerConfig) -> dict[str, tuple[int, ...]]:
     shapes = {f"cross.{w}": (d, d) for w in ("W_Q", "W_K", "W_V", "W_O")}
     if cfg.bias:
         shapes.update({f"cross.{b}": (d,) for b in ("b_Q", "b_K", "b_V", "b_O")})
-    return {**shapes, "ln_cross.g": (d,), "ln_cross.b": (d,)}
+    return {**shapes, **C.norm_shapes(cfg, "ln_cross")}
 
 
 def param_shapes(cfg: EncoderDecoderConfig) -> dict[str, tuple[int, ...]]:
     """Every parameter with its shape: the encoder stack, the decoder stack, the output."""
     shapes = {n: s for n, s in C.param_shapes(cfg.encoder, "enc.").items() if _in_stack(n, "enc.")}
+    ln1_last = list(C.norm_shapes(cfg.decoder, "ln1"))[-1]                  # ln1.b (LayerNorm), ln1.g (RMSNorm)
     for name, shape in C.param_shapes(cfg.decoder, "dec.").items():
         shapes[name if _in_stack(name, "dec.") else name.removeprefix("dec.")] = shape    # the output unprefixed
-        if name.startswith("dec.blocks.") and name.endswith(".ln1.b"):      # cross-attention runs after ln1
-            block = name.removesuffix("ln1.b")
+        if name.startswith("dec.blocks.") and name.endswith("." + ln1_last):   # cross-attention runs after ln1
+            block = name.removesuffix(ln1_last)
             shapes.update({block + short: s for short, s in cross_shapes(cfg.decoder).items()})
     return shapes
 
@@ -92,56 +94,62 @@ def init_params(cfg: EncoderDecoderConfig, seed: int = 0, dtype=np.float32) -> d
 # forward
 # ----------------------------------------------------------------------------------------------
 def decoder_block(x, memory, p: dict, cfg: TransformerConfig, cache: dict, name: str, *,
-                  kv: dict | None = None, start: int = 0) -> np.ndarray:
+                  kv: dict | None = None, start: int = 0, tuned: bool = False) -> np.ndarray:
     """One decoder block: :func:`transformer.block` with the cross-attention sublayer after its
     self-attention (``{name}.resid_cross`` is the residual stream after it). ``kv`` and ``start``:
     the self-attention's KV cache, as in :func:`core.model.multi_head.attend`."""
-    eps, sub = cfg.ln_eps, {}
+    sub, w = {}, MH.weights(p, "cross")
+
+    def cross_attention(a):                               # queries from the decoder, keys and values from the memory
+        return MH.attend(a, memory, w, cfg, cache, key(name, "cross"), tuned=tuned)
+
+    def ffn(a):
+        return tr.feed_forward(a, p, cfg, cache, key(name, "ffn"), tuned=tuned)
+
+    def norm(part):
+        return lambda a: N.forward(cfg, a, p, part, cache, key(name, part))
+
     # 1. masked self-attention (and its norm): the transformer's own first sublayer
     one = dataclasses.replace(cfg, d_ff=0)                                   # a block with only its attention
-    x = tr.block(x, {k: v for k, v in p.items() if k.startswith(("attn.", "ln1."))}, one, sub, name,
-                 kv=kv, start=start)
+    x = tr.block(x, p, one, sub, name, kv=kv, start=start, tuned=tuned)
     cache.update({k: v for k, v in sub.items() if not k.endswith(".resid_post")})
-    # 2. cross-attention: queries from x, keys and values from the memory
-    w, cross, ln_cross = MH.weights(p, "cross"), key(name, "cross"), key(name, "ln_cross")
-    if cfg.norm_placement == "pre":
-        a = tr.layer_norm(x, p["ln_cross.g"], p["ln_cross.b"], eps, cache, ln_cross)
-        x = x + MH.attend(a, memory, w, cfg, cache, cross)
-    else:
-        a = MH.attend(x, memory, w, cfg, cache, cross)
-        x = tr.layer_norm(x + a, p["ln_cross.g"], p["ln_cross.b"], eps, cache, ln_cross)
+    # 2. cross-attention: post-norm x = LN_cross(x + MHA(x, memory));  pre-norm x = x + MHA(LN_cross(x), memory)
+    x = N.residual(x, cross_attention, norm("ln_cross"), cfg.norm_placement)
     cache[key(name, "resid_cross")] = x
-    # 3. feed-forward (and its norm)
+    # 3. feed-forward (and its norm), as in every block
     if cfg.d_ff:
-        ln2, ffn = key(name, "ln2"), key(name, "ffn")
-        if cfg.norm_placement == "pre":
-            x = x + tr.feed_forward(tr.layer_norm(x, p["ln2.g"], p["ln2.b"], eps, cache, ln2), p, cfg, cache, ffn)
-        else:
-            x = tr.layer_norm(x + tr.feed_forward(x, p, cfg, cache, ffn), p["ln2.g"], p["ln2.b"], eps, cache, ln2)
+        x = N.residual(x, ffn, norm("ln2"), cfg.norm_placement)
     cache[key(name, "resid_post")] = x
     return x
 
 
-def encode(params: dict, cfg: EncoderDecoderConfig, src: np.ndarray, cache: dict) -> np.ndarray:
-    """The encoder stack on checked source ids ``src (B, S)``: its output, the memory ``(B, S, d)``."""
+def encode(params: dict, cfg: EncoderDecoderConfig, src: np.ndarray, cache: dict, *,
+           tuned: bool | None = None) -> np.ndarray:
+    """The encoder stack on checked source ids ``src (B, S)``: its output, the memory ``(B, S, d)``.
+    ``tuned``: the choice of :func:`forward_checked` (None: this call makes it,
+    :func:`core.model.transformer.runs_tuned`)."""
+    if tuned is None:
+        tuned = tr.runs_tuned(cfg.encoder, params["enc.embed"].dtype)
     m = tr.embed(params, cfg.encoder, src, prefix="enc.", cache=cache)                    # (B, S, d)
     for i in range(cfg.encoder.n_layers):
         name = names.block(i, "enc.")
-        m = tr.block(m, tr.block_params(params, name + "."), cfg.encoder, cache, name)
+        m = tr.block(m, tr.block_params(params, name + "."), cfg.encoder, cache, name, tuned=tuned)
     cache["memory"] = m
     return m
 
 
 def decode(params: dict, cfg: EncoderDecoderConfig, tgt: np.ndarray, memory: np.ndarray, cache: dict, *,
-           kv: list | None = None, start: int = 0) -> np.ndarray:
+           kv: list | None = None, start: int = 0, tuned: bool | None = None) -> np.ndarray:
     """The decoder stack on checked ids ``tgt (B, T)`` at positions ``start..start+T-1``, reading the
     memory in every block: ``logits (B, T, V)``. ``kv``: one dict per block, its self-attention's
-    KV cache (see :func:`transformer.forward`)."""
+    KV cache (see :func:`transformer.forward`); ``tuned`` as in :func:`encode`."""
+    if tuned is None:
+        tuned = tr.runs_tuned(cfg.decoder, params["dec.embed"].dtype)
     x = tr.embed(params, cfg.decoder, tgt, start, prefix="dec.", cache=cache)             # (B, T, d)
     for i in range(cfg.decoder.n_layers):
         name = names.block(i, "dec.")
         x = decoder_block(x, memory, tr.block_params(params, name + "."), cfg.decoder, cache, name,
-                          kv=None if kv is None else kv[i], start=start)
+                          kv=None if kv is None else kv[i], start=start, tuned=tuned)
     cache["dec.final"] = x
     cache["logits"] = logits = tr.unembed(params, cfg.decoder, x, cache)     # (B, T, V)
     return logits
@@ -160,8 +168,9 @@ def forward_checked(params: dict, cfg: EncoderDecoderConfig, src, tgt_in):
     if src.shape[0] != tgt.shape[0]:
         raise ValueError(f"The source has {src.shape[0]} sequences and the target {tgt.shape[0]}.")
     cache = {"enc.tokens": src, "tokens": tgt}
-    memory = encode(params, cfg, src, cache)                                # 1. the encoder stack
-    return decode(params, cfg, tgt, memory, cache), cache                   # 2. the decoder stack reading it
+    tuned = tr.runs_tuned(cfg.decoder, params["dec.embed"].dtype)           # the readable steps or their tuned twins
+    memory = encode(params, cfg, src, cache, tuned=tuned)                   # 1. the encoder stack
+    return decode(params, cfg, tgt, memory, cache, tuned=tuned), cache      # 2. the decoder stack reading it
 
 
 # ----------------------------------------------------------------------------------------------
@@ -169,29 +178,27 @@ def forward_checked(params: dict, cfg: EncoderDecoderConfig, src, tgt_in):
 # ----------------------------------------------------------------------------------------------
 def decoder_block_backward(dx, p: dict, cfg: TransformerConfig, cache: dict, name: str):
     """``(d input, d memory, grads)`` of :func:`decoder_block`, in reverse, from its cache."""
-    g, w = {}, MH.weights(p, "cross")
-    ln2, ffn, ln_cross, cross = (key(name, part) for part in ("ln2", "ffn", "ln_cross", "cross"))
+    g, w, d_memory = {}, MH.weights(p, "cross"), None
+
+    def cross_attention_backward(d_out):     # the queries' share goes back to x, the keys' and values' to the memory
+        nonlocal d_memory
+        d_a, d_memory, g_cross = MH.attend_backward(d_out, w, cfg, cache, key(name, "cross"))
+        g.update({f"cross.{n}": v for n, v in g_cross.items()})
+        return d_a
+
+    def ffn_backward(dy):
+        d_f, g_ffn = tr.feed_forward_backward(dy, p, cfg, cache, key(name, "ffn"))
+        g.update(g_ffn)
+        return d_f
+
+    def norm_backward(part):
+        return lambda dy: N.backward(cfg, dy, p, part, cache, key(name, part), g)
+
     # 3. feed-forward
     if cfg.d_ff:
-        if cfg.norm_placement == "pre":
-            d_f, g_ffn = tr.feed_forward_backward(dx, p, cfg, cache, ffn)
-            d_in, g["ln2.g"], g["ln2.b"] = tr.layer_norm_backward(d_f, p["ln2.g"], cache, ln2)
-            dx = dx + d_in
-        else:
-            d_sum, g["ln2.g"], g["ln2.b"] = tr.layer_norm_backward(dx, p["ln2.g"], cache, ln2)
-            d_f, g_ffn = tr.feed_forward_backward(d_sum, p, cfg, cache, ffn)
-            dx = d_sum + d_f
-        g.update(g_ffn)
-    # 2. cross-attention: the queries' share goes back to x, the keys' and values' to the memory
-    if cfg.norm_placement == "pre":
-        d_a, d_memory, g_cross = MH.attend_backward(dx, w, cfg, cache, cross)
-        d_in, g["ln_cross.g"], g["ln_cross.b"] = tr.layer_norm_backward(d_a, p["ln_cross.g"], cache, ln_cross)
-        dx = dx + d_in
-    else:
-        d_sum, g["ln_cross.g"], g["ln_cross.b"] = tr.layer_norm_backward(dx, p["ln_cross.g"], cache, ln_cross)
-        d_a, d_memory, g_cross = MH.attend_backward(d_sum, w, cfg, cache, cross)
-        dx = d_sum + d_a
-    g.update({f"cross.{n}": v for n, v in g_cross.items()})
+        dx = N.residual_backward(dx, ffn_backward, norm_backward("ln2"), cfg.norm_placement)
+    # 2. cross-attention
+    dx = N.residual_backward(dx, cross_attention_backward, norm_backward("ln_cross"), cfg.norm_placement)
     # 1. masked self-attention: the transformer's own block backward, on a block with only its attention
     dx, g_self = tb.block_backward(dx, p, dataclasses.replace(cfg, d_ff=0), cache, name)
     g.update(g_self)

@@ -14,6 +14,7 @@ import argparse
 import json
 import sys
 
+from core.model.positions import POSITIONAL
 from core.training.encoder_runs import confusion_table, run
 from core.training.steps import DEFAULT_TRACK, TRACKS
 from core.training.tasks import TASKS
@@ -71,7 +72,7 @@ def main(argv=None) -> int:
     parser.add_argument("--steps", type=int, default=None, help="default 300 (a decoder task or induction: its own)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--lr", type=float, default=None, help="default 3e-3 (a decoder task or induction: its own)")
-    parser.add_argument("--positional", default="sinusoidal", choices=["sinusoidal", "learned", "none"])
+    parser.add_argument("--positional", default="sinusoidal", choices=POSITIONAL)
     parser.add_argument("--max-seconds", type=float, default=None)
     parser.add_argument("--step", default=DEFAULT_TRACK, choices=TRACKS,
                         help="the training step: readable (the code the pages show) or compiled (its fast twin)")

@@ -185,3 +185,35 @@ def test_attention_only_classifier_and_output_bias_settings():
                 dict(head="pool"), dict(d_ff=-1)):
         with pytest.raises(ValueError):
             C.TransformerConfig(**{**dict(vocab_size=5, n_ctx=4, d_model=8, n_heads=2, d_ff=8, n_layers=1), **bad})
+
+
+@pytest.mark.parametrize("setting", ["norm", "norm_placement", "activation", "positional"])
+def test_an_unknown_choice_is_refused_naming_the_registered_ones(setting):
+    from core.model import activations, norms, positions
+
+    registered = {"norm": norms.NORMS, "norm_placement": norms.PLACEMENTS, "activation": activations.ACTIVATIONS,
+                  "positional": positions.POSITIONS}[setting]
+    with pytest.raises(ValueError, match=setting) as refused:
+        C.TransformerConfig(vocab_size=5, n_ctx=4, d_model=8, n_heads=2, d_ff=8, n_layers=1, **{setting: "swish"})
+    assert all(name in str(refused.value) for name in registered)
+
+
+def test_a_forward_pass_chooses_the_tuned_twins_once(monkeypatch):
+    """At GPT-2's sizes the tuned twins run once they are compiled; the pass asks once, so a compile
+    that finishes (or a readiness that changes) mid-pass cannot mix the two kinds of step."""
+    from core.model import layers as L
+    from core.model import multi_head as MH
+    from core.model.tuned import forward as TF
+    from core.recording import recording
+
+    cfg = C.TransformerConfig(vocab_size=20, n_ctx=8, d_model=384, n_heads=6, d_ff=64, n_layers=2,
+                              norm_placement="pre", activation="gelu_tanh", positional="learned")
+    assert cfg.d_model ** 2 >= L.BLAS_FROM
+    params = C.init_params(cfg, seed=0, dtype=np.float32)
+    asked = []
+    monkeypatch.setattr(TF, "ready", lambda dtype: asked.append(dtype) or len(asked) == 1)   # ready, then not
+    with recording() as ran:
+        tr.forward(params, cfg, [1, 2, 3, 4])
+    assert len(asked) == 1
+    assert {TF.softmax_rows, TF.gelu_tanh} <= set(ran.functions())
+    assert not {MH.softmax_rows, L.gelu_tanh} & set(ran.functions())

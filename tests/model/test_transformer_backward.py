@@ -23,6 +23,9 @@ KINDS = {
     "no-positions": dict(positional="none", activation="gelu_tanh"),
     "classifier-pre-learned": dict(norm_placement="pre", positional="learned", final_ln=True, head="classify", n_classes=4,
                                    bias=False),
+    "rmsnorm-pre-gelu-erf": dict(norm="rmsnorm", norm_placement="pre", activation="gelu_erf", positional="learned",
+                                 tied_unembed=True, final_ln=True),
+    "rmsnorm-post": dict(norm="rmsnorm", unembed_b=True),
 }
 
 
@@ -83,7 +86,7 @@ def torch_stack(torch, tp: dict, cfg: C.TransformerConfig, tokens, prefix: str =
         return x @ tp[prefix + w] + (bias if bias is not None else 0)
 
     def ln(x, name):
-        return F.layer_norm(x, (d,), tp[f"{name}.g"], tp[f"{name}.b"], cfg.ln_eps)
+        return norm(F, tp, cfg, x, name)
 
     def heads(x):
         return x.view(B, x.shape[1], H, d_k).transpose(1, 2)                 # (B, H, T, d_k)
@@ -98,8 +101,8 @@ def torch_stack(torch, tp: dict, cfg: C.TransformerConfig, tokens, prefix: str =
 
     def ffn(x, prefix):
         pre = lin(x, prefix, "W_1")
-        hidden = F.gelu(pre, approximate="tanh") if cfg.activation == "gelu_tanh" else torch.relu(pre)
-        return lin(hidden, prefix, "W_2")
+        hidden = {"gelu_tanh": lambda v: F.gelu(v, approximate="tanh"), "gelu_erf": F.gelu, "relu": torch.relu}
+        return lin(hidden[cfg.activation](pre), prefix, "W_2")
 
     h = tp[prefix + "embed"][tokens]
     if cfg.positional == "learned":
@@ -123,12 +126,19 @@ def torch_stack(torch, tp: dict, cfg: C.TransformerConfig, tokens, prefix: str =
     return h
 
 
+def norm(F, tp: dict, cfg: C.TransformerConfig, x, name: str):
+    """The model's norm ``name`` (its parameters ``{name}.g``, ``{name}.b``) in torch: LayerNorm or RMSNorm."""
+    if cfg.norm == "rmsnorm":
+        return F.rms_norm(x, (cfg.d_model,), tp[f"{name}.g"], cfg.ln_eps)
+    return F.layer_norm(x, (cfg.d_model,), tp[f"{name}.g"], tp[f"{name}.b"], cfg.ln_eps)
+
+
 def torch_head_loss(torch, tp: dict, cfg: C.TransformerConfig, h, targets):
-    """The final LayerNorm, the head and the mean cross-entropy, in torch."""
+    """The final norm, the head and the mean cross-entropy, in torch."""
     F = torch.nn.functional
     targets = torch.from_numpy(targets)
     if cfg.final_ln:
-        h = F.layer_norm(h, (cfg.d_model,), tp["ln_final.g"], tp["ln_final.b"], cfg.ln_eps)
+        h = norm(F, tp, cfg, h, "ln_final")
     if cfg.head == "classify":
         return F.cross_entropy(h.mean(dim=1) @ tp["classifier.W"] + tp["classifier.b"], targets)
     logits = h @ (tp["embed"].T if cfg.tied_unembed else tp["unembed"])
@@ -192,6 +202,7 @@ SEQ2SEQ = {
     "original": dict(),                                                           # post-norm, ReLU, sinusoidal
     "pre-gelu-learned-no-bias": dict(norm_placement="pre", activation="gelu_tanh", positional="learned", bias=False),
     "attention-only": dict(d_ff=0, positional="none"),
+    "rmsnorm-pre-gelu-erf": dict(norm="rmsnorm", norm_placement="pre", activation="gelu_erf"),
 }
 
 
