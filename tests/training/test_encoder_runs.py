@@ -137,3 +137,13 @@ def test_a_seed_gives_the_same_numbers_alone_two_at_once_and_beside_numpy_work(s
         for i in (0, 1):
             assert np.array_equal(alone[i].params[name], together[i].params[name]), f"seed {i}, two at once: {name}"
         assert np.array_equal(alone[0].params[name], beside.params[name]), f"beside NumPy work: {name}"
+
+
+def test_default_model_is_deterministic_by_seed():
+    a = encoder_runs.train_default("sum", 3, n_train=64, n_val=8, n_test=16, steps=4)
+    b = encoder_runs.train_default("sum", 3, n_train=64, n_val=8, n_test=16, steps=4)
+    c = encoder_runs.train_default("sum", 4, n_train=64, n_val=8, n_test=16, steps=4)
+    for name in a.params:
+        np.testing.assert_array_equal(a.params[name], b.params[name])
+    assert not np.array_equal(a.params["embed"], c.params["embed"])
+    assert a.cfg == b.cfg and a.cfg.n_layers == 2 and a.cfg.n_heads == 4
