@@ -159,11 +159,40 @@ def init_params(cfg: TransformerConfig, seed: int = 0, dtype=np.float32) -> dict
     return params
 
 
-def check_params(params: dict, cfg: TransformerConfig) -> np.dtype:
-    """Refuse missing, unexpected, misshaped or mixed-precision parameters (:func:`params.check_params`);
-    return their dtype. Not NaN or infinity: every forward pass checks, and a scan of GPT-2's 124M
-    parameters would cost more than a token's forward pass (the trained models' own checks do scan)."""
-    return P.check_params(params, param_shapes(cfg), finite=False)
+def check_params(params: dict, model, *, finite: bool = False) -> np.dtype:
+    """The one check of a model's parameters: refuse missing or unexpected names, wrong shapes, mixed
+    or non-float dtypes and (``finite``) NaN or infinity; return their dtype (that of the first name).
+
+    ``model``: a :class:`TransformerConfig`, or the ``{name: shape}`` of a model of two stacks
+    (:func:`core.model.transformer_encdec.param_shapes`). ``finite=False`` by default: every forward
+    pass refuses non-finite activations, and a scan of GPT-2's 124M parameters would cost more than a
+    token's forward pass; the small models we train scan (``finite=True``)."""
+    shapes = param_shapes(model) if isinstance(model, TransformerConfig) else model
+    some = lambda names: ", ".join(names[:5]) + (" ..." if len(names) > 5 else "")  # noqa: E731
+    if not isinstance(params, dict):
+        raise ValueError("params must be a dict of arrays, as init_params returns.")
+    missing = [name for name in shapes if name not in params]
+    if missing:
+        raise ValueError(f"params lacks {len(missing)} parameter(s) this configuration needs: "
+                         f"missing {some(missing)}.")
+    extra = [name for name in params if name not in shapes]
+    if extra:
+        raise ValueError(f"Unexpected parameters {some(extra)}: this configuration does not use them.")
+    first = next(iter(shapes))
+    dtype = np.asarray(params[first]).dtype
+    if dtype not in (np.float32, np.float64):
+        raise ValueError(f"Parameters must be float32 or float64, got {dtype} for {first!r}.")
+    for name, shape in shapes.items():
+        value = params[name]
+        if not isinstance(value, np.ndarray):
+            raise ValueError(f"Parameter {name!r} is not a NumPy array.")
+        if value.shape != shape:
+            raise ValueError(f"Parameter {name!r} has shape {value.shape}; this configuration needs {shape}.")
+        if value.dtype != dtype:
+            raise ValueError(f"Parameter {name!r} is {value.dtype} but {first!r} is {dtype}; use one dtype.")
+        if finite and not np.isfinite(value).all():
+            raise ValueError(f"Parameter {name!r} contains NaN or infinity.")
+    return dtype
 
 
 def check_tokens(tokens, cfg: TransformerConfig, start: int = 0) -> np.ndarray:

@@ -83,11 +83,6 @@ def init_params(cfg, seed: int = 0, dtype=np.float32) -> dict[str, np.ndarray]:
     return config.init_params(cfg, seed, dtype)
 
 
-def check_params(params: dict, cfg) -> np.dtype:
-    """Refuse missing, misshaped, mixed-precision or non-finite parameters; return their dtype."""
-    return P.check_params(params, param_shapes(cfg))
-
-
 def check_pair(cfg, tgt, src):
     """Checked ``(tgt (B, T), src (B, S) or None, single)``: ``single`` when the caller passed one sequence."""
     single, target = np.ndim(tgt) == 1, target_stack(cfg)
@@ -141,7 +136,7 @@ def forward(params: dict, cfg, tgt_in, src=None):
         (``dec.blocks.{i}.cross.weights`` (B, H, T, S), ``memory`` (B, S, d), ...).
         :func:`core.model.generation.attention_weights` stacks a sublayer's weights over the blocks.
     """
-    check_params(params, cfg)                     # once: the stacks' forward_checked skip their own check
+    config.check_params(params, param_shapes(cfg), finite=True)   # once: the stacks' forward_checked skip theirs
     tgt, src, single = check_pair(cfg, tgt_in, src)
     if isinstance(cfg, EncoderDecoderConfig):
         logits, cache = transformer_encdec.forward_checked(params, cfg, src, tgt)
@@ -168,7 +163,7 @@ def loss_and_grads(params: dict, cfg, tgt_in, tgt_out, src=None):
     loss : float
     grads : dict, the same keys, shapes and dtype as ``params``
     """
-    check_params(params, cfg)
+    config.check_params(params, param_shapes(cfg), finite=True)
     tgt, src, _ = check_pair(cfg, tgt_in, src)
     y = check_targets(cfg, tgt, tgt_out)
     if isinstance(cfg, EncoderDecoderConfig):
@@ -191,7 +186,7 @@ def greedy_exact_match(params: dict, cfg: EncoderDecoderConfig, src, tgt_out, *,
 
 def mean_loss(params: dict, cfg, tgt_in, tgt_out, src=None, *, batch_size: int = 500) -> float:
     """Mean cross-entropy over every position of a whole split (no gradients)."""
-    check_params(params, cfg)
+    config.check_params(params, param_shapes(cfg), finite=True)
     total, count = 0.0, 0
     for lo in range(0, len(tgt_in), batch_size):
         chunk = slice(lo, lo + batch_size)

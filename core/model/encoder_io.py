@@ -17,7 +17,7 @@ import numpy as np
 from core.model import params as P
 from core.model import presets
 from core.model.formats import legacy_npz
-from core.model.config import POSITIONAL, TransformerConfig, param_shapes
+from core.model.config import POSITIONAL, TransformerConfig, check_params, param_shapes
 
 # Settings the weights alone do not determine, stored beside them as "config.<name>" arrays.
 SETTINGS_PREFIX = "config."
@@ -71,7 +71,7 @@ def load_with_settings(path_or_file, cfg: TransformerConfig | None = None) -> tu
     if cfg is None:
         cfg = infer_config(params, **settings)
     else:
-        P.check_params(params, param_shapes(cfg))
+        check_params(params, cfg, finite=True)
     return {name: params[name] for name in param_shapes(cfg)}, cfg, settings
 
 
@@ -152,5 +152,5 @@ def infer_config(params: dict, *, n_heads: int | None = None, positional: str | 
         n_heads = 4 if d % 4 == 0 else 1
     cfg = presets.encoder_classifier(vocab_size=V, n_ctx=n_ctx, d_model=d, n_heads=n_heads, d_ff=W_1.shape[1],
                                      n_layers=n_layers, n_classes=W.shape[1], positional=positional, ln_eps=ln_eps)
-    P.check_params(params, param_shapes(cfg))
+    check_params(params, cfg, finite=True)
     return cfg

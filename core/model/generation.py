@@ -123,14 +123,6 @@ def _check_generation_inputs(cfg, src, prompt, max_new_tokens):
     return src, prompt, single
 
 
-def _check_params(params: dict, cfg) -> np.dtype:
-    """The parameters' names, shapes and dtype (not their finiteness: a scan of a real model's
-    parameters would cost more than a step; the forward pass refuses non-finite activations)."""
-    if isinstance(cfg, EncoderDecoderConfig):
-        return P.check_params(params, transformer_encdec.param_shapes(cfg), finite=False)
-    return config.check_params(params, cfg)
-
-
 def generate(params: dict, cfg, src=None, *, prompt=None, max_new_tokens: int,
              temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
              use_cache: bool = True, seed: int = 0) -> Generation:
@@ -163,7 +155,9 @@ def generate(params: dict, cfg, src=None, *, prompt=None, max_new_tokens: int,
     -------
     Generation
     """
-    dtype = _check_params(params, cfg)
+    # names, shapes and dtype, not finiteness: the forward pass refuses non-finite activations
+    dtype = config.check_params(params, transformer_encdec.param_shapes(cfg)
+                                if isinstance(cfg, EncoderDecoderConfig) else cfg)
     settings = sampling.SamplerSettings(temperature, top_k, top_p)
     src, prompt, single = _check_generation_inputs(cfg, src, prompt, max_new_tokens)
     rng = np.random.default_rng(seed)

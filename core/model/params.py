@@ -1,4 +1,5 @@
-"""Parameters of every model kind, in one place: their flat layout, initialisation and checks.
+"""Parameters of every model kind, in one place: their flat layout and initialisation, and the check
+of token ids (parameters are checked against their model: :func:`core.model.config.check_params`).
 
 A model's parameters are a ``dict[str, np.ndarray]`` whose names and shapes come from its
 ``param_shapes(cfg)``, in a fixed order. Training copies them into one flat buffer in that order
@@ -10,8 +11,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-
-POSITIONAL_CHOICES = ("sinusoidal", "learned", "none")
 
 
 def whole(value) -> bool:
@@ -78,39 +77,6 @@ def init_by_name(shapes: dict, seed: int, dtype) -> dict[str, np.ndarray]:
             value = np.zeros(shape)
         params[name] = np.ascontiguousarray(value, dtype=dtype)
     return params
-
-
-def _some(names: list) -> str:
-    return ", ".join(names[:5]) + (" ..." if len(names) > 5 else "")
-
-
-def check_params(params: dict, shapes: dict, *, finite: bool = True) -> np.dtype:
-    """Refuse missing or unexpected names, wrong shapes, mixed or non-float dtypes and (``finite``)
-    NaN/inf for a model of ``{name: shape}``; return the parameters' dtype (that of the first name)."""
-    if not isinstance(params, dict):
-        raise ValueError("params must be a dict of arrays, as init_params returns.")
-    missing = [name for name in shapes if name not in params]
-    if missing:
-        raise ValueError(f"params lacks {len(missing)} parameter(s) this configuration needs: "
-                         f"missing {_some(missing)}.")
-    extra = [name for name in params if name not in shapes]
-    if extra:
-        raise ValueError(f"Unexpected parameters {_some(extra)}: this configuration does not use them.")
-    first = next(iter(shapes))
-    dtype = np.asarray(params[first]).dtype
-    if dtype not in (np.float32, np.float64):
-        raise ValueError(f"Parameters must be float32 or float64, got {dtype} for {first!r}.")
-    for name, shape in shapes.items():
-        value = params[name]
-        if not isinstance(value, np.ndarray):
-            raise ValueError(f"Parameter {name!r} is not a NumPy array.")
-        if value.shape != shape:
-            raise ValueError(f"Parameter {name!r} has shape {value.shape}; this configuration needs {shape}.")
-        if value.dtype != dtype:
-            raise ValueError(f"Parameter {name!r} is {value.dtype} but {first!r} is {dtype}; use one dtype.")
-        if finite and not np.isfinite(value).all():
-            raise ValueError(f"Parameter {name!r} contains NaN or infinity.")
-    return dtype
 
 
 def check_tokens(tokens, vocab_size: int, max_len: int, what: str = "Tokens", *,

@@ -157,7 +157,7 @@ def decode(params: dict, cfg: EncoderDecoderConfig, tgt: np.ndarray, memory: np.
 
 def forward(params: dict, cfg: EncoderDecoderConfig, src, tgt_in):
     """Teacher-forced forward pass: ``(logits (B, T, V), cache)`` (names in the module docstring)."""
-    P.check_params(params, param_shapes(cfg))
+    C.check_params(params, param_shapes(cfg), finite=True)
     return forward_checked(params, cfg, src, tgt_in)
 
 
@@ -207,7 +207,7 @@ def decoder_block_backward(dx, p: dict, cfg: TransformerConfig, cache: dict, nam
 
 def backward(params: dict, cfg: EncoderDecoderConfig, cache: dict, d_logits: np.ndarray) -> dict:
     """The gradient of every parameter from ``d_logits`` and :func:`forward`'s cache."""
-    P.check_params(params, param_shapes(cfg))
+    C.check_params(params, param_shapes(cfg), finite=True)
     grads: dict[str, np.ndarray] = {}
     # 3. the output, from the decoder's last block
     dx = tb.head_backward(d_logits, params, cfg.decoder, cache, grads, h_last=cache["dec.final"])

@@ -16,7 +16,7 @@ import time
 
 import numpy as np
 
-from core.model import decoder, optim, presets
+from core.model import config, decoder, optim, presets
 
 from core.model.tuned import decoder_loss
 from core.model import params as P
@@ -189,7 +189,7 @@ def train_on(params: dict, cfg, next_batch, *, steps: int, lr: float, rate, call
     one Numba call (``core.model.tuned.decoder_loss``), or ``"readable"``, the one transformer's forward
     and hand-written backward; the tests hold the two together.
     """
-    decoder.check_params(params, cfg)
+    config.check_params(params, decoder.param_shapes(cfg), finite=True)
     names = list(decoder.param_shapes(cfg))
     flat, views = P.pack({name: params[name] for name in names})      # flat follows the names' order
     gradient = decoder_gradient(track, cfg, flat)

@@ -1,13 +1,15 @@
 """Parameters of every model kind: fresh parameters pinned bit for bit, the flat buffer and its named
-views, and the one check of a model's parameters."""
+views, and the one check of a model's parameters (:func:`core.model.config.check_params`)."""
 import hashlib
 
 import numpy as np
 import pytest
 
 from core.model import config as C
-from core.model import decoder, presets
+from core.model import decoder, generation, presets, transformer
 from core.model import params as P
+from core.model import transformer_encdec as ED
+from core.model.tuned import classifier
 
 
 def digest(params: dict) -> str:
@@ -82,3 +84,78 @@ def test_pack_copies_the_parameters_into_one_buffer_their_views_read():
 def test_a_buffer_of_the_wrong_size_is_refused():
     with pytest.raises(ValueError, match="holds 5 numbers; these parameters need 6"):
         P.named_views(np.zeros(5), {"a": (2, 3)})
+
+
+# --- the one check of a model's parameters ------------------------------------------------------
+
+LM = MODELS["decoder_lm"]
+
+
+def fresh(cfg=LM, dtype=np.float64):
+    return decoder.init_params(cfg, 0, dtype)
+
+
+def refusal(params, model=LM, **kw) -> str:
+    with pytest.raises(ValueError) as err:
+        C.check_params(params, model, **kw)
+    return str(err.value)
+
+
+def test_each_refusal_says_what_is_wrong_in_the_users_terms():
+    p = fresh()
+    assert refusal([]) == "params must be a dict of arrays, as init_params returns."
+    missing = {k: v for k, v in p.items() if not k.startswith("blocks.1.")}
+    assert refusal(missing) == ("params lacks 16 parameter(s) this configuration needs: missing blocks.1.attn.W_Q, "
+                                "blocks.1.attn.W_K, blocks.1.attn.W_V, blocks.1.attn.W_O, blocks.1.attn.b_Q ....")
+    assert refusal({**p, "extra": p["embed"]}) == "Unexpected parameters extra: this configuration does not use them."
+    assert refusal({k: v.astype(np.float16) for k, v in p.items()}) == \
+        "Parameters must be float32 or float64, got float16 for 'embed'."
+    assert refusal({**p, "unembed": p["unembed"].T}) == \
+        "Parameter 'unembed' has shape (11, 8); this configuration needs (8, 11)."
+    assert refusal({**p, "unembed_b": p["unembed_b"].astype(np.float32)}) == \
+        "Parameter 'unembed_b' is float32 but 'embed' is float64; use one dtype."
+    assert refusal({**p, "unembed_b": p["unembed_b"].tolist()}) == "Parameter 'unembed_b' is not a NumPy array."
+
+
+def test_nan_is_refused_only_where_asked():
+    p = fresh()
+    p["blocks.0.ffn.W_1"][2, 3] = np.nan
+    assert C.check_params(p, LM) == np.float64                     # by default: names, shapes and dtype
+    assert refusal(p, finite=True) == "Parameter 'blocks.0.ffn.W_1' contains NaN or infinity."
+
+
+def test_a_config_and_its_shapes_are_checked_alike_and_two_stacks_by_their_shapes():
+    p = fresh(dtype=np.float32)
+    assert C.check_params(p, LM) == C.check_params(p, C.param_shapes(LM)) == np.float32
+    bad = {**p, "pos": p["embed"]}
+    assert refusal(bad) == refusal(bad, C.param_shapes(LM))
+    cfg = MODELS["seq2seq"]
+    pair = fresh(cfg)
+    assert C.check_params(pair, ED.param_shapes(cfg)) == np.float64
+    assert "missing dec.blocks.0.cross.W_Q" in refusal({k: v for k, v in pair.items() if ".cross." not in k},
+                                                        ED.param_shapes(cfg))
+
+
+def test_every_entry_point_refuses_with_the_same_words_and_the_trained_models_scan_for_nan():
+    enc = MODELS["encoder_classifier"]
+    tokens, labels = np.array([[1, 2, 3]]), np.array([1])
+    missing = {k: v for k, v in fresh().items() if k != "unembed"}
+    said = refusal(missing)
+    calls = [lambda p: transformer.forward(p, LM, tokens), lambda p: decoder.forward(p, LM, tokens),
+             lambda p: decoder.loss_and_grads(p, LM, tokens, tokens),
+             lambda p: generation.generate(p, LM, prompt=[1], max_new_tokens=1)]
+    for call in calls:
+        with pytest.raises(ValueError) as err:
+            call(missing)
+        assert str(err.value) == said
+    with pytest.raises(ValueError, match="lacks 1 parameter"):
+        classifier.forward({k: v for k, v in fresh(enc).items() if k != "classifier.b"}, tokens, enc)
+    nan = fresh()
+    nan["embed"][0, 0] = np.inf
+    with pytest.raises(ValueError, match="'embed' contains NaN or infinity"):
+        decoder.loss_and_grads(nan, LM, tokens, tokens)             # a model we train: scanned
+    nan_enc = fresh(enc)
+    nan_enc["classifier.W"][0, 0] = np.nan
+    with pytest.raises(ValueError, match="'classifier.W' contains NaN or infinity"):
+        classifier.loss_and_grads(nan_enc, tokens, labels, enc)
+    generation.generate(nan, LM, prompt=[2], max_new_tokens=1, temperature=0)   # not scanned: its logits are

@@ -34,7 +34,7 @@ from core.model import params as P
 from core.model import presets
 from core.model.tuned import encoder_step as K
 from core.model.tuned import offsets
-from core.model.config import TransformerConfig, check_tokens, init_params, param_count, param_shapes
+from core.model.config import TransformerConfig, check_params, check_tokens, init_params, param_count, param_shapes
 from core.model.optim import Adam
 
 
@@ -50,12 +50,6 @@ def EncoderConfig(vocab_size: int = 10, seq_len: int = 16, d_model: int = 32, n_
 # ----------------------------------------------------------------------------------------------
 # checks and the flat buffer
 # ----------------------------------------------------------------------------------------------
-def _check_params(params: dict, cfg: TransformerConfig) -> np.dtype:
-    """Refuse missing or unexpected names, wrong shapes, mixed or non-float dtypes and NaN/inf
-    (a model this small is scanned whole: a NaN would otherwise give NaN logits silently)."""
-    return P.check_params(params, param_shapes(cfg))
-
-
 def check_labels(labels, batch: int, cfg: TransformerConfig) -> np.ndarray:
     """Labels as a C-contiguous int64 ``(batch,)`` array of class ids ``0..n_classes-1``."""
     arr = np.asarray(labels)
@@ -95,7 +89,7 @@ def forward(params: dict, tokens, cfg: TransformerConfig, *, backend=None):
         ``blocks.{L-1}.resid_post``, the names :func:`core.model.transformer.forward` gives them.
     """
     _backend.resolve(backend)
-    _check_params(params, cfg)
+    check_params(params, cfg, finite=True)         # a model this small is scanned whole
     tok = check_tokens(tokens, cfg)
     flat = flatten(params, cfg)
     B, T = tok.shape
@@ -154,7 +148,7 @@ def loss_and_grads(params: dict, tokens, labels, cfg: TransformerConfig, *, back
     (``core/model/tuned/``; CPU kernels, see the module docstring about ``backend``).
     """
     _backend.resolve(backend)
-    _check_params(params, cfg)
+    check_params(params, cfg, finite=True)         # a model this small is scanned whole
     tok = check_tokens(tokens, cfg)
     lab = check_labels(labels, tok.shape[0], cfg)
     flat = flatten(params, cfg)
