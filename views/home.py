@@ -4,6 +4,7 @@ import streamlit as st
 
 from core.lessons import path
 from core.lessons.analysis import interaction_paths
+from core.recording import recording
 from ui import lesson, state
 from ui.real_model_parts import DEFAULT_MODEL, DESCRIBED
 from ui.widgets import function_sources
@@ -62,14 +63,15 @@ apart they are.
 """
 )
 n_tokens = st.slider("Tokens in the sequence", SPEC["n"].lo, SPEC["n"].hi, key=state.key(PAGE, "n"))
-paths = interaction_paths(n_tokens)
+with recording() as ran:
+    paths = interaction_paths(n_tokens)
 st.dataframe(pd.DataFrame({
     "per layer": ["steps that must run one after another", "most steps between two tokens"],
     "recurrent network": [paths.rnn_sequential, paths.rnn_path],
     "self-attention": [paths.attention_sequential, paths.attention_path],
 }), hide_index=True)
 with st.expander("The code behind this table"):
-    function_sources([interaction_paths])
+    function_sources(ran)
 st.caption(f"The price: attention scores every pair, {n_tokens:,}² = {n_tokens ** 2:,} scores per head and "
            "layer, where a recurrent step touches each token once. Blocks of the same shape also stack "
            "easily, and decoder-only stacks trained to predict the next token at scale (GPT, LLaMA) learn "

@@ -6,10 +6,11 @@ import streamlit as st
 from core import masks
 from core.lessons import analysis
 from core.lessons import heads, questions
-from core.attention import attention, scores
+from core.attention import attention
 from core.limits import MAX_D_K, MAX_HEADS, MAX_MATRIX_ENTRY, MAX_TOKENS
 from ui import charts, lesson, state
 from core.kernels.dispatch import lesson_recording
+from core.recording import Record, recording
 from ui.widgets import chosen_backend, chosen_dtype, ensure_kernels, kernel_source
 
 
@@ -27,7 +28,7 @@ k = lambda name: state.key(PAGE, name)  # noqa: E731
 ss = st.session_state
 
 st.title("Multi-head attention, set by hand")
-ensure_kernels("attention_with_weights", "scaled_scores")
+ensure_kernels("attention_with_scores")
 state.restore(PAGE, SPEC)
 lesson.header("multi_head")
 unlocked = lesson.predict("multi_head")
@@ -52,7 +53,8 @@ c[3].toggle("Shared causal mask", key=k("causal"))
 T, d_k, H = int(ss[k("T")]), int(ss[k("d_k")]), int(ss[k("H")])
 labels = [f"t{i + 1}" for i in range(T)]
 
-# 2. one preset and one gain per head
+# 2. one preset and one gain per head; every number below is computed inside `ran`'s blocks
+ran = Record()
 Qs, Ks, extra, zeroed = np.zeros((H, T, d_k)), np.zeros((H, T, d_k)), {}, set()
 for h in range(1, H + 1):
     if (h - 1) % 4 == 0:
@@ -74,7 +76,8 @@ for h in range(1, H + 1):
                 extra.update({f"q{h}": Qs[h - 1] if Qs[h - 1].any() else None,
                               f"k{h}": Ks[h - 1] if Ks[h - 1].any() else None})
             else:
-                Qs[h - 1], Ks[h - 1] = heads.build_head(name, T, d_k, ss[k(f"g{h}")])
+                with recording(ran):
+                    Qs[h - 1], Ks[h - 1] = heads.build_head(name, T, d_k, ss[k(f"g{h}")])
         except ValueError as err:
             st.warning(f"Head {h}: {err} It uses zero queries and keys instead.")
             zeroed.add(h)
@@ -82,14 +85,13 @@ active = ["T", "d_k", "H", "causal", "open", "row"] + [f"{p}{h}" for h in range(
 told = [h for h in range(1, H + 1) if ss[k(f"p{h}")] in heads.POSITIONAL_PRESETS and h not in zeroed]
 st.markdown(f"Heads given each token's position by hand here: **{', '.join(map(str, told)) or 'none'}**.")
 
-# 3. all heads at once, on one colour scale
+# 3. all heads at once, on one colour scale; the scores S are the ones the weights' kernels computed
 mask = masks.causal(T) if ss[k("causal")] else None
 dtype, backend = chosen_dtype(), chosen_backend()
 V = np.broadcast_to(np.eye(T, dtype=dtype), (H, T, T)).copy()   # one-hot values: output row = weight row
 try:
-    with lesson_recording() as ran:
-        _, A = attention(Qs.astype(dtype), Ks.astype(dtype), V, mask, backend=backend)
-        S = scores(Qs.astype(dtype), Ks.astype(dtype), mask, backend=backend)
+    with lesson_recording(ran):
+        _, A, S = attention(Qs.astype(dtype), Ks.astype(dtype), V, mask, backend=backend, return_scores=True)
 except ValueError as err:
     state.publish(PAGE, SPEC, active, extra)
     st.error(str(err))
@@ -121,12 +123,15 @@ c[0].vega_lite_chart(charts.heatmap(np.where(np.isfinite(S[h - 1]), S[h - 1], np
                                  value_name="score", size=220))
 c[1].vega_lite_chart(charts.heatmap(A[h - 1], labels, labels, title=f"Weights of head {h}", size=220))
 c[2].vega_lite_chart(charts.stem(A[h - 1, t - 1], title=f"Row {t}: {FILTERS[preset]}"))
-bits = analysis.row_entropy_bits(A[h - 1])
-ceiling = analysis.entropy_ceiling_bits(T, causal=mask is not None)
+with recording(ran):
+    bits = analysis.row_entropy_bits(A[h - 1])
+    ceiling = analysis.entropy_ceiling_bits(T, causal=mask is not None)
+    ranks = np.atleast_1d(analysis.score_rank(Qs, Ks))
+    every_bits = [analysis.row_entropy_bits(A[i]) for i in range(H)]
+    costs = [analysis.wide_vs_narrow_score_flops(T_, d_, H_) for T_, d_, H_ in ((T, H * d_k, H), (1024, 512, 8))]
 st.markdown(f"Row {t} of head {h}: `[{', '.join(f'{w:.4f}' for w in A[h - 1, t - 1])}]`  \n"
             f"Entropy **{bits[t - 1]:.4f} bits** (ceiling log2 of the visible keys: {ceiling[t - 1]:.4f}), "
             f"so about **{2 ** bits[t - 1]:.2f}** effective positions.")
-ranks = np.atleast_1d(analysis.score_rank(Qs, Ks))
 st.markdown(f"rank(Q_h K_hᵀ) for heads 1..{H}: **{', '.join(map(str, ranks))}** "
             f"(budget: d_k = {d_k} per head)")
 
@@ -145,15 +150,14 @@ st.caption("Row t of each A_h is the filter that head applies at time t: its tap
 st.subheader("Selectivity in bits (rows: query position t)")
 table = pd.DataFrame({"t": np.arange(1, T + 1), "ceiling (bits)": ceiling})
 for i in range(H):
-    table[f"head {i + 1}"] = analysis.row_entropy_bits(A[i])
+    table[f"head {i + 1}"] = every_bits[i]
 st.dataframe(table.round(6), hide_index=True)
 lesson.ask(questions.by_key("multi_head.copied_heads"))
 st.subheader("One wide head or H narrow ones")
 st.latex(r"\underbrace{2 T^2 d_\text{model}}_{\text{one head of width } d_\text{model}} \;=\; "
          r"\underbrace{H \cdot 2 T^2 \tfrac{d_\text{model}}{H}}_{H \text{ heads of width } d_\text{model}/H}")
 rows = []
-for T_, d_, H_ in ((T, H * d_k, H), (1024, 512, 8)):
-    cost = analysis.wide_vs_narrow_score_flops(T_, d_, H_)
+for (T_, d_, H_), cost in zip(((T, H * d_k, H), (1024, 512, 8)), costs):
     rows.append({"T": T_, "d_model": d_, "H": H_, "d_k": cost.d_k, "one wide head": cost.one_wide_head,
                  "H narrow heads": cost.narrow_heads})
 count = st.column_config.NumberColumn(format="localized")   # 1,073,741,824: thousands separated

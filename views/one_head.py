@@ -5,10 +5,11 @@ import streamlit as st
 from core import masks
 from core.lessons import analysis
 from core.lessons import heads
-from core.attention import attention, scores
+from core.attention import attention
 from core.limits import MAX_D_K_ONE_HEAD, MAX_MATRIX_ENTRY, MAX_TOKENS
 from ui import charts, lesson, state
 from core.kernels.dispatch import lesson_recording
+from core.recording import recording
 from ui.widgets import (as_shown, chosen_backend, chosen_dtype, ensure_kernels, kernel_source,
                         tokens_from)
 
@@ -29,7 +30,7 @@ SPEC = {
 k = lambda name: state.key(PAGE, name)  # noqa: E731
 
 st.title("One head: scaled dot-product attention")
-ensure_kernels("scaled_scores", "attention_with_weights")
+ensure_kernels("attention_with_scores", "attention_with_weights")
 state.restore(PAGE, SPEC)
 lesson.header("one_head")
 unlocked = lesson.predict("one_head")
@@ -82,13 +83,13 @@ hand = st.session_state[k("source")] == "hand"
 state.publish(PAGE, SPEC, extra={"Q": Q if hand and not np.array_equal(Q, as_shown(drawn_Q)) else None,
                                   "K": K if hand and not np.array_equal(K, as_shown(drawn_K)) else None})
 
-# 3. scores and weights (V = I: each output row is its weight row)
+# 3. scores and weights (V = I: each output row is its weight row); the scores S are the ones the
+# weights' kernels computed on the way. Every number below is computed inside `ran`'s blocks.
 dtype, backend = chosen_dtype(), chosen_backend()
 try:
     with lesson_recording() as ran:
-        S = scores(Q.astype(dtype), K.astype(dtype), mask, scale=scale, backend=backend)
-        out, A = attention(Q.astype(dtype), K.astype(dtype), np.eye(T, dtype=dtype), mask, scale=scale,
-                           backend=backend)
+        out, A, S = attention(Q.astype(dtype), K.astype(dtype), np.eye(T, dtype=dtype), mask, scale=scale,
+                              backend=backend, return_scores=True)
 except ValueError as err:
     st.error(str(err))
     st.stop()
@@ -97,9 +98,11 @@ c1, c2 = st.columns(2)
 c1.vega_lite_chart(charts.heatmap(S_shown, labels, labels, title="Scores S (masked cells blank)", kind="signed",
                                value_name="score"))
 c2.vega_lite_chart(charts.heatmap(A, labels, labels, title="Weights A = softmax(S)"))
+with recording(ran):
+    sum_error, entropies = analysis.max_row_sum_error(A), analysis.row_entropy_bits(A)
 m1, m2 = st.columns(2)
-m1.metric("max |row sum − 1| over all rows", f"{analysis.max_row_sum_error(A):.1e}")
-m2.metric("mean row entropy (bits)", f"{analysis.row_entropy_bits(A).mean():.3f}",
+m1.metric("max |row sum − 1| over all rows", f"{sum_error:.1e}")
+m2.metric("mean row entropy (bits)", f"{entropies.mean():.3f}",
           help="How spread out the rows are, on average: 0 when every row puts all its weight on one key.")
 with st.expander("The numbers behind the heatmaps"):
     feats = [f"f{j + 1}" for j in range(d_k)]
@@ -114,8 +117,8 @@ if T > 1:
     st.slider("Query row to read", 1, T, key=k("query"))
 q = int(st.session_state[k("query")])
 st.vega_lite_chart(charts.bar(A[q - 1], labels, title=f"Weights of query {q} ({tokens[q - 1]!r})"))
-entropy = analysis.row_entropy_bits(A)[q - 1]
-gradient = analysis.softmax_gradient_size(A)[q - 1]
+with recording(ran):
+    entropy, gradient = entropies[q - 1], analysis.softmax_gradient_size(A)[q - 1]
 st.write(f"Query {q} blends its values with {entropy:.3f} bits of entropy, "
          f"about {2 ** entropy:.2f} effective positions. The largest |∂a_i/∂s_j| of its softmax (how much a "
          f"weight moves per unit change of a score) is {gradient:.3f}: 0.25 at most, 0 for a one-hot row.")
@@ -128,7 +131,8 @@ st.markdown("A score q·k adds up d_k products q_j k_j, one per feature. When th
             "one weight near 1, the rest near 0, and its gradient ∂a_i/∂s_j = a_i(δ_ij − a_j) is near 0 "
             "in every entry, so the queries and keys behind the scores get almost nothing to learn from. "
             "Dividing by √d_k brings the variance back to 1 whatever d_k.")
-variance = analysis.dot_product_variance(Q, K)
+with recording(ran):
+    variance = analysis.dot_product_variance(Q, K)
 drawn = "drawn with mean 0 and variance 1" if st.session_state[k("source")] == "random" else "as you typed them"
 rule = (f" (expected: d_k = {d_k}; {T * T} pairs are a small sample)"
         if st.session_state[k("source")] == "random" else "")
@@ -143,13 +147,15 @@ if T < 3:
     st.info("Type at least three words to try this.")
 else:
     qa = max(q, 3)
-    pair = heads.two_positions(T, d_k, heads.DEFAULT_GAIN, query=qa, targets=(1, qa - 1))
-    _, A2 = attention(*(m.astype(dtype) for m in pair), np.eye(T, dtype=dtype), mask, backend=backend)
-    row = A2[qa - 1]
+    with lesson_recording(ran):
+        pair = heads.two_positions(T, d_k, heads.DEFAULT_GAIN, query=qa, targets=(1, qa - 1))
+        _, A2 = attention(*(m.astype(dtype) for m in pair), np.eye(T, dtype=dtype), mask, backend=backend)
+        row = A2[qa - 1]
+        row_bits = analysis.row_entropy_bits(row)
     st.vega_lite_chart(charts.bar(row, labels, title=f"Query {qa} asks for positions 1 and {qa - 1}"))
     st.write(f"Weight on position 1: **{row[0]:.3f}**, on position {qa - 1}: **{row[qa - 2]:.3f}**, "
              f"left for the rest: {1 - row[0] - row[qa - 2]:.3f}; the row sums to {row.sum():.6f}. "
-             f"Entropy {analysis.row_entropy_bits(row):.2f} bits, against 0 for a head that takes one position.")
+             f"Entropy {row_bits:.2f} bits, against 0 for a head that takes one position.")
 
 st.markdown("""**What to look for.** Switching off √d_k multiplies every score by √d_k: nothing
 changes at d_k = 1, and the wider the head, the further apart the scores and the lower the mean row

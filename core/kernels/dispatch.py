@@ -135,10 +135,11 @@ class KernelCall:
 
 
 @contextlib.contextmanager
-def lesson_recording() -> Iterator[Record]:
+def lesson_recording(ran: Record | None = None) -> Iterator[Record]:
     """:func:`recording` on the lesson track: what the lesson pages wrap their computation in, so
-    the source they show is the readable kernels' at every size a page allows."""
-    with track("lesson"), recording() as ran:
+    the source they show is the readable kernels' at every size a page allows (``ran``: go on
+    filling an earlier block's record)."""
+    with track("lesson"), recording(ran) as ran:
         yield ran
 
 

@@ -257,17 +257,19 @@ def test_the_one_head_page_shows_the_functions_that_computed_its_numbers(backend
     assert not page.exception and not page.error
     label, headings, blocks = kernel_source_blocks(page)
     assert backend.describe(backend_name) in label
-    # the scores, then the weights: each driver, the host code it calls, the kernels it launches
-    want = [fn for driver in (module.scaled_scores, module.attention_with_weights)
+    # the scores and weights at once, then the head of section 6: each driver, the host code it
+    # calls, the kernels it launches; then the lesson's functions behind the other numbers
+    want = [fn for driver in (module.attention_with_scores, module.attention_with_weights)
             for part in dispatch.functions_of(driver) for fn in part]
     want = list({f.__code__: f for f in want}.values())                 # each function once
-    assert blocks == [inspect.getsource(f).rstrip() for f in want]
+    assert blocks[:len(want)] == [inspect.getsource(f).rstrip() for f in want]
     if module is lesson_cpu:
-        assert names(want) == ["scaled_scores", "scores_kernel", "add_mask_kernel", "attention_with_weights",
-                               "attention_steps", "softmax_kernel", "weighted_sum_kernel"]
+        assert names(want) == ["attention_with_scores", "attention_steps", "scores_kernel", "add_mask_kernel",
+                               "softmax_kernel", "weighted_sum_kernel", "attention_with_weights"]
     assert {source_file(f) for f in want} == {f"core/kernels/{module.__name__.rsplit('.', 1)[1]}.py"}
-    assert [h.split("**")[1] for h in headings] == [f"`{module.__name__}.scaled_scores`",
-                                                    f"`{module.__name__}.attention_with_weights`"]
+    assert [h.split("**")[1] for h in headings[:2]] == [f"`{module.__name__}.attention_with_scores`",
+                                                        f"`{module.__name__}.attention_with_weights`"]
+    assert not [h for h in headings if "scaled_scores" in h]             # the scores are not computed twice
     # and those functions give the page's numbers: its weights are theirs, to the last bit
     Q, K, A = (np.ascontiguousarray(matrix_named(page, name)) for name in "QKA")   # as the kernels take them
     T, d_k = Q.shape

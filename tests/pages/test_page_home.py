@@ -62,9 +62,9 @@ def test_sequential_steps_and_path_length_follow_the_number_of_tokens():
     assert table.loc["most steps between two tokens", "recurrent network"] == 9
     assert (table["self-attention"] == 1).all()
     assert "10² = 100 scores" in text(at)
-    # the expander shows the function that computed the table
+    # the expander shows the function that computed the table (marked as one the page's record notes)
     (code,) = at.code
-    assert code.value.startswith("def interaction_paths(n_tokens: int) -> PathLengths:")
+    assert code.value.startswith("@recorded\ndef interaction_paths(n_tokens: int) -> PathLengths:")
 
 
 def test_the_course_modules_cautions_are_on_the_page():

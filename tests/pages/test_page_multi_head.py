@@ -9,9 +9,10 @@ import pytest
 from core.lessons import analysis
 from core.lessons import heads, questions
 from core.lessons.questions.multi_head import PREVIOUS_HEAD, QUERY_T
+from core.kernels import dispatch
 from core.kernels import reference as ref
 
-from page_support import answer_question, charts, open_page
+from page_support import answer_question, charts, heatmaps, named, open_page
 
 PAGE = str(Path(__file__).resolve().parents[2] / "views" / "multi_head.py")
 
@@ -302,3 +303,52 @@ def test_copied_heads_output_what_they_copy():
     np.testing.assert_array_equal(A[4:], A[:4])
     assert q.options[q.answer].startswith("Exactly what heads 1 to 4 output")
     assert not np.allclose(A[0], A[1])                             # and the four differ among themselves
+
+
+# --- the scores, computed once; the source, what ran -------------------------------------------------
+
+@pytest.fixture
+def kernel_calls(monkeypatch):
+    """The kernel drivers the page calls, in order (every kernel call goes through dispatch.run)."""
+    calls = []
+    run_kernels = dispatch.run
+
+    def counted(backend, work, operation, *args):
+        calls.append(operation)
+        return run_kernels(backend, work, operation, *args)
+
+    monkeypatch.setattr(dispatch, "run", counted)
+    return calls
+
+
+@pytest.mark.parametrize("opened, causal", [(4, True), (2, False)])
+def test_the_scores_are_computed_once_per_redraw_and_drawn_as_computed(kernel_calls, opened, causal):
+    """One kernel call gives every head's weights and scores; the opened head's heatmap of S is the
+    reference's scores of that head's queries and keys."""
+    at = run(open=str(opened), causal="1" if causal else "0")
+    assert not at.exception and not at.error
+    assert kernel_calls == ["attention_with_scores"]
+    Q, K = heads.lesson_heads(6, 2, heads.DEFAULT_GAIN)
+    want = ref.scaled_scores(Q[opened - 1], K[opened - 1], ref.causal_mask(6) if causal else None)
+    drawn = named(heatmaps(at), f"Scores of head {opened}")
+    np.testing.assert_array_equal(np.isnan(drawn), ~np.isfinite(want))         # masked cells: blank
+    np.testing.assert_allclose(drawn[np.isfinite(want)], want[np.isfinite(want)], rtol=1e-12, atol=1e-12)
+
+
+def source_names(at) -> list[str]:
+    (box,) = [e for e in at.expander if e.label.startswith("Kernel source")]
+    return [m.value.split("`")[1] for m in box.markdown if m.value.startswith("**`")]
+
+
+def test_the_source_names_the_functions_that_ran_and_no_other(page):
+    shown = source_names(page)
+    assert shown[0] == "core.kernels.cpu.attention_with_scores" and "core.kernels.cpu.scaled_scores" not in shown
+    # the lesson's four heads are built by their presets; the other presets do not run
+    built = [name.rsplit(".", 1)[1] for name in shown if name.startswith("core.lessons.heads.")]
+    assert {"build_head", "first_token", "previous_token", "self_position", "uniform"} <= set(built)
+    assert not {"nearby_window", "two_positions", "custom"} & set(built)
+    for name in ("row_entropy_bits", "entropy_ceiling_bits", "score_rank", "wide_vs_narrow_score_flops"):
+        assert f"core.lessons.analysis.{name}" in shown
+    nearby = run(p1="nearby")
+    assert "core.lessons.heads.nearby_window" in source_names(nearby)
+    assert "core.lessons.heads.first_token" not in source_names(nearby)           # head 1 was its only one

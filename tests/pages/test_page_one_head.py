@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 
 from core.lessons import heads, questions
+from core.kernels import dispatch
 from core.kernels import reference as ref
 
-from page_support import answer_question, matrix_named, open_page, table_named
+from page_support import answer_question, heatmaps, matrix_named, named, open_page, table_named
 
 PAGE = str(Path(__file__).resolve().parents[2] / "views" / "one_head.py")
 
@@ -247,3 +248,54 @@ def test_a_wide_head_without_the_scale_saturates_and_passes_back_almost_nothing(
     assert 64 / 2 < np.var(Q @ K.T) < 2 * 64 and np.var(Q @ K.T / 8) < 2
     at.toggle(key="one_head.scaled").set_value(False).run()
     assert gradient() < scaled / 5 and mean_entropy(at)[0] < 0.5
+
+
+# --- the scores, computed once; the source, what ran -------------------------------------------------
+
+@pytest.fixture
+def kernel_calls(monkeypatch):
+    """The kernel drivers the page calls, in order (every kernel call goes through dispatch.run)."""
+    calls = []
+    run_kernels = dispatch.run
+
+    def counted(backend, work, operation, *args):
+        calls.append(operation)
+        return run_kernels(backend, work, operation, *args)
+
+    monkeypatch.setattr(dispatch, "run", counted)
+    return calls
+
+
+def test_the_scores_are_computed_once_per_redraw_and_drawn_as_computed(kernel_calls):
+    """One call computes S and A (the other is the two-position head of section 6): nothing
+    computes S again, and the heatmap of S is the reference's scores of the Q and K on screen."""
+    at = run()
+    assert kernel_calls == ["attention_with_scores", "attention_with_weights"]
+    kernel_calls.clear()
+    at.slider(key="one_head.temperature").set_value(0.5).run()                 # a redraw: once again
+    assert kernel_calls == ["attention_with_scores", "attention_with_weights"]
+    Q, K = matrix_named(at, "Q"), matrix_named(at, "K")
+    T, d_k = Q.shape
+    want = ref.scaled_scores(Q, K, ref.causal_mask(T), 1 / np.sqrt(d_k) / 0.5)
+    drawn = named(heatmaps(at), "Scores S")
+    np.testing.assert_array_equal(np.isnan(drawn), ~np.isfinite(want))         # masked cells: blank
+    np.testing.assert_allclose(drawn[np.isfinite(want)], want[np.isfinite(want)], rtol=1e-12, atol=1e-12)
+
+
+def source_names(at) -> list[str]:
+    """The functions the "Kernel source" expander names, in order: drivers, then the lesson's."""
+    (box,) = [e for e in at.expander if e.label.startswith("Kernel source")]
+    return [m.value.split("`")[1] for m in box.markdown if m.value.startswith("**`")]
+
+
+def test_the_source_names_the_functions_that_ran_and_no_other():
+    at = run()
+    shown = source_names(at)
+    assert shown[:2] == ["core.kernels.cpu.attention_with_scores", "core.kernels.cpu.attention_with_weights"]
+    for name in ("max_row_sum_error", "row_entropy_bits", "softmax_gradient_size", "dot_product_variance"):
+        assert f"core.lessons.analysis.{name}" in shown
+    assert "core.lessons.heads.two_positions" in shown and "core.kernels.cpu.scaled_scores" not in shown
+    at.text_input(key="one_head.sentence").set_value("two words").run()        # no head of section 6
+    shown = source_names(at)
+    assert shown[0] == "core.kernels.cpu.attention_with_scores" and "core.kernels.cpu.attention_with_weights" not in shown
+    assert "core.lessons.heads.two_positions" not in shown and "core.lessons.analysis.row_entropy_bits" in shown
