@@ -136,10 +136,11 @@ def recorded(fn):
 # --- watching the calls a recorded function makes ----------------------------------------------
 
 _CORE = os.path.dirname(os.path.abspath(__file__)) + os.sep
-# The machinery that records, and decides where and whether code runs, not what it computes: a
-# kernel driver's call records itself (dispatch), a compiled loop's choice is noted (readiness).
-UNWATCHED = frozenset(_CORE + name for name in ("recording.py", "readiness.py", "backend.py", "kernel_cache.py",
-                                               "warmup.py", os.path.join("kernels", "dispatch.py")))
+# The machinery, not what a page computes: what records, what checks inputs (the one set of rules,
+# core/validate.py, whose checks run compiled bit tricks), and what decides where and whether code
+# runs. A kernel driver's call records itself (dispatch), a compiled loop's choice is noted (readiness).
+UNWATCHED = frozenset(_CORE + name for name in ("recording.py", "validate.py", "readiness.py", "backend.py",
+                                               "kernel_cache.py", "warmup.py", os.path.join("kernels", "dispatch.py")))
 _found: dict = {}              # id(code) -> (code, the function noted for it or None), as _code_of keys
 
 

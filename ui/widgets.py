@@ -12,6 +12,7 @@ import streamlit as st
 from core import backend as core_backend
 from core import validate
 from core.kernels import dispatch
+from core.recording import Record
 
 BACKEND_KEY = "backend_choice"      # "auto" | "cpu" | "cuda", set in the sidebar by app.py
 PRECISION_KEY = "precision_choice"  # "float64" | "float32"
@@ -98,20 +99,26 @@ def _source(fn) -> str:
     return inspect.getsource(getattr(fn, "py_func", fn))      # a compiled function: its Python
 
 
-def function_sources(functions) -> None:
-    """Each function's full name and source, in the order given, once each (two lists of what ran
-    may share a function): the code behind a page's numbers."""
-    for fn in dict.fromkeys(functions):
-        st.markdown(f"**`{fn.__module__}.{fn.__qualname__}`**")
-        st.code(_source(fn), language="python")
+def _show(fn) -> None:
+    st.markdown(f"**`{fn.__module__}.{fn.__qualname__}`**")
+    st.code(_source(fn), language="python")
 
 
-def kernel_source(ran: dispatch.Record) -> None:
+def function_sources(ran: Record) -> None:
+    """The code behind a page's numbers, read from what ``with recording() as ran:`` recorded around
+    them: every function that ran, by its full name with its source, in the order first run, each
+    compiled one followed by the compiled functions it calls (``dispatch.functions_behind``)."""
+    for fn in dispatch.functions_behind(ran):
+        _show(fn)
+
+
+def kernel_source(ran: Record) -> None:
     """An expander with the source of every function that computed the page's numbers.
 
-    ``ran`` is what ``with recording() as ran:`` collected around the page's computation: each
-    driver call (its module and the seconds it took), then its host code and the kernels it
-    launched, each function shown once.
+    ``ran`` is what ``with recording() as ran:`` recorded around the page's computation: each
+    kernel driver call (its module and the seconds it took), then its host code and the kernels it
+    launched; then the lesson's functions that computed the page's other numbers. Each function
+    is shown once.
     """
     if not ran:
         return
@@ -120,13 +127,18 @@ def kernel_source(ran: dispatch.Record) -> None:
     with st.expander(f"Kernel source — {ran.seconds * 1e3:.2f} ms on {where}"):
         shown = set()
         for call in ran:
-            new = [fn for fn in call.host + call.kernels if fn.__code__ not in shown]
+            new = [fn for fn in call.host + call.kernels if id(fn.__code__) not in shown]
             what = "the host driver, then the kernels it launches" if new else "the functions shown above"
             st.markdown(f"**`{call.module}.{call.operation}`** — {call.track} kernels, "
                         f"{call.seconds * 1e3:.3f} ms: {what}")
             for fn in new:
-                shown.add(fn.__code__)
+                shown.add(id(fn.__code__))
                 st.code(inspect.getsource(fn), language="python")
+        rest = [fn for fn in dispatch.functions_behind(ran) if id(fn.__code__) not in shown]
+        if rest:
+            st.markdown("**Then the lesson's functions** that computed the page's other numbers:")
+            for fn in rest:
+                _show(fn)
 
 
 CELL_DIGITS = 8   # significant digits a matrix cell shows, the same as a link carries (ui.state.matrix_to_text)
