@@ -20,6 +20,7 @@ import dataclasses
 import numpy as np
 
 from core.model import decoder, generation
+from core.recording import recorded
 from core.training.decoder_runs import build
 
 LM_PROMPT = "attention "    # the language model's prompt when the page opens
@@ -37,6 +38,7 @@ class Work:
     scores: np.ndarray
 
 
+@recorded
 def work(gen: generation.Generation) -> Work:
     """The work of each step of ``gen``: its positions run (``gen.positions_computed``) and the
     scores its new queries compute against every key read so far, ``positions × (P + s)``."""
@@ -45,6 +47,7 @@ def work(gen: generation.Generation) -> Work:
     return Work(positions, positions * keys)
 
 
+@recorded
 def largest_logit_difference(cached: generation.Generation, full: generation.Generation) -> float:
     """max |z_cached − z_recomputed| over every step and every token (in float64)."""
     return float(np.abs(np.asarray(cached.step_logits, np.float64) - np.asarray(full.step_logits, np.float64)).max())
@@ -65,6 +68,7 @@ def opening_generations(task: str = "reverse", example: int = 0, dtype=np.float6
                                      seed=0) for use_cache in (True, False))
 
 
+@recorded
 def anti_diagonal_weight(cross: np.ndarray) -> np.ndarray:
     """(L, H): how much of each head's cross-attention ``cross`` (L, H, T, S), teacher-forced, lies
     on the anti-diagonal, where output position t (from 1) reads source position S + 1 − t: the

@@ -18,8 +18,10 @@ import numpy as np
 from core.model import config, names, sampling, transformer, transformer_encdec
 from core.model import params as P
 from core.model.transformer_encdec import EncoderDecoderConfig, target_stack
+from core.recording import recorded
 
 
+@recorded
 def attention_weights(cache: dict, cfg, sublayer: str = "attn", query: int | None = None) -> np.ndarray:
     """Every decoder block's attention weights from a forward cache, stacked: ``(L, B, H, T, Tk)``,
     or with ``query`` (an index) only that query's row of each, ``(L, B, H, Tk)``: generation reads
@@ -123,6 +125,7 @@ def _check_generation_inputs(cfg, src, prompt, max_new_tokens):
     return src, prompt, single
 
 
+@recorded
 def generate(params: dict, cfg, src=None, *, prompt=None, max_new_tokens: int,
              temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
              use_cache: bool = True, seed: int = 0) -> Generation:
