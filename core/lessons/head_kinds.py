@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from core.recording import recorded
+
 
 def previous_token(A) -> np.ndarray:
     r"""Weight one step back, :math:`\frac{1}{T-1}\sum_{t \ge 1} A_{t, t-1}`."""
@@ -76,6 +78,7 @@ def induction_targets(tokens) -> np.ndarray:
     return targets
 
 
+@recorded
 def induction(A, tokens) -> np.ndarray:
     r"""Weight on the induction targets of any token sequence:
 

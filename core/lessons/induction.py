@@ -31,6 +31,7 @@ from core.lessons import head_kinds
 from core.model import decoder, layers, transformer
 from core.model.config import TransformerConfig
 from core.model.generation import attention_weights
+from core.recording import recorded
 from core.training.induction_runs import (  # noqa: F401  (the page's names: the run it takes apart)
     InductionRun, InductionSetup, default_run, held_out, make_data, repeat_layout, train_induction)
 
@@ -92,6 +93,7 @@ class Measures:
     attn: np.ndarray               # (L, B, H, T, T) every attention map
 
 
+@recorded
 def measure(params: dict, cfg: TransformerConfig, data, ablate: dict | None = None) -> Measures:
     """Scores per head and losses per kind of next token on ``data = (tgt_in, tgt_out)``, with the
     heads in ``ablate`` edited (:func:`core.model.multi_head.edit_heads`) when given."""
@@ -158,6 +160,7 @@ def ablation_effect(params: dict, cfg: TransformerConfig, data, m: Measures, lay
 ROSE, FELL_LESS_THAN_HALF, FELL_TO_HALF_OR_LESS = 0, 1, 2
 
 
+@recorded
 def ablation_outcome(a: Ablation) -> int:
     """:data:`ROSE` when the best induction score rose, :data:`FELL_TO_HALF_OR_LESS` when it fell to
     half of itself or less, :data:`FELL_LESS_THAN_HALF` otherwise."""
@@ -166,6 +169,7 @@ def ablation_outcome(a: Ablation) -> int:
     return FELL_TO_HALF_OR_LESS if a.induction_after <= 0.5 * a.induction_before else FELL_LESS_THAN_HALF
 
 
+@recorded
 def layer_one_ablations(params: dict, cfg: TransformerConfig, data, m: Measures, how: str = "zero") -> list[Ablation]:
     """:func:`ablation_effect` of each layer-1 head in turn: which one the induction head needs."""
     return [ablation_effect(params, cfg, data, m, 0, h, how) for h in range(cfg.n_heads)]
@@ -201,6 +205,7 @@ class HeadVerdict:
         return self.score >= self.threshold
 
 
+@recorded
 def head_verdicts(m: Measures) -> tuple[HeadVerdict, HeadVerdict]:
     """The best previous-token head of layer 1 and the best induction head of layer 2, each judged
     against its threshold (:data:`PREVIOUS_TOKEN_THRESHOLD`, :data:`INDUCTION_THRESHOLD`)."""
@@ -212,6 +217,7 @@ def head_verdicts(m: Measures) -> tuple[HeadVerdict, HeadVerdict]:
 # ----------------------------------------------------------------------------------------------
 # what no model, and a uniform map, would score
 # ----------------------------------------------------------------------------------------------
+@recorded
 def first_occurrence_floor(tgt_in, tgt_out, vocab_size: int) -> float:
     r"""The lowest mean loss any model can have on the first-occurrence next tokens of ``data``.
 
@@ -230,6 +236,7 @@ def first_occurrence_floor(tgt_in, tgt_out, vocab_size: int) -> float:
     return float(np.log(vocab_size - distinct[first]).mean())
 
 
+@recorded
 def uniform_baselines(tgt_in) -> tuple[float, float]:
     """The scores of a uniform causal map (row ``t`` puts ``1/(t+1)`` on each allowed key, ``t``
     from 0) on ``tgt_in``: previous-token ``mean_{t>=1} 1/(t+1)``; induction, the mean of

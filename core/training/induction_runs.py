@@ -30,6 +30,7 @@ import numpy as np
 from core.model import decoder, presets
 from core.model.config import TransformerConfig
 from core.model.tuned import decoder_loss
+from core.recording import recorded
 from core.training import decoder_runs, shipped, steps as tracks
 
 
@@ -101,11 +102,13 @@ def make_data(batch: int, setup: InductionSetup = InductionSetup(), *, rng=None,
     return seq[:, :-1].copy(), seq[:, 1:].copy()
 
 
+@recorded
 def held_out(setup: InductionSetup = InductionSetup(), seed: int = 0):
     """The held-out sequences: their own random stream, never drawn during training."""
     return make_data(setup.n_held_out, setup, rng=np.random.default_rng([seed, 2]))
 
 
+@recorded
 def repeat_layout(tgt_in, tgt_out) -> tuple[np.ndarray, np.ndarray]:
     """``(prefix, n)``, each ``(B,)``, read off the tokens of sequences made by :func:`make_data`:
     the prefix's length (the segment starts at 0-based position ``prefix``) and the segment's
