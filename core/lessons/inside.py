@@ -27,6 +27,7 @@ import numpy as np
 from core.lessons.analysis import row_entropy_bits
 from core.model import names, transformer
 from core.model.config import TransformerConfig
+from core.recording import recorded
 # the model the page opens on is trained (or read from the file shipped with the app) in core.training
 from core.training.encoder_runs import TrainedEncoder as Model, default_model, train_default  # noqa: F401
 
@@ -34,6 +35,7 @@ ABLATION_MODES = ("zero", "mean")
 BATCH = 256            # sequences per forward pass when scoring a test set (bounds the cache's memory)
 
 
+@recorded
 def forward(params: dict, cfg: TransformerConfig, tokens, ablate: dict | None = None):
     """The encoder run as the one transformer (its readable forward pass): ``(logits (B, C), cache)``,
     the cache named as :func:`core.model.transformer.forward` says."""
@@ -66,6 +68,7 @@ def shape_label(symbols: tuple[str, ...], sizes: tuple[int, ...]) -> str:
     return f"({', '.join(symbols)}) = ({', '.join(str(int(s)) for s in sizes)})"
 
 
+@recorded
 def walkthrough(cache: dict, params: dict, cfg: TransformerConfig, layer: int, example: int = 0) -> list[Step]:
     """Example ``example`` of ``cache`` (from :func:`forward`) through block ``layer`` (0-based), one
     :class:`Step` per sublayer of the post-norm block
@@ -107,6 +110,7 @@ def walkthrough(cache: dict, params: dict, cfg: TransformerConfig, layer: int, e
     ]
 
 
+@recorded
 def layernorm_table(step: Step) -> dict[str, np.ndarray]:
     """Per token (T,), from a LayerNorm :class:`Step`: the input's mean, standard deviation and the
     divisor ``sqrt(var + eps)``; the normalised input's mean and standard deviation (0 and just under
@@ -119,6 +123,7 @@ def layernorm_table(step: Step) -> dict[str, np.ndarray]:
             "mean after gain and bias": out.mean(axis=-1), "std after gain and bias": out.std(axis=-1)}
 
 
+@recorded
 def relu_off_fraction(hidden: np.ndarray) -> np.ndarray:
     """Per token, the fraction of the FFN's ReLUs that output 0 (``hidden`` (..., T, d_ff))."""
     return np.mean(np.asarray(hidden) == 0, axis=-1)
@@ -181,12 +186,14 @@ def ablated_logits(params: dict, cfg: TransformerConfig, X: np.ndarray, heads, m
                            for b0 in range(0, len(X), BATCH)])
 
 
+@recorded
 def ablated_accuracy(params: dict, cfg: TransformerConfig, X: np.ndarray, y: np.ndarray, heads, mode: str = "zero",
                      head_means: np.ndarray | None = None) -> float:
     """Test accuracy with ``heads`` removed (:func:`ablated_logits`)."""
     return accuracy(ablated_logits(params, cfg, X, heads, mode, head_means), y)
 
 
+@recorded
 def head_ablation(params: dict, cfg: TransformerConfig, X: np.ndarray, y: np.ndarray) -> HeadReport:
     """Remove each head alone, both ways, and score the test set (2 L H + 1 forward passes)."""
     X = np.ascontiguousarray(X, dtype=np.int64)
@@ -200,11 +207,13 @@ def head_ablation(params: dict, cfg: TransformerConfig, X: np.ndarray, y: np.nda
     return HeadReport(accuracy(logits, y), acc, maps, focus, means)
 
 
+@recorded
 def most_focused(report: HeadReport) -> int:
     """The head whose test-set mean map is the most focused, as a flat index ``layer * H + head``."""
     return int(np.argmax(report.focus))
 
 
+@recorded
 def largest_drop(change: np.ndarray) -> int | None:
     """The flat index of the head whose removal lowers the accuracy most, or None when removing no
     single head lowers it (every change >= 0)."""
@@ -216,6 +225,7 @@ def largest_drop(change: np.ndarray) -> int | None:
 FALLS_MOST, FALLS_LESS, NO_FALL = 0, 1, 2      # what removing the most focused head does to the accuracy
 
 
+@recorded
 def focused_head_outcome(report: HeadReport, mode: str = "zero") -> int:
     """What removing the most focused head (:func:`most_focused`) does to the test accuracy:
     :data:`FALLS_MOST` (it falls, and removing no other single head lowers it more),
@@ -235,6 +245,7 @@ def opening_model() -> tuple[Model, HeadReport]:
     return model, head_ablation(model.params, model.cfg, model.data.X_test, model.data.y_test)
 
 
+@recorded
 def head_averaged_attention(cache: dict, layer: int, example: int) -> np.ndarray:
     """(T, T): the attention weights of ``layer`` for ``example``, averaged over the heads (as
     PyTorch's ``average_attn_weights=True``); ``cache`` from :func:`forward`."""
@@ -251,6 +262,7 @@ def position_logits(cache: dict, params: dict, cfg: TransformerConfig) -> np.nda
     return cache[names.key(names.block(cfg.n_layers - 1), "resid_post")] @ params["classifier.W"] + params["classifier.b"]
 
 
+@recorded
 def pooling_accuracy(cache: dict, params: dict, cfg: TransformerConfig, y: np.ndarray) -> tuple[float, np.ndarray]:
     """Test accuracy with mean pooling (the model as trained) and, (T,), with the classifier
     reading a single position instead, as a [CLS] readout would."""
