@@ -9,6 +9,7 @@ import streamlit as st
 from core.lessons import analysis, heads, param_counts, questions
 from core.lessons.questions import parameters as EX
 from core.limits import MAX_D_MODEL, MAX_TOKENS
+from core.model.config import TransformerConfig
 from ui import charts, lesson, state
 
 
@@ -40,7 +41,7 @@ def preset_choices(preset: str) -> dict:
     base = param_counts.MODEL_PRESETS.get(preset)
     if base is None:
         return {name: SPEC[name].default for name in WHOLE_MODEL}
-    return {"arch": base.architecture, "pos": base.positional, "lm": base.lm_head, "tied": base.tied_output}
+    return dict(zip(WHOLE_MODEL, param_counts.choices(base)))
 
 
 def whole_model_spec(preset: str) -> dict:
@@ -277,14 +278,15 @@ else:
                 f"{before.d_k} to {after.d_k}: each head is {width}.")
     st.caption(said)
 presets = list(param_counts.MODEL_PRESETS.values())
-preset_d_k = {s.d_model // s.n_heads for s in presets}
+preset_d_k = {s.stack.d_model // s.stack.n_heads for s in presets}
 st.markdown("Why fix d_k when scaling? A head's score matrix has rank at most d_k, so at a fixed d_model "
             "more heads are narrower heads, each with a poorer pattern. To widen a model, practitioners "
             "usually grow H together with d_model and keep d_k, so every head keeps its width as H grows. "
             "The presets below: "
-            + ", ".join(f"{s.name} has d_model / H = {s.d_model}/{s.n_heads} = {s.d_model // s.n_heads}" for s in presets)
-            + (f": the same d_k = {preset_d_k.pop()} from d_model = {min(s.d_model for s in presets)} to "
-               f"{max(s.d_model for s in presets)}." if len(preset_d_k) == 1 else "."))
+            + ", ".join(f"{s.name} has d_model / H = {s.stack.d_model}/{s.stack.n_heads} = "
+                        f"{s.stack.d_model // s.stack.n_heads}" for s in presets)
+            + (f": the same d_k = {preset_d_k.pop()} from d_model = {min(s.stack.d_model for s in presets)} to "
+               f"{max(s.stack.d_model for s in presets)}." if len(preset_d_k) == 1 else "."))
 lesson.ask(ask["grow_d_model"])
 lesson.ask(ask["fixed_head_width"])
 
@@ -313,23 +315,18 @@ st.header("A whole model")
 preset = st.selectbox("Start from", list(PRESET_LABELS), format_func=PRESET_LABELS.get, key=key("preset"),
                       on_change=preset_changed)
 ss[key("whole_model_of")] = preset
-base = param_counts.MODEL_PRESETS.get(preset) or param_counts.TransformerSpec(
-    architecture="encoder-only", d_model=d_model, n_heads=int(n_heads), d_ff=d_ff, n_encoder_layers=n_layers,
-    n_decoder_layers=0, vocab_size=int(vocab), max_positions=max(T, 1), bias=bias, lm_head=False)
+base = param_counts.MODEL_PRESETS.get(preset) or param_counts.WholeModel(TransformerConfig(   # the sizes above
+    vocab_size=int(vocab), n_ctx=max(T, 1), d_model=d_model, n_heads=int(n_heads), d_ff=d_ff, n_layers=n_layers,
+    bias=bias, causal=False, head="none"))
 a1, a2, a3 = st.columns(3)
 arch = a1.radio("Architecture", param_counts.ARCHITECTURES, key=key("arch"))
 positional = a2.radio("Positions", param_counts.POSITIONAL, key=key("pos"),
                       help="sinusoidal: fixed, 0 parameters; learned: one vector per position.")
 lm_head = a3.checkbox("Output projection to the vocabulary", key=key("lm"))
 tied = a3.checkbox("Tied to the token embedding", key=key("tied"), disabled=not lm_head)
-n_enc = base.n_encoder_layers or base.n_decoder_layers
-n_dec = base.n_decoder_layers or base.n_encoder_layers
-layers_by_arch = {"encoder-only": (n_enc, 0), "decoder-only": (0, n_dec), "encoder-decoder": (n_enc, n_dec)}
 try:
-    spec = dataclasses.replace(base, architecture=arch, positional=positional, lm_head=lm_head,
-                               tied_output=tied, n_encoder_layers=layers_by_arch[arch][0],
-                               n_decoder_layers=layers_by_arch[arch][1])
-    counted = param_counts.model_param_count(spec)
+    model = param_counts.with_choices(base, arch, positional, lm_head, tied)
+    counted = param_counts.model_param_count(model)
 except ValueError as err:
     st.error(str(err))
     state.publish(PAGE, whole_model_spec(preset))
@@ -338,9 +335,9 @@ st.dataframe(pd.DataFrame(counted.rows(), columns=["part", "parameters", "share"
              hide_index=True, column_config={"parameters": COUNT, "share": st.column_config.NumberColumn(format="percent")})
 m1, m2 = st.columns(2)
 m1.metric("Our count", f"{counted.total:,}", help=f"{counted.total / 1e6:.1f}M")
-changed = spec != base
+changed = (arch, positional, lm_head, tied) != param_counts.choices(base)     # any choice off the preset's own
 if base.published_total and not changed:
-    err = param_counts.relative_error_to_published(spec)
+    err = param_counts.relative_error_to_published(model)
     m2.metric("Published", f"{base.published_total / 1e6:.0f}M", delta=f"{err:+.1%} ours vs published",
               delta_color="off")
     st.caption(f"Source: {base.source}. The published figures are rounded, and papers omit small details "
@@ -348,9 +345,9 @@ if base.published_total and not changed:
 elif base.published_total:
     m2.metric("Published (unchanged preset)", f"{base.published_total / 1e6:.0f}M")
     st.caption("You changed the preset, so the published figure no longer describes this model.")
-split = param_counts.blocks_and_embeddings(spec)
+split = param_counts.blocks_and_embeddings(model)
 millions = lambda n: f"{n / 1e6:.0f}M" if n >= 1e7 else f"{n / 1e6:.1f}M" if n >= 1e5 else f"{n:,}"  # noqa: E731
-label = spec.name if preset != "custom" and not changed else "This model"
+label = model.name if preset != "custom" and not changed else "This model"
 st.markdown(f"**{label}: {split.n_blocks} blocks ≈ {millions(split.blocks)} "
             f"parameters, plus embeddings** ({millions(split.embeddings)})"
             + (f" and {millions(split.other)} more ({', '.join(split.other_parts)})" if split.other else "")

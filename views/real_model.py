@@ -253,7 +253,7 @@ else:
 
 # 6. its parameters, counted two ways ------------------------------------------------------------------
 st.header("Its parameters, counted two ways")
-formula = param_counts.model_param_count(param_counts.spec_of(cfg))
+formula = param_counts.model_param_count(cfg)
 p1, p2 = st.columns(2)
 p1.metric("in the checkpoint's tensors", f"{m.checkpoint_params:,}")
 p2.metric("by the Parameters page's formula", f"{formula.total:,}")
@@ -262,7 +262,7 @@ st.dataframe(pd.DataFrame(formula.rows(), columns=["part", "parameters", "share"
 st.caption("Each attention block is 4·d² + 4d whatever the head count; the formula knows only the config, the "
            "first count only the file." + ("" if formula.total == m.checkpoint_params else
                                            " They differ: the file holds tensors this config does not describe."))
-ran += [param_counts.spec_of, param_counts.model_param_count]
+ran += [param_counts.model_param_count]
 
 with st.expander("Source: the transformer and the analyses that ran"):
     for fn in ran:

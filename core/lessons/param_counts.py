@@ -1,18 +1,24 @@
 """Parameter counts: one multi-head attention block, a feed-forward sublayer, LayerNorms, a whole
-Transformer block, whole published models (with presets to check them against), and the lesson's
-toy count of packed projections.
+Transformer block, whole models read off their configs (published ones, with presets to check them
+against), and the lesson's toy count of packed projections.
 
 Counts follow the packed layout of the project (``W_Q, W_K, W_V, W_O`` all ``d_model x d_model``
 when ``d_k = d_v = d_model / H``) and the original Transformer block: attention, a two-layer
-feed-forward network, and LayerNorms (a gain and a bias each). Plain arithmetic on shapes; the
-names are also importable from :mod:`core.lessons.analysis`, as the pages and the public API use them.
+feed-forward network, and LayerNorms (a gain and a bias each). Plain arithmetic on shapes; a whole
+model is described by the one transformer's settings (:class:`~core.model.config.TransformerConfig`,
+two of them for an encoder-decoder: :class:`WholeModel`), so the formulas count exactly the arrays
+its config builds. The attention counts are also importable from :mod:`core.lessons.analysis`, as
+the pages and the public API use them.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from core.model.config import TransformerConfig
+from core.model.norms import NORMS
+from core.model.transformer_encdec import EncoderDecoderConfig
 from core.validate import as_float_array, check_heads
 
 # ---------------------------------------------------------------------------------------------
@@ -73,9 +79,10 @@ def ffn_param_count(d_model: int, d_ff: int, bias: bool = True) -> int:
     return 2 * d_model * d_ff + ((d_ff + d_model) if bias else 0)
 
 
-def layernorm_param_count(d_model: int, n: int = 1) -> int:
-    """``n`` LayerNorms, each a gain and a bias of width ``d_model``: ``2 n d_model``."""
-    return 2 * n * d_model
+def layernorm_param_count(d_model: int, n: int = 1, norm: str = "layernorm") -> int:
+    """``n`` norms of width ``d_model``: LayerNorms, a gain and a bias each, ``2 n d_model``; another
+    kind of norm (:data:`core.model.norms.NORMS`) has its own vectors (RMSNorm a gain only: ``n d_model``)."""
+    return n * len(NORMS[norm].params) * d_model
 
 
 @dataclass(frozen=True)
@@ -93,85 +100,80 @@ class BlockParams:
 
 
 def block_param_count(d_model: int, n_heads: int, d_ff: int, *, cross_attention: bool = False,
-                      bias: bool = True) -> BlockParams:
+                      bias: bool = True, norm: str = "layernorm") -> BlockParams:
     """Parameters of one layer: attention, FFN and LayerNorms.
 
     Encoder layer (and a decoder-only layer): ``4 d^2 (+4d) + 2 d d_ff (+d_ff + d) + 2 * 2d``.
     Decoder layer of an encoder-decoder model adds cross-attention and a third LayerNorm:
-    ``+ 4 d^2 (+4d) + 2d``.
+    ``+ 4 d^2 (+4d) + 2d``. An attention-only layer (``d_ff = 0``) has no FFN and no second norm.
     """
     attn = mha_param_count(d_model, n_heads, bias)
-    n_norms = 3 if cross_attention else 2
+    n_norms = (2 if d_ff else 1) + (1 if cross_attention else 0)
     return BlockParams(self_attention=attn,
                        cross_attention=attn if cross_attention else 0,
-                       ffn=ffn_param_count(d_model, d_ff, bias),
-                       layernorms=layernorm_param_count(d_model, n_norms))
+                       ffn=ffn_param_count(d_model, d_ff, bias) if d_ff else 0,
+                       layernorms=layernorm_param_count(d_model, n_norms, norm))
 
 
 # ---------------------------------------------------------------------------------------------
-# whole models
+# whole models, counted from their configs
 # ---------------------------------------------------------------------------------------------
 
 ARCHITECTURES = ("encoder-only", "decoder-only", "encoder-decoder")
-POSITIONAL = ("sinusoidal", "learned")
+POSITIONAL = ("sinusoidal", "learned")      # the calculator's choices: fixed (no parameters) or learned
 
 
 @dataclass(frozen=True)
-class TransformerSpec:
-    """What a Transformer is made of, as far as its parameter count cares.
+class WholeModel:
+    """A whole model to count, as the one transformer's settings.
 
-    ``n_encoder_layers`` / ``n_decoder_layers``: an encoder-only model has no decoder layers, a
-    decoder-only model no encoder layers (its layers have no cross-attention).
-    ``positional``: ``"sinusoidal"`` (fixed, 0 parameters) or ``"learned"`` (``max_positions x d``
-    per stack). ``lm_head``: an output projection to the vocabulary exists; ``tied_output``: it
-    reuses the token embedding (0 new weights). ``shared_embeddings``: encoder and decoder read
-    one token table (encoder-decoder only). ``final_layernorm``: one LayerNorm after each stack
-    (pre-norm models). ``pooler``: BERT's ``d x d`` dense layer on the first token.
+    ``stack``: the :class:`~core.model.config.TransformerConfig` of its one stack (an encoder, a
+    decoder-only model), or of an encoder-decoder's target stack; ``encoder``: an encoder-decoder's
+    source stack (None for one stack); ``shared_embeddings``: the two stacks read one token table
+    (the original Transformer's). ``name``, ``published_total``, ``source``: a published model's name,
+    its paper's count and where the paper gives it.
     """
 
-    architecture: str = "encoder-decoder"
-    d_model: int = 512
-    n_heads: int = 8
-    d_ff: int = 2048
-    n_encoder_layers: int = 6
-    n_decoder_layers: int = 6
-    vocab_size: int = 37000
-    positional: str = "sinusoidal"
-    max_positions: int = 512
-    bias: bool = True
-    lm_head: bool = True
-    tied_output: bool = True
-    output_bias: bool = False
-    shared_embeddings: bool = True
-    n_segments: int = 0
-    embedding_layernorm: bool = False
-    final_layernorm: bool = False
-    pooler: bool = False
+    stack: TransformerConfig
+    encoder: TransformerConfig | None = None
+    shared_embeddings: bool = False
     name: str = "custom"
     published_total: int | None = None
     source: str = ""
 
     def __post_init__(self):
-        if self.architecture not in ARCHITECTURES:
-            raise ValueError(f"Unknown architecture {self.architecture!r}; choose one of {', '.join(ARCHITECTURES)}.")
-        if self.positional not in POSITIONAL:
-            raise ValueError(f"Unknown positional encoding {self.positional!r}; choose one of {', '.join(POSITIONAL)}.")
-        for name in ("d_model", "d_ff", "vocab_size"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}.")
-        check_heads(self.d_model, self.n_heads)
-        enc, dec = self.n_encoder_layers, self.n_decoder_layers
-        if enc < 0 or dec < 0:
-            raise ValueError("Layer counts cannot be negative.")
-        wants = {"encoder-only": (enc >= 1 and dec == 0), "decoder-only": (enc == 0 and dec >= 1),
-                 "encoder-decoder": (enc >= 1 and dec >= 1)}[self.architecture]
-        if not wants:
-            raise ValueError(
-                f"An {self.architecture} model needs "
-                + {"encoder-only": "encoder layers and no decoder layers",
-                   "decoder-only": "decoder layers and no encoder layers",
-                   "encoder-decoder": "both encoder and decoder layers"}[self.architecture]
-                + f"; got {enc} encoder and {dec} decoder layers.")
+        if self.encoder is None:
+            if self.shared_embeddings:
+                raise ValueError("Only an encoder-decoder shares a token table: this model has one stack.")
+            return
+        enc, dec = self.encoder, self.stack
+        if enc.causal or not dec.causal or enc.head != "none":
+            raise ValueError("An encoder-decoder's source stack attends both ways and has no head (causal=False, "
+                             "head='none'); its target stack attends causally.")
+        if enc.d_model != dec.d_model:
+            raise ValueError(f"The two stacks must share d_model, got {enc.d_model} and {dec.d_model}.")
+        if self.shared_embeddings and enc.vocab_size != dec.vocab_size:
+            raise ValueError(f"Stacks that share a token table share its vocabulary, got {enc.vocab_size} and "
+                             f"{dec.vocab_size} tokens.")
+
+    @property
+    def stacks(self) -> tuple[TransformerConfig, ...]:
+        """The stacks, the one reading the input first."""
+        return (self.stack,) if self.encoder is None else (self.encoder, self.stack)
+
+    @property
+    def architecture(self) -> str:
+        return "encoder-decoder" if self.encoder else "decoder-only" if self.stack.causal else "encoder-only"
+
+
+def whole_model(model) -> WholeModel:
+    """``model`` as a :class:`WholeModel`: a :class:`TransformerConfig` is its one stack, an
+    :class:`~core.model.transformer_encdec.EncoderDecoderConfig` its two (each with its own token table)."""
+    if isinstance(model, WholeModel):
+        return model
+    if isinstance(model, EncoderDecoderConfig):
+        return WholeModel(model.decoder, model.encoder)
+    return WholeModel(model)
 
 
 @dataclass(frozen=True)
@@ -186,62 +188,101 @@ class ModelParams:
         return [(k, v, v / self.total if self.total else 0.0) for k, v in self.parts.items()]
 
 
-def model_param_count(spec: TransformerSpec) -> ModelParams:
-    """Parameters of a whole Transformer, part by part.
+def model_param_count(model) -> ModelParams:
+    """Parameters of a whole model (a :class:`WholeModel`, or a config: :func:`whole_model`), part by part.
 
     - token embeddings: ``V d`` (twice for an encoder-decoder that does not share them);
-    - positions: 0 for sinusoidal, ``max_positions * d`` per stack when learned;
-    - segments ``n_segments * d``; embedding LayerNorm ``2d``;
+    - positions: 0 for sinusoidal (or none), ``n_ctx * d`` per stack when learned;
+    - segments ``n_token_types * d``; embedding LayerNorm ``2d``;
     - each encoder layer ``4d^2 + 2 d d_ff + 2 * 2d`` (+ biases ``4d + d_ff + d``);
     - each decoder layer of an encoder-decoder adds cross-attention and a LayerNorm
       (``+4d^2 (+4d) + 2d``); decoder-only layers are shaped like encoder layers;
     - output projection: 0 when tied to the embedding, else ``V d`` (+ ``V`` bias);
-    - final LayerNorms ``2d`` per stack; pooler ``d^2 + d``.
+    - final LayerNorms ``2d`` per stack; pooler ``d^2 + d``; a classifier ``d C + C``.
     """
-    d = spec.d_model
+    model = whole_model(model)
+    stacks, top = model.stacks, model.stack
+    d = top.d_model
     parts: dict[str, int] = {}
-    n_stacks = (spec.n_encoder_layers > 0) + (spec.n_decoder_layers > 0)
     # 1. embeddings
-    n_tables = 2 if (spec.architecture == "encoder-decoder" and not spec.shared_embeddings) else 1
-    parts["token embeddings"] = n_tables * spec.vocab_size * d
-    parts["position embeddings"] = (n_stacks * spec.max_positions * d
-                                    if spec.positional == "learned" else 0)
-    if spec.n_segments:
-        parts["segment embeddings"] = spec.n_segments * d
-    if spec.embedding_layernorm:
-        parts["embedding LayerNorm"] = layernorm_param_count(d)
-    # 2. the layers, sublayer by sublayer
-    if spec.n_encoder_layers:
-        enc = block_param_count(d, spec.n_heads, spec.d_ff, bias=spec.bias)
-        n = spec.n_encoder_layers
-        parts["encoder self-attention"] = n * enc.self_attention
-        parts["encoder FFN"] = n * enc.ffn
-        parts["encoder LayerNorms"] = n * enc.layernorms
-    if spec.n_decoder_layers:
-        cross = spec.architecture == "encoder-decoder"
-        dec = block_param_count(d, spec.n_heads, spec.d_ff, cross_attention=cross, bias=spec.bias)
-        n = spec.n_decoder_layers
-        parts["decoder self-attention"] = n * dec.self_attention
+    tables = (top,) if model.shared_embeddings else stacks
+    parts["token embeddings"] = sum(s.vocab_size * d for s in tables)
+    parts["position embeddings"] = sum(s.n_ctx * d for s in stacks if s.positional == "learned")
+    if any(s.n_token_types for s in stacks):
+        parts["segment embeddings"] = sum(s.n_token_types * d for s in stacks)
+    if any(s.embed_ln for s in stacks):
+        parts["embedding LayerNorm"] = sum(layernorm_param_count(d, norm=s.norm) for s in stacks if s.embed_ln)
+    # 2. the layers, sublayer by sublayer: a causal stack is a decoder
+    for i, s in enumerate(stacks):
+        role, cross = ("decoder" if s.causal else "encoder"), i == 1          # an encoder-decoder's target stack
+        block = block_param_count(d, s.n_heads, s.d_ff, cross_attention=cross, bias=s.bias, norm=s.norm)
+        parts[f"{role} self-attention"] = s.n_layers * block.self_attention
         if cross:
-            parts["decoder cross-attention"] = n * dec.cross_attention
-        parts["decoder FFN"] = n * dec.ffn
-        parts["decoder LayerNorms"] = n * dec.layernorms
-    if spec.final_layernorm:
-        parts["final LayerNorms"] = n_stacks * layernorm_param_count(d)
+            parts[f"{role} cross-attention"] = s.n_layers * block.cross_attention
+        parts[f"{role} FFN"] = s.n_layers * block.ffn
+        parts[f"{role} LayerNorms"] = s.n_layers * block.layernorms
+    if any(s.final_ln for s in stacks):
+        parts["final LayerNorms"] = sum(layernorm_param_count(d, norm=s.norm) for s in stacks if s.final_ln)
     # 3. heads on top
-    if spec.lm_head:
-        weights = 0 if spec.tied_output else spec.vocab_size * d
-        parts["output projection"] = weights + (spec.vocab_size if spec.output_bias else 0)
-    if spec.pooler:
-        parts["pooler"] = d * d + d
+    if top.head == "lm":
+        weights = 0 if top.tied_unembed else top.vocab_size * d
+        parts["output projection"] = weights + (top.vocab_size if top.unembed_b else 0)
+    if any(s.pooler for s in stacks):
+        parts["pooler"] = sum(d * d + d for s in stacks if s.pooler)
+    if top.head == "classify":
+        parts["classifier"] = d * top.n_classes + top.n_classes
     return ModelParams(parts, sum(parts.values()))
 
 
-def relative_error_to_published(spec: TransformerSpec) -> float:
+def choices(model: WholeModel) -> tuple[str, str, bool, bool]:
+    """The calculator's four choices that ``model`` makes: ``(architecture, positional, lm_head, tied)``.
+    A model without an output projection says tied (the original Transformer's and GPT-2's choice)."""
+    top = model.stack
+    return model.architecture, top.positional, top.head == "lm", top.tied_unembed or top.head != "lm"
+
+
+def with_choices(model: WholeModel, architecture: str, positional: str, lm_head: bool, tied: bool) -> WholeModel:
+    """``model``'s sizes made another model by the calculator's choices (:func:`choices` gives them
+    back): its architecture, its positions, an output projection to the vocabulary, tied or not.
+
+    One stack becomes an encoder-decoder's two, each with the same sizes; an encoder-decoder keeps
+    its target stack for a decoder-only model and its source stack's layers for an encoder-only one.
+    An encoder-decoder made here shares its token table, as the original Transformer; what a model has
+    once (segments, the embedding LayerNorm, the pooler) stays on the stack that reads the input.
+    """
+    if architecture not in ARCHITECTURES:
+        raise ValueError(f"Unknown architecture {architecture!r}; choose one of {', '.join(ARCHITECTURES)}.")
+    if positional not in POSITIONAL:
+        raise ValueError(f"Unknown positional encoding {positional!r}; choose one of {', '.join(POSITIONAL)}.")
+    top, source = model.stack, model.encoder or model.stack
+    output = dict(head="lm" if lm_head else "none", tied_unembed=lm_head and tied, unembed_b=lm_head and top.unembed_b)
+    stack = replace(top, positional=positional, causal=architecture != "encoder-only", **output)
+    if architecture == "encoder-only":
+        stack = replace(stack, n_layers=source.n_layers)
+    if architecture != "encoder-decoder":
+        return replace(model, stack=stack, encoder=None, shared_embeddings=False)
+    encoder = replace(source, positional=positional, causal=False, head="none", tied_unembed=False, unembed_b=False)
+    if model.encoder is None:              # the input's pieces go to the encoder
+        stack = replace(stack, n_token_types=0, embed_ln=False, pooler=False)
+    return replace(model, stack=stack, encoder=encoder,
+                   shared_embeddings=model.shared_embeddings if model.encoder else True)
+
+
+def relative_error_to_published(model: WholeModel) -> float:
     """``(counted - published) / published`` for a preset that has a published total."""
-    if not spec.published_total:
-        raise ValueError(f"{spec.name} has no published parameter count to compare with.")
-    return (model_param_count(spec).total - spec.published_total) / spec.published_total
+    if not model.published_total:
+        raise ValueError(f"{model.name} has no published parameter count to compare with.")
+    return (model_param_count(model).total - model.published_total) / model.published_total
+
+
+def _original_transformer(d_model: int, n_heads: int, d_ff: int, name: str, published_total: int) -> WholeModel:
+    """The original Transformer's settings: post-norm ReLU blocks with biases, sinusoidal positions, six
+    layers a stack, one token table for both stacks and the output projection."""
+    target = TransformerConfig(vocab_size=37000, n_ctx=512, d_model=d_model, n_heads=n_heads, d_ff=d_ff, n_layers=6,
+                               tied_unembed=True)
+    return WholeModel(target, replace(target, causal=False, head="none", tied_unembed=False), shared_embeddings=True,
+                      name=name, published_total=published_total,
+                      source="Vaswani et al. 2017, Attention Is All You Need, Table 3")
 
 
 # Published models. The original Transformer: shared source-target BPE vocabulary of about
@@ -249,44 +290,17 @@ def relative_error_to_published(spec: TransformerSpec) -> float:
 # sinusoidal positions, post-norm layers; Table 3 of Vaswani et al. (2017) lists 65M and 213M.
 # Counting the stated shapes gives 63.1M for base (2.9% under the table, which is rounded and
 # whose exact vocabulary size is not given) and 214.2M for big (0.6% over).
-TRANSFORMER_BASE = TransformerSpec(
-    architecture="encoder-decoder", d_model=512, n_heads=8, d_ff=2048,
-    n_encoder_layers=6, n_decoder_layers=6, vocab_size=37000, positional="sinusoidal",
-    lm_head=True, tied_output=True, shared_embeddings=True,
-    name="Transformer (base)", published_total=65_000_000,
-    source="Vaswani et al. 2017, Attention Is All You Need, Table 3")
-TRANSFORMER_BIG = TransformerSpec(
-    architecture="encoder-decoder", d_model=1024, n_heads=16, d_ff=4096,
-    n_encoder_layers=6, n_decoder_layers=6, vocab_size=37000, positional="sinusoidal",
-    lm_head=True, tied_output=True, shared_embeddings=True,
-    name="Transformer (big)", published_total=213_000_000,
-    source="Vaswani et al. 2017, Attention Is All You Need, Table 3")
+TRANSFORMER_BASE = _original_transformer(512, 8, 2048, "Transformer (base)", 65_000_000)
+TRANSFORMER_BIG = _original_transformer(1024, 16, 4096, "Transformer (big)", 213_000_000)
 # BERT-base: WordPiece vocabulary 30522, 512 learned positions, 2 segment embeddings, a
 # LayerNorm on the embeddings and a pooler; the published 110M excludes the pre-training heads.
-BERT_BASE = TransformerSpec(
-    architecture="encoder-only", d_model=768, n_heads=12, d_ff=3072,
-    n_encoder_layers=12, n_decoder_layers=0, vocab_size=30522, positional="learned",
-    max_positions=512, lm_head=False, n_segments=2, embedding_layernorm=True, pooler=True,
-    name="BERT-base", published_total=110_000_000,
-    source="Devlin et al. 2019, BERT, Section 3")
+BERT_BASE = WholeModel(
+    TransformerConfig(vocab_size=30522, n_ctx=512, d_model=768, n_heads=12, d_ff=3072, n_layers=12,
+                      activation="gelu_erf", positional="learned", causal=False, ln_eps=1e-12, head="none",
+                      n_token_types=2, embed_ln=True, pooler=True),
+    name="BERT-base", published_total=110_000_000, source="Devlin et al. 2019, BERT, Section 3")
 
-def spec_of(cfg, name: str = "loaded checkpoint") -> TransformerSpec:
-    """The spec of a decoder-only or encoder-only model's :class:`core.model.config.TransformerConfig`,
-    so that :func:`model_param_count` counts a loaded checkpoint by the formulas above."""
-    if cfg.head == "classify" or cfg.d_ff == 0:
-        raise ValueError("Only a checkpoint's stack (a language model or a bare encoder, each with a "
-                         "feed-forward sublayer) has a spec here.")
-    encoder = not cfg.causal
-    return TransformerSpec(
-        architecture="encoder-only" if encoder else "decoder-only", d_model=cfg.d_model, n_heads=cfg.n_heads,
-        d_ff=cfg.d_ff, n_encoder_layers=cfg.n_layers if encoder else 0, n_decoder_layers=0 if encoder else cfg.n_layers,
-        vocab_size=cfg.vocab_size, positional="learned" if cfg.positional == "learned" else "sinusoidal",
-        max_positions=cfg.n_ctx, bias=cfg.bias, lm_head=cfg.head == "lm", tied_output=cfg.tied_unembed,
-        output_bias=cfg.unembed_b, n_segments=cfg.n_token_types, embedding_layernorm=cfg.embed_ln,
-        final_layernorm=cfg.final_ln, pooler=cfg.pooler, name=name)
-
-
-MODEL_PRESETS: dict[str, TransformerSpec] = {
+MODEL_PRESETS: dict[str, WholeModel] = {
     "transformer_base": TRANSFORMER_BASE,
     "transformer_big": TRANSFORMER_BIG,
     "bert_base": BERT_BASE,
@@ -304,19 +318,20 @@ class BlocksAndEmbeddings:
     other_parts: tuple[str, ...] = ()   # what "other" holds (pooler, output projection, ...)
 
 
-def blocks_and_embeddings(spec: TransformerSpec) -> BlocksAndEmbeddings:
+def blocks_and_embeddings(model) -> BlocksAndEmbeddings:
     """Split :func:`model_param_count` into the layers, the embeddings, and the rest.
 
     For BERT-base: 12 blocks of ``4d^2 + 2 d d_ff`` plus biases and LayerNorms, about 85M, plus
     about 24M of embeddings (tokens, positions, segments, their LayerNorm) and the pooler.
     """
-    parts = model_param_count(spec).parts
+    model = whole_model(model)
+    parts = model_param_count(model).parts
     layer_parts = ("self-attention", "cross-attention", "FFN", "LayerNorms")
     in_blocks = {k for k in parts if k.split(" ", 1)[0] in ("encoder", "decoder")
                  and k.split(" ", 1)[-1] in layer_parts}
     in_embeddings = {k for k in parts if "embedding" in k}
     other = [k for k, v in parts.items() if k not in in_blocks | in_embeddings and v]
-    return BlocksAndEmbeddings(spec.n_encoder_layers + spec.n_decoder_layers,
+    return BlocksAndEmbeddings(sum(s.n_layers for s in model.stacks),
                                sum(parts[k] for k in in_blocks), sum(parts[k] for k in in_embeddings),
                                sum(parts[k] for k in other), tuple(other))
 

@@ -76,7 +76,7 @@ def test_removing_a_head_moves_the_similarity(minilm):
 def test_the_count_from_its_tensors_is_the_formulas(minilm):
     assert minilm.checkpoint_params == 22_713_216
     assert C.param_count(minilm.config) == 22_713_216
-    assert param_counts.model_param_count(param_counts.spec_of(minilm.config)).total == 22_713_216
+    assert param_counts.model_param_count(minilm.config).total == 22_713_216
 
 
 def test_a_long_text_is_cut_with_its_sep_kept(minilm):

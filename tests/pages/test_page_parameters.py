@@ -1,5 +1,6 @@
 """The Parameters and cost page: counts on screen match the arrays the core builds."""
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -138,16 +139,15 @@ def test_presets_show_our_count_next_to_the_published_one():
     # untie the Transformer's output projection: the count grows by V·d and the page says why
     at.selectbox(key="parameters.preset").set_value("transformer_base").run()
     at.checkbox(key="parameters.tied").uncheck().run()
-    untied = param_counts.model_param_count(param_counts.TransformerSpec(
-        **{**param_counts.TRANSFORMER_BASE.__dict__, "tied_output": False})).total
+    base = param_counts.TRANSFORMER_BASE
+    untied_target = replace(base.stack, tied_unembed=False)
+    untied = param_counts.model_param_count(replace(base, stack=untied_target)).total
     assert f"{untied:,}" in _metrics(at)
-    assert untied - param_counts.model_param_count(param_counts.TRANSFORMER_BASE).total == 37000 * 512
+    assert untied - param_counts.model_param_count(base).total == 37000 * 512
     assert any("no longer describes" in c.value for c in at.caption)
     at.radio(key="parameters.arch").set_value("decoder-only").run()
     assert not at.exception
-    decoder_only = param_counts.model_param_count(param_counts.TransformerSpec(**{
-        **param_counts.TRANSFORMER_BASE.__dict__, "tied_output": False, "architecture": "decoder-only",
-        "n_encoder_layers": 0}))
+    decoder_only = param_counts.model_param_count(untied_target)     # the target stack alone
     assert metric(at, "Our count") == f"{decoder_only.total:,}"
     assert decoder_only.total < untied                                 # one stack instead of two
 
