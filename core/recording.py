@@ -59,6 +59,8 @@ class Record(list):
     def note(self, fn) -> None:
         """Add ``fn`` (a function, a bound method, a compiled function) unless it is here already."""
         fn = getattr(fn, "__func__", fn)                     # a bound method: its function
+        if ".<locals>." in getattr(fn, "__qualname__", ""):  # a closure: the function whose source holds it
+            fn = _function_of(fn.__code__, fn.__globals__) or fn
         source = getattr(fn, "py_func", fn)                  # a compiled function: its Python source
         key = _code_of(source)
         if key not in self._functions:
@@ -136,11 +138,13 @@ def recorded(fn):
 # --- watching the calls a recorded function makes ----------------------------------------------
 
 _CORE = os.path.dirname(os.path.abspath(__file__)) + os.sep
-# The machinery, not what a page computes: what records, what checks inputs (the one set of rules,
-# core/validate.py, whose checks run compiled bit tricks), and what decides where and whether code
-# runs. A kernel driver's call records itself (dispatch), a compiled loop's choice is noted (readiness).
-UNWATCHED = frozenset(_CORE + name for name in ("recording.py", "validate.py", "readiness.py", "backend.py",
-                                               "kernel_cache.py", "warmup.py", os.path.join("kernels", "dispatch.py")))
+# The machinery, not what a page computes: what records (and runs a training step to record it),
+# what checks inputs (the one set of rules, core/validate.py, whose checks run compiled bit tricks),
+# and what decides where and whether code runs. A kernel driver's call records itself (dispatch), a
+# compiled loop's choice is noted (readiness).
+UNWATCHED = frozenset(_CORE + name for name in (
+    "recording.py", os.path.join("training", "step_record.py"), "validate.py", "readiness.py", "backend.py",
+    "kernel_cache.py", "warmup.py", os.path.join("kernels", "dispatch.py")))
 _found: dict = {}              # id(code) -> (code, the function noted for it or None), as _code_of keys
 
 

@@ -10,12 +10,13 @@ import streamlit as st
 from core import limits
 from core.lessons import kv_cache
 from core.lessons.questions import decoder as questions
-from core.model import decoder, layers, multi_head, names, sampling, transformer, transformer_encdec
+from core.model import decoder, layers, names, sampling, transformer_encdec
+from core.recording import Record, recorded, recording
 from core.training import steps, tasks
 from core.model import generation as decoding  # the page has a function named generation
-from core.training import decoder_runs
 from core.training.decoder_runs import DEFAULTS, build
 from ui import charts, lesson, state
+from ui.step_source import STILL_COMPILING, step_record_of
 from ui.widgets import act, chosen_dtype, function_sources, live_view, run_progress
 from ui.decoder_trainer import EVAL_EVERY, TASKS, DecoderTrainer
 
@@ -181,7 +182,10 @@ state.whole_number_input(st, f"Validation example (0 to {n_val - 1})", 0, n_val 
 i = int(st.session_state[k("example")])
 src = None if src_val is None else src_val[i]
 tgt_in, tgt_out = tgt_in_val[i], tgt_out_val[i]
-logits, fcache = decoder.forward(params, cfg, tgt_in, src)                 # (T, V)
+ran = Record()                     # what computes the numbers below, for the source at the end of the page
+with recording(ran):
+    logits, fcache = recorded(decoder.forward)(params, cfg, tgt_in, src)   # (T, V)
+    p_target = np.exp(recorded(layers.log_softmax)(logits.astype(np.float64)))[np.arange(len(tgt_out)), tgt_out]
 prediction = logits.argmax(axis=-1)
 
 
@@ -205,7 +209,7 @@ if src is not None:
     rows["source"] = shown(text_of(src))
 rows.update({"decoder input": shown(text_of(tgt_in)), "target": shown(text_of(tgt_out)),
              "prediction (argmax)": shown(text_of(prediction)),
-             "p(target)": np.exp(layers.log_softmax(logits.astype(np.float64)))[np.arange(len(tgt_out)), tgt_out],
+             "p(target)": p_target,
              "right": prediction == tgt_out})
 st.dataframe(pd.DataFrame(rows), hide_index=True)
 st.metric("Positions predicted right (teacher forcing, this example)", f"{int((prediction == tgt_out).sum())} of {len(tgt_out)}")
@@ -294,15 +298,17 @@ def generation(use_cache: bool):
 
 def timed_generations() -> tuple:
     """Both generations, and each one's best wall time: warm (one untimed call each first), then
-    ``TIMING_REPEATS`` calls taken in turns, so a busy moment of the server hits both alike."""
-    gens = {True: generation(True), False: generation(False)}           # warm: compiled, caches filled
+    ``TIMING_REPEATS`` calls taken in turns, so a busy moment of the server hits both alike; and
+    the record of what the two warm calls ran (the timed ones run unwatched)."""
+    with recording() as generated:
+        gens = {True: generation(True), False: generation(False)}       # warm: compiled, caches filled
     best = {True: np.inf, False: np.inf}
     for _ in range(TIMING_REPEATS):
         for use_cache in (True, False):
             start = time.perf_counter()
             generation(use_cache)
             best[use_cache] = min(best[use_cache], time.perf_counter() - start)
-    return gens[True], best[True], gens[False], best[False]
+    return gens[True], best[True], gens[False], best[False], generated
 
 
 memo_key = (task, model_version, dtype.name, None if src is None else src.tobytes(),
@@ -310,13 +316,15 @@ memo_key = (task, model_version, dtype.name, None if src is None else src.tobyte
 memo = st.session_state.get(MEMO_KEY)
 if memo is None or memo["key"] != memo_key:       # recompute only when an input changed
     try:
-        cached, cached_s, full, full_s = timed_generations()
+        cached, cached_s, full, full_s, generated = timed_generations()
     except ValueError as err:
         st.error(str(err))
         st.stop()
-    memo = {"key": memo_key, "cached": cached, "cached_s": cached_s, "full": full, "full_s": full_s}
+    memo = {"key": memo_key, "cached": cached, "cached_s": cached_s, "full": full, "full_s": full_s,
+            "ran": generated}
     st.session_state[MEMO_KEY] = memo
 gen = memo["cached"]
+ran.merge(memo["ran"])
 P, V = gen.prompt_len, stack.vocab_size
 vocab_labels = shown(text_of(np.arange(V)))
 written = shown(text_of(gen.tokens))
@@ -387,7 +395,8 @@ st.caption(f"At step 1 the whole prompt enters each cache at once ({P} row{'s' i
            "joins per step, and earlier rows never change: a position's keys and values depend only on the tokens "
            "up to it.")
 
-before, _ = sampling.distribution(gen.step_logits[j], sampling.SamplerSettings(settings.temperature))
+with recording(ran):
+    before, _ = recorded(sampling.distribution)(gen.step_logits[j], sampling.SamplerSettings(settings.temperature))
 status = np.where(np.arange(V) == picked, "picked", np.where(gen.allowed[j], "allowed", "removed"))
 chart = charts.bar(before, vocab_labels, title=f"Next-token distribution at step {step} (τ = {settings.temperature:g})",
                    x_title="next token", y_title="probability")
@@ -453,8 +462,9 @@ if not unlocked:
     st.caption("Answer the question at the top of the page first: the comparison unlocks once you have.")
 elif compare:
     full = memo["full"]
-    diff = kv_cache.largest_logit_difference(gen, full)
-    d1, d2 = st.columns(2)
+    with recording(ran):
+        diff = kv_cache.largest_logit_difference(gen, full)
+        d1, d2 = st.columns(2)
     d1.metric("Largest |logit difference|, cached vs recomputed", f"{diff:.2e}")
     d2.metric("Same tokens written", "yes" if np.array_equal(gen.tokens, full.tokens) else "no")
     ms_cached, ms_full = memo["cached_s"] / n_new * 1e3, memo["full_s"] / n_new * 1e3
@@ -492,9 +502,11 @@ def anti_diagonal_sentence(weight, S: int) -> str:
 st.header("5. The attention maps of this model")
 panel_names = [f"layer {l + 1}, head {h + 1}" for l in range(stack.n_layers) for h in range(stack.n_heads)]
 if setup.seq2seq:
-    cross = decoding.attention_weights(fcache, cfg, "cross")[:, 0]             # (L, H, T, S)
+    with recording(ran):
+        cross = decoding.attention_weights(fcache, cfg, "cross")[:, 0]         # (L, H, T, S)
+        reads_from_end = kv_cache.anti_diagonal_weight(cross)
     st.markdown(f"Cross-attention of validation example {i} (teacher forcing): one row per output position, "
-                "one column per source digit." + (anti_diagonal_sentence(kv_cache.anti_diagonal_weight(cross),
+                "one column per source digit." + (anti_diagonal_sentence(reads_from_end,
                                                                          cross.shape[-1]) if task == "reverse" else ""))
     st.vega_lite_chart(charts.heatmap_grid([cross[l, h] for l in range(stack.n_layers) for h in range(stack.n_heads)],
                                            charts.position_labels(shown(text_of(tgt_in))),
@@ -505,7 +517,8 @@ if setup.seq2seq:
                + ("computation, but nothing there has learned where to look." if trained else
                   "computation; these weights are untrained too, so nothing here has learned where to look yet."))
 else:
-    att = decoding.attention_weights(fcache, cfg)[:, 0]                        # (L, H, T, T)
+    with recording(ran):
+        att = decoding.attention_weights(fcache, cfg)[:, 0]                    # (L, H, T, T)
     st.markdown(f"The language model has no cross-attention. Its causal self-attention on validation "
                 f"window {i}: zero above the diagonal, as the mask demands.")
     labels = charts.position_labels(shown(text_of(tgt_in)))
@@ -514,19 +527,20 @@ else:
                                            annotate=False))
 
 
-ran = trainer.view()
-track_ran = ran.track if ran.metrics else st.session_state[k("track")]
+run = trainer.view()
+track_ran = run.track if run.metrics else st.session_state[k("track")]
 with st.expander(f"Source: generation, and the {track_ran} training step"):
-    st.caption("Generation (with and without the cache), the attention it runs, and the sampler; then "
-               f"training: the loop, and the {track_ran} step it runs for each batch's loss and gradient "
-               + ("(the one transformer's forward pass and hand-written backward pass, sublayer by sublayer)."
-                  if track_ran == "readable" else "(the same numbers as the readable step, in one Numba call)."))
-    # the forward passes (teacher forcing, generation) run the stacks of this model's kind
-    stacks = ([transformer_encdec.forward_checked, transformer_encdec.encode, transformer_encdec.decode,
-               transformer_encdec.decoder_block] if setup.seq2seq
-              else [transformer.forward_checked])      # what teacher forcing and generation call
-    function_sources([decoding.generate, decoding._run, *stacks, transformer.block, multi_head.attend,
-                      sampling.distribution, decoder_runs.train, decoder_runs.train_on]
-                     + steps.step_functions("decoder", track_ran, setup.seq2seq))
+    st.caption("Teacher forcing, generation (with and without the cache), the attention it runs, and the sampler; "
+               f"then one {track_ran} training step, as a run takes it for each batch: "
+               + ("the one transformer's forward pass and hand-written backward pass, sublayer by sublayer, then Adam."
+                  if track_ran == "readable" else "the same numbers as the readable step, in one Numba call, then "
+                  "Adam." + ("" if setup.seq2seq else " That call is the same for every decoder: a decoder-only "
+                             "model skips its encoder and cross-attention.")))
+    step_ran = step_record_of("decoder", cfg, track_ran)
+    if step_ran is None:
+        st.caption(STILL_COMPILING)
+    else:
+        ran.merge(step_ran)
+    function_sources(ran)
 
 state.publish(PAGE, spec_for(task))

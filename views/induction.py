@@ -7,11 +7,11 @@ import streamlit as st
 
 from core import warmup
 from core.lessons import questions
-from core.model import decoder, multi_head, names, transformer
+from core.model import names
 from core.lessons import head_kinds, induction
-from core.training import decoder_runs
-from core.training.steps import step_functions
+from core.recording import Record, recording
 from ui import charts, lesson, state
+from ui.step_source import STILL_COMPILING, step_record_of
 from ui.widgets import function_sources
 
 
@@ -30,21 +30,27 @@ ss = st.session_state
 
 @st.cache_resource(show_spinner=False, max_entries=8)
 def trained(seed: int, steps: int):
-    """The model for a seed (the default one shipped with the app, any other trained once per server)
-    and its measures on the held-out sequences."""
+    """The model for a seed (the default one shipped with the app, any other trained once per server),
+    its measures on the held-out sequences, and the record of what computed them (the training,
+    timed on the page, runs outside it; the source shows one step of it)."""
     setup = induction.InductionSetup(steps=steps)
     # the compiled step, or the readable one while a freshly started server still compiles it (named below)
     run = induction.default_run(setup, seed=seed, track=warmup.track(warmup.DECODER))
-    data = induction.held_out(setup, seed)
-    return run, data, induction.measure(run.params, run.cfg, data)
+    with recording() as ran:
+        data = induction.held_out(setup, seed)
+        m = induction.measure(run.params, run.cfg, data)
+    return run, data, m, ran
 
 
 @st.cache_resource(show_spinner="Removing each layer-1 head in turn and scoring the held-out sequences…",
                    max_entries=16)
 def removals(seed: int, steps: int, how: str) -> list:
-    """Each layer-1 head removed in turn (:func:`induction.layer_one_ablations`), for the model above."""
-    run, data, m = trained(seed, steps)
-    return induction.layer_one_ablations(run.params, run.cfg, data, m, how)
+    """Each layer-1 head removed in turn (:func:`induction.layer_one_ablations`), for the model above,
+    and the record of what computed them."""
+    run, data, m, _ = trained(seed, steps)
+    with recording() as ran:
+        table = induction.layer_one_ablations(run.params, run.cfg, data, m, how)
+    return table, ran
 
 
 st.title("Induction heads")
@@ -79,8 +85,11 @@ seed, steps = int(ss[k("seed")]), int(ss[k("steps")])
 with st.spinner(f"Loading the shipped model, or training a two-layer attention-only model, {steps} steps (a few "
                 "seconds, once per seed; "
                 "longer on a freshly started server, which trains on the readable step while it compiles)…"):
-    run, (tgt_in, tgt_out), m = trained(seed, steps)
-prev, ind = induction.head_verdicts(m)
+    run, (tgt_in, tgt_out), m, measured = trained(seed, steps)
+ran = Record()                     # what computes the numbers below, for the source at the end of the page
+ran.merge(measured)
+with recording(ran):
+    prev, ind = induction.head_verdicts(m)
 prev_name, ind_name = names.head(prev.layer, prev.head), names.head(ind.layer, ind.head)
 c = st.columns(4)
 c[0].metric("loss, first occurrence", f"{m.loss_first_occurrence:.3f}",
@@ -104,8 +113,9 @@ example = st.slider("Held-out sequence", 0, SETUP.n_held_out - 1, key=k("example
 tokens = tgt_in[example]
 labels = charts.position_labels([str(t) for t in tokens])
 maps = m.attn[:, example]                                             # (L, H, T, T)
-uniform_prev, uniform_ind = induction.uniform_baselines(tgt_in)
-prefixes, segments = induction.repeat_layout(tgt_in, tgt_out)
+with recording(ran):
+    uniform_prev, uniform_ind = induction.uniform_baselines(tgt_in)
+    prefixes, segments = induction.repeat_layout(tgt_in, tgt_out)
 m_ex, n_ex = int(prefixes[example]), int(segments[example])
 st.caption(f"This sequence: a prefix of {m_ex} tokens, the segment's {n_ex} tokens at positions {m_ex + 1} to "
            f"{m_ex + n_ex}, its copies from position {m_ex + n_ex + 1} on (positions counted from 1).")
@@ -179,7 +189,9 @@ e1, e2, e3 = st.columns([1, 1, 2])
 e1.metric(f"{chosen} induction", f"{m.induction[layer - 1, head - 1]:.4f}",
           help=f"Papers write this head {names.paper_head(layer - 1, head - 1)} (counted from 0).")
 e2.metric(f"{chosen} previous token", f"{m.previous[layer - 1, head - 1]:.4f}")
-e3.metric(f"{chosen} induction, this sequence", f"{float(head_kinds.induction(one[None], tokens[None])):.4f}")
+with recording(ran):
+    one_score = float(head_kinds.induction(one[None], tokens[None]))
+e3.metric(f"{chosen} induction, this sequence", f"{one_score:.4f}")
 st.vega_lite_chart(charts.heatmap(one, labels, labels, annotate=False, title=f"Layer {layer}, head {head}"))
 
 # 4. remove the previous-token head ---------------------------------------------------------------
@@ -197,7 +209,8 @@ how = r2.radio("Replace its output by", induction.ABLATIONS, key=k("how"), forma
 if not unlocked:
     st.caption("Answer the question at the top of the page first: removing the head shows its answer.")
 elif remove:
-    table = removals(seed, steps, how)
+    table, removed = removals(seed, steps, how)
+    ran.merge(removed)
     a = table[prev.head]
     d1, d2, d3 = st.columns(3)
     d1.metric(f"best layer-2 induction score without {prev_name}", f"{a.induction_after:.3f}",
@@ -206,7 +219,8 @@ elif remove:
               f"{100 * (a.acc_after - a.acc_before):+.1f} points")
     d3.metric(f"loss, repeated segment, without {prev_name}", f"{a.loss_after:.3f}",
               f"{a.loss_after - a.loss_before:+.3f}", delta_color="inverse")
-    outcome = induction.ablation_outcome(a)
+    with recording(ran):
+        outcome = induction.ablation_outcome(a)
     change = (f"Without {prev_name} layer 2's best induction score goes from {a.induction_before:.3f} to "
               f"{a.induction_after:.3f} ({a.induction_ratio:.0%} of itself) and the repeated segment's accuracy from "
               f"{a.acc_before:.1%} to {a.acc_after:.1%}")
@@ -253,7 +267,8 @@ curve = pd.concat([pd.DataFrame({"query position": positions, "loss": values, "n
 curve = curve[np.isfinite(curve["loss"])]
 st.vega_lite_chart(charts.lines(curve, "query position", "loss", "next token", points=True,
                                 title="Mean loss per position (held-out)", y_title="loss (nats)"))
-floor = induction.first_occurrence_floor(tgt_in, tgt_out, SETUP.vocab_size)
+with recording(ran):
+    floor = induction.first_occurrence_floor(tgt_in, tgt_out, SETUP.vocab_size)
 st.markdown(
     f"First occurrence **{m.loss_first_occurrence:.3f}**, repeated segment **{m.loss_repeated_segment:.3f}** nats. "
     "A first occurrence after k distinct tokens is any of the V − k tokens not seen yet, alike, so on average no "
@@ -262,14 +277,13 @@ st.markdown(
     "sequence so far does not say that the segment has ended.")
 
 with st.expander(f"Source: the code that computed these numbers, and the {run.track} training step"):
-    st.caption(f"The data, the measures and the removals; then training: the loop, and the {run.track} step that "
-               "trained this model" + (" (as it was trained ahead and shipped)." if run.shipped else "."))
-    function_sources([induction.make_data, induction.repeat_layout, induction.next_token_kinds,
-                      induction.measure, induction.position_losses, decoder.forward, head_kinds.induction_targets,
-                      head_kinds.induction, head_kinds.previous_token, induction.uniform_baselines,
-                      induction.first_occurrence_floor, induction.layer_one_ablations, induction.ablation_effect,
-                      induction.ablate, transformer.forward, multi_head.edit_heads, induction.ablation_outcome,
-                      induction.default_run, induction.train_induction, decoder_runs.train_on,
-                      *step_functions("decoder", run.track)])
+    st.caption(f"The data, the measures and the removals; then one {run.track} training step, as the run that "
+               "trained this model took each of its steps" + (" (trained ahead and shipped)." if run.shipped else "."))
+    step_ran = step_record_of("decoder", run.cfg, run.track)
+    if step_ran is None:
+        st.caption(STILL_COMPILING)
+    else:
+        ran.merge(step_ran)
+    function_sources(ran)
 
 state.publish(PAGE, SPEC)

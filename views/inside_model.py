@@ -9,8 +9,9 @@ import streamlit as st
 from core import limits
 from core.lessons import inside
 from core.lessons.analysis import row_entropy_bits
+from core.recording import Record, recording
 from core.lessons.questions import inside_model as questions
-from core.model import multi_head, names, transformer
+from core.model import names
 from core.model.tuned import classifier
 from core.training import tasks
 from core import warmup
@@ -18,11 +19,6 @@ from ui import charts, lesson, state, widgets
 
 
 PAGE = "inside_model"
-# the functions whose results the page draws, in the order they run (the source expander shows them)
-SOURCES = (inside.forward, transformer.forward, transformer.forward_checked, transformer.embed, transformer.block,
-           multi_head.attend, multi_head.edit_heads, transformer.layer_norm, transformer.feed_forward,
-           transformer.unembed, inside.walkthrough, inside.layernorm_table, inside.head_ablation,
-           inside.clean_statistics, inside.ablated_logits, inside.pooling_accuracy, inside.position_logits)
 SPEC = {
     "source": state.choice_field("default", ("default", "trained")),
     "task": state.choice_field("sum", tuple(tasks.TASKS)),
@@ -68,20 +64,29 @@ def task_data(task: str, sizes: tuple, seed: int) -> tasks.Dataset:
 
 
 @st.cache_resource(show_spinner="Removing each head in turn and scoring the test set…", max_entries=8)
-def head_report(key: str, _model: inside.Model) -> inside.HeadReport:
-    return inside.head_ablation(_model.params, _model.cfg, _model.data.X_test, _model.data.y_test)
+def head_report(key: str, _model: inside.Model):
+    """Each head removed in turn, and the record of what computed it."""
+    with recording() as ran:
+        report = inside.head_ablation(_model.params, _model.cfg, _model.data.X_test, _model.data.y_test)
+    return report, ran
 
 
 @st.cache_resource(max_entries=8)
 def pooling(key: str, _model: inside.Model):
-    _, cache = inside.forward(_model.params, _model.cfg, _model.data.X_test)
-    return inside.pooling_accuracy(cache, _model.params, _model.cfg, _model.data.y_test)
+    """The classifier read from the mean and from each position, and the record of what computed it."""
+    with recording() as ran:
+        _, cache = inside.forward(_model.params, _model.cfg, _model.data.X_test)
+        accuracies = inside.pooling_accuracy(cache, _model.params, _model.cfg, _model.data.y_test)
+    return accuracies, ran
 
 
 @st.cache_resource(max_entries=64)
-def several_removed(key: str, heads: tuple, mode: str, _model: inside.Model, _means) -> float:
-    return inside.ablated_accuracy(_model.params, _model.cfg, _model.data.X_test, _model.data.y_test,
-                                   list(heads), mode, _means)
+def several_removed(key: str, heads: tuple, mode: str, _model: inside.Model, _means):
+    """The test accuracy with ``heads`` removed together, and the record of what computed it."""
+    with recording() as ran:
+        accuracy = inside.ablated_accuracy(_model.params, _model.cfg, _model.data.X_test, _model.data.y_test,
+                                           list(heads), mode, _means)
+    return accuracy, ran
 
 
 def bar_chart(spec: dict) -> None:
@@ -157,8 +162,10 @@ state.whole_number_input(c[0], f"Test example (0 to {n_test - 1})", 0, n_test - 
 if L > 1:
     c[1].slider("Layer", 1, L, key=k("layer"))
 example, layer = int(ss[k("example")]), int(ss[k("layer")]) - 1
-_, cache = inside.forward(model.params, cfg, X[example:example + 1])
-steps = {s.name: s for s in inside.walkthrough(cache, model.params, cfg, layer, 0)}
+ran = Record()                     # what computes the numbers below, for the source at the end of the page
+with recording(ran):
+    _, cache = inside.forward(model.params, cfg, X[example:example + 1])
+    steps = {s.name: s for s in inside.walkthrough(cache, model.params, cfg, layer, 0)}
 tokens = X[example]
 T = len(tokens)
 rows = [f"{t + 1}:{tok}" for t, tok in enumerate(tokens)]
@@ -209,7 +216,8 @@ st.latex(r"r_1 = x + \mathrm{MHA}(x), \qquad \mathrm{LN}(r)_t = g \odot \frac{r_
 def layernorm(number: int, name: str, ln: str, answered: bool) -> None:
     step = steps[name]
     arrow(number, step, f"(ε = {cfg.ln_eps:g})")
-    table = pd.DataFrame({"token": rows, **inside.layernorm_table(step)})
+    with recording(ran):
+        table = pd.DataFrame({"token": rows, **inside.layernorm_table(step)})
     st.dataframe(table, hide_index=True, key=k(f"table_{name}"),
                  column_config={c: st.column_config.NumberColumn(format="%.6f") for c in table.columns[1:]})
     st.caption("x-hat is the residual sum normalised, before the gain and bias: mean 0"
@@ -233,7 +241,8 @@ with right:
 ln_answered = lesson.ask(questions.LAYERNORM)
 layernorm(7, "LayerNorm 1", "ln1", ln_answered)
 s = steps["FFN hidden relu(x W_1 + b_1)"]
-off = inside.relu_off_fraction(s.arrays[f"{blk}ffn.hidden"])
+with recording(ran):
+    off = inside.relu_off_fraction(s.arrays[f"{blk}ffn.hidden"])
 arrow(8, s)
 st.latex(r"\mathrm{FFN}(x) = \max(0,\; x W_1 + b_1)\, W_2 + b_2")
 m = st.columns(2)
@@ -270,14 +279,16 @@ st.markdown(
     "zero or by its mean over the test set, and score the test set again.")
 st.latex(r"o_h \leftarrow 0 \quad\text{or}\quad o_h \leftarrow \mathbb{E}_{\text{test set}}[o_h]"
          r"\ \text{(per position)}, \qquad \mathrm{MHA}(x) = [o_1, \dots, o_H]\, W_O + b_O")
-report = head_report(key, model)
+report, reported = head_report(key, model)
+ran.merge(reported)
 st.radio("Remove by", inside.ABLATION_MODES, key=k("mode"), horizontal=True,
          format_func={"zero": "zero", "mean": "mean over the test set"}.get)
 mode = ss[k("mode")]
 labels = [names.head(i, h) for i in range(L) for h in range(cfg.n_heads)]
 change = report.change(mode).ravel()
 focus = report.focus.ravel()
-focused = inside.most_focused(report)
+with recording(ran):
+    focused = inside.most_focused(report)
 table = pd.DataFrame({"head": labels, "focus of its mean map": focus})
 if unlocked:
     table["test accuracy without it"] = report.accuracy[mode].ravel()
@@ -308,8 +319,9 @@ focus_words = (f"Focus = 1 − (mean row entropy of the head's test-set mean map
 if not unlocked:
     st.caption(focus_words + ". Answer the question at the top of the page to see what removing each head does.")
 else:
-    drop = inside.largest_drop(change)
-    outcome = inside.focused_head_outcome(report, mode)
+    with recording(ran):
+        drop = inside.largest_drop(change)
+        outcome = inside.focused_head_outcome(report, mode)
     said = f"; removing it changes the accuracy by {change[focused]:+.3f}"
     if drop is None:
         said += ", and removing no single head lowers the accuracy."
@@ -330,32 +342,35 @@ removed = ss[k("remove_heads")]
 ss[k("remove")] = ",".join(removed)
 if unlocked:
     heads = tuple(divmod(labels.index(x), cfg.n_heads) for x in removed)
-    acc = several_removed(key, heads, mode, model, report.head_means)
+    acc, removed_ran = several_removed(key, heads, mode, model, report.head_means)
+    ran.merge(removed_ran)
     st.metric(f"Test accuracy with {len(removed)} head(s) removed ({mode})", f"{acc:.3f}",
               delta=f"{acc - report.baseline:+.3f}" if removed else None,     # no change to show with none removed
               delta_color="normal" if removed else "off")
 
 st.subheader("Layer-1 attention, averaged over the heads, for two test sequences")
 pair = [0, min(5, n_test - 1)]
-_, pair_cache = inside.forward(model.params, cfg, X[pair])
+with recording(ran):
+    _, pair_cache = inside.forward(model.params, cfg, X[pair])
+    averaged = [inside.head_averaged_attention(pair_cache, 0, j) for j in range(2)]
+    spread = [float(row_entropy_bits(w).mean() / np.log2(T)) if T > 1 else 1.0 for w in averaged]
 titles = []
 for name, idx in zip(("Example A", "Example B"), pair):
     extra = f"sum={int(X[idx].sum())}, " if data.task == "sum" else ""
     titles.append(f"{name} (test #{idx}): {extra}label={int(y[idx])}")
-averaged = [inside.head_averaged_attention(pair_cache, 0, j) for j in range(2)]
 grid = charts.heatmap_grid(averaged, feat(T), feat(T), titles, columns=2, size=260, annotate=False,
                            panel_title="example")
 grid["spec"]["layer"][0]["encoding"]["color"]["scale"] = {"scheme": charts.SEQUENTIAL, "domain": [0.0, 2.5 / T],
                                                           "clamp": True}
 st.vega_lite_chart(grid)
-spread = [float(row_entropy_bits(w).mean() / np.log2(T)) if T > 1 else 1.0 for w in averaged]
 st.caption(f"The colour scale ends at 2.5/T = {2.5 / T:.3f} (weights above it share its colour), so a near-uniform "
            f"map (every weight about 1/T = {1 / T:.3f}) still shows its structure. Measured: a row of these maps "
            f"keeps on average {spread[0]:.0%} (A) and {spread[1]:.0%} (B) of the entropy of a uniform row (log₂T bits)"
            + ("; on 'sum' the label depends on every token alike." if data.task == "sum" else "."))
 
 st.subheader("Pooling: the mean over positions, or one position alone ([CLS]-style)")
-mean_acc, single = pooling(key, model)
+(mean_acc, single), pooled = pooling(key, model)
+ran.merge(pooled)
 st.markdown(
     "This encoder has no [CLS] token: like the lesson's model it classifies the **mean** of its last layer's "
     "vectors x_t. A [CLS] model instead reads the last layer's vector at one position. Here the trained classifier "
@@ -378,6 +393,6 @@ with st.expander("Source of these numbers"):
     st.markdown("The encoder run as the one transformer (`core/model/transformer.py`): its readable forward "
                 "pass, which keeps every array it computes in the cache; then the lesson's selections and "
                 "summaries of that cache (`core/lessons/inside.py`).")
-    widgets.function_sources(SOURCES)
+    widgets.function_sources(ran)
 
 state.publish(PAGE, SPEC)

@@ -11,6 +11,7 @@ from core.lessons.questions import training as questions
 from ui import charts, lesson, state
 from core.training.encoder_runs import EncoderRun
 from core.model.upload import weights_from_upload
+from ui.step_source import STILL_COMPILING, step_record_of
 from ui.trainer import Trainer
 from ui.widgets import act, function_sources, live_view, run_progress
 
@@ -363,18 +364,28 @@ def draw_ablations() -> None:
 live_view(draw_ablations, "the ablations", lambda: ablation.running, poll)
 
 
-def step_source(track_ran: str) -> None:
-    """The functions one training step runs on the track that ran (else the one chosen)."""
+def step_source(run_spec: EncoderRun | None, track_ran: str) -> None:
+    """The functions one training step of the run's model runs on the track that ran (else of the
+    model and track chosen), as one step records them."""
     with st.expander(f"Source: the {track_ran} training step"):
         st.caption("Each function of one step (forward, loss, backward, Adam), in the order it first runs. "
                    + ("The forward and backward passes are the one transformer's, shared with the other pages."
                       if track_ran == "readable" else
                       "One call into Numba runs all of it; the readable step computes the same numbers."))
-        function_sources(steps.step_functions("encoder", track_ran))
+        step = None if run_spec is None else step_record_of("encoder", run_spec.config(), track_ran)
+        if run_spec is None:
+            st.caption("Choose settings the model can be built with to see its step.")
+        elif step is None:
+            st.caption(STILL_COMPILING)
+        else:
+            function_sources(step)
 
 
 ran = trainer.view()
 last_step = ran.runs[0].last if ran.runs else None
-step_source(last_step["track"] if last_step and last_step["track"] else track)
+if last_step and last_step["track"]:
+    step_source(ran.runs[0].spec, last_step["track"])
+else:
+    step_source(None if spec_problem else spec, track)
 
 state.publish(PAGE, SPEC)

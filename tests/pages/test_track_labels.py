@@ -22,7 +22,9 @@ from streamlit.testing.v1 import AppTest
 from page_support import HANG_GUARD_S, button, rerun_until, set_tiny_encoder
 
 from core import readiness, warmup
-from core.training import steps
+from core.kernels import dispatch
+from core.lessons import induction
+from core.training import decoder_runs, step_record
 
 VIEWS = Path(__file__).resolve().parents[2] / "views"
 
@@ -84,20 +86,24 @@ def source_box(at: AppTest, start: str):
     return found[0]
 
 
+def step_functions(model: str, track: str, cfg) -> list:
+    """Every function one training step of ``cfg`` runs on ``track``, as a step recorded here says."""
+    record = {"encoder": step_record.encoder_step, "decoder": step_record.decoder_step}[model]
+    return dispatch.functions_behind(record(cfg, track))
+
+
 # what only a training step runs (its loss's gradient, its backward pass), never a forward pass
 TRAINING_ONLY = ("backward", "loss_and_grads", "gradient", "Gradient", "chunk")
 
 
-def shows_the_step_functions(box, model: str, ran: str, cross_attention: bool = False,
-                             forward_shown: bool = False) -> None:
+def shows_the_step_functions(box, model: str, ran: str, cfg, forward_shown: bool = False) -> None:
     """The expander lists every function of ``ran``'s step and none that only the other step runs
     (``forward_shown``: the page lists forward passes of its own, so only the other step's gradient
     and backward functions must be absent)."""
     shown = texts(box.markdown)
-    mine = steps.step_functions(model, ran, cross_attention)
-    other = [fn for fn in steps.step_functions(model, "compiled" if ran == "readable" else "readable",
-                                               cross_attention) if fn not in mine
-             and (not forward_shown or any(word in fn.__qualname__ for word in TRAINING_ONLY))]
+    mine = step_functions(model, ran, cfg)
+    other = [fn for fn in step_functions(model, "compiled" if ran == "readable" else "readable", cfg)
+             if fn not in mine and (not forward_shown or any(word in fn.__qualname__ for word in TRAINING_ONLY))]
     missing = [fn.__qualname__ for fn in mine if f"{fn.__module__}.{fn.__qualname__}`" not in shown]
     stray = [fn.__qualname__ for fn in other if f"{fn.__module__}.{fn.__qualname__}`" in shown]
     assert not missing, f"the {ran} step's functions missing from {box.label!r}: {missing}"
@@ -120,6 +126,7 @@ def test_train_an_encoder_names_the_step_that_ran(state, ran, request):
         assert says_readable == (ran == "readable")
         rerun_until(at, lambda a: any(h.value == "Results" for h in a.subheader), "the 4-step run's results")
         assert trainer.view().runs[0].last["track"] == ran
+        cfg = trainer.view().runs[0].spec.config()
     finally:
         trainer.reset()
     # (the reset forgets the run only after this page was drawn: the page read here is the finished run's)
@@ -127,7 +134,7 @@ def test_train_an_encoder_names_the_step_that_ran(state, ran, request):
     assert labels == [f"ms per step ({ran} step)"]
     box = source_box(at, "Source: the")
     assert box.label == f"Source: the {ran} training step"
-    shows_the_step_functions(box, "encoder", ran)
+    shows_the_step_functions(box, "encoder", ran, cfg)
 
 
 @pytest.mark.parametrize("state, ran", STATES)
@@ -149,7 +156,7 @@ def test_decoder_and_generation_names_the_step_that_ran(state, ran, request):
     box = source_box(at, "Source: generation")
     assert box.label == f"Source: generation, and the {ran} training step"
     # reverse is an encoder-decoder; the expander lists generation's forward passes too
-    shows_the_step_functions(box, "decoder", ran, cross_attention=True, forward_shown=True)
+    shows_the_step_functions(box, "decoder", ran, decoder_runs.build("reverse").cfg, forward_shown=True)
 
 
 INDUCTION_STEPS = {"readable": 30, "compiled": 31}   # step counts no other test trains with (a shared cache)
@@ -170,7 +177,8 @@ def test_induction_heads_names_the_step_its_model_trained_on(state, ran, request
         assert [m.label for m in metric] == [f"training ({ran} step)"]
         assert ("still compiling the compiled one" in metric[0].help) == (ran == "readable")
         # the page lists the forward pass its measures and its head removals run
-        shows_the_step_functions(source_box(at, "Source"), "decoder", ran, forward_shown=True)
+        shows_the_step_functions(source_box(at, "Source"), "decoder", ran, induction.InductionSetup().config,
+                                 forward_shown=True)
 
     check()
     finish_loading(monkeypatch)
