@@ -9,6 +9,7 @@ from core.lessons import head_kinds as hs
 from core.model import names
 from core.model import transformer as tr
 from core.model import config as C
+from core.recording import recorded
 
 HEAD_KINDS = ("previous-token", "duplicate-token", "induction", "first-token")
 # A head is named as a kind when its score reaches this; the page states the thresholds.
@@ -40,6 +41,7 @@ def fit_context(ids: np.ndarray, n_ctx: int, keep_last: bool = False) -> tuple[n
     return ids[:n_ctx], cut
 
 
+@recorded
 def stack_weights(cache: dict, n_layers: int, batch: int = 0) -> np.ndarray:
     """Every layer's attention weights of one sequence: ``(L, H, T, T)``."""
     return np.stack([w[batch] for w in names.per_block(cache, n_layers, "attn", "weights")])
@@ -85,6 +87,7 @@ def head_scores(weights: np.ndarray, n: int, offset: int = 0) -> dict[str, np.nd
             "first-token": over_batch(hs.on_key(A, 0))}
 
 
+@recorded
 def detect_heads(params: dict, cfg: C.TransformerConfig, *, n: int = 20, batch: int = 4, seed: int = 0,
                  first: int | None = None) -> dict[str, np.ndarray]:
     """:func:`head_scores` of the model on repeated random tokens (``n`` at most half its context)."""
@@ -95,6 +98,7 @@ def detect_heads(params: dict, cfg: C.TransformerConfig, *, n: int = 20, batch: 
     return head_scores(W, n, offset=int(first is not None))
 
 
+@recorded
 def sentence_head_scores(weights: np.ndarray) -> dict[str, np.ndarray]:
     """Each head's score as each kind an encoder has, from one sentence's weights ``(L, H, T, T)``
     (BERT's ``[CLS]`` first and ``[SEP]`` last):
@@ -114,6 +118,7 @@ def sentence_head_scores(weights: np.ndarray) -> dict[str, np.ndarray]:
             "[CLS] sink": hs.on_key(A, 0), "[SEP] sink": hs.on_key(A, -1), "broad": hs.broad(A)}
 
 
+@recorded
 def sink_heads(scores: dict[str, np.ndarray], threshold: float = THRESHOLDS["[CLS] sink"]) -> int:
     """How many heads of :func:`sentence_head_scores` put on average at least ``threshold`` of their
     weight on ``[CLS]`` or on ``[SEP]``."""
@@ -126,6 +131,7 @@ GPT2_SMALL = ("gpt2", "openai-community/gpt2")
 WANG_2022_GPT2_HEADS = {"previous-token": ((2, 2), (4, 11)), "induction": ((5, 5), (6, 9))}
 
 
+@recorded
 def published_heads(scores: dict[str, np.ndarray], published: dict = WANG_2022_GPT2_HEADS) -> list[dict]:
     """Each published head with the score it gets here as its kind: rows ``{kind, layer, head, score}``
     (layer and head counted from 0), in the order of ``published``."""
@@ -133,6 +139,7 @@ def published_heads(scores: dict[str, np.ndarray], published: dict = WANG_2022_G
             for kind, heads in published.items() for l, h in heads]
 
 
+@recorded
 def named_heads(scores: dict[str, np.ndarray], thresholds: dict = THRESHOLDS) -> list[dict]:
     """Every head whose score reaches its kind's threshold: rows ``{kind, layer, head, score}``
     (layer and head counted from 0), by kind, the highest score first."""
@@ -146,6 +153,7 @@ def named_heads(scores: dict[str, np.ndarray], thresholds: dict = THRESHOLDS) ->
 # ----------------------------------------------------------------------------------------------
 # sentence similarity: mean pooling on an encoder
 # ----------------------------------------------------------------------------------------------
+@recorded
 def pad_batch(sequences: list, pad_id: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Id sequences of any lengths as one batch ``(B, T)``, padded at the end with ``pad_id``, and
     the key mask ``(B, T)``: 1 for a token, 0 for padding."""
@@ -169,6 +177,7 @@ def mean_pool(hidden: np.ndarray, key_mask: np.ndarray) -> np.ndarray:
     return e / np.linalg.norm(e, axis=1, keepdims=True)
 
 
+@recorded
 def similarity(params: dict, cfg: C.TransformerConfig, ids: np.ndarray, key_mask: np.ndarray,
                ablate: dict | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The sentence embeddings ``(B, d)`` of a padded batch and their cosine matrix ``(B, B)``
@@ -181,6 +190,7 @@ def similarity(params: dict, cfg: C.TransformerConfig, ids: np.ndarray, key_mask
 # ----------------------------------------------------------------------------------------------
 # the logit lens and attention rollout
 # ----------------------------------------------------------------------------------------------
+@recorded
 def logit_lens(params: dict, cfg: C.TransformerConfig, cache: dict, batch: int = 0):
     """The model's next-token guess at each position after each layer: the residual stream read
     through the final LayerNorm and the unembedding, as if the later layers were not there.
@@ -199,6 +209,7 @@ def logit_lens(params: dict, cfg: C.TransformerConfig, cache: dict, batch: int =
     return top, np.take_along_axis(p, top[..., None], axis=-1)[..., 0]
 
 
+@recorded
 def rollout(weights: np.ndarray) -> np.ndarray:
     r"""Attention rollout (Abnar & Zuidema 2020) of weights ``(L, H, T, T)``: ``(L, T, T)``, row
     ``l`` how much each query draws on each input token through layers ``0..l``.
@@ -230,6 +241,7 @@ def next_token_probs(logits: np.ndarray) -> np.ndarray:
     return e / e.sum()
 
 
+@recorded
 def head_edit(cache: dict, layer: int, head: int, how: str, other_cache: dict | None = None):
     """The edit :func:`transformer.forward` takes for one head: ``"zero"``, ``"mean"``, or
     ``"patch"``: the head's output on the second prompt. Prompts of different lengths are aligned
@@ -247,6 +259,7 @@ def head_edit(cache: dict, layer: int, head: int, how: str, other_cache: dict | 
     return {(layer, head): value}
 
 
+@recorded
 def edit_effect(params: dict, cfg: C.TransformerConfig, ids: np.ndarray, logits: np.ndarray, edit: dict,
                 top: int = 8) -> list[dict]:
     """The most likely next tokens before and after an edit, most changed first:
@@ -299,6 +312,7 @@ def _token_bytes(tokenizer, i: int) -> bytes:
     return bytes(BYTE_OF[c] for c in token)
 
 
+@recorded
 def token_texts(model, ids) -> list[str]:
     """Each id as the text it stands for, for the page's labels. A byte-level tokenizer's token
     holds bytes, and a character of several UTF-8 bytes (an emoji, an Arabic letter) may be split
