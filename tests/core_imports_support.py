@@ -172,10 +172,7 @@ def read_graph(root: Path = CORE) -> Graph:
         reader.read(ast.parse(source, filename=str(path)))
         for imp in reader.found:
             if imp.target == "core" or imp.target.startswith("core."):
-                target = imp.target
-                while target not in modules and "." in target:      # core.x.name -> core.x
-                    target = target.rpartition(".")[0]
-                edges.append(dataclasses.replace(imp, target=target))
+                edges.append(imp)
             else:
                 outside.append(imp)
         unresolved += reader.unresolved
