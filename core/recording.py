@@ -107,6 +107,14 @@ def current() -> Record | None:
     return _ran.get()
 
 
+def replay(record: Record) -> None:
+    """Add an earlier record (a cached computation's, each time a page uses its result) to the
+    recording open now, if any."""
+    ran = _ran.get()
+    if ran is not None and ran is not record:
+        ran.merge(record)
+
+
 def note(fn) -> None:
     """Record ``fn`` as having run, inside :func:`recording`."""
     ran = _ran.get()

@@ -1,6 +1,7 @@
 """The "A real model" page's parts: the shared model and forward-pass caches, and the sections only an
 encoder (sentence similarity) or only a decoder (logit lens, next-token effects, generation) has.
-Each section returns the functions that computed what it drew, for the page's source expander."""
+A cached computation returns the record of what computed it, and a section replays it into the
+page's recording: the page's source expander shows what computed every number."""
 from __future__ import annotations
 
 import os
@@ -11,11 +12,11 @@ import streamlit as st
 
 from core import pretrained
 from core.lessons import real_model as rm
-from core.model import layers as L
 from core.model import minilm_package
 from core.model import generation
 from core.model import names
 from core.model import transformer as tr
+from core.recording import recorded, recording, replay
 from core.training import make_tiny_gpt
 from ui import charts, state
 
@@ -78,27 +79,34 @@ def model_for(source: str, _progress=None) -> pretrained.Model:
 
 @st.cache_resource(show_spinner=False, max_entries=8)
 def run(_m: pretrained.Model, source: str, ids: tuple):
-    """The forward pass of one text, its cache (shared, read only), and the compiled loops or NumPy
-    formulas that computed it (a freshly started server runs the NumPy ones while it compiles)."""
-    with L.recording() as ran:
-        out, cache = _m.forward(np.array(ids))
+    """The forward pass of one text, its cache (shared, read only), and the record of what computed
+    them: the one transformer's functions, and the compiled loops or their NumPy formulas (a freshly
+    started server runs the NumPy ones while it compiles)."""
+    with recording() as ran:
+        out, cache = recorded(_m.forward)(np.array(ids))
     for array in (out, *cache.values()):
         array.setflags(write=False)                     # shared by every session that asks for this text
-    return out, cache, tuple(ran)
+    return out, cache, ran
 
 
 @st.cache_resource(show_spinner=False, max_entries=3)
 def decoder_detector(_m: pretrained.Model, source: str):
-    """Every head's scores on repeated random tokens, once per model."""
-    return rm.detect_heads(_m.params, _m.config, n=min(20, _m.config.n_ctx // 2 - 1), first=_m.token_id("<|endoftext|>"))
+    """Every head's scores on repeated random tokens, once per model, and the record of what computed them."""
+    with recording() as ran:
+        scores = rm.detect_heads(_m.params, _m.config, n=min(20, _m.config.n_ctx // 2 - 1),
+                                 first=_m.token_id("<|endoftext|>"))
+    return scores, ran
 
 
 @st.cache_resource(show_spinner=False, max_entries=16)
 def similarity(_m: pretrained.Model, source: str, sentences: tuple, edit: tuple = ()):
-    """Embeddings and cosine matrix of the sentences, with ``edit`` = ((layer, head, how),) applied."""
-    ids, mask = rm.pad_batch([rm.fit_context(_m.encode(s), _m.config.n_ctx, keep_last=True)[0] for s in sentences],
-                             _m.token_id("[PAD]") or 0)
-    return rm.similarity(_m.params, _m.config, ids, mask, {(l, h): how for l, h, how in edit} or None)
+    """Embeddings and cosine matrix of the sentences, with ``edit`` = ((layer, head, how),) applied, and
+    the record of what computed them."""
+    with recording() as ran:
+        ids, mask = rm.pad_batch([rm.fit_context(_m.encode(s), _m.config.n_ctx, keep_last=True)[0]
+                                  for s in sentences], _m.token_id("[PAD]") or 0)
+        result = rm.similarity(_m.params, _m.config, ids, mask, {(l, h): how for l, h, how in edit} or None)
+    return result, ran
 
 
 def papers_names(rows) -> str:
@@ -158,7 +166,8 @@ def read_sentences(text: str) -> list[str]:
 def similarity_section(m, source: str, sentences: list[str]) -> np.ndarray:
     """Mean pooling on the real encoder: the cosine matrix of the sentences; returns it."""
     st.latex(r"e = \frac{\sum_t m_t\, x_t^{(L)}}{\sum_t m_t}, \qquad \cos(a, b) = \frac{e_a \cdot e_b}{\lVert e_a\rVert\, \lVert e_b\rVert}")
-    _, S = similarity(m, source, tuple(sentences))
+    (_, S), computed = similarity(m, source, tuple(sentences))
+    replay(computed)
     labels = sentence_labels(sentences)
     st.vega_lite_chart(charts.heatmap(S, labels, labels, kind="signed", value_name="cosine", domain_values=[-1, 1],
                                       row_title="sentence", col_title="sentence", title="Cosine similarity",
@@ -169,7 +178,8 @@ def similarity_section(m, source: str, sentences: list[str]) -> np.ndarray:
 def similarity_edit_section(m, source: str, sentences: list[str], before: np.ndarray, layer: int, head: int,
                             how: str) -> float:
     """The cosine matrix with one head removed, and what moved; returns the largest change."""
-    _, after = similarity(m, source, tuple(sentences), ((layer, head, how),))
+    (_, after), computed = similarity(m, source, tuple(sentences), ((layer, head, how),))
+    replay(computed)
     change = after - before
     labels = sentence_labels(sentences)
     st.metric("largest change in a similarity", f"{np.abs(change).max():.4f}")

@@ -1,22 +1,16 @@
 """A real model: a BERT-family encoder (all-MiniLM-L6-v2) or a GPT-2-family decoder, run by our own
 transformer and taken apart head by head."""
-import inspect
-
 import pandas as pd
 import streamlit as st
 
 from core.lessons import notation, param_counts, questions
 from core.lessons import real_model as rm
-from core.model import generation
 from core.model import names
-from core.model import layers as L
-from core.lessons import head_kinds as hs
-from core.model import multi_head as MH
 from core.model import minilm_package
-from core.model import transformer as tr
-from core.model.tuned import forward as TF
+from core.recording import Record, recorded, recording
 from ui import charts, lesson, state
 from ui import real_model_parts as parts
+from ui.widgets import function_sources
 
 PAGE = "real_model"
 MODELS = parts.MODELS
@@ -99,7 +93,9 @@ except ValueError as err:
     ids, cut = read_text(text)
 if cut:
     st.warning(f"The text is {cut} tokens longer than the model's context: only {cfg.n_ctx} of its tokens are used.")
-words = rm.token_texts(m, ids)
+ran = Record()                     # what computes the numbers below, for the source at the end of the page
+with recording(ran):
+    words = rm.token_texts(m, ids)
 labels = charts.position_labels([parts.show(w) for w in words])
 st.markdown("**Tokens**, as the tokenizer cut them (· is a space, ⏎ a new line"
             + (", [CLS] and [SEP] the encoder's own" if m.is_encoder else "") + "): "
@@ -115,15 +111,13 @@ if rm.has_partial_character(words):
 if m.is_encoder and "[UNK]" in words:
     st.info("`[UNK]` stands for a character this encoder's vocabulary does not have (an emoji, for instance): "
             "the model sees only that something unknown was there.")
-out, cache, loops = parts.run(m, source, tuple(int(i) for i in ids))
-W = rm.stack_weights(cache, cfg.n_layers)                                         # (L, H, T, T)
+# the forward pass (its record: the one transformer's functions, and the loops or, on a freshly started
+# server, their NumPy formulas, the softmax and GELU it ran: GPT-2's sizes run the tuned twins)
+out, cache, forward_ran = parts.run(m, source, tuple(int(i) for i in ids))
+ran.merge(forward_ran)
+with recording(ran):
+    W = rm.stack_weights(cache, cfg.n_layers)                                     # (L, H, T, T)
 T = len(ids)
-# the functions every forward pass runs, then the loops (or, on a freshly started server, their NumPy
-# formulas) and the softmax and GELU this one ran: GPT-2's sizes run the tuned twins (tuned_forward)
-ran = [rm.token_texts, tr.forward, tr.forward_checked, tr.embed, tr.block, MH.attend, tr.feed_forward,
-       L.dense, tr.layer_norm, L.layer_norm] + ([L.gelu_erf] if cfg.activation == "gelu_erf" else []) + list(loops)
-if TF.softmax_rows in loops:
-    ran += [TF._softmax_rows, TF.append_kv] + ([TF._gelu_tanh_flat] if TF.gelu_tanh in loops else [])
 
 # 2. every head, then one in detail ------------------------------------------------------------------
 st.header("Every head")
@@ -151,8 +145,9 @@ if unlocked:
 # 3. the head detector -----------------------------------------------------------------------------
 st.header("Head detector")
 if m.is_encoder:
-    scores = rm.sentence_head_scores(W)
-    sinks = rm.sink_heads(scores)
+    with recording(ran):
+        scores = rm.sentence_head_scores(W)
+        sinks = rm.sink_heads(scores)
     st.markdown("Each head's mean weight on **your text**: on the previous token, on the next one, on [CLS] and on "
                 "[SEP], and how broad its rows are (a row's entropy over log₂ T: 1 is uniform, 0 one-hot). "
                 f"On this text {sinks} of the {cfg.n_layers * cfg.n_heads} heads put half their weight or more on "
@@ -162,19 +157,18 @@ if m.is_encoder:
     st.latex(r"\text{previous}_h = \operatorname*{mean}_{t = 2..T} (A_h)_{t,\,t-1} \qquad "
              r"\text{next}_h = \operatorname*{mean}_{t = 1..T-1} (A_h)_{t,\,t+1} \qquad "
              r"\text{broad}_h = \operatorname*{mean}_t \frac{-\sum_s (A_h)_{ts} \log_2 (A_h)_{ts}}{\log_2 T}")
-    ran += [rm.sentence_head_scores, hs.previous_token, hs.next_token, hs.on_key, hs.broad, rm.named_heads]
 else:
-    scores = parts.decoder_detector(m, source)
+    scores, detected = parts.decoder_detector(m, source)
+    ran.merge(detected)
     st.markdown("Each head's mean weight on **repeated random tokens** (n random ids, then the same n again, "
                 "as on the induction page): on the previous token, on the earlier copy of the current token "
                 "(duplicate), on the token after that copy (induction, the pattern Olsson et al. 2022 study), "
                 "and on the first token (often called an attention sink).")
     st.latex(r"\text{induction}_h = \operatorname*{mean}_{t \in \text{2nd copy}} (A_h)_{t,\,t-n+1} \qquad "
              r"\text{previous}_h = \operatorname*{mean}_{t \ge 2} (A_h)_{t,\,t-1}")
-    ran += [rm.repeated_random_tokens, rm.detect_heads, rm.head_scores, hs.previous_token, hs.offset_back, hs.on_key,
-            rm.named_heads]
 if unlocked:                             # the next-token scores answer the opening question
-    named_text, papers = parts.named_heads_markdown(scores)
+    with recording(ran):
+        named_text, papers = parts.named_heads_markdown(scores)
     st.markdown("**Named heads**, each with its score, at or above its kind's threshold:\n\n" + named_text,
                 help=papers)
     heads = [f"H{h + 1}" for h in range(cfg.n_heads)]
@@ -187,7 +181,8 @@ if unlocked:                             # the next-token scores answer the open
         "head": st.column_config.TextColumn("head", help="Layer and head, both counted from 1: papers write "
                                                          "L3H2 as 2.1, both counted from 0.")})
     if source in rm.GPT2_SMALL and not m.is_encoder:
-        published, papers = parts.published_heads_caption(scores)
+        with recording(ran):
+            published, papers = parts.published_heads_caption(scores)
         st.caption(published, help=papers)
 else:
     st.caption("Answer the question at the top first: the scores show its answer too.")
@@ -196,14 +191,14 @@ else:
 st.header("Attention rollout")
 st.latex(r"\bar A_\ell = \mathrm{rownorm}\big(\tfrac12 \operatorname{mean}_h A_{\ell,h} + \tfrac12 I\big), \qquad "
          r"R_\ell = \bar A_\ell \cdots \bar A_1")
-R = rm.rollout(W)
+with recording(ran):
+    R = rm.rollout(W)
 r1, r2 = st.columns(2)
 r1.vega_lite_chart(charts.heatmap(W[-1].mean(0), labels, labels, annotate=False, title="Last layer, mean over heads"))
 r2.vega_lite_chart(charts.heatmap(R[-1], labels, labels, annotate=False, title="Rollout through every layer",
                                   value_name="share"))
 st.caption("Abnar & Zuidema (2020): the identity stands for the residual connection; the rollout multiplies the "
            "layers' maps to estimate how much each input token reaches each position.")
-ran += [rm.rollout]
 lesson.ask(next(q for q in questions.of_page(PAGE) if q.key == f"{PAGE}.rollout_share"))
 
 # 5. what the model is for: sentence similarity (encoder) or next tokens (decoder), and a head removed --
@@ -222,17 +217,19 @@ if m.is_encoder:
     except ValueError as err:
         sentences = parts.read_sentences(ss.get(k("good_sentences"), SPEC["sentences"].default))
         st.error(f"{err} Still showing the last sentences that worked.")
-    before = parts.similarity_section(m, source, sentences)
+    with recording(ran):
+        before = parts.similarity_section(m, source, sentences)
     if source == minilm_package.MINILM and sentences == SPEC["sentences"].default.splitlines():
         st.caption("The model's published figures for these three sentences: 0.6660, 0.1046 and 0.1411.")
     st.header(f"Remove head {names.head(layer, head)}")
     if ss[k("how")] == "patch":
         state.settle(PAGE, "how", "zero", "patching takes a second prompt, which this page offers on decoders only.")
     how = st.radio("Replace its output by", ["zero", "mean"], format_func=HOW.get, key=k("how"), horizontal=True)
-    parts.similarity_edit_section(m, source, sentences, before, layer, head, how)
-    ran += [tr.key_mask_scores, MH.edit_heads, rm.pad_batch, rm.similarity, rm.mean_pool]
+    with recording(ran):
+        parts.similarity_edit_section(m, source, sentences, before, layer, head, how)
 else:
-    parts.logit_lens_section(m, cache, labels)
+    with recording(ran):
+        parts.logit_lens_section(m, cache, labels)
     st.header(f"Remove or patch head {names.head(layer, head)}")
     a1, a2 = st.columns([1, 2])
     how = a1.radio("Change its output", list(HOW), format_func=HOW.get, key=k("how"))
@@ -243,17 +240,19 @@ else:
     if how == "patch":
         try:
             other_ids, _ = rm.fit_context(m.encode(ss[k("other")]), cfg.n_ctx)
-            _, other_cache, _ = parts.run(m, source, tuple(int(i) for i in other_ids))
+            _, other_cache, other_ran = parts.run(m, source, tuple(int(i) for i in other_ids))
+            ran.merge(other_ran)
         except ValueError as err:
             st.error(f"Second prompt: {err}")
-    if how != "patch" or other_cache is not None:
-        parts.next_token_effect_section(m, ids, out, rm.head_edit(cache, layer, head, how, other_cache))
-    parts.generation_section(m, ids, k, note=parts.shipped_model_note(m, scores) if source == "" else None)
-    ran += [rm.logit_lens, MH.edit_heads, rm.head_edit, rm.edit_effect, generation.generate, generation._run]
+    with recording(ran):
+        if how != "patch" or other_cache is not None:
+            parts.next_token_effect_section(m, ids, out, rm.head_edit(cache, layer, head, how, other_cache))
+        parts.generation_section(m, ids, k, note=parts.shipped_model_note(m, scores) if source == "" else None)
 
 # 6. its parameters, counted two ways ------------------------------------------------------------------
 st.header("Its parameters, counted two ways")
-formula = param_counts.model_param_count(cfg)
+with recording(ran):
+    formula = recorded(param_counts.model_param_count)(cfg)
 p1, p2 = st.columns(2)
 p1.metric("in the checkpoint's tensors", f"{m.checkpoint_params:,}")
 p2.metric("by the Parameters page's formula", f"{formula.total:,}")
@@ -262,10 +261,8 @@ st.dataframe(pd.DataFrame(formula.rows(), columns=["part", "parameters", "share"
 st.caption("Each attention block is 4·d² + 4d whatever the head count; the formula knows only the config, the "
            "first count only the file." + ("" if formula.total == m.checkpoint_params else
                                            " They differ: the file holds tensors this config does not describe."))
-ran += [param_counts.model_param_count]
 
 with st.expander("Source: the transformer and the analyses that ran"):
-    for fn in ran:
-        st.code(inspect.getsource(getattr(fn, "py_func", fn)), language="python")
+    function_sources(ran)
 
 state.publish(PAGE, SPEC)

@@ -9,9 +9,11 @@ import numpy as np
 import pytest
 
 from core import pretrained
+from core.lessons import real_model as rm
 from core.model import transformer as tr
 from core.model import config as C
 from tests.page_support import open_page, table_named
+from tests.source_support import forward_ran, softmax_and_gelu, source_names
 from ui import state
 
 PAGE = str(Path(__file__).resolve().parents[2] / "views" / "real_model.py")
@@ -258,3 +260,16 @@ def test_tokens_that_hold_part_of_a_character_show_their_bytes_and_why(text):
 def test_plain_text_gets_no_word_about_bytes():
     at = open_page(PAGE, DECODER)
     assert not any("part of a character" in i.value for i in at.info)
+
+
+def test_the_source_shows_the_softmax_and_gelu_the_forward_ran_and_no_other(page):
+    """The page's source is what ran: the small GPT's own softmax and GELU (the plain ones: only
+    GPT-2's sizes run the tuned twins), as its forward pass records them, and none of the others."""
+    m = shipped_model()
+    ids, _ = rm.fit_context(m.encode(DECODER["text"]), m.config.n_ctx)
+    ran = forward_ran(m, ids) & softmax_and_gelu()
+    assert any("softmax" in name for name in ran) and any("gelu" in name for name in ran)
+    assert "core.model.tuned.forward.softmax_rows" not in ran
+    shown = set(source_names(page, "Source: the transformer"))
+    assert shown & softmax_and_gelu() == ran
+    assert {"core.model.transformer.forward", "core.lessons.real_model.rollout"} <= shown

@@ -5,8 +5,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from core.lessons import real_model as rm
 from core.model import minilm_package
 from tests.page_support import heatmaps, open_page, table_named
+from tests.source_support import forward_ran, softmax_and_gelu, source_names
 from tests.model.test_minilm import PUBLISHED, minilm  # noqa: F401  (the fixture: skip or fail without the package)
 from ui import real_model_parts as parts
 from ui import state
@@ -100,11 +102,14 @@ def test_on_a_freshly_started_server_the_numpy_formulas_run_and_the_source_shows
     from ui import real_model_parts
 
     monkeypatch.setattr(layers, "can_run", lambda *args: False)
-    real_model_parts.run.clear()                         # no forward pass cached by another test
+    fresh = (real_model_parts.run, real_model_parts.similarity)   # nothing another test computed is reused
+    for cached in fresh:
+        cached.clear()
     try:
         at = open_page(PAGE)
     finally:
-        real_model_parts.run.clear()
+        for cached in fresh:
+            cached.clear()
     assert not at.exception and not at.error
     shown = " ".join(c.value for c in at.code)
     assert "def _gelu_erf_numpy" in shown and "def _layer_norm_rows_numpy" in shown
@@ -161,3 +166,14 @@ def test_a_text_with_no_word_is_refused_and_the_last_good_one_stays(minilm, type
     assert not at.exception, at.exception
     assert any("no word for the encoder" in e.value or "empty" in e.value for e in at.error), [e.value for e in at.error]
     assert table_named(at, "head").equals(before)
+
+
+def test_the_source_shows_the_softmax_and_gelu_the_forward_ran_and_no_other(page):
+    """all-MiniLM-L6-v2 is wide enough for the tuned softmax and runs the exact GELU: the source shows
+    those, as its forward pass records them, and no other softmax or GELU."""
+    m = parts.model_for(minilm_package.MINILM)
+    ids, _ = rm.fit_context(m.encode(page.text_area(key="real_model.text").value), m.config.n_ctx, keep_last=True)
+    ran = forward_ran(m, ids) & softmax_and_gelu()
+    assert "core.model.tuned.forward.softmax_rows" in ran and "core.model.multi_head.softmax_rows" not in ran
+    assert any("gelu_erf" in name for name in ran) and not any("gelu_tanh" in name for name in ran)
+    assert set(source_names(page, "Source: the transformer")) & softmax_and_gelu() == ran

@@ -13,6 +13,7 @@ from core.lessons import real_model as rm
 from core.model import config as C
 from core.model import presets
 from core.model import transformer as tr
+from core.recording import Record
 from tests.model.test_minilm import minilm  # noqa: F401  (the fixture: skip or fail without the package)
 from tests.page_support import answer_question, heatmap_grids, heatmaps, open_page, table_named
 from ui import real_model_parts as parts
@@ -146,7 +147,7 @@ def test_the_shipped_models_note_claims_no_head_its_detector_does_not_find(monke
     m = pretrained.load(SHIPPED)
     cfg = m.config
     low = {kind: np.full((cfg.n_layers, cfg.n_heads), 0.1) for kind in rm.HEAD_KINDS}
-    monkeypatch.setattr(parts, "decoder_detector", lambda _m, source: low)
+    monkeypatch.setattr(parts, "decoder_detector", lambda _m, source: (low, Record()))   # scores, what ran
     at = open_page(PAGE, DECODER)
     assert not at.exception
     note = shipped_note(at)

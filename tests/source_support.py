@@ -1,0 +1,42 @@
+"""Reading a page's source expander, and what the model's forward pass records, for the page tests
+that check an expander lists exactly the functions that ran."""
+from __future__ import annotations
+
+import types
+
+import numpy as np
+
+from core.kernels import dispatch
+from core.model import activations, layers, multi_head
+from core.model.tuned import forward as tuned_forward
+from core.recording import recorded, recording
+
+
+def full_name(fn) -> str:
+    return f"{fn.__module__}.{fn.__qualname__}"
+
+
+def source_names(at, start: str) -> list[str]:
+    """The functions the one expander whose label starts with ``start`` names, in order."""
+    (box,) = [e for e in at.expander if e.label.startswith(start)]
+    return [m.value.split("`")[1] for m in box.markdown if m.value.startswith("**`")]
+
+
+def softmax_and_gelu() -> set[str]:
+    """Every softmax over attention rows and every GELU the forward pass may choose from, with the
+    compiled loops and NumPy formulas behind them (their backward passes aside)."""
+    found = set()
+    for module in (layers, activations, multi_head, tuned_forward):
+        for name, obj in vars(module).items():
+            fn = getattr(obj, "py_func", obj)
+            if (isinstance(fn, types.FunctionType) and fn.__module__ == module.__name__
+                    and ("softmax_rows" in name or "gelu" in name) and "backward" not in name):
+                found.add(full_name(fn))
+    return found
+
+
+def forward_ran(model, ids) -> set[str]:
+    """Every function a pretrained model's forward pass on ``ids`` runs, recorded here."""
+    with recording() as ran:
+        recorded(model.forward)(np.array(ids))
+    return {full_name(fn) for fn in dispatch.functions_behind(ran)}
