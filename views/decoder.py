@@ -464,11 +464,11 @@ elif compare:
     full = memo["full"]
     with recording(ran):
         diff = kv_cache.largest_logit_difference(gen, full)
-        d1, d2 = st.columns(2)
+        work, full_work = kv_cache.work(gen), kv_cache.work(full)
+    d1, d2 = st.columns(2)
     d1.metric("Largest |logit difference|, cached vs recomputed", f"{diff:.2e}")
     d2.metric("Same tokens written", "yes" if np.array_equal(gen.tokens, full.tokens) else "no")
     ms_cached, ms_full = memo["cached_s"] / n_new * 1e3, memo["full_s"] / n_new * 1e3
-    work, full_work = kv_cache.work(gen), kv_cache.work(full)
     cost = pd.DataFrame({
         "generation": ["with the KV cache", "full recompute"],
         "positions computed": [f"{int(work.positions.sum()):,}", f"{int(full_work.positions.sum()):,}"],

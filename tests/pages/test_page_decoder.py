@@ -12,6 +12,7 @@ from core.model import transformer, transformer_encdec
 from core.training.decoder_runs import DEFAULTS
 from core.lessons.questions import decoder as questions
 from page_support import answer_everything, answer_question, heatmap_grids, table_named
+from source_support import source_names
 from ui.decoder_trainer import EVAL_EVERY
 
 TRAINER = "decoder.trainer"
@@ -454,3 +455,17 @@ def test_a_head_reads_the_source_from_its_end_only_when_the_maps_show_it(at, ste
     else:
         assert best < kv_cache.READS_FROM_END
         assert "No head reads the source from its end" in said and f"is {best:.2f} on average ({name})" in said
+
+
+def test_the_source_names_the_functions_that_ran_and_no_other(at):
+    """Teacher forcing, generation and the sampler always run; the comparison of the cached and the
+    recomputed generations only when it is switched on: then, and only then, the source holds it."""
+    at.session_state["decoder.compare"] = False
+    at.run()
+    off = source_names(at, "Source: generation")
+    assert {"core.model.decoder.forward", "core.model.generation.generate", "core.model.sampling.distribution",
+            "core.model.generation.attention_weights"} <= set(off)
+    compared = {"core.lessons.kv_cache.largest_logit_difference", "core.lessons.kv_cache.work"}
+    assert not compared & set(off)
+    at.toggle(key="decoder.compare").set_value(True).run()
+    assert compared <= set(source_names(at, "Source: generation"))

@@ -13,6 +13,7 @@ from core.lessons import questions
 from core.lessons import head_kinds as hs
 from core.lessons import induction as I
 from page_support import answer_everything, answer_question, button, heatmaps
+from source_support import source_names
 
 PAGE = str(Path(__file__).resolve().parents[2] / "views" / "induction.py")
 STEPS = 150            # no head formed yet
@@ -267,3 +268,16 @@ def test_the_your_turn_question_sits_under_the_removal(default):
     asked = next(i for i, t in enumerate(texts) if later.prompt in t)
     removal = next(i for i, t in enumerate(texts) if t.startswith("Without "))
     assert asked > removal
+
+
+def test_the_source_names_the_functions_that_ran_and_no_other():
+    """The measures and the verdicts always run; the removal of each layer-1 head only once the page
+    shows it: then, and only then, the source holds the removals' code."""
+    at = _open()
+    kept = source_names(at, "Source")
+    assert {"core.training.induction_runs.held_out", "core.lessons.induction.measure",
+            "core.lessons.induction.head_verdicts", "core.model.decoder.forward"} <= set(kept)
+    removal = {"core.lessons.induction.layer_one_ablations", "core.lessons.induction.ablate",
+               "core.lessons.induction.ablation_effect", "core.lessons.induction.ablation_outcome"}
+    assert not removal & set(kept)
+    assert removal <= set(source_names(_remove(at), "Source"))

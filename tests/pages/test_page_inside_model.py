@@ -13,6 +13,7 @@ from core.lessons.questions import inside_model as questions
 from core.model import multi_head, transformer
 from core.training.encoder_runs import EncoderRun
 from page_support import answer_everything, answer_question
+from source_support import source_names
 from ui.trainer import Trainer
 
 SIZES, STEPS = (200, 40, 60), 20
@@ -242,3 +243,14 @@ def test_the_layernorm_question_is_what_its_table_shows():
     assert not any("a hair under 1" in c.value for c in at.caption)
     answer_question(at, questions.LAYERNORM, questions.LAYERNORM.options[questions.LAYERNORM.answer])
     assert any("a hair under 1" in c.value for c in at.caption)
+
+
+def test_the_source_names_the_functions_that_ran_and_no_other():
+    """Before the opening answer the page only tables the single removals: the functions that read
+    them for the page's sentence are not in the source; after it, they are."""
+    locked = source_names(page(answered=False), "Source of these numbers")
+    assert {"core.lessons.inside.forward", "core.model.transformer.forward", "core.lessons.inside.walkthrough",
+            "core.lessons.inside.head_ablation", "core.lessons.inside.pooling_accuracy"} <= set(locked)
+    read = {"core.lessons.inside.largest_drop", "core.lessons.inside.focused_head_outcome"}
+    assert not read & set(locked)
+    assert read <= set(source_names(page(), "Source of these numbers"))
