@@ -22,6 +22,7 @@ from core import recording as R
 from core.kernels import cpu as lesson_cpu
 from core.kernels import dispatch
 from core.recording import Record, note, recorded, recording
+from core.training import loop
 
 
 def qkv(T=3, d=2, seed=0):
@@ -112,6 +113,14 @@ def test_each_function_once_in_the_order_first_run_and_blocks_share():
     merged.merge(outer)
     assert merged.functions() == outer.functions()
     assert merged.build_of(lesson_cpu.scores_kernel.py_func) is lesson_cpu.scores_kernel
+
+
+def test_a_closure_of_core_is_noted_as_the_function_it_is_written_in():
+    """A training step's update is a closure: the source that holds it is its maker's."""
+    update = loop.gradient_update(lambda *batch: 0.0, np.zeros(1), np.zeros(1), None)
+    with recording() as ran:
+        note(update)
+    assert ran.functions() == [loop.gradient_update]
 
 
 def test_a_bound_method_is_noted_as_its_function():
