@@ -89,7 +89,7 @@ def test_pause_and_resume_give_the_same_model_as_a_straight_run(trainer):
     expected, _ = straight.params()
 
     def unhurried(state, data, **kw):         # the default loop, 20 ms a step: the pause lands part-way
-        for event in trainer_module.training.train(state, data, **kw):
+        for event in trainer_module.encoder_runs.train(state, data, **kw):
             time.sleep(0.02)
             yield event
 
@@ -118,7 +118,7 @@ def test_a_resumed_run_keeps_the_training_loop_it_started_with(trainer):
 
     def counted(state, data, **kw):           # the default loop, counting the calls
         calls.append(state.step)
-        yield from trainer_module.training.train(state, data, **kw)
+        yield from trainer_module.encoder_runs.train(state, data, **kw)
 
     trainer.start(tiny(steps=400), train=counted)
     assert wait_for(lambda: trainer.view().runs[0].step >= 5)
@@ -261,7 +261,7 @@ def test_a_full_server_queues_runs_first_come_first_served_and_shows_each_its_pl
                 began.append(name)
             if hold:
                 gate.wait(30)
-            yield from trainer_module.training.train(state, data, **kw)
+            yield from trainer_module.encoder_runs.train(state, data, **kw)
         return train
 
     first, second, third, fourth = (Trainer(snapshot_every=5) for _ in range(4))
@@ -303,7 +303,7 @@ def test_an_error_in_the_worker_is_reported_not_raised(trainer):
 def test_a_time_cap_stops_every_ablation_run_at_the_same_step():
     """Runs of unequal speed (4 heads vs 1, on a busy server) still compare equal training: they
     train in turns, so the shared cap leaves them at one step count, and each says it stopped early."""
-    slow = trainer_module.training.train
+    slow = trainer_module.encoder_runs.train
 
     def uneven(state, data, **kw):          # the first run's steps take far longer than the others'
         for m in slow(state, data, **kw):
@@ -390,7 +390,7 @@ def held_encoder_loop(reached: threading.Event, release: threading.Event, tag: s
     """The default training loop, every step it reports marked ``tag`` (in its ``track``), held
     before its third step until ``release`` is set (``reached`` says it got there)."""
     def train(state, data, **kw):
-        for m in trainer_module.training.train(state, data, **kw):
+        for m in trainer_module.encoder_runs.train(state, data, **kw):
             if m["step"] == 3:
                 reached.set()
                 assert release.wait(300), "the test never released the held run"
@@ -401,7 +401,7 @@ def held_encoder_loop(reached: threading.Event, release: threading.Event, tag: s
 def tagged_encoder_loop(tag: str):
     """The default training loop, every step it reports marked ``tag``."""
     def train(state, data, **kw):
-        for m in trainer_module.training.train(state, data, **kw):
+        for m in trainer_module.encoder_runs.train(state, data, **kw):
             yield {**m, "track": tag}
     return train
 
