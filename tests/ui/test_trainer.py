@@ -327,14 +327,14 @@ def test_a_run_that_waits_on_the_compiled_step_says_so(trainer, monkeypatch):
     """While the first step waits for Numba (loading, or compiling on first use) the status is
     ``compiling`` with what it prepares, not "running: step 0"; then it trains as usual."""
     gate, entered = threading.Event(), threading.Event()
-    real_warm_up = trainer_module.encoder.warm_up
+    real_warm_up = trainer_module.classifier.warm_up
 
     def slow_warm_up(*args, **kwargs):
         entered.set()
         assert gate.wait(300), "the test never released the compile"
         return real_warm_up(*args, **kwargs)
 
-    monkeypatch.setattr(trainer_module.encoder, "warm_up", slow_warm_up)
+    monkeypatch.setattr(trainer_module.classifier, "warm_up", slow_warm_up)
     trainer.start(tiny(steps=3))
     assert entered.wait(300), "the worker never reached the compiled step"
     view = trainer.view()
@@ -357,7 +357,7 @@ def test_the_decoder_trainer_says_when_it_waits_on_the_compiled_step(monkeypatch
         entered.set()
         assert gate.wait(300), "the test never released the compile"
 
-    monkeypatch.setattr(decoder_trainer.decoder_step, "warm_up", slow_warm_up)
+    monkeypatch.setattr(decoder_trainer.decoder_loss, "warm_up", slow_warm_up)
     monkeypatch.setattr(decoder_trainer.warmup, "track", lambda label: "compiled")
     def fit(setup, *, steps, callback, track, **_):     # the loop itself is not what is tested here
         assert track == "compiled"
