@@ -75,22 +75,13 @@ def params_from(tensors: dict, cfg: C.TransformerConfig, dtype=np.float32) -> tu
     t = Tensors(tensors, "BERT", dtype, PREFIX)
     d, shapes = cfg.d_model, C.block_shapes(cfg)       # ours: (d_in, d_out)
 
-    def norm(prefix):                                   # early checkpoints: gamma and beta
-        return t.get(prefix + ".weight", (d,), prefix + ".gamma"), t.get(prefix + ".bias", (d,), prefix + ".beta")
-
     e = "embeddings."
     p = {"embed": t.get(e + "word_embeddings.weight", (cfg.vocab_size, d)),
          "pos": t.get(e + "position_embeddings.weight", (cfg.n_ctx, d)),
          "token_type": t.get(e + "token_type_embeddings.weight", (cfg.n_token_types, d))}
-    p["embed_ln.g"], p["embed_ln.b"] = norm(e + "LayerNorm")
+    p["embed_ln.g"], p["embed_ln.b"] = t.layer_norm(e + "LayerNorm", d)
     for i in range(cfg.n_layers):
-        layer, block = f"encoder.layer.{i}.", f"blocks.{i}."
-        for theirs, ours in LINEARS.items():
-            d_in, d_out = shapes[ours]
-            p[block + ours] = t.linear(layer + theirs + ".weight", d_in, d_out)      # (out, in) -> (in, out)
-            p[block + ours.replace("W_", "b_")] = t.get(layer + theirs + ".bias", (d_out,))
-        for theirs, ours in NORMS.items():
-            p[block + ours + ".g"], p[block + ours + ".b"] = norm(layer + theirs)
+        p.update(t.block(f"encoder.layer.{i}.", f"blocks.{i}.", LINEARS, NORMS, shapes))
     if "pooler.dense.weight" in t:
         cfg = dataclasses.replace(cfg, pooler=True)
         p["pooler.W"], p["pooler.b"] = t.linear("pooler.dense.weight", d, d), t.get("pooler.dense.bias", (d,))

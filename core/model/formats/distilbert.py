@@ -65,23 +65,14 @@ def params_from(tensors: dict, cfg: C.TransformerConfig, dtype=np.float32) -> tu
     t = Tensors(tensors, "DistilBERT", dtype, PREFIX)
     d, shapes = cfg.d_model, C.block_shapes(cfg)       # ours: (d_in, d_out)
 
-    def norm(prefix):
-        return t.get(prefix + ".weight", (d,)), t.get(prefix + ".bias", (d,))
-
     p = {"embed": t.get("embeddings.word_embeddings.weight", (cfg.vocab_size, d))}
     if cfg.positional == "sinusoidal":
         check_sinusoidal(t.raw(POSITIONS, (cfg.n_ctx, d)))
     else:
         p["pos"] = t.get(POSITIONS, (cfg.n_ctx, d))
-    p["embed_ln.g"], p["embed_ln.b"] = norm("embeddings.LayerNorm")
+    p["embed_ln.g"], p["embed_ln.b"] = t.layer_norm("embeddings.LayerNorm", d)
     for i in range(cfg.n_layers):
-        layer, block = f"transformer.layer.{i}.", f"blocks.{i}."
-        for theirs, ours in LINEARS.items():
-            d_in, d_out = shapes[ours]
-            p[block + ours] = t.linear(layer + theirs + ".weight", d_in, d_out)      # (out, in) -> (in, out)
-            p[block + ours.replace("W_", "b_")] = t.get(layer + theirs + ".bias", (d_out,))
-        for theirs, ours in NORMS.items():
-            p[block + ours + ".g"], p[block + ours + ".b"] = norm(layer + theirs)
+        p.update(t.block(f"transformer.layer.{i}.", f"blocks.{i}.", LINEARS, NORMS, shapes))
     return cfg, p
 
 

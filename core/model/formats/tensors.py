@@ -42,3 +42,21 @@ class Tensors:
         """PyTorch's ``nn.Linear`` weight, stored ``(d_out, d_in)`` for ``x W^T``, as our ``(d_in, d_out)``
         for ``x @ W``: transposed once, here."""
         return np.ascontiguousarray(self.get(name, (d_out, d_in)).T)
+
+    def layer_norm(self, prefix: str, d: int) -> tuple[np.ndarray, np.ndarray]:
+        """A ``nn.LayerNorm``'s gain and bias (``weight``, ``bias``; early BERT checkpoints say ``gamma``, ``beta``)."""
+        return self.get(prefix + ".weight", (d,), prefix + ".gamma"), self.get(prefix + ".bias", (d,), prefix + ".beta")
+
+    def block(self, layer: str, block: str, linears: dict, norms: dict, shapes: dict) -> dict:
+        """One block of a BERT-like encoder: its ``nn.Linear`` layers (``linears``: their name -> ours,
+        e.g. ``"attention.self.query": "attn.W_Q"``) as weight and bias, and its LayerNorms (``norms``:
+        their name -> ours, e.g. ``"output.LayerNorm": "ln2"``), under ``block`` (``blocks.3.``) in our
+        vocabulary; ``shapes`` our block's shapes (:func:`core.model.config.block_shapes`)."""
+        p = {}
+        for theirs, ours in linears.items():
+            d_in, d_out = shapes[ours]
+            p[block + ours] = self.linear(layer + theirs + ".weight", d_in, d_out)      # (out, in) -> (in, out)
+            p[block + ours.replace("W_", "b_")] = self.get(layer + theirs + ".bias", (d_out,))
+        for theirs, ours in norms.items():
+            p[block + ours + ".g"], p[block + ours + ".b"] = self.layer_norm(layer + theirs, shapes[ours + ".g"][0])
+        return p
