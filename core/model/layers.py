@@ -4,7 +4,7 @@ Written like the formulas: NumPy for the shapes, and small compiled loops (Numba
 would otherwise be a dozen NumPy calls on tiny arrays (the attention rows, LayerNorm) or a matrix
 product (our own, for the same bits on a busy server). Each compiled loop has its NumPy formula
 beside it, which runs while a freshly started server still compiles the loop in the background
-(:func:`core.warmup.can_run`): a page never waits for the compiler, and the two agree to
+(:func:`core.readiness.can_run`): a page never waits for the compiler, and the two agree to
 rounding (tests hold them to 1e-12 in float64). Every forward returns ``(output, cache)``;
 the matching backward takes the gradient of the output and that cache, and returns the gradients
 of the inputs and of the parameters. Shapes: activations ``(B, T, d)``, attention weights

@@ -33,7 +33,7 @@ EXP_MAX = 80.0
 
 
 def ready(dtype) -> bool:
-    """Whether the compiled kernels below are loaded for ``dtype`` (:func:`core.warmup.can_run`):
+    """Whether the compiled kernels below are loaded for ``dtype`` (:func:`core.readiness.can_run`):
     until they are, a freshly started server runs the readable steps."""
     one, t = np.zeros(1, dtype), np.dtype(dtype).type
     return can_run(_softmax_rows, one[None], one[None], t(0)) and can_run(_gelu_tanh_flat, one, one, *(t(0),) * 4)
