@@ -28,6 +28,16 @@ _TORCH_PROBE = textwrap.dedent("""
 """)
 
 
+# A folder holding an earlier checkout of this project: its code runs as one more contender, "ours
+# (before)", in the same alternating rounds, so that a change is measured against what it replaced.
+BEFORE = os.environ.get("BENCH_OURS_BEFORE")
+
+
+def in_tree(tree: str | None) -> dict:
+    """``last_json_line``'s keywords that run a command on the code of ``tree`` (None: this checkout)."""
+    return {} if tree is None else {"env": dict(os.environ, PYTHONPATH=tree), "cwd": tree}
+
+
 def last_json_line(args: list[str], env: dict | None = None, cwd: str | None = None) -> dict:
     """Run ``python *args`` in a process of its own (environment ``env``, default this one with the
     working folder on the path; in the folder ``cwd``, which ``python -c`` puts first on the path);

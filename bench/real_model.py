@@ -39,7 +39,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from bench import alternating_rounds, last_json_line, with_threads
+from bench import BEFORE, alternating_rounds, in_tree, last_json_line, with_threads
 
 ROUNDS = 3
 TORCH_THREADS = tuple(sorted({1, 2, os.cpu_count() or 1}))   # its best of these is the one compared
@@ -64,10 +64,9 @@ print(json.dumps({{"ms": 1000 * best, "made": made(out)}}))
 
 _GPT2_OURS = """
 from core.model import transformer as tr
-from core.model import config as C
+from core.model import config as C, presets
 from core.model.generation import generate
-cfg = C.TransformerConfig(vocab_size=50257, n_ctx=1024, d_model=768, n_heads=12, d_ff=3072, n_layers=12,
-                           norm_placement="pre", activation="gelu_tanh", positional="learned", tied_unembed=True, final_ln=True)
+cfg = presets.gpt2()                        # GPT-2 small's sizes
 params = C.init_params(cfg, seed=0, dtype=np.float32)
 ids = np.random.default_rng(0).integers(0, cfg.vocab_size, size=T)
 """
@@ -164,19 +163,12 @@ MODELS = [MINILM, GPT2_SMALL]
 _SGEMM = "import json; from bench.attention import sgemm_gflops; print(json.dumps({'gflops': sgemm_gflops()}))"
 
 
-# A folder holding an earlier checkout of this project: its code runs as one more contender, "ours
-# (before)", in the same alternating rounds, so that a change is measured against what it replaced.
-BEFORE = os.environ.get("BENCH_OURS_BEFORE")
-
-
 def _timed(setup: str, T: int, made: int, threads: int = 0, tree: str | None = None) -> Callable[[], float]:
     """Times ``setup``'s ``run()`` in a process of its own (with the code of ``tree``, default
     this one); refuses a run that made fewer positions or tokens than ``made`` (a generation that
     stopped early)."""
-    env = None if tree is None else dict(os.environ, PYTHONPATH=tree)
-
     def run() -> float:
-        result = last_json_line(["-c", _TIMER.format(setup=setup), str(T), str(REPEATS), str(threads)], env=env, cwd=tree)
+        result = last_json_line(["-c", _TIMER.format(setup=setup), str(T), str(REPEATS), str(threads)], **in_tree(tree))
         if result["made"] != made:
             raise RuntimeError(f"A contender made {result['made']} positions or tokens, not {made}.")
         return result["ms"]

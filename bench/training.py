@@ -16,7 +16,8 @@
    side's best round is compared (the ratio against PyTorch's faster setting), medians beside;
 2. the seconds of training the sum task needs to reach 97 % validation and test accuracy.
 
-PyTorch is optional: without it only our rows are printed.
+PyTorch is optional: without it only our rows are printed. ``BENCH_OURS_BEFORE=/path/to/an/earlier/checkout``
+adds that code's two steps as more contenders, "ours (before)", in the same rounds.
 """
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ import statistics
 
 import numpy as np
 
-from bench import alternating_rounds, last_json_line, print_step_table, torch_step_ms, with_threads
+from bench import BEFORE, alternating_rounds, in_tree, last_json_line, print_step_table, torch_step_ms, with_threads
 from core.model import layers, presets
 from core.model.tuned import classifier
 from core.training import encoder_runs
@@ -100,10 +101,11 @@ def torch_ms(threads: int) -> float:
     return torch_step_ms("bench.training", threads, WARMUP, TORCH_STEPS)
 
 
-def our_ms(track: str = "compiled", steps: int = OUR_STEPS) -> float:
-    """``ms_per_step`` as ``python -m core.training --task sum --steps 300 --step TRACK --json`` reports it."""
+def our_ms(track: str = "compiled", steps: int = OUR_STEPS, tree: str | None = None) -> float:
+    """``ms_per_step`` as ``python -m core.training --task sum --steps 300 --step TRACK --json`` reports it
+    (run on the code of ``tree``, default this checkout)."""
     return last_json_line(["-m", "core.training", "--task", "sum", "--steps", str(steps), "--step", track,
-                           "--json"])["ms_per_step"]
+                           "--json"], **in_tree(tree))["ms_per_step"]
 
 
 def measure_steps(rounds: int = ROUNDS) -> dict[str, list[float]]:
@@ -111,6 +113,9 @@ def measure_steps(rounds: int = ROUNDS) -> dict[str, list[float]]:
     The readable step (the code the page shows) runs beside the compiled one, fewer steps."""
     contenders = with_threads(our_ms, torch_ms, "PyTorch", TORCH_THREADS)
     contenders["ours, readable step"] = lambda: our_ms("readable", READABLE_STEPS)
+    if BEFORE:
+        contenders["ours (before)"] = lambda: our_ms(tree=BEFORE)
+        contenders["ours (before), readable step"] = lambda: our_ms("readable", READABLE_STEPS, tree=BEFORE)
     return alternating_rounds(contenders, rounds)
 
 
