@@ -85,3 +85,18 @@ def print_step_table(times: dict[str, list[float]], ours_label: str) -> None:
         label = ours_label if name == "ours" else f"{name} (own process)"
         print(f"| {label} | {min(ms):.2f} | {statistics.median(ms):.2f} | {', '.join(f'{t:.2f}' for t in ms)} "
               f"| {min(ms) / ours:.2f}x |")
+
+
+def answered_app(path: str, timeout: float = 300):
+    """An AppTest of the page at ``path`` in a session where every question of the app is answered
+    (right, at the first try): the controls a page unlocks once its question is answered can be
+    moved, as a student who has answered moves them."""
+    from streamlit.testing.v1 import AppTest
+
+    from core.lessons import questions
+    from core.lessons.predictions import RIGHT, Progress
+    from ui.lesson import PROGRESS
+
+    at = AppTest.from_file(path, default_timeout=timeout)
+    at.session_state[PROGRESS] = {q.key: Progress(1, True, True, RIGHT) for q in questions.everything()}
+    return at

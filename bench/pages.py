@@ -14,7 +14,8 @@ import sys
 import time
 from pathlib import Path
 
-from streamlit.testing.v1 import AppTest
+
+from bench import answered_app
 
 PAGES = Path(__file__).resolve().parents[1] / "views"
 # (page, query parameters of the link it opens with, what is changed, widget kind, key, two values, target ms)
@@ -38,7 +39,7 @@ CASES = [
 
 def redraw_ms(page: str, link: dict, kind: str, key: str, values: tuple, repeats: int) -> float:
     """Median milliseconds of a re-run after setting the widget ``key`` to each of ``values`` in turn."""
-    at = AppTest.from_file(str(PAGES / f"{page}.py"), default_timeout=120)
+    at = answered_app(str(PAGES / f"{page}.py"), timeout=120)
     for name, value in link.items():
         at.query_params[name] = value
     at.run()                                            # warm-up: imports, JIT, first draw

@@ -39,7 +39,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from bench import BEFORE, alternating_rounds, in_tree, last_json_line, with_threads
+from bench import BEFORE, alternating_rounds, answered_app, in_tree, last_json_line, with_threads
 
 ROUNDS = 3
 TORCH_THREADS = tuple(sorted({1, 2, os.cpu_count() or 1}))   # its best of these is the one compared
@@ -246,11 +246,9 @@ def print_model(model: ModelRows, rounds: int = ROUNDS) -> list[str]:
 
 def page_ms(repeats: int = REPEATS) -> tuple[float, float]:
     """The first full draw (model already loaded in this process) and the median redraw, in ms."""
-    from streamlit.testing.v1 import AppTest
-
     page = str(Path(__file__).resolve().parents[1] / "views" / "real_model.py")
-    AppTest.from_file(page, default_timeout=300).run()            # loads the model, compiles kernels
-    at = AppTest.from_file(page, default_timeout=300)
+    answered_app(page).run()                                      # loads the model, compiles kernels
+    at = answered_app(page)
     start = time.perf_counter()
     at.run()
     first = time.perf_counter() - start
