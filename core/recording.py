@@ -147,12 +147,14 @@ def recorded(fn):
 
 _CORE = os.path.dirname(os.path.abspath(__file__)) + os.sep
 # The machinery, not what a page computes: what records (and runs a training step to record it),
-# what checks inputs (the one set of rules, core/validate.py, whose checks run compiled bit tricks),
-# and what decides where and whether code runs. A kernel driver's call records itself (dispatch), a
-# compiled loop's choice is noted (readiness).
+# what checks inputs (the one set of rules, core/validate.py, whose checks run compiled bit tricks;
+# and every function named check_...), the bookkeeping of names and shapes (a model's config and its
+# names), and what decides where and whether code runs. A kernel driver's call records itself
+# (dispatch), a compiled loop's choice is noted (readiness).
 UNWATCHED = frozenset(_CORE + name for name in (
     "recording.py", os.path.join("training", "step_record.py"), "validate.py", "readiness.py", "backend.py",
-    "kernel_cache.py", "warmup.py", os.path.join("kernels", "dispatch.py")))
+    "kernel_cache.py", "warmup.py", os.path.join("kernels", "dispatch.py"), os.path.join("model", "config.py"),
+    os.path.join("model", "names.py")))
 _found: dict = {}              # id(code) -> (code, the function noted for it or None), as _code_of keys
 
 
@@ -179,8 +181,8 @@ def _function_of(code: types.CodeType, module_globals: dict):
     if "__name__" not in module_globals:               # a compiled function's frame (Numba's) has no globals
         module_globals = _globals_of_file(file)
     qualname = getattr(code, "co_qualname", code.co_name).split(".<locals>.")[0]
-    if qualname.startswith("<"):                       # <module>, a module-level lambda or comprehension
-        return None
+    if qualname.startswith("<") or qualname.rsplit(".", 1)[-1].lstrip("_").startswith("check"):
+        return None                                    # <module>, a module-level lambda; an input check
     first, *rest = qualname.split(".")
     obj = module_globals.get(first)
     for name in rest:
