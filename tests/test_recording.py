@@ -160,3 +160,20 @@ def test_two_threads_recording_at_once_see_only_their_own_calls():
     assert "core.kernels.cpu.scaled_scores" in seen["scores"]
     assert seen["attention"][0] == "core.attention.attention" and "core.attention.scores" not in seen["attention"]
     assert "core.kernels.cpu.scaled_scores" not in seen["attention"]
+
+
+def test_a_model_s_record_holds_its_computation_not_its_bookkeeping():
+    """A forward pass's record lists the sublayers that computed the logits, not the input checks
+    (check_...), the config's shape bookkeeping or the cache's name helpers that ran beside them."""
+    from core.model import config, names, presets, transformer
+
+    cfg = presets.gpt2(vocab_size=20, n_ctx=8, d_model=8, n_heads=2, n_layers=1)
+    params = config.init_params(cfg, seed=0)
+    with recording() as ran:
+        recorded(transformer.forward)(params, cfg, np.arange(6))
+    shown = {f"{f.__module__}.{f.__qualname__}" for f in ran.functions()}
+    assert {"core.model.transformer.block", "core.model.multi_head.attend", "core.model.norms.layer_norm",
+            "core.model.transformer.feed_forward"} <= shown
+    bookkeeping = {f for f in shown if f.rsplit(".", 1)[-1].lstrip("_").startswith("check")
+                   or f.startswith((config.__name__ + ".", names.__name__ + "."))}
+    assert not bookkeeping, f"the record lists bookkeeping: {sorted(bookkeeping)}"
