@@ -9,7 +9,6 @@ import pytest
 from core.lessons import analysis
 from core.lessons import heads, questions
 from core.lessons.questions.multi_head import PREVIOUS_HEAD, QUERY_T
-from core.kernels import dispatch
 from core.kernels import reference as ref
 
 from page_support import answer_question, charts, heatmaps, named, open_page
@@ -306,20 +305,6 @@ def test_copied_heads_output_what_they_copy():
 
 
 # --- the scores, computed once; the source, what ran -------------------------------------------------
-
-@pytest.fixture
-def kernel_calls(monkeypatch):
-    """The kernel drivers the page calls, in order (every kernel call goes through dispatch.run)."""
-    calls = []
-    run_kernels = dispatch.run
-
-    def counted(backend, work, operation, *args):
-        calls.append(operation)
-        return run_kernels(backend, work, operation, *args)
-
-    monkeypatch.setattr(dispatch, "run", counted)
-    return calls
-
 
 @pytest.mark.parametrize("opened, causal", [(4, True), (2, False)])
 def test_the_scores_are_computed_once_per_redraw_and_drawn_as_computed(kernel_calls, opened, causal):

@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 
 from core.lessons import heads, questions
-from core.kernels import dispatch
 from core.kernels import reference as ref
 
 from page_support import answer_question, heatmaps, matrix_named, named, open_page, table_named
@@ -251,20 +250,6 @@ def test_a_wide_head_without_the_scale_saturates_and_passes_back_almost_nothing(
 
 
 # --- the scores, computed once; the source, what ran -------------------------------------------------
-
-@pytest.fixture
-def kernel_calls(monkeypatch):
-    """The kernel drivers the page calls, in order (every kernel call goes through dispatch.run)."""
-    calls = []
-    run_kernels = dispatch.run
-
-    def counted(backend, work, operation, *args):
-        calls.append(operation)
-        return run_kernels(backend, work, operation, *args)
-
-    monkeypatch.setattr(dispatch, "run", counted)
-    return calls
-
 
 def test_the_scores_are_computed_once_per_redraw_and_drawn_as_computed(kernel_calls):
     """One call computes S and A (the other is the two-position head of section 6): nothing
