@@ -1,5 +1,6 @@
 """Markers by folder: every test under tests/browser/ is a ``browser`` test, except the load test,
 which is marked ``load``; so ``pytest -m "not browser and not load"`` runs everything else."""
+import os
 from pathlib import Path
 
 import pytest
@@ -27,3 +28,23 @@ def kernel_calls(monkeypatch):
 
     monkeypatch.setattr(dispatch, "run", counted)
     return calls
+
+
+@pytest.fixture(scope="module")
+def minilm():
+    """all-MiniLM-L6-v2 from its installed package; skipped where it is not installed, except under
+    ``REQUIRE_ORACLES=1`` (CI), where a missing package fails instead."""
+    import importlib.metadata
+
+    import numpy as np
+
+    from core import pretrained
+    from core.model import minilm_package
+
+    try:
+        importlib.metadata.distribution(minilm_package.DISTRIBUTION)
+    except importlib.metadata.PackageNotFoundError:
+        if os.environ.get("REQUIRE_ORACLES") == "1":
+            pytest.fail(f"{minilm_package.DISTRIBUTION} is not installed: {minilm_package.INSTALL}")
+        pytest.skip(f"{minilm_package.DISTRIBUTION} is not installed ({minilm_package.INSTALL})")
+    return pretrained.load(minilm_package.MINILM, np.float32)

@@ -3,7 +3,6 @@
 Skipped where it is not installed, except under ``REQUIRE_ORACLES=1`` (CI), where a missing
 package fails instead: the published numbers below are what this file holds us to.
 """
-import importlib.metadata
 import os
 import shutil
 
@@ -15,22 +14,7 @@ from core.lessons import param_counts
 from core.lessons import real_model as rm
 from core.model import minilm_package
 from core.model import config as C
-
-# The sentence-transformers documentation's example for all-MiniLM-L6-v2: its published cosine similarities.
-SENTENCES = ["The weather is lovely today.", "It's so sunny outside!", "He drove to the stadium."]
-PUBLISHED = np.array([[1.0000, 0.6660, 0.1046], [0.6660, 1.0000, 0.1411], [0.1046, 0.1411, 1.0000]])
-
-
-@pytest.fixture(scope="module")
-def minilm():
-    try:
-        importlib.metadata.distribution(minilm_package.DISTRIBUTION)
-    except importlib.metadata.PackageNotFoundError:
-        if os.environ.get("REQUIRE_ORACLES") == "1":
-            pytest.fail(f"{minilm_package.DISTRIBUTION} is not installed: {minilm_package.INSTALL}")
-        pytest.skip(f"{minilm_package.DISTRIBUTION} is not installed ({minilm_package.INSTALL})")
-    return pretrained.load(minilm_package.MINILM, np.float32)
-
+from minilm_support import PUBLISHED, SENTENCES
 
 def embed(m, texts, ablate=None):
     ids, mask = rm.pad_batch([m.encode(t) for t in texts], m.token_id("[PAD]"))

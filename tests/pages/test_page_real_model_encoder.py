@@ -9,7 +9,7 @@ from core.lessons import real_model as rm
 from core.model import minilm_package
 from tests.page_support import heatmaps, open_page, table_named
 from tests.source_support import forward_ran, softmax_and_gelu, source_names
-from tests.model.test_minilm import PUBLISHED, minilm  # noqa: F401  (the fixture: skip or fail without the package)
+from minilm_support import PUBLISHED
 from ui import real_model_parts as parts
 from ui import state
 
@@ -32,7 +32,7 @@ def metric(at, label: str) -> float:
 
 
 @pytest.fixture(scope="module")
-def page(minilm):  # noqa: F811
+def page(minilm):
     at = open_page(PAGE)
     assert not at.exception and not at.error
     return at
@@ -118,7 +118,7 @@ def test_on_a_freshly_started_server_the_numpy_formulas_run_and_the_source_shows
     np.testing.assert_allclose(chart(at, "Cosine similarity"), PUBLISHED, atol=1e-3)
 
 
-def test_sentences_longer_than_a_link_carries_are_cut_and_the_page_says_so(minilm):  # noqa: F811
+def test_sentences_longer_than_a_link_carries_are_cut_and_the_page_says_so(minilm):
     at = open_page(PAGE)
     pasted = "\n".join(f"Sentence number {i} says something about the weather today." for i in range(8))
     assert len(pasted) > state.MAX_TEXT
@@ -132,7 +132,7 @@ def test_sentences_longer_than_a_link_carries_are_cut_and_the_page_says_so(minil
     assert chart(at, "Cosine similarity").shape == (n, n)                  # the kept sentences, compared
 
 
-def test_an_emoji_the_encoder_does_not_know_is_said_to_be_unknown(minilm):  # noqa: F811
+def test_an_emoji_the_encoder_does_not_know_is_said_to_be_unknown(minilm):
     at = open_page(PAGE, {"text": "I love 😀 and مرحبا"})
     assert not at.exception and not at.error
     line = " ".join(md.value for md in at.markdown if md.value.startswith("**Tokens**"))
@@ -157,7 +157,7 @@ def test_the_overview_names_the_model_this_page_opens_on(page):
 
 
 @pytest.mark.parametrize("typed", [" ", "\n\t ", ""])
-def test_a_text_with_no_word_is_refused_and_the_last_good_one_stays(minilm, typed):  # noqa: F811
+def test_a_text_with_no_word_is_refused_and_the_last_good_one_stays(minilm, typed):
     """An encoder reads nothing between [CLS] and [SEP] in a blank text: a message, not a traceback,
     and every table keeps the last good text's numbers."""
     at = open_page(PAGE)

@@ -14,7 +14,6 @@ from core.model import config as C
 from core.model import presets
 from core.model import transformer as tr
 from core.recording import Record
-from tests.model.test_minilm import minilm  # noqa: F401  (the fixture: skip or fail without the package)
 from tests.page_support import answer_question, heatmap_grids, heatmaps, open_page, table_named
 from ui import real_model_parts as parts
 
@@ -74,7 +73,7 @@ def test_the_head_maps_and_the_choice_of_a_head_wait_for_the_answer(link):
     assert list(head_maps(at)) == ["L1H2: attention weights"]
 
 
-def test_the_opening_answer_is_what_the_encoder_and_the_decoder_show(minilm):  # noqa: F811
+def test_the_opening_answer_is_what_the_encoder_and_the_decoder_show(minilm):
     """The answer follows from the page's own numbers: the encoder's score table has a head whose mean
     weight on the next token reaches the detector's threshold, and every map of the decoder is exactly
     0 above its diagonal."""
@@ -160,7 +159,7 @@ def sink_count(at) -> int:
     return int(re.search(r"On this text (\d+) of the (\d+) heads", text).group(1))
 
 
-def test_the_number_of_heads_on_cls_or_sep_is_the_score_tables(minilm):  # noqa: F811
+def test_the_number_of_heads_on_cls_or_sep_is_the_score_tables(minilm):
     at = open_page(PAGE)
     counts = []
     for text in ("The cat sat on the mat. The cat sat on the mat.", "Attention lets every word look at every other."):
