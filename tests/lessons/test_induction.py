@@ -103,3 +103,14 @@ def test_one_layer_trained_the_same_way_does_not_copy_the_repeat():
     assert m1.loss_repeated_segment > 10 * m2.loss_repeated_segment and m1.acc_repeated_segment < 0.5
     print(f"repeated segment: two layers {m2.loss_repeated_segment:.3f} ({m2.acc_repeated_segment:.1%}), "
           f"one layer {m1.loss_repeated_segment:.3f} ({m1.acc_repeated_segment:.1%})")
+
+
+def test_best_heads_come_from_the_layers_the_lesson_names():
+    """Fails when the previous-token head is chosen from layer 2's scores or the induction head from
+    layer 1's: every layer's argmax differs here."""
+    induction = np.array([[0.9, 0.1, 0.2, 0.3], [0.1, 0.2, 0.8, 0.3]])
+    previous = np.array([[0.1, 0.2, 0.3, 0.7], [0.6, 0.2, 0.1, 0.0]])
+    m = I.Measures(induction=induction, previous=previous, loss_first=np.zeros(4), loss_repeated=np.zeros(4),
+                   loss_first_occurrence=0.0, loss_repeated_segment=0.0, acc_repeated_segment=0.0,
+                   loss_repeat_start=0.0, attn=np.zeros((2, 1, 4, 4, 4)))
+    assert I.best_heads(m) == (3, 2)      # layer 1's best previous-token head, layer 2's best induction head
