@@ -469,3 +469,25 @@ def test_the_source_names_the_functions_that_ran_and_no_other(at):
     assert not compared & set(off)
     at.toggle(key="decoder.compare").set_value(True).run()
     assert compared <= set(source_names(at, "Source: generation"))
+
+
+# --- the numbers the page claims, recomputed from the model ------------------------------------------
+
+def _distribution(at):
+    return table_named(at, "token")
+
+
+def test_decoder_page_samples_at_the_temperature_chosen():
+    """Fails when the page passes another temperature to ``generate`` than the one chosen (every
+    τ != 0 replaced by 1): without top-k or top-p, the distribution generation sampled from must be
+    softmax(z/τ), the bars the page computes from the logits at τ, and it must move with τ."""
+    at = page()
+    at.run()
+    d1 = _distribution(at)
+    np.testing.assert_allclose(d1["p sampled from"], d1["p before top-k/top-p"], atol=1e-6)
+    for tau in (2.0, 0.5):
+        at.number_input(key="decoder.temperature").set_value(tau).run()
+        assert not at.error
+        d = _distribution(at)
+        np.testing.assert_allclose(d["p sampled from"], d["p before top-k/top-p"], atol=1e-6, err_msg=str(tau))
+        assert np.abs(d["p sampled from"].to_numpy() - d1["p sampled from"].to_numpy()).max() > 1e-3

@@ -281,3 +281,28 @@ def test_the_source_names_the_functions_that_ran_and_no_other():
                "core.lessons.induction.ablation_effect", "core.lessons.induction.ablation_outcome"}
     assert not removal & set(kept)
     assert removal <= set(source_names(_remove(at), "Source"))
+
+
+# --- the numbers the page claims, recomputed from the model ------------------------------------------
+
+@pytest.fixture(scope="module")
+def induction_numbers():
+    setup = I.InductionSetup(steps=STEPS)             # the page test's model
+    data = I.held_out(setup, 0)
+    return data, I.measure(I.train_induction(setup, seed=0).params, setup.config, data)
+
+
+def test_induction_page_draws_each_layers_best_head(induction_numbers):
+    """Fails when a chart draws the other layer's head, or when the best heads are chosen from the
+    wrong layers' scores: the heads are recomputed here as layer 1's best previous-token head and
+    layer 2's best induction head, and each chart's cells must be that head's map."""
+    _, m = induction_numbers
+    prev_head, ind_head = int(np.argmax(m.previous[0])), int(np.argmax(m.induction[1]))
+    at = _open(example=4)
+    assert not at.exception and not at.error
+    maps = heatmaps(at)
+    # the titles name the role only when the score reaches its threshold: find each chart by its head
+    left, = [cells for title, cells in maps.items() if title.startswith(f"Layer 1, head {prev_head + 1}: ")]
+    right, = [cells for title, cells in maps.items() if title.startswith(f"Layer 2, head {ind_head + 1}: ")]
+    np.testing.assert_allclose(left, m.attn[0, 4, prev_head], atol=1e-6)
+    np.testing.assert_allclose(right, m.attn[1, 4, ind_head], atol=1e-6)

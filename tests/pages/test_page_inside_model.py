@@ -8,11 +8,12 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from core.kernels import reference
 from core.lessons import inside
 from core.lessons.questions import inside_model as questions
 from core.model import multi_head, transformer
 from core.training.encoder_runs import EncoderRun
-from page_support import answer_everything, answer_question
+from page_support import answer_everything, answer_question, heatmaps
 from source_support import source_names
 from ui.trainer import Trainer
 
@@ -254,3 +255,58 @@ def test_the_source_names_the_functions_that_ran_and_no_other():
     read = {"core.lessons.inside.largest_drop", "core.lessons.inside.focused_head_outcome"}
     assert not read & set(locked)
     assert read <= set(source_names(page(), "Source of these numbers"))
+
+
+# --- the numbers the page claims, recomputed from the model ------------------------------------------
+
+def test_inside_model_layernorm_tables_describe_the_residual_sum():
+    """Fails when the walkthrough's LayerNorm step shows the LayerNorm's output as its input, or when
+    the residual sum drops the residual: the table's "before" columns must be the statistics of
+    ``x + MHA(x)`` (LayerNorm 1) and ``x + FFN(x)`` (LayerNorm 2), taken from the cache's sublayer
+    outputs here."""
+    at = page()
+    assert not at.exception and not at.error
+    m = model()
+    cache = cache_of(m, 0)
+    at_ = lambda name: cache[f"blocks.0.{name}"][0]           # noqa: E731
+    ln1, ln2 = frames(at, "token")
+    r1 = at_("resid_pre") + at_("attn.output")
+    r2 = at_("resid_mid") + at_("ffn.output")
+    for shown, r in ((ln1, r1), (ln2, r2)):
+        np.testing.assert_allclose(shown["mean before"].to_numpy(), r.mean(axis=-1), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(shown["std before"].to_numpy(), r.std(axis=-1), rtol=1e-5, atol=1e-6)
+
+
+def _layer_norm(x, g, b, eps):
+    mu = x.mean(-1, keepdims=True)
+    return (x - mu) / np.sqrt(((x - mu) ** 2).mean(-1, keepdims=True) + eps) * g + b
+
+
+def test_inside_model_heatmaps_follow_the_block_formulas():
+    """Fails when a walkthrough chart draws another array than its title names (LayerNorm 1's output
+    as the residual sum r1, or the FFN's input as its output) or when a residual sum drops the
+    residual: each chart is recomputed here from the charts before it, the embeddings and the
+    parameters, following the post-norm block r1 = x + MHA(x), x = LN1(r1), r2 = x + FFN(x)."""
+    at = page()
+    at.slider(key="inside_model.layer").set_value(2).run()
+    assert not at.exception and not at.error
+    m, example = model(), 0
+    p = {name.removeprefix("blocks.1."): value for name, value in m.params.items() if name.startswith("blocks.1.")}
+    eps, maps = m.cfg.ln_eps, heatmaps(at)
+    tokens = m.data.X_test[example]
+    np.testing.assert_allclose(maps["token embeddings E[tok_t]"], m.params["embed"][tokens], atol=1e-6)
+    np.testing.assert_allclose(maps["E[tok_t] + PE_t"], m.params["embed"][tokens] + reference.sinusoidal(
+        len(tokens), m.cfg.d_model), atol=1e-5)
+    h = cache_of(m, example)["blocks.1.resid_pre"][0]    # layer 2's input: layer 1's output
+    r1 = maps["r₁ = x + MHA(x)"]
+    np.testing.assert_allclose(r1, h + maps["MHA(x)"], atol=1e-5)
+    np.testing.assert_allclose(maps["MHA(x)"], maps["concat"] @ p["attn.W_O"] + p["attn.b_O"], atol=1e-5)
+    x = maps["LN₁(r₁)"]
+    np.testing.assert_allclose(x, _layer_norm(r1, p["ln1.g"], p["ln1.b"], eps), atol=1e-4)
+    hidden = maps["relu(x W₁ + b₁)"]
+    np.testing.assert_allclose(hidden, np.maximum(x @ p["ffn.W_1"] + p["ffn.b_1"], 0), atol=1e-5)
+    np.testing.assert_allclose(maps["FFN(x)"], hidden @ p["ffn.W_2"] + p["ffn.b_2"], atol=1e-5)
+    r2 = maps["r₂ = x + FFN(x)"]
+    np.testing.assert_allclose(r2, x + maps["FFN(x)"], atol=1e-5)
+    np.testing.assert_allclose(maps["the output of layer 2"], _layer_norm(r2, p["ln2.g"], p["ln2.b"], eps),
+                               atol=1e-4)

@@ -12,8 +12,8 @@ from core import pretrained
 from core.lessons import real_model as rm
 from core.model import transformer as tr
 from core.model import config as C
-from tests.page_support import open_page, table_named
-from tests.source_support import forward_ran, softmax_and_gelu, source_names
+from page_support import open_page, table_named
+from source_support import forward_ran, softmax_and_gelu, source_names
 from ui import state
 
 PAGE = str(Path(__file__).resolve().parents[2] / "views" / "real_model.py")

@@ -7,8 +7,8 @@ import pytest
 
 from core.lessons import real_model as rm
 from core.model import minilm_package
-from tests.page_support import heatmaps, open_page, table_named
-from tests.source_support import forward_ran, softmax_and_gelu, source_names
+from page_support import heatmaps, open_page, table_named
+from source_support import forward_ran, softmax_and_gelu, source_names
 from minilm_support import PUBLISHED
 from ui import real_model_parts as parts
 from ui import state

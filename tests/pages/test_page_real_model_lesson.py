@@ -14,7 +14,7 @@ from core.model import config as C
 from core.model import presets
 from core.model import transformer as tr
 from core.recording import Record
-from tests.page_support import answer_question, heatmap_grids, heatmaps, open_page, table_named
+from page_support import answer_question, heatmap_grids, heatmaps, open_page, table_named
 from ui import real_model_parts as parts
 
 PAGE = str(Path(__file__).resolve().parents[2] / "views" / "real_model.py")
