@@ -48,3 +48,14 @@ def minilm():
             pytest.fail(f"{minilm_package.DISTRIBUTION} is not installed: {minilm_package.INSTALL}")
         pytest.skip(f"{minilm_package.DISTRIBUTION} is not installed ({minilm_package.INSTALL})")
     return pretrained.load(minilm_package.MINILM, np.float32)
+
+
+@pytest.fixture(scope="module")
+def hf_folder(tmp_path_factory):
+    """A random GPT-2 saved by transformers itself (safetensors, ``transformer.`` keys), and the model."""
+    from oracle_support import TINY_GPT2, random_gpt2
+
+    model = random_gpt2(TINY_GPT2, seed=3)
+    folder = tmp_path_factory.mktemp("gpt2")
+    model.save_pretrained(folder, safe_serialization=True)
+    return str(folder), model

@@ -41,3 +41,7 @@ def random_gpt2(settings: dict, seed: int = 0):
     return random_model(transformers.GPT2LMHeadModel, config, seed,
                         is_gain=lambda name: name.endswith("weight") and ".ln_" in name
                         or name.startswith("transformer.ln_f.weight"))
+
+
+# A GPT-2 small enough for every format test: transformers' config names
+TINY_GPT2 = dict(vocab_size=50, n_positions=32, n_embd=16, n_head=4, n_layer=2)

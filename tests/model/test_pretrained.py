@@ -12,21 +12,11 @@ import pytest
 from core import pretrained
 from core.model import formats
 from core.training import make_tiny_gpt
-from oracle_support import random_gpt2, require
+from oracle_support import TINY_GPT2 as TINY, random_gpt2, require
 
-TINY = dict(vocab_size=50, n_positions=32, n_embd=16, n_head=4, n_layer=2)
 
 TEXTS = ["the query and the key give a score.", "Hello, world!  Ünïcode: naïve café — 東京 🙂",
          "  leading spaces and\ttabs\nnew lines", "a"]
-
-
-@pytest.fixture(scope="module")
-def hf_folder(tmp_path_factory):
-    """A random GPT-2 saved by transformers itself (safetensors, ``transformer.`` keys), and the model."""
-    model = random_gpt2(TINY, seed=3)
-    folder = tmp_path_factory.mktemp("gpt2")
-    model.save_pretrained(folder, safe_serialization=True)
-    return str(folder), model
 
 
 @pytest.fixture(scope="module")

@@ -10,9 +10,8 @@ import pytest
 from core import pretrained
 from core.model import config as C
 from core.model.formats import gpt2
-from oracle_support import random_gpt2, require
+from oracle_support import TINY_GPT2 as TINY, require
 
-TINY = dict(vocab_size=50, n_positions=32, n_embd=16, n_head=4, n_layer=2)
 
 
 def reference_logits(model, ids, dtype):
@@ -20,15 +19,6 @@ def reference_logits(model, ids, dtype):
     model = model.double() if dtype == np.float64 else model.float()
     with torch.no_grad():
         return model(torch.from_numpy(np.atleast_2d(ids))).logits.numpy()
-
-
-@pytest.fixture(scope="module")
-def hf_folder(tmp_path_factory):
-    """A random GPT-2 saved by transformers itself (safetensors, ``transformer.`` keys), and the model."""
-    model = random_gpt2(TINY, seed=3)
-    folder = tmp_path_factory.mktemp("gpt2")
-    model.save_pretrained(folder, safe_serialization=True)
-    return str(folder), model
 
 
 def copy_with(folder, tmp_path, tensors=None, config=None):
