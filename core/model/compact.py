@@ -1,0 +1,47 @@
+"""Weights kept compact and widened to floats only where a product needs them.
+
+A quantised checkpoint (SmolLM2's GGUF: 4.5 to 8.5 bits a weight) widened whole to float32 would take
+540 MB, more than a small server can give one model. A :class:`CompactMatrix` keeps the file's form
+(read in place) and widens on use: a block's weights when the forward pass reaches that block, an
+embedding's rows for the tokens at hand, the unembedding a slice of the vocabulary at a time.
+
+The one transformer reads a parameter through :func:`wide` (a NumPy array stays as it is), so a
+compact weight and a float one run the same readable code.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+class CompactMatrix:
+    """A 2-D weight in a compact form. ``shape`` and ``dtype`` are those of the float array it widens
+    to, in our orientation (``W`` such that a product is ``x @ W``; an embedding ``(V, d)``)."""
+
+    shape: tuple[int, int]
+    dtype: np.dtype
+
+    @property
+    def ndim(self) -> int:
+        return 2
+
+    @property
+    def size(self) -> int:
+        return self.shape[0] * self.shape[1]
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes it holds in its compact form."""
+        raise NotImplementedError
+
+    def widen(self) -> np.ndarray:
+        """The whole matrix as a float array of ``shape`` and ``dtype`` (read-only; may be a view)."""
+        raise NotImplementedError
+
+    def rows(self, ids) -> np.ndarray:
+        """Rows ``ids`` (an int array of any shape) widened: ``ids.shape + (shape[1],)``."""
+        raise NotImplementedError
+
+
+def wide(value):
+    """A parameter as a float array: a compact one widened, an array as it is."""
+    return value.widen() if isinstance(value, CompactMatrix) else value
