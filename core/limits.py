@@ -18,3 +18,9 @@ MAX_TRAIN_HEADS = 8
 MAX_TRAIN_STEPS = 2000
 MAX_TRAIN_SECONDS = 60.0
 MAX_UPLOAD_MB = 5
+# A checkpoint of one's own ("Another checkpoint": a folder or a Hub name), in MB of 1,000,000 bytes as
+# the Hub lists its files. A hosted demo has about 1 GB; the app takes 150-250 MB before a model, and a
+# float32 checkpoint grows it by its own size once. GPT-2 small (548 MB of safetensors) and distilgpt2
+# (353 MB) fit under 600; gpt2-medium (about 1,520 MB), gpt2-large (3,250) and gpt2-xl (6,430) could not,
+# so they are refused before a byte is downloaded.
+MAX_CHECKPOINT_MB = 600

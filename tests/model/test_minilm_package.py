@@ -1,5 +1,6 @@
-"""The packaged model's weights checksum (core.model.minilm_package): checked before every load, hashed
-again whenever the file has changed since it was last hashed, and not rehashed while it has not.
+"""The packaged model's weights checksum (core.model.minilm_package, core.model.packaged): checked before
+every load, hashed again whenever the file has changed since it was last hashed, and not rehashed while
+it has not; without the package, no network call unless downloads are allowed.
 
 A small checkpoint stands in for the installed package, so these run without it."""
 import hashlib
@@ -13,6 +14,7 @@ from core import pretrained
 from core.model import config as C
 from core.model import presets
 from core.model import minilm_package
+from core.model import packaged
 
 
 @pytest.fixture
@@ -24,8 +26,9 @@ def installed(tmp_path, monkeypatch):
     pretrained.save(C.init_params(cfg, seed=0), cfg, str(folder))
     weights = folder / "model.safetensors"
     monkeypatch.setattr(minilm_package, "WEIGHTS_SHA256", hashlib.sha256(weights.read_bytes()).hexdigest())
+    monkeypatch.setattr(minilm_package, "WEIGHTS_SIZE", weights.stat().st_size)
     dist = types.SimpleNamespace(locate_file=lambda path: tmp_path / path)
-    monkeypatch.setattr(minilm_package.importlib.metadata, "distribution",
+    monkeypatch.setattr(packaged.importlib.metadata, "distribution",
                         lambda name: dist if name == minilm_package.DISTRIBUTION else None)
     return str(weights)
 
@@ -39,7 +42,7 @@ def hashes(monkeypatch):
         counter.n += 1
         return hashlib.sha256()
 
-    monkeypatch.setattr(minilm_package, "hashlib", types.SimpleNamespace(sha256=sha256))
+    monkeypatch.setattr(packaged, "hashlib", types.SimpleNamespace(sha256=sha256))
     return counter
 
 
@@ -114,3 +117,42 @@ def test_a_wrong_published_checksum_is_refused(installed, monkeypatch):
     monkeypatch.setattr(minilm_package, "WEIGHTS_SHA256", "0" * 64)
     with pytest.raises(ValueError, match="not the published 0000.*--force-reinstall"):
         _load()
+
+
+def test_a_truncated_file_is_refused_by_its_size_without_hashing(installed, hashes):
+    with open(installed, "r+b") as f:
+        f.truncate(os.path.getsize(installed) - 1)
+    with pytest.raises(ValueError, match="not the published .*damaged or not the published checkpoint.*--force-reinstall"):
+        _load()
+    assert hashes.n == 0
+
+
+def test_without_the_package_no_download_unless_allowed(monkeypatch):
+    fetched = []
+    monkeypatch.setattr(minilm_package, "DISTRIBUTION", "no-such-package-here")
+    monkeypatch.setattr(minilm_package.hub, "fetch_published",
+                        lambda files, what, progress=None: fetched.append(files) or ["/hub/cache/config.json"])
+    with pytest.raises(ValueError, match="not installed.*requirements-model.txt"):
+        minilm_package.minilm_folder()
+    assert fetched == []
+    assert minilm_package.minilm_folder(allow_download=True) == "/hub/cache"
+    names = [(f.repo, f.revision, f.filename) for f in fetched[0]]
+    assert names == [(minilm_package.MINILM, minilm_package.REVISION, name)
+                     for name in ("config.json", "model.safetensors", "tokenizer.json")]
+
+
+def test_the_package_ships_the_published_files():
+    """The Hub fetch checks config.json, model.safetensors and tokenizer.json against the sizes and sha256
+    this module states: the installed package's files, the published ones, have exactly those."""
+    import importlib.metadata
+
+    try:
+        importlib.metadata.distribution(minilm_package.DISTRIBUTION)
+    except importlib.metadata.PackageNotFoundError:
+        if os.environ.get("REQUIRE_ORACLES") == "1":
+            pytest.fail(f"{minilm_package.DISTRIBUTION} is not installed: {packaged.INSTALL}")
+        pytest.skip(f"{minilm_package.DISTRIBUTION} is not installed ({packaged.INSTALL})")
+    folder = minilm_package.minilm_folder()
+    for published in minilm_package.published_files():
+        path = os.path.join(folder, published.filename)
+        assert (os.path.getsize(path), packaged.file_sha256(path)) == (published.size, published.sha256)
