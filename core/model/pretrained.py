@@ -21,6 +21,7 @@ import numpy as np
 
 from core.model import formats
 from core.model import minilm_package
+from core.model.gguf import model as gguf_model
 from core.model import transformer as tr
 from core.model import config as C
 
@@ -201,7 +202,7 @@ def _download(name: str, progress=None) -> str:
 
 def load(source: str, dtype=np.float32, *, progress=None) -> Model:
     """A checkpoint of a registered family (:mod:`core.model.formats`) from a folder or a Hub name,
-    ready to run.
+    or a Llama-family GGUF file, ready to run.
 
     Parameters
     ----------
@@ -209,6 +210,8 @@ def load(source: str, dtype=np.float32, *, progress=None) -> Model:
         ``tokenizer.json`` (read with no network call), or a Hub name (``"gpt2"``).
         ``"sentence-transformers/all-MiniLM-L6-v2"`` is read from its installed package
         (:mod:`core.model.minilm_package`), with no network call, and never downloaded.
+        A ``.gguf`` file (llama.cpp's format; family ``"llama"``: SmolLM2, Llama) is read in place,
+        its quantised weights kept compact (:mod:`core.model.gguf`).
     dtype : float32 or float64, the precision the model runs in.
     progress : optional ``progress(fraction, message)``, called while a Hub checkpoint downloads.
     """
@@ -222,8 +225,12 @@ def load(source: str, dtype=np.float32, *, progress=None) -> Model:
         return dataclasses.replace(_read_folder(minilm_package.minilm_folder(), dtype), source=source)
     if os.path.isdir(source):
         return _read_folder(source, dtype)
+    if os.path.isfile(source) and source.lower().endswith(".gguf"):
+        gguf = gguf_model.read(source, dtype)
+        return Model(gguf.config, gguf.params, gguf.tokenizer, source, gguf_model.FAMILY, gguf.checkpoint_params)
     if os.path.exists(source):
-        raise ValueError(f"{source} is a file; give the folder that holds config.json and model.safetensors.")
+        raise ValueError(f"{source} is a file; give the folder that holds config.json and model.safetensors, "
+                         f"or a .gguf file.")
     if source.startswith((".", "/", "~")) or os.sep in source.strip("/").replace("/", "", 1):
         raise ValueError(f"There is no folder {source}.")
     model = _read_folder(_download(source, progress), dtype)

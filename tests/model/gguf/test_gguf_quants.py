@@ -27,7 +27,7 @@ def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
         np.array_equal(a[~nan].view(np.uint32), b[~nan].view(np.uint32))
 
 
-@njit(cache=True)
+@njit            # not cached: a cache here would not see a change to quants.half
 def _every_half(out):
     for bits in range(65536):
         out[bits] = Q.half(bits & 0xFF, bits >> 8)
