@@ -5,5 +5,6 @@
     matrix.py     quantised weights as compact matrices, widened to floats when a product needs them
     tokenizer.py  the tokenizer the metadata describes, as a ``tokenizers.Tokenizer``
     model.py      a Llama-family file's config, weights and tokenizer (``pretrained.load(path)`` runs it)
-    package.py    the packaged SmolLM2-135M-Instruct file, checked against its published sha256
+
+The packaged SmolLM2-135M-Instruct file is found by :mod:`core.model.smollm2_package`.
 """

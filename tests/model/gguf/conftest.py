@@ -11,10 +11,10 @@ from gguf_support import random_llama_weights, write_llama_gguf
 def smollm2_file():
     """The installed SmolLM2 GGUF (checked against its sha256); skipped where it is not installed,
     except under ``REQUIRE_ORACLES=1`` (CI), where a missing package fails instead."""
-    from core.model.gguf import package
+    from core.model import smollm2_package
 
     try:
-        return package.smollm2_file()
+        return smollm2_package.smollm2_file()
     except ValueError as err:
         if os.environ.get("REQUIRE_ORACLES") == "1":
             pytest.fail(str(err))
