@@ -141,7 +141,9 @@ def _download(requests: list[tuple[str, str, str, int]], what: str, progress: Pr
     return paths
 
 
-def _download_one(repo, filename, revision, size, what, done, total, progress) -> str:
+def _download_one(repo: str, filename: str, revision: str, size: int, what: str, done: int, total: int,
+                  progress: Progress | None) -> str:
+    """One file into the cache; its path. ``done`` of the ``total`` bytes came before it."""
     from huggingface_hub import hf_hub_download
 
     def report(received: int) -> None:
