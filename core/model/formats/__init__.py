@@ -20,9 +20,9 @@ Our own older ``.npz`` weight files carry no ``model_type``: their names are tra
 """
 from __future__ import annotations
 
-from core.model.formats import bert, distilbert, gpt2
+from core.model.formats import bert, distilbert, gpt2, llama
 
-FORMATS = {f.MODEL_TYPE: f for f in (gpt2, distilbert, bert)}
+FORMATS = {f.MODEL_TYPE: f for f in (gpt2, distilbert, llama, bert)}
 
 
 def families() -> str:
