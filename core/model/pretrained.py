@@ -20,7 +20,7 @@ import os
 import numpy as np
 
 from core.model import formats
-from core.model import minilm_package
+from core.model import checkpoint_policy, hub, minilm_package, smollm2_package
 from core.model.gguf import model as gguf_model
 from core.model import transformer as tr
 from core.model import config as C
@@ -176,30 +176,6 @@ def _read_safetensors(path: str) -> dict[str, np.ndarray]:
         raise ValueError(f"{path} is not a readable safetensors file (truncated or damaged?): {err}") from None
 
 
-def _download(name: str, progress=None) -> str:
-    """The Hub checkpoint's three files in huggingface_hub's cache; returns their folder."""
-    try:
-        from huggingface_hub import hf_hub_download
-    except ImportError:
-        raise ValueError("Loading by Hub name needs the huggingface_hub package (pip install huggingface_hub); "
-                         "or give a folder with config.json, model.safetensors and tokenizer.json.") from None
-    folder = None
-    for k, filename in enumerate(HUB_FILES):
-        if progress:
-            progress(k / len(HUB_FILES), f"Downloading {name}/{filename}")
-        try:
-            folder = os.path.dirname(hf_hub_download(name, filename))
-        except Exception as err:                         # offline, unknown repo, no such file: one message
-            raise ValueError(
-                f"Could not fetch {filename} of {name!r} from the Hugging Face Hub ({type(err).__name__}). "
-                f"Without a network, put the checkpoint in a folder instead: config.json, model.safetensors "
-                f"and tokenizer.json from https://huggingface.co/{name}/tree/main, and give that folder's "
-                f"path.") from None
-    if progress:
-        progress(1.0, f"Downloaded {name}")
-    return folder
-
-
 def load(source: str, dtype=np.float32, *, progress=None) -> Model:
     """A checkpoint of a registered family (:mod:`core.model.formats`) from a folder or a Hub name,
     or a Llama-family GGUF file, ready to run.
@@ -208,8 +184,11 @@ def load(source: str, dtype=np.float32, *, progress=None) -> Model:
     ----------
     source : a folder holding ``config.json``, ``model.safetensors`` and optionally
         ``tokenizer.json`` (read with no network call), or a Hub name (``"gpt2"``).
-        ``"sentence-transformers/all-MiniLM-L6-v2"`` is read from its installed package
-        (:mod:`core.model.minilm_package`), with no network call, and never downloaded.
+        ``"sentence-transformers/all-MiniLM-L6-v2"`` and ``"HuggingFaceTB/SmolLM2-135M-Instruct"`` are
+        read from their installed packages (:mod:`core.model.minilm_package`,
+        :mod:`core.model.smollm2_package`) with no network call; without the package, from the Hub at a
+        pinned commit, each file checked against its published sha256. Any other source is first held
+        to the instructor's setting and the size cap (:mod:`core.model.checkpoint_policy`).
         A ``.gguf`` file (llama.cpp's format; family ``"llama"``: SmolLM2, Llama) is read in place,
         its quantised weights kept compact (:mod:`core.model.gguf`).
     dtype : float32 or float64, the precision the model runs in.
@@ -222,19 +201,29 @@ def load(source: str, dtype=np.float32, *, progress=None) -> Model:
         raise ValueError("Give a folder path or a Hugging Face Hub name such as 'gpt2'.")
     source = os.path.expanduser(source.strip())
     if source == minilm_package.MINILM:
-        return dataclasses.replace(_read_folder(minilm_package.minilm_folder(), dtype), source=source)
+        folder = minilm_package.minilm_folder(allow_download=True, progress=progress)
+        return dataclasses.replace(_read_folder(folder, dtype), source=source)
+    if source == smollm2_package.SMOLLM2:
+        return dataclasses.replace(_read_gguf(smollm2_package.smollm2_file(allow_download=True, progress=progress),
+                                              dtype), source=source)
+    checkpoint_policy.check_checkpoint_request(source)      # the instructor's setting and the size cap
     if os.path.isdir(source):
         return _read_folder(source, dtype)
     if os.path.isfile(source) and source.lower().endswith(".gguf"):
-        gguf = gguf_model.read(source, dtype)
-        return Model(gguf.config, gguf.params, gguf.tokenizer, source, gguf_model.FAMILY, gguf.checkpoint_params)
+        return _read_gguf(source, dtype)
     if os.path.exists(source):
         raise ValueError(f"{source} is a file; give the folder that holds config.json and model.safetensors, "
                          f"or a .gguf file.")
     if source.startswith((".", "/", "~")) or os.sep in source.strip("/").replace("/", "", 1):
         raise ValueError(f"There is no folder {source}.")
-    model = _read_folder(_download(source, progress), dtype)
+    model = _read_folder(hub.download_checkpoint(source, HUB_FILES, progress), dtype)
     return dataclasses.replace(model, source=source)
+
+
+def _read_gguf(path: str, dtype) -> Model:
+    """A Llama-family GGUF file as a model, its quantised weights kept compact (:mod:`core.model.gguf`)."""
+    gguf = gguf_model.read(path, dtype)
+    return Model(gguf.config, gguf.params, gguf.tokenizer, path, gguf_model.FAMILY, gguf.checkpoint_params)
 
 
 def save(params: dict, config: C.TransformerConfig, folder: str, *, tokenizer=None,

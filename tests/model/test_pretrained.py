@@ -9,7 +9,8 @@ import shutil
 import numpy as np
 import pytest
 
-from core import pretrained
+import hub_support
+from core import limits, pretrained
 from core.model import formats
 from core.training import make_tiny_gpt
 from oracle_support import TINY_GPT2 as TINY, random_gpt2, require
@@ -98,18 +99,47 @@ def test_a_truncated_safetensors_file(hf_folder, tmp_path):
         pretrained.load(folder)
 
 
-def test_missing_folder_and_offline_hub_name(monkeypatch):
+def test_missing_folder_and_a_hub_name_the_hub_lacks(monkeypatch, tmp_path):
     with pytest.raises(ValueError, match="no folder"):
         pretrained.load("./no/such/folder")
+    hub = hub_support.serve(monkeypatch, tmp_path)
+    try:
+        with pytest.raises(ValueError, match="put the checkpoint in a folder"):
+            pretrained.load("gpt2")
+    finally:
+        hub.close()
 
-    def offline(*args, **kwargs):
-        raise ConnectionError("no network")
 
-    import huggingface_hub
-
-    monkeypatch.setattr(huggingface_hub, "hf_hub_download", offline)
-    with pytest.raises(ValueError, match="put the checkpoint in a folder"):
-        pretrained.load("gpt2")
+def test_a_hub_name_is_fetched_through_the_size_cap_and_the_setting(tokenizer_file, monkeypatch, tmp_path):
+    require("transformers")
+    folder = tmp_path / "checkpoint"
+    random_gpt2({**TINY, "vocab_size": 300}, seed=3).save_pretrained(folder, safe_serialization=True)
+    shutil.copy(tokenizer_file, folder / "tokenizer.json")
+    hub = hub_support.serve(monkeypatch, tmp_path)
+    try:
+        files = {}
+        for name in pretrained.HUB_FILES:
+            if os.path.exists(os.path.join(folder, name)):
+                with open(os.path.join(folder, name), "rb") as f:
+                    files[name] = f.read()
+        hub.add("someone/tiny-gpt2", files)
+        monkeypatch.setenv("ATTENTION_CHECKPOINTS", "gpt2")
+        with pytest.raises(ValueError, match="only these Hub checkpoints"):
+            pretrained.load("someone/tiny-gpt2")
+        assert hub.requests == []                                   # refused before asking the Hub
+        monkeypatch.setenv("ATTENTION_CHECKPOINTS", "someone/tiny-gpt2")
+        monkeypatch.setattr(limits, "MAX_CHECKPOINT_MB", len(files["model.safetensors"]) / 2e6)
+        with pytest.raises(ValueError, match="over this server's limit"):
+            pretrained.load("someone/tiny-gpt2")
+        assert hub.gets() == 0                                      # no byte downloaded
+        monkeypatch.setattr(limits, "MAX_CHECKPOINT_MB", 600)
+        m = pretrained.load("someone/tiny-gpt2")
+        assert m.source == "someone/tiny-gpt2" and hub.gets("model.safetensors") == 1
+        monkeypatch.delenv("ATTENTION_CHECKPOINTS")
+        ids = np.array([[1, 5, 9, 2]])
+        np.testing.assert_array_equal(m.forward(ids)[0], pretrained.load(str(folder)).forward(ids)[0])
+    finally:
+        hub.close()
 
 
 def test_empty_text_and_a_model_without_tokenizer(hf_folder):
