@@ -7,6 +7,7 @@ import pytest
 
 from core.lessons import real_model as rm
 from core.model import minilm_package
+import hub_support
 from page_support import heatmaps, open_page, table_named
 from source_support import forward_ran, softmax_and_gelu, source_names
 from minilm_support import PUBLISHED
@@ -82,8 +83,10 @@ def test_the_text_moves_the_detector_and_the_sentences_move_the_matrix():
     assert cosines.shape == (3, 3)
 
 
-def test_without_the_package_the_page_says_how_to_install_and_shows_the_decoder(monkeypatch):
+def test_without_the_package_the_page_says_how_to_install_and_shows_the_decoder(monkeypatch, tmp_path):
+    """No package and a Hub that does not have the files (as offline): the install message, and the decoder."""
     monkeypatch.setattr(minilm_package, "DISTRIBUTION", "no-such-package-here")
+    hub = hub_support.serve(monkeypatch, tmp_path)
     parts.model_for.clear()
     try:
         at = open_page(PAGE)
@@ -91,7 +94,9 @@ def test_without_the_package_the_page_says_how_to_install_and_shows_the_decoder(
         assert any(minilm_package.INSTALL in i.value for i in at.info)
         assert table_named(at, "head").shape[1] == 4                  # the decoder's detector
         assert any(m.label == "largest change in a next-token probability" for m in at.metric)
+        assert hub.requests                                           # the Hub was asked, and had nothing
     finally:
+        hub.close()
         parts.model_for.clear()
 
 
