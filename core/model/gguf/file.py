@@ -110,6 +110,24 @@ class _Cursor:
         except UnicodeDecodeError:
             raise ValueError(f"a string at byte {start} is not UTF-8") from None
 
+    def strings(self, count: int) -> list[str]:
+        """``count`` strings in a row: :meth:`string` in one loop, with no call per string."""
+        buf, pos, end, out = self.buf, self.pos, len(self.buf), []
+        unpack_length = struct.Struct("<Q").unpack_from
+        try:
+            for _ in range(count):
+                if pos + 8 > end:
+                    raise _Truncated
+                n = unpack_length(buf, pos)[0]
+                if pos + 8 + n > end:
+                    raise _Truncated
+                out.append(str(buf[pos + 8:pos + 8 + n], "utf-8"))
+                pos += 8 + n
+        except UnicodeDecodeError:
+            raise ValueError(f"a string at byte {pos + 8} is not UTF-8") from None
+        self.pos = pos
+        return out
+
     def value(self, kind: int):
         """One metadata value of type ``kind``."""
         if kind in SCALARS:
@@ -124,6 +142,8 @@ class _Cursor:
                 return np.frombuffer(self.buf, dtype, count, start).copy()
             if count > len(self.buf) - self.pos:     # each item takes a byte at least
                 raise _Truncated
+            if item == STRING:                           # a vocabulary: 50,000 strings and more
+                return self.strings(count)
             return [self.value(item) for _ in range(count)]
         raise ValueError(f"a metadata value has type number {kind}, which GGUF does not define")
 
