@@ -63,8 +63,27 @@ def gelu_erf_backward(dy: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarra
     return L.gelu_erf_backward(dy, x)
 
 
+def sigmoid(x: np.ndarray) -> np.ndarray:
+    """``1 / (1 + e^-x)`` from ``e^-|x|``, which never overflows and keeps the small values of a
+    negative ``x`` (``1 - 1/(1 + e^x)`` would lose them)."""
+    e = np.exp(-np.abs(x))                                    # (0, 1]
+    return np.where(x >= 0, x.dtype.type(1.0), e) / (x.dtype.type(1.0) + e)
+
+
+def silu(x: np.ndarray, tuned: bool = False) -> np.ndarray:
+    """``x sigmoid(x)`` (SiLU, or Swish: the gate of Llama's SwiGLU), in NumPy; no tuned twin."""
+    return x * sigmoid(x)
+
+
+def silu_backward(dy: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """``dy (s + x s (1 - s))`` with ``s = sigmoid(x)``: the derivative of ``x s(x)``."""
+    s = sigmoid(x)
+    return dy * s * (1.0 + x * (1.0 - s))
+
+
 ACTIVATIONS = {
     "relu": Activation(relu, relu_backward),
     "gelu_tanh": Activation(gelu_tanh, gelu_tanh_backward),
     "gelu_erf": Activation(gelu_erf, gelu_erf_backward),
+    "silu": Activation(silu, silu_backward),
 }

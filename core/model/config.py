@@ -37,6 +37,13 @@ class TransformerConfig:
     segment embeddings, ``embed_ln`` its LayerNorm on the embeddings, ``pooler`` its dense layer
     on the first token, ``tanh([CLS] W + b)``.
 
+    The Llama family's settings: ``n_kv_heads`` key/value heads shared by the ``n_heads`` query
+    heads (grouped-query attention; query head ``h`` reads key/value head ``h // (n_heads //
+    n_kv_heads)``; None: one per query head), ``gated_ffn`` a gated feed-forward network,
+    ``(act(x W_gate) * (x W_1)) W_2`` (SwiGLU with ``activation="silu"``), and
+    ``positional="rotary"``, which rotates each query and key by its position inside attention
+    (frequencies ``rope_base ** (-2i / d_k)``) and adds nothing to the embeddings.
+
     ``norm``, ``norm_placement``, ``activation`` and ``positional`` each name a forward and a
     backward pass in a registry (:mod:`core.model.norms`, :mod:`core.model.activations`,
     :mod:`core.model.positions`); a name none of them has is refused here.
@@ -63,6 +70,9 @@ class TransformerConfig:
     n_token_types: int = 0
     embed_ln: bool = False
     pooler: bool = False
+    n_kv_heads: int | None = None
+    gated_ffn: bool = False
+    rope_base: float = 10000.0
 
     def __post_init__(self):
         for name in ("vocab_size", "n_ctx", "d_model", "n_heads", "d_ff", "n_layers", "n_token_types"):
@@ -80,16 +90,45 @@ class TransformerConfig:
                              f"tied_unembed and unembed_b False.")
         if self.head != "classify" and self.n_classes is not None:
             raise ValueError("n_classes belongs to a classifier (head='classify'); this model has none.")
-        for name in ("tied_unembed", "final_ln", "bias", "causal", "unembed_b", "embed_ln", "pooler"):
+        for name in ("tied_unembed", "final_ln", "bias", "causal", "unembed_b", "embed_ln", "pooler", "gated_ffn"):
             if not isinstance(getattr(self, name), (bool, np.bool_)):
                 raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}.")
         eps = self.ln_eps
         if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not math.isfinite(eps) or eps <= 0:
             raise ValueError(f"ln_eps must be a small positive number, got {eps!r}.")
+        self._check_llama_settings()
+
+    def _check_llama_settings(self):
+        """The grouped key/value heads, the gated feed-forward network and the rotary positions."""
+        kv = self.n_kv_heads
+        if kv is not None and (not _whole(kv) or kv < 1 or self.n_heads % kv):
+            raise ValueError(f"n_kv_heads must be a whole number that divides n_heads = {self.n_heads} (each "
+                             f"key/value head serves the same number of query heads), got {kv!r}; leave it None "
+                             f"for one key/value head per query head.")
+        if self.gated_ffn and self.d_ff == 0:
+            raise ValueError("gated_ffn gates the feed-forward network, and d_ff = 0 has none: give d_ff > 0 "
+                             "or leave gated_ffn False.")
+        base = self.rope_base
+        if isinstance(base, bool) or not isinstance(base, (int, float)) or not math.isfinite(base) or base <= 1:
+            raise ValueError(f"rope_base must be a finite number above 1 (Llama's 10000, SmolLM2's 100000), "
+                             f"got {base!r}.")
+        if self.positional == "rotary" and self.d_k % 2:
+            raise ValueError(f"Rotary positions turn each head's features in pairs: the head width d_k = "
+                             f"d_model / n_heads = {self.d_k} must be even; pick another n_heads.")
 
     @property
     def d_k(self) -> int:
         return self.d_model // self.n_heads
+
+    @property
+    def kv_heads(self) -> int:
+        """The number of key/value heads: ``n_kv_heads``, or ``n_heads`` when that is None."""
+        return self.n_heads if self.n_kv_heads is None else int(self.n_kv_heads)
+
+    @property
+    def group(self) -> int:
+        """Query heads per key/value head: query head ``h`` reads key/value head ``h // group``."""
+        return self.n_heads // self.kv_heads
 
 
 # ----------------------------------------------------------------------------------------------
@@ -102,15 +141,20 @@ def norm_shapes(cfg: TransformerConfig, part: str) -> dict[str, tuple[int, ...]]
 
 
 def block_shapes(cfg: TransformerConfig) -> dict[str, tuple[int, ...]]:
-    """One block's parameters under their short names (``attn.W_Q`` ...), in the order they run."""
-    d, F = cfg.d_model, cfg.d_ff
-    shapes = {f"attn.{w}": (d, d) for w in ("W_Q", "W_K", "W_V", "W_O")}
+    """One block's parameters under their short names (``attn.W_Q`` ...), in the order they run.
+    ``W_K`` and ``W_V`` are ``(d, n_kv_heads d_k)``: with grouped-query attention narrower than ``W_Q``."""
+    d, F, kv = cfg.d_model, cfg.d_ff, cfg.kv_heads * cfg.d_k      # kv: the key/value heads side by side
+    shapes = {"attn.W_Q": (d, d), "attn.W_K": (d, kv), "attn.W_V": (d, kv), "attn.W_O": (d, d)}
     if cfg.bias:
-        shapes.update({f"attn.{b}": (d,) for b in ("b_Q", "b_K", "b_V", "b_O")})
+        shapes.update({"attn.b_Q": (d,), "attn.b_K": (kv,), "attn.b_V": (kv,), "attn.b_O": (d,)})
     shapes.update(norm_shapes(cfg, "ln1"))
     if F == 0:                                          # attention-only: no feed-forward, no ln2
         return shapes
+    if cfg.gated_ffn:
+        shapes["ffn.W_gate"] = (d, F)
     shapes.update({"ffn.W_1": (d, F), "ffn.W_2": (F, d)})
+    if cfg.bias and cfg.gated_ffn:
+        shapes["ffn.b_gate"] = (F,)
     if cfg.bias:
         shapes.update({"ffn.b_1": (F,), "ffn.b_2": (d,)})
     shapes.update(norm_shapes(cfg, "ln2"))

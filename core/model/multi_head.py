@@ -9,7 +9,8 @@ the cache::
 ``w`` holds the sublayer's ``W_Q ... W_O`` and ``b_Q ... b_O`` (None without biases):
 :func:`weights` takes them from a block's parameters. The cache entries, under the sublayer's
 name: ``input`` and ``kv_input`` (what the queries and the keys and values were computed from),
-``q``, ``k``, ``v`` (B, H, T, d_k), ``scores`` and ``weights`` (B, H, Tq, Tk), ``head_outputs``
+``q`` (B, H, T, d_k), ``k``, ``v`` (B, H_kv, T, d_k: grouped-query attention has fewer key/value
+heads), ``scores`` and ``weights`` (B, H, Tq, Tk), ``head_outputs``
 (B, H, Tq, d_k), ``concat`` (B, Tq, d), ``output``.
 
 Every product, the attention's ``Q K^T`` and ``A V`` included, is :func:`core.model.layers.dense`'s
@@ -30,6 +31,7 @@ from numba import njit
 from core import masks
 from core.attention import merge_heads, split_heads    # heads are pure reshapes: one definition
 from core.model import layers as L
+from core.model import positions as POS
 from core.model.tuned import forward as TF
 from core.model.names import key
 
@@ -112,40 +114,71 @@ def edit_heads(Z: np.ndarray, edits: dict | None, layer: int, key_mask: np.ndarr
     return Z
 
 
+def grouped(X: np.ndarray, group: int) -> np.ndarray:
+    """``(B, H, T, c) -> (B, H / group, group T, c)``: the rows of the ``group`` query heads that share
+    a key/value head (heads ``g group ... g group + group - 1`` read key/value head ``g``), one head
+    after another, so that one product per key/value head serves them all. ``group = 1``: a view."""
+    B, H, T, c = X.shape
+    return X.reshape(B, H // group, group * T, c)
+
+
+def ungrouped(X: np.ndarray, n_heads: int) -> np.ndarray:
+    """:func:`grouped` undone: ``(B, H_kv, group T, c) -> (B, H, T, c)``."""
+    B, _, rows, c = X.shape
+    return X.reshape(B, n_heads, rows * X.shape[1] // n_heads, c)
+
+
 def attend(x_q: np.ndarray, x_kv: np.ndarray, w: dict, cfg, cache: dict, name: str, *, causal: bool = False,
            kv: dict | None = None, start: int = 0, edits=None, layer: int = 0,
-           key_mask: np.ndarray | None = None, tuned: bool = False) -> np.ndarray:
+           key_mask: np.ndarray | None = None, rotary: bool = False, tuned: bool = False) -> np.ndarray:
     r"""Multi-head attention of the queries of ``x_q (B, Tq, d)`` over the keys and values of
     ``x_kv (B, Tk, d)`` (the same array for self-attention); what it computes goes to ``{name}.*``.
 
-    .. math:: A_h = \mathrm{softmax}(Q_h K_h^\top / \sqrt{d_k} + M), \quad
-              \mathrm{out} = \mathrm{Concat}_h(A_h V_h)\, W_O + b_O
+    .. math:: A_h = \mathrm{softmax}(Q_h K_{g(h)}^\top / \sqrt{d_k} + M), \quad
+              \mathrm{out} = \mathrm{Concat}_h(A_h V_{g(h)})\, W_O + b_O
 
-    ``causal`` hides later keys from each query. ``kv`` (a dict holding this layer's earlier keys
-    and values, or empty) makes it a KV cache: the new keys and values are appended, and the new
-    queries, at positions ``start...``, attend over all of them. ``edits``: head ablations or
-    patches for block ``layer`` (:func:`edit_heads`). ``key_mask`` (B, 1, 1, Tk), additive (0 or
-    -inf), hides padding keys from every query; in self-attention a mean ablation averages over
-    the positions it lets through. ``tuned``: the forward pass runs the tuned twins of the
-    softmax and the KV cache (:func:`core.model.transformer.runs_tuned`, chosen once per pass).
+    With grouped-query attention (``cfg.n_kv_heads`` below ``n_heads``) ``W_K`` and ``W_V`` make
+    ``H_kv`` key/value heads (as many as ``W_K (d, H_kv d_k)`` holds), and query head ``h`` reads key/value head ``g(h) = h // (H / H_kv)``;
+    otherwise ``g(h) = h``. ``causal`` hides later keys from each query. ``kv`` (a dict holding
+    this layer's earlier keys and values, or empty) makes it a KV cache: the new keys and values
+    (``H_kv`` heads) are appended, and the new queries, at positions ``start...``, attend over all
+    of them. ``rotary``: self-attention with rotary positions, each query and key turned by its
+    position (:func:`core.model.positions.rotate`) before the scores and before the KV cache.
+    ``edits``: head ablations or patches for block ``layer`` (:func:`edit_heads`), per query head.
+    ``key_mask`` (B, 1, 1, Tk), additive (0 or -inf), hides padding keys from every query; in
+    self-attention a mean ablation averages over the positions it lets through. ``tuned``: the
+    forward pass runs the tuned twins of the softmax and the KV cache
+    (:func:`core.model.transformer.runs_tuned`, chosen once per pass).
+
+    Cache entries: ``q`` (B, H, Tq, d_k), ``k``, ``v`` (B, H_kv, Tk, d_k), the arrays the scores
+    and the weighted sum read (with rotary positions, the rotated queries and keys; with a KV cache,
+    every cached key and value); with rotary positions also ``q_unrotated`` and ``k_unrotated``,
+    this pass's projections before their turn.
     """
     H, d_k = cfg.n_heads, cfg.d_model // cfg.n_heads
+    H_kv = w["W_K"].shape[1] // d_k                         # cfg.kv_heads, or H for a cross-attention of (d, d)
+    group = H // H_kv
     big = cfg.d_model ** 2 >= L.BLAS_FROM                   # GPT-2's sizes: the products on BLAS
-    # 1. queries, keys and values, split into heads
+    # 1. queries (H heads), keys and values (H_kv heads); with rotary positions, queries and keys turned
     Q = split_heads(L.dense(x_q, w["W_Q"], w["b_Q"]), H)                                # (B, H, Tq, d_k)
-    K = split_heads(L.dense(x_kv, w["W_K"], w["b_K"]), H)                               # (B, H, Tk, d_k)
-    V = split_heads(L.dense(x_kv, w["W_V"], w["b_V"]), H)
+    K = split_heads(L.dense(x_kv, w["W_K"], w["b_K"]), H_kv)                            # (B, H_kv, Tk, d_k)
+    V = split_heads(L.dense(x_kv, w["W_V"], w["b_V"]), H_kv)
+    if rotary:
+        cache[key(name, "q_unrotated")], cache[key(name, "k_unrotated")] = Q, K
+        cos, sin = POS.rotary_angles(start, Q.shape[2], d_k, cfg.rope_base, Q.dtype)   # (Tq, d_k)
+        Q, K = POS.rotate(Q, cos, sin), POS.rotate(K, cos, sin)
     if kv is not None and tuned:
         K, V = TF.append_kv(kv, K, V)                                                    # the same, without a copy per token
     elif kv is not None:
         if "K" in kv:
-            K = np.concatenate([kv["K"], K], axis=2)                                     # (B, H, start+T, d_k)
+            K = np.concatenate([kv["K"], K], axis=2)                                     # (B, H_kv, start+T, d_k)
             V = np.concatenate([kv["V"], V], axis=2)
         kv["K"], kv["V"] = K, V
     cache[key(name, "input")], cache[key(name, "kv_input")] = x_q, x_kv
     cache[key(name, "q")], cache[key(name, "k")], cache[key(name, "v")] = Q, K, V
-    # 2. scaled, masked scores and their row softmax, each head's weighted average of the values
-    S = L.product(Q, K.swapaxes(-1, -2), big)                                            # (B, H, Tq, Tk)
+    # 2. scaled, masked scores and their row softmax, each head's weighted average of the values;
+    #    the query heads that share a key/value head go through one product together
+    S = ungrouped(L.product(grouped(Q, group), K.swapaxes(-1, -2), big), H)           # (B, H, Tq, Tk)
     S *= S.dtype.type(1.0 / math.sqrt(d_k))
     if causal:
         S += masks.causal(Q.shape[2], x_q.dtype, start=start)                          # (Tq, start + Tq)
@@ -156,7 +189,7 @@ def attend(x_q: np.ndarray, x_kv: np.ndarray, w: dict, cfg, cache: dict, name: s
     L.note(softmax)
     A = softmax(S)
     cache[key(name, "weights")] = A
-    Z = L.product(A, V, big)                                                             # (B, H, Tq, d_k)
+    Z = ungrouped(L.product(grouped(A, group), V, big), H)                               # (B, H, Tq, d_k)
     # 3. head edits (ablation, patching), then the heads side by side and the output projection
     Z = edit_heads(Z, edits, layer, key_mask if x_kv is x_q else None)    # self-attention: the keys' mask is the queries'
     cache[key(name, "head_outputs")] = Z
@@ -214,9 +247,10 @@ def _attention_rows_backward_numpy(Q, K, V, A, dZ, scale, dQ, dK, dV):
     dK[...] = dS.swapaxes(-1, -2) @ Q
 
 
-def attend_backward(d_out: np.ndarray, w: dict, cfg, cache: dict, name: str):
+def attend_backward(d_out: np.ndarray, w: dict, cfg, cache: dict, name: str, *, rotary: bool = False):
     """Backward of :func:`attend` from ``d_out``, step by step in reverse, on the forward pass's own
-    cache (a whole sequence: no KV cache, no head edits).
+    cache (a whole sequence from position 0: no KV cache, no head edits). ``rotary`` as the forward
+    pass had it.
 
     Returns
     -------
@@ -225,16 +259,23 @@ def attend_backward(d_out: np.ndarray, w: dict, cfg, cache: dict, name: str):
     grads : ``W_Q ... b_O`` (the biases only when the model has them)
     """
     H, d_k = cfg.n_heads, cfg.d_model // cfg.n_heads
-    Q, K, V = (np.ascontiguousarray(cache[key(name, n)]) for n in "qkv")                # (B, H, T, d_k)
-    A = np.ascontiguousarray(cache[key(name, "weights")])
+    group = H // cache[key(name, "k")].shape[1]                                        # query heads per key/value head
+    Q = np.ascontiguousarray(grouped(cache[key(name, "q")], group))                    # (B, H_kv, group Tq, d_k)
+    K, V = (np.ascontiguousarray(cache[key(name, n)]) for n in "kv")                     # (B, H_kv, Tk, d_k)
+    A = np.ascontiguousarray(grouped(cache[key(name, "weights")], group))              # (B, H_kv, group Tq, Tk)
     g = {}
     # 3. output projection
     d_concat, g["W_O"], g["b_O"] = L.linear_backward(d_out, cache[key(name, "concat")], w["W_O"])
-    # 2. back into heads, through Z = A V, the softmax and the scaled scores
-    dZ = np.ascontiguousarray(split_heads(d_concat, H))                                  # (B, H, Tq, d_k)
+    # 2. back into heads, through Z = A V, the softmax and the scaled scores; the query heads that
+    #    share a key/value head are rows of one problem, so their shares of dK and dV add up
+    dZ = np.ascontiguousarray(grouped(split_heads(d_concat, H), group))                 # (B, H_kv, group Tq, d_k)
     dQ, dK, dV = np.empty_like(dZ), np.empty_like(K), np.empty_like(V)
     L.compiled_or(_attention_rows_backward, _attention_rows_backward_numpy, Q, K, V, A, dZ, math.sqrt(d_k),
                   dQ, dK, dV)
+    dQ = ungrouped(dQ, H)                                                                # (B, H, Tq, d_k)
+    if rotary:                                                                           # back through the turn
+        cos, sin = POS.rotary_angles(0, dQ.shape[2], d_k, cfg.rope_base, dQ.dtype)
+        dQ, dK = POS.rotate_backward(dQ, cos, sin), POS.rotate_backward(dK, cos, sin)
     # 1. the projections
     x_q, x_kv = cache[key(name, "input")], cache[key(name, "kv_input")]
     dx_q, g["W_Q"], g["b_Q"] = L.linear_backward(merge_heads(dQ), x_q, w["W_Q"])

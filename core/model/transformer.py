@@ -66,11 +66,21 @@ def runs_tuned(cfg: TransformerConfig, dtype) -> bool:
 def feed_forward(x: np.ndarray, p: dict, cfg: TransformerConfig, cache: dict, name: str, *,
                  tuned: bool = False) -> np.ndarray:
     """``act(x W_1 + b_1) W_2 + b_2``, ``act`` the model's activation (ReLU, GELU exact or its tanh
-    form: :data:`~core.model.activations.ACTIVATIONS`); its ``{name}.input``, the hidden layer before
-    and after the activation (``{name}.pre``, ``{name}.hidden``) and its ``{name}.output`` go to the cache."""
+    form, SiLU: :data:`~core.model.activations.ACTIVATIONS`); gated (``cfg.gated_ffn``, Llama's
+    SwiGLU), ``(act(x W_gate + b_gate) * (x W_1 + b_1)) W_2 + b_2``. Its ``{name}.input``, the hidden
+    layer ``{name}.pre`` (``x W_1 + b_1``) and ``{name}.hidden`` (what ``W_2`` reads), gated also
+    ``{name}.gate`` (``x W_gate + b_gate``) and ``{name}.gate_act`` (its activation), and its
+    ``{name}.output`` go to the cache."""
     cache[key(name, "input")] = x
     cache[key(name, "pre")] = pre = L.dense(x, p["ffn.W_1"], p.get("ffn.b_1"))          # (B, T, d_ff)
-    cache[key(name, "hidden")] = hidden = ACTIVATIONS[cfg.activation].forward(pre, tuned)
+    act = ACTIVATIONS[cfg.activation].forward
+    if cfg.gated_ffn:
+        cache[key(name, "gate")] = gate = L.dense(x, p["ffn.W_gate"], p.get("ffn.b_gate"))   # (B, T, d_ff)
+        cache[key(name, "gate_act")] = gate_act = act(gate, tuned)
+        hidden = gate_act * pre
+    else:
+        hidden = act(pre, tuned)
+    cache[key(name, "hidden")] = hidden
     cache[key(name, "output")] = out = L.dense(hidden, p["ffn.W_2"], p.get("ffn.b_2"))  # (B, T, d)
     return out
 
@@ -78,10 +88,19 @@ def feed_forward(x: np.ndarray, p: dict, cfg: TransformerConfig, cache: dict, na
 def feed_forward_backward(dy: np.ndarray, p: dict, cfg: TransformerConfig, cache: dict, name: str):
     """``(dx, grads)`` of :func:`feed_forward` ``name``, from its cache."""
     g = {}
-    pre, hidden = cache[key(name, "pre")], cache[key(name, "hidden")]                # (B, T, d_ff)
+    x, pre, hidden = cache[key(name, "input")], cache[key(name, "pre")], cache[key(name, "hidden")]   # (B, T, d_ff)
     d_hidden, g["ffn.W_2"], g["ffn.b_2"] = L.linear_backward(dy, hidden, p["ffn.W_2"])
-    d_pre = ACTIVATIONS[cfg.activation].backward(d_hidden, pre, hidden)
-    dx, g["ffn.W_1"], g["ffn.b_1"] = L.linear_backward(d_pre, cache[key(name, "input")], p["ffn.W_1"])
+    act = ACTIVATIONS[cfg.activation].backward
+    if cfg.gated_ffn:                                    # hidden = act(gate) * pre: each factor's gradient is the other's
+        gate, gate_act = cache[key(name, "gate")], cache[key(name, "gate_act")]
+        d_gate = act(d_hidden * pre, gate, gate_act)
+        d_pre = d_hidden * gate_act
+        dx_gate, g["ffn.W_gate"], g["ffn.b_gate"] = L.linear_backward(d_gate, x, p["ffn.W_gate"])
+    else:
+        d_pre = act(d_hidden, pre, hidden)
+    dx, g["ffn.W_1"], g["ffn.b_1"] = L.linear_backward(d_pre, x, p["ffn.W_1"])
+    if cfg.gated_ffn:
+        dx += dx_gate
     return dx, {k: v for k, v in g.items() if cfg.bias or ".W_" in k}
 
 
@@ -97,7 +116,8 @@ def block(h: np.ndarray, p: dict, cfg: TransformerConfig, cache: dict, name: str
 
     def attention(x):                                     # self-attention, causal in a decoder
         return MH.attend(x, x, w, cfg, cache, key(name, "attn"), causal=cfg.causal, kv=kv, start=start,
-                         edits=edits, layer=layer, key_mask=key_mask, tuned=tuned)
+                         edits=edits, layer=layer, key_mask=key_mask, rotary=POSITIONS[cfg.positional].rotates,
+                         tuned=tuned)
 
     def ffn(x):
         return feed_forward(x, p, cfg, cache, key(name, "ffn"), tuned=tuned)

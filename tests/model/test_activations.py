@@ -29,6 +29,18 @@ def test_the_forward_formulas():
     np.testing.assert_allclose(A.gelu_erf(X), X * Phi, rtol=1e-15, atol=1e-15)
     u = math.sqrt(2 / math.pi) * (X + 0.044715 * X ** 3)
     np.testing.assert_allclose(A.gelu_tanh(X), 0.5 * X * (1 + np.tanh(u)), rtol=1e-15, atol=1e-15)
+    np.testing.assert_allclose(A.silu(X), X / (1 + np.exp(-X)), rtol=1e-15, atol=1e-15)
+
+
+def test_silu_keeps_its_tails_without_overflow():
+    """Far out, e^-x overflows and 1 - 1/(1 + e^x) rounds to 0: SiLU of -80 is -80 e^-80 (a normal
+    float32), not 0 or NaN, and SiLU of 1000 is 1000."""
+    with np.errstate(over="raise", invalid="raise"):
+        for dtype in (np.float32, np.float64):
+            x = np.array([-1000.0, -80.0, 1000.0], dtype=dtype)
+            y = A.silu(x)
+            assert y.dtype == dtype
+            np.testing.assert_allclose(y, [0.0, -80.0 * np.exp(-80.0), 1000.0], rtol=1e-6, atol=0)
 
 
 @pytest.mark.parametrize("tuned", [False, True])

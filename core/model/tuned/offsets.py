@@ -25,7 +25,9 @@ from core.model.transformer_encdec import param_shapes as encdec_shapes
 # What the compiled steps compute: the original Transformer's blocks (post-norm LayerNorm, ReLU,
 # biases) under a classifier head or an untied, biased unembedding. Anything else runs on the readable track.
 _COMPILED = dict(norm_placement="post", norm="layernorm", activation="relu", bias=True, tied_unembed=False,
-                 final_ln=False, n_token_types=0, embed_ln=False, pooler=False)
+                 final_ln=False, n_token_types=0, embed_ln=False, pooler=False, gated_ffn=False)
+# positions the compiled steps add to the embeddings (rotary ones turn queries and keys: not here)
+_COMPILED_POSITIONS = ("sinusoidal", "learned", "none")
 
 
 def unsupported(cfg) -> str | None:
@@ -36,6 +38,10 @@ def unsupported(cfg) -> str | None:
         wrong = [f"{k}={getattr(stack, k)!r}" for k, v in _COMPILED.items() if getattr(stack, k) != v]
         if wrong:
             return "the compiled steps run post-norm LayerNorm ReLU blocks with biases only, not " + ", ".join(wrong)
+        if stack.kv_heads != stack.n_heads:
+            return f"the compiled steps give each query head its own key/value head, not n_kv_heads={stack.n_kv_heads}"
+        if stack.positional not in _COMPILED_POSITIONS:
+            return f"the compiled steps add positions to the embeddings, not positional={stack.positional!r}"
     head = stacks[-1]
     if head.head == "classify" and head.causal:
         return "the compiled classifier attends both ways (causal=False)"

@@ -94,3 +94,15 @@ def test_only_the_original_transformers_blocks_get_a_layout():
         offsets.decoder_layout(gpt2)
     with pytest.raises(ValueError, match="trains a classifier"):
         offsets.encoder_layout(DECODER)
+
+
+@pytest.mark.parametrize("llama_setting, words", [(dict(n_kv_heads=1), "n_kv_heads=1"),
+                                                  (dict(gated_ffn=True), "gated_ffn=True"),
+                                                  (dict(positional="rotary"), "positional='rotary'")])
+def test_the_llama_settings_are_refused_one_by_one(llama_setting, words):
+    """Each on the original Transformer's blocks, which the compiled steps otherwise run."""
+    import dataclasses
+
+    for cfg in (DECODER, ENCODER):
+        with pytest.raises(ValueError, match=f"cannot train on the compiled step: .*{words}"):
+            (offsets.decoder_layout if cfg is DECODER else offsets.encoder_layout)(dataclasses.replace(cfg, **llama_setting))
