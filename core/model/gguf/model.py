@@ -83,13 +83,15 @@ def config_from(metadata: dict, gguf: GGUFFile) -> C.TransformerConfig:
     kv_heads = need("attention.head_count_kv") if f"{ARCHITECTURE}.attention.head_count_kv" in metadata else n_heads
     if metadata.get(f"{ARCHITECTURE}.expert_count", 0):
         raise ValueError(f"{gguf.path} is a mixture-of-experts model, which is not supported.")
-    rotary = metadata.get(f"{ARCHITECTURE}.rope.dimension_count", d // max(n_heads, 1))
-    if rotary != d // max(n_heads, 1):
-        raise ValueError(f"{gguf.path} rotates only {rotary} of each head's {d // n_heads} features; only rotary "
-                         f"positions over the whole head are supported.")
-    if metadata.get(f"{ARCHITECTURE}.rope.scaling.type", "none") not in ("none", "linear") or \
-            metadata.get(f"{ARCHITECTURE}.rope.scaling.factor", 1.0) not in (0.0, 1.0):
-        raise ValueError(f"{gguf.path} scales its rotary positions; only plain rotary positions are supported.")
+    d_k = d // n_heads if n_heads > 0 else 0             # (a head count of 0 is refused by the config)
+    rotated = metadata.get(f"{ARCHITECTURE}.rope.dimension_count", d_k)
+    if rotated != d_k:
+        raise ValueError(f"{gguf.path} rotates {rotated} of each head's {d_k} features; only rotary positions "
+                         f"over the whole head are supported.")
+    scaling = metadata.get(f"{ARCHITECTURE}.rope.scaling.type", "none")
+    if scaling != "none" and metadata.get(f"{ARCHITECTURE}.rope.scaling.factor", 1.0) not in (0.0, 1.0):
+        raise ValueError(f"{gguf.path} scales its rotary positions ({scaling}); only plain rotary positions are "
+                         f"supported.")
     if "token_embd.weight" not in gguf.tensors:
         raise ValueError(f"{gguf.path} has no token_embd.weight: the file is incomplete.")
     return C.TransformerConfig(

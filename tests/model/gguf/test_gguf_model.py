@@ -6,7 +6,7 @@ import pytest
 
 from core import pretrained
 from core.model import config as C
-from core.model.compact import CompactMatrix
+from core.model.compact import CompactMatrix, wide
 from core.model.gguf import model as G
 from core.model.gguf.matrix import Q4_1Matrix, Q8_0Matrix
 from gguf_support import TINY, llama_cpp_permute, random_llama_weights, write_llama_gguf
@@ -17,7 +17,7 @@ def quantised(w: np.ndarray, kind: str) -> np.ndarray:
     """``w`` packed and unpacked by gguf-py: the float32 values a file of that format holds."""
     gguf = require("gguf")
     qtype = gguf.GGMLQuantizationType[kind]
-    return gguf.quants.dequantize(gguf.quants.quantize(w, qtype), qtype)
+    return np.asarray(gguf.quants.dequantize(gguf.quants.quantize(w, qtype), qtype), dtype=np.float32)
 
 
 OURS = {"self_attn.q_proj": "attn.W_Q", "self_attn.k_proj": "attn.W_K", "self_attn.v_proj": "attn.W_V",
@@ -36,9 +36,13 @@ def our_name(hf: str) -> str:
     return f"blocks.{i}.{OURS['.'.join(rest[:-1])]}"
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_every_parameter_is_the_quantised_weight_in_our_orientation(tiny_llama, dtype):
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["float32", "float64"])
+@pytest.mark.parametrize("kind", ["Q4_1", "Q8_0", "Q4_0", "F16", "F32"])
+def test_every_parameter_is_the_stored_weight_in_our_orientation(tiny_llama, tmp_path, kind, dtype):
+    """Each 2-D weight as the file stores it (``kind``; the embedding Q8_0), unpacked by gguf-py."""
     path, weights = tiny_llama
+    if kind != "Q4_1":
+        path = write_llama_gguf(tmp_path / f"{kind}.gguf", weights, weight_type=kind)
     model = pretrained.load(path, dtype)
     assert model.family == "llama" and model.source == path
     assert set(model.params) == set(C.param_shapes(model.config))
@@ -49,10 +53,10 @@ def test_every_parameter_is_the_quantised_weight_in_our_orientation(tiny_llama, 
         elif hf == "model.embed_tokens.weight":          # (V, d), as stored
             expected = quantised(w, "Q8_0")
         else:                                            # (out, in) -> our (in, out)
-            expected = quantised(w, "Q4_1").T
+            expected = quantised(w, kind).T
         assert value.shape == C.param_shapes(model.config)[our_name(hf)] and value.dtype == dtype, hf
-        got = value.widen() if isinstance(value, CompactMatrix) else value
-        assert np.array_equal(got, expected.astype(dtype)), hf
+        assert isinstance(value, CompactMatrix) == (w.ndim == 2 and (kind != "F32" or "embed" in hf)), hf
+        assert np.array_equal(wide(value), expected.astype(dtype)), hf
 
 
 def test_the_config_comes_from_the_metadata(tiny_llama):
