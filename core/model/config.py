@@ -11,6 +11,7 @@ import numpy as np
 
 from core.model import params as P
 from core.model.activations import ACTIVATIONS
+from core.model.compact import CompactMatrix, wide
 from core.model.norms import NORMS, PLACEMENTS
 from core.model.params import init_by_name, whole as _whole
 from core.model.positions import POSITIONAL, POSITIONS  # noqa: F401  (POSITIONAL: the names, read from here too)
@@ -208,7 +209,9 @@ def check_params(params: dict, model, *, finite: bool = False) -> np.dtype:
     or non-float dtypes and (``finite``) NaN or infinity; return their dtype (that of the first name).
 
     ``model``: a :class:`TransformerConfig`, or the ``{name: shape}`` of a model of two stacks
-    (:func:`core.model.transformer_encdec.param_shapes`). ``finite=False`` by default: every forward
+    (:func:`core.model.transformer_encdec.param_shapes`). A 2-D weight may be a
+    :class:`~core.model.compact.CompactMatrix` (a quantised checkpoint's, widened on use): its
+    ``shape`` and ``dtype`` (those it widens to) are checked as an array's. ``finite=False`` by default: every forward
     pass refuses non-finite activations, and a scan of GPT-2's 124M parameters would cost more than a
     token's forward pass; the small models we train scan (``finite=True``)."""
     shapes = param_shapes(model) if isinstance(model, TransformerConfig) else model
@@ -223,18 +226,21 @@ def check_params(params: dict, model, *, finite: bool = False) -> np.dtype:
     if extra:
         raise ValueError(f"Unexpected parameters {some(extra)}: this configuration does not use them.")
     first = next(iter(shapes))
-    dtype = np.asarray(params[first]).dtype
+    dtype = np.dtype(params[first].dtype if isinstance(params[first], CompactMatrix) else np.asarray(params[first]).dtype)
     if dtype not in (np.float32, np.float64):
         raise ValueError(f"Parameters must be float32 or float64, got {dtype} for {first!r}.")
     for name, shape in shapes.items():
         value = params[name]
-        if not isinstance(value, np.ndarray):
+        if isinstance(value, CompactMatrix) and len(shape) != 2:
+            raise ValueError(f"Parameter {name!r} is a compact matrix, but it is a vector of shape {shape}: "
+                             f"give it as a NumPy array (only 2-D weights may be kept compact).")
+        if not isinstance(value, (np.ndarray, CompactMatrix)):
             raise ValueError(f"Parameter {name!r} is not a NumPy array.")
-        if value.shape != shape:
-            raise ValueError(f"Parameter {name!r} has shape {value.shape}; this configuration needs {shape}.")
+        if tuple(value.shape) != shape:
+            raise ValueError(f"Parameter {name!r} has shape {tuple(value.shape)}; this configuration needs {shape}.")
         if value.dtype != dtype:
             raise ValueError(f"Parameter {name!r} is {value.dtype} but {first!r} is {dtype}; use one dtype.")
-        if finite and not np.isfinite(value).all():
+        if finite and not np.isfinite(wide(value)).all():
             raise ValueError(f"Parameter {name!r} contains NaN or infinity.")
     return dtype
 

@@ -2,8 +2,10 @@
 
 The same loop runs the original Transformer's decoder-only stack (post-norm, ReLU, sinusoidal
 positions: the seeds), the GPT-2 family (pre-norm, GELU, learned positions, tied unembedding,
-a final LayerNorm) and the BERT family (post-norm, exact GELU, token types, a LayerNorm on the
-embeddings, no causal mask, no head: it returns the last hidden states)::
+a final LayerNorm), the BERT family (post-norm, exact GELU, token types, a LayerNorm on the
+embeddings, no causal mask, no head: it returns the last hidden states) and the Llama family
+(pre-norm RMSNorm, the gated SiLU feed-forward network, rotary positions turned inside attention,
+fewer key/value heads than query heads, no biases, tied unembedding: SmolLM2)::
 
     h = embed[tokens] + positions (+ token_type[types])            # (B, T, d)
     h = LN_embed(h)                                                # when embed_ln
@@ -20,6 +22,11 @@ Each choice is a forward and a backward pass registered under its name: which no
 LayerNorm or RMSNorm) and where it sits (:mod:`core.model.norms`, whose
 :func:`~core.model.norms.residual` is the pre- and post-norm wiring of every block), which
 activation (:mod:`core.model.activations`), which positions (:mod:`core.model.positions`).
+
+A 2-D weight may be kept compact (:class:`~core.model.compact.CompactMatrix`, a quantised
+checkpoint's form): a block's weights are widened when the pass reaches that block
+(:func:`block_params`), the token table's rows for the tokens at hand, and a tied unembedding a
+slice of the vocabulary at a time (:func:`tied_logits`), so the whole model is never held as floats.
 
 Parameters and the forward cache use the project's one vocabulary (``embed``, ``pos``,
 ``blocks.{i}.attn.W_Q`` ..., ``blocks.{i}.resid_pre``, ``blocks.{i}.attn.weights`` ...), so a
@@ -42,6 +49,7 @@ from core.model import multi_head as MH
 from core.model import names
 from core.model import norms as N
 from core.model.activations import ACTIVATIONS
+from core.model.compact import CompactMatrix, wide
 from core.model.config import TransformerConfig, check_params, check_tokens
 from core.model.names import key
 from core.model.norms import layer_norm, layer_norm_backward  # noqa: F401  (the pages show them as the model's)
@@ -137,8 +145,35 @@ def block(h: np.ndarray, p: dict, cfg: TransformerConfig, cache: dict, name: str
 
 
 def block_params(params: dict, prefix: str) -> dict:
-    """The parameters under ``prefix`` (``blocks.3.``) by their short names (``attn.W_Q`` ...)."""
-    return {name[len(prefix):]: value for name, value in params.items() if name.startswith(prefix)}
+    """The parameters under ``prefix`` (``blocks.3.``) by their short names (``attn.W_Q`` ...), as
+    float arrays: a compact weight (:class:`~core.model.compact.CompactMatrix`) is widened here, when
+    the pass reaches its block, and dropped with the block's dict after it."""
+    return {name[len(prefix):]: wide(value) for name, value in params.items() if name.startswith(prefix)}
+
+
+def token_rows(table, ids: np.ndarray) -> np.ndarray:
+    """Rows ``ids`` of a token table (``embed``, ``token_type``): ``ids.shape + (d,)``; a compact
+    table widens those rows only."""
+    return table.rows(ids) if isinstance(table, CompactMatrix) else table[ids]
+
+
+# The tied unembedding of a compact token table is widened this many rows (tokens) at a time:
+# SmolLM2's 49,152 x 576 table would take 113 MB as float32, a slice of 8,192 takes 19 MB.
+VOCAB_SLICE = 8192
+
+
+def tied_logits(h: np.ndarray, table) -> np.ndarray:
+    """``h @ embed^T`` (B, T, V) for the token table ``embed`` (V, d), one slice of ``VOCAB_SLICE``
+    tokens at a time: a compact table is never widened whole. A float table takes the same slices
+    (views), so the two give the same bits."""
+    x = h.reshape(-1, h.shape[-1])                                                         # (N, d)
+    V, big = table.shape[0], table.shape[0] * table.shape[1] >= L.BLAS_FROM
+    logits = np.empty((x.shape[0], V), dtype=h.dtype)
+    for a in range(0, V, VOCAB_SLICE):
+        b = min(a + VOCAB_SLICE, V)
+        rows = table.rows(np.arange(a, b)) if isinstance(table, CompactMatrix) else table[a:b]   # (b - a, d)
+        logits[:, a:b] = L.product(x, rows.T, big)
+    return logits.reshape(*h.shape[:-1], V)
 
 
 def embed(params: dict, cfg: TransformerConfig, tokens: np.ndarray, start: int = 0, prefix: str = "",
@@ -147,14 +182,14 @@ def embed(params: dict, cfg: TransformerConfig, tokens: np.ndarray, start: int =
     ``{prefix}token_embed`` (B, T, d) and ``{prefix}pos_embed`` (T, d) in ``cache`` when one is given.
     A model with token types (BERT's segments A and B) adds ``token_type[token_types]`` (all type 0
     when none are given), and one with ``embed_ln`` puts the sum through the model's norm (BERT's LayerNorm)."""
-    x = params[f"{prefix}embed"][tokens]                                                 # (B, T, d)
+    x = token_rows(params[f"{prefix}embed"], tokens)                                     # (B, T, d)
     pos = POSITIONS[cfg.positional].table(params, cfg, prefix, start, tokens.shape[1], x.dtype)   # (T, d)
     if cache is not None:
         cache[f"{prefix}token_embed"], cache[f"{prefix}pos_embed"] = x, pos
     h = x + pos
     if cfg.n_token_types:
         types = np.zeros_like(tokens) if token_types is None else token_types
-        h = h + params[f"{prefix}token_type"][types]                                     # (B, T, d)
+        h = h + token_rows(params[f"{prefix}token_type"], types)                          # (B, T, d)
     if cfg.embed_ln:
         h = N.forward(cfg, h, params, f"{prefix}embed_ln", {} if cache is None else cache, f"{prefix}embed_ln")
     return h
@@ -168,15 +203,18 @@ def unembed(params: dict, cfg: TransformerConfig, h: np.ndarray, cache: dict, pr
     if cfg.final_ln:
         h = N.forward(cfg, h, params, f"{prefix}ln_final", cache, f"{prefix}ln_final")
     if cfg.pooler:
-        cache[f"{prefix}pooler.output"] = np.tanh(L.dense(h[:, 0], params[f"{prefix}pooler.W"],
+        cache[f"{prefix}pooler.output"] = np.tanh(L.dense(h[:, 0], wide(params[f"{prefix}pooler.W"]),
                                                         params[f"{prefix}pooler.b"]))
     if cfg.head == "none":
         return h
     if cfg.head == "classify":
         cache[f"{prefix}pooled"] = pooled = h.mean(axis=1)                               # (B, d)
-        return L.dense(pooled, params[f"{prefix}classifier.W"], params[f"{prefix}classifier.b"])
-    W = params[f"{prefix}embed"].T if cfg.tied_unembed else params[f"{prefix}unembed"]  # (d, V)
-    return L.dense(h, W, params.get(f"{prefix}unembed_b"))                                # one 2-D product
+        return L.dense(pooled, wide(params[f"{prefix}classifier.W"]), params[f"{prefix}classifier.b"])
+    if cfg.tied_unembed:                                                                  # embed^T, a slice at a time
+        logits = tied_logits(h, params[f"{prefix}embed"])                                 # (B, T, V)
+        bias = params.get(f"{prefix}unembed_b")
+        return logits if bias is None else logits + bias
+    return L.dense(h, wide(params[f"{prefix}unembed"]), params.get(f"{prefix}unembed_b"))   # one 2-D product
 
 
 def forward(params: dict, cfg: TransformerConfig, tokens, *, ablate: dict | None = None,
@@ -200,7 +238,8 @@ def forward(params: dict, cfg: TransformerConfig, tokens, *, ablate: dict | None
     logits : (B, T, V), (B, C) for a classifier, or the last hidden states (B, T, d) for ``head="none"``
     cache : flat dict: ``tokens`` (B, T), ``token_embed`` (B, T, d), ``pos_embed`` (T, d), ``blocks.{i}.resid_pre``, ``blocks.{i}.ln1.input|mean|std|
         normalized``, ``blocks.{i}.attn.scores|weights|head_outputs|concat|output``,
-        ``blocks.{i}.resid_mid``, ``blocks.{i}.ln2.*``, ``blocks.{i}.ffn.pre|hidden|output``,
+        ``blocks.{i}.resid_mid``, ``blocks.{i}.ln2.*``, ``blocks.{i}.ffn.pre|hidden|output`` (gated also
+        ``gate|gate_act``; rotary positions add ``blocks.{i}.attn.q_unrotated|k_unrotated``),
         ``blocks.{i}.resid_post``, ``ln_final.*``, ``pooled`` (a classifier), ``logits``. Without ablations or a KV
         cache it is all that :func:`core.model.transformer_backward.backward` needs.
     """
@@ -228,9 +267,9 @@ def forward_checked(params: dict, cfg: TransformerConfig, tokens, *, ablate: dic
     tuned = runs_tuned(cfg, params["embed"].dtype)               # the readable steps or their tuned twins
     h = embed(params, cfg, tokens, start, cache=cache, token_types=types)                # (B, T, d)
     for i in range(cfg.n_layers):
-        h = block(h, block_params(params, names.block(i) + "."), cfg, cache, names.block(i),
-                  kv=None if kv is None else kv[i], start=start, edits=ablate, layer=i, key_mask=additive,
-                  tuned=tuned)
+        p = block_params(params, names.block(i) + ".")          # this block's weights (compact ones widened now)
+        h = block(h, p, cfg, cache, names.block(i), kv=None if kv is None else kv[i], start=start, edits=ablate,
+                  layer=i, key_mask=additive, tuned=tuned)
     logits = unembed(params, cfg, h, cache)
     cache["logits"] = logits
     return logits, cache

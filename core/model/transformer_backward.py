@@ -25,6 +25,7 @@ from core.model import multi_head as MH
 from core.model import names
 from core.model import norms as N
 from core.model import transformer as tr
+from core.model.compact import wide
 from core.model.config import TransformerConfig
 from core.model.names import key
 from core.model.positions import POSITIONS
@@ -115,6 +116,7 @@ def backward(params: dict, cfg: TransformerConfig, cache: dict, d_logits: np.nda
     grads : dict, the same names, shapes and dtype as ``params``
     """
     C.check_params(params, cfg)
+    params = {name: wide(value) for name, value in params.items()}     # compact weights: their float values
     if np.shape(d_logits) != np.shape(cache["logits"]):
         raise ValueError(f"d_logits has shape {np.shape(d_logits)}; the logits have {np.shape(cache['logits'])}.")
     if cache[key(names.block(0), "attn", "weights")].shape[-1] != cache["tokens"].shape[1]:
