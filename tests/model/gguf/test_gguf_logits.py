@@ -2,15 +2,15 @@
 through) and by us in float64: the same weights, the same token ids, logits within 1e-9 on one
 short prompt, and the same greedy tokens.
 
-One test, in steps, so that at most one float64 copy of the model (about 1.1 GB) is alive at a
-time: transformers' model answers first and is dropped before ours is widened to run."""
+One test, in steps: transformers' float64 model (about 1.1 GB) answers first and is dropped before
+ours runs, compact, widening a block's weights as the pass reaches it."""
 import gc
 import os
 
 import numpy as np
 
 from core import pretrained
-from core.model import generation, transformer
+from core.model import generation
 from core.model.compact import wide
 from llama_oracle_support import float64_llama
 from oracle_support import require
@@ -60,9 +60,8 @@ def test_float64_weights_ids_logits_and_greedy_tokens_match_transformers(smollm2
 
     ids = ours.encode(PROMPT)
     assert ids.tolist() == their_ids
-    params = {name: wide(value) for name, value in ours.params.items()}     # ours in float64 arrays, to run
-    logits, _ = transformer.forward(params, ours.config, ids[None])
+    logits, _ = ours.forward(ids[None])
     np.testing.assert_allclose(logits, expected, rtol=1e-9, atol=1e-9 * np.abs(expected).max())
-    run = generation.generate(params, ours.config, prompt=ids, max_new_tokens=NEW_TOKENS, temperature=0)
+    run = generation.generate(ours.params, ours.config, prompt=ids, max_new_tokens=NEW_TOKENS, temperature=0)
     assert run.tokens.tolist() == their_greedy.tolist()
     assert ours.decode(run.tokens[len(ids):]) == "The capital of France"
