@@ -64,7 +64,11 @@ from core.model.tuned import forward as TF
 def runs_tuned(cfg: TransformerConfig, dtype) -> bool:
     """Whether a forward pass runs the tuned twins (:mod:`core.model.tuned.forward`): at GPT-2's sizes
     (a ``d x d`` weight of at least ``BLAS_FROM`` numbers, which BLAS multiplies), once they are
-    compiled. Decided once at the top of a forward pass and handed to every sublayer."""
+    compiled. Decided once at the top of a forward pass and handed to every sublayer.
+
+    Every setting runs them: the softmax's rows and the KV cache's buffer do not depend on the
+    kind of model (grouped-query attention caches its ``H_kv`` heads, rotary positions their turned
+    keys); an activation without a twin (ReLU, exact GELU, SiLU) runs its readable form."""
     return cfg.d_model ** 2 >= L.BLAS_FROM and TF.ready(dtype)
 
 

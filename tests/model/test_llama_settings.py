@@ -174,3 +174,26 @@ def test_generation_through_the_kv_cache_gives_the_full_forwards_logits():
     np.testing.assert_array_equal(cached.tokens, full.tokens)
     assert cached.keys.shape == (cfg.n_layers, 2, 9, 4)               # (L, H_kv, P + n - 1, d_k)
     assert len(cached.self_attn) == 7 and cached.self_attn[-1].shape == (cfg.n_layers, 6, 9)
+
+
+def test_at_real_sizes_the_tuned_twins_run_and_agree_with_the_readable_steps(monkeypatch):
+    """A Llama block 384 wide (BLAS's sizes) runs the tuned softmax and KV cache, and SiLU, which has
+    no twin, as it is; its logits, through the KV cache, are the readable pass's to float32 rounding."""
+    from core.model.tuned import forward as TF
+    from core.recording import recording
+
+    cfg, params = llama(np.float32, d_model=384, n_layers=1, d_ff=64, n_ctx=12)
+
+    def run(tuned):
+        monkeypatch.setattr(TF, "ready", lambda dtype: tuned)
+        kv = [{}]
+        with recording() as ran:
+            first = tr.forward(params, cfg, IDS[:, :5], kv=kv)[0]
+            rest = [tr.forward(params, cfg, IDS[:, t:t + 1], kv=kv, start=t)[0] for t in range(5, 9)]
+        return np.concatenate([first] + rest, axis=1), set(ran.functions()), kv
+
+    tuned, ran_tuned, kv = run(True)
+    readable, ran_readable, _ = run(False)
+    assert TF.softmax_rows in ran_tuned and TF.softmax_rows not in ran_readable
+    assert "buffer" in kv[0] and kv[0]["K"].shape == (2, 2, 9, 64)
+    np.testing.assert_allclose(tuned, readable, rtol=1e-4, atol=1e-4 * np.abs(readable).max())
