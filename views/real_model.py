@@ -1,12 +1,13 @@
-"""A real model: a BERT-family encoder (all-MiniLM-L6-v2) or a GPT-2-family decoder, run by our own
-transformer and taken apart head by head."""
+"""A real model: a BERT-family encoder (all-MiniLM-L6-v2), a Llama-family language model
+(SmolLM2-135M-Instruct) or a GPT-2-family decoder, run by our own transformer and taken apart head by head."""
+import os
+
 import pandas as pd
 import streamlit as st
 
 from core.lessons import notation, param_counts, questions
 from core.lessons import real_model as rm
-from core.model import names
-from core.model import minilm_package
+from core.model import minilm_package, names
 from core.recording import Record, recorded, recording
 from ui import charts, lesson, state
 from ui import real_model_parts as parts
@@ -18,7 +19,7 @@ HOW = {"zero": "zero (remove the head)", "mean": "mean over positions", "patch":
 SPEC = {"which": state.choice_field(parts.DEFAULT_MODEL, list(MODELS)), "model": state.text_field(""),
         "text": state.text_field("The cat sat on the mat. The cat sat on the mat."),
         "sentences": state.text_field("The weather is lovely today.\nIt's so sunny outside!\nHe drove to the stadium."),
-        "layer": state.int_field(1, 1, 96), "head": state.int_field(1, 1, 64),
+        "layer": state.int_field(1, 1, 96), "head": state.int_field(1, 1, 64), "grid_layer": state.int_field(1, 1, 96),
         "how": state.choice_field("zero", list(HOW)), "other": state.text_field("the value and the key give a weight."),
         "temperature": state.float_field(0.8, 0.0, 2.0), "top_k": state.int_field(40, 0, 1000),
         "top_p": state.float_field(0.95, 0.05, 1.0), "n_new": state.int_field(20, 1, 60), "seed": state.int_field(0, 0, 999)}
@@ -34,41 +35,36 @@ st.markdown("A published checkpoint, read from its own files and run by **our** 
             "every other page, set to the checkpoint's architecture. Every map below is the model's own.")
 
 # 1. the model and the text ----------------------------------------------------------------------
-st.radio("Model", list(MODELS), format_func=MODELS.get, key=k("which"), horizontal=True)
+offered = parts.offered(os.environ)              # "Another checkpoint" only where the server takes one
+if ss[k("which")] not in offered:
+    state.settle(PAGE, "which", parts.DEFAULT_MODEL, "this server takes no other checkpoints.")
+st.radio("Model", list(offered), format_func=offered.get, key=k("which"), horizontal=True)
 if ss[k("which")] == "other":
     st.text_input("A folder (config.json, model.safetensors, tokenizer.json) or a Hub name such as gpt2 or "
                   "bert-base-uncased", key=k("model"))
 source = {**parts.SOURCES, "other": ss[k("model")].strip()}[ss[k("which")]]
-bar = st.progress(0.0) if ss[k("which")] == "other" and source else None
+bar = st.progress(0.0) if ss[k("which")] in ("other", "smollm2") and source else None   # a download says how far
 try:
-    m = parts.model_for(source, (lambda f, msg: bar.progress(f, text=msg)) if bar else None)
+    with st.spinner(parts.loading_message(source)):
+        m = parts.model_for(source, (lambda f, msg: bar.progress(f, text=msg)) if bar else None)
     ss[k("good_model")] = source
 except ValueError as err:
     fallback = ss.get(k("good_model"), "")
     fallback = "" if fallback == source else fallback
-    (st.info if ss[k("which")] == "minilm" else st.error)(
+    (st.info if ss[k("which")] in ("minilm", "smollm2") else st.error)(   # a packaged model not installed: a note
         f"{err}\n\nShowing {'the shipped small GPT' if not fallback else fallback} instead.")
     source, m = fallback, parts.model_for(fallback)
 finally:
     if bar is not None:
         bar.empty()
 cfg = m.config
-if m.is_encoder:
-    st.latex(r"x \leftarrow \mathrm{LN}_1(x + \mathrm{MHA}(x)), \qquad "
-             r"x \leftarrow \mathrm{LN}_2(x + \mathrm{FFN}(x)), \qquad "
-             r"\mathrm{FFN}(x) = \mathrm{GELU}(x W_1 + b_1) W_2 + b_2")
-else:
-    st.latex(r"x \leftarrow x + \mathrm{MHA}(\mathrm{LN}_1(x)), \qquad "
-             r"x \leftarrow x + \mathrm{FFN}(\mathrm{LN}_2(x)), \qquad z = \mathrm{LN}_f(x)\, W_E^\top")
-st.caption("x is the residual stream (token t's row after layer ℓ is x_t^(ℓ))"
-           + ("" if m.is_encoder else ", z the logits") + "; MHA is the multi-head attention of every other page, "
-           "its heads' outputs concatenated and mixed by W_O.")
-about = {minilm_package.MINILM: f"all-MiniLM-L6-v2 (sentence-transformers, {minilm_package.LICENSE}), from the installed package "
-                          f"{minilm_package.DISTRIBUTION}, its weights checked against their published sha256",
-         "": "the small GPT shipped with the dashboard (re-create it: python -m core.training.make_tiny_gpt)"}
-st.caption(f"{about.get(source, source)}: {'an encoder' if m.is_encoder else 'a decoder'}, {cfg.n_layers} layers × "
-           f"{cfg.n_heads} heads, d = {cfg.d_model}, vocabulary {cfg.vocab_size:,}, context {cfg.n_ctx}, run in float32.")
-
+for line in parts.architecture_latex(cfg):
+    st.latex(line)
+st.caption(parts.architecture_caption(cfg))
+kv = rm.kv_heads(cfg)
+st.caption(f"{parts.credit(source)}: {'an encoder' if m.is_encoder else 'a decoder'}, {cfg.n_layers} layers × "
+           f"{cfg.n_heads} heads" + (f" over {kv} key/value heads" if kv < cfg.n_heads else "")
+           + f", d = {cfg.d_model}, vocabulary {cfg.vocab_size:,}, context {cfg.n_ctx:,}, run in float32.")
 
 
 def read_text(text: str):
@@ -113,21 +109,34 @@ if m.is_encoder and "[UNK]" in words:
             "the model sees only that something unknown was there.")
 # the forward pass (its record: the one transformer's functions, and the loops or, on a freshly started
 # server, their NumPy formulas, the softmax and GELU it ran: GPT-2's sizes run the tuned twins)
-out, cache, forward_ran = parts.run(m, source, tuple(int(i) for i in ids))
+with st.spinner(f"Running the model's {cfg.n_layers} layers on your text…"):
+    out, cache, forward_ran = parts.run(m, source, tuple(int(i) for i in ids))
 ran.merge(forward_ran)
 with recording(ran):
     W = rm.stack_weights(cache, cfg.n_layers)                                     # (L, H, T, T)
 T = len(ids)
 
-# 2. every head, then one in detail ------------------------------------------------------------------
+# 2. every head (one layer at a time in a large model), then one in detail ----------------------------
 st.header("Every head")
 st.markdown(notation.HEAD_NAMES)
 n = min(T, GRID_TOKENS)
+group = cfg.n_heads // kv                       # query heads per key/value head: one row of the grid each
 if unlocked:
-    st.vega_lite_chart(charts.heatmap_grid([W[l, h, :n, :n] for l in range(cfg.n_layers) for h in range(cfg.n_heads)],
-                                           labels[:n], labels[:n],
-                                           [names.head(l, h) for l in range(cfg.n_layers) for h in range(cfg.n_heads)],
-                                           columns=min(cfg.n_heads, 6), size=120, annotate=False))
+    shown_layers = range(cfg.n_layers)
+    if cfg.n_layers * cfg.n_heads > parts.GRID_MAPS:     # too many maps to read at once: one layer, picked
+        if ss[k("grid_layer")] > cfg.n_layers:
+            state.settle(PAGE, "grid_layer", cfg.n_layers, f"this model has {cfg.n_layers} layers.")
+        picked = st.slider(f"Layer shown in the grid ({cfg.n_layers} layers of {cfg.n_heads} heads: "
+                           f"{cfg.n_layers * cfg.n_heads} maps)", 1, cfg.n_layers, key=k("grid_layer"))
+        shown_layers = [picked - 1]
+    heads_shown = [(l, h) for l in shown_layers for h in range(cfg.n_heads)]
+    st.vega_lite_chart(charts.heatmap_grid([W[l, h, :n, :n] for l, h in heads_shown], labels[:n], labels[:n],
+                                           [names.head(l, h) for l, h in heads_shown],
+                                           columns=group if group > 1 else min(cfg.n_heads, 6),
+                                           size=160 if group > 1 else 120, annotate=False))
+    if group > 1:
+        st.caption(f"Each row of maps is one key/value head's {group} query heads: they score the same keys with "
+                   "their own queries (grouped-query attention, below).")
     if T > n:
         st.caption(f"The grid shows the first {n} tokens; the head below shows all {T}.")
 else:
@@ -141,6 +150,13 @@ head = state.whole_number_input(c2, "Head", 1, cfg.n_heads, key=k("head"), disab
 if unlocked:
     st.vega_lite_chart(charts.heatmap(W[layer, head], labels, labels, annotate=False, size=420,
                                       title=f"{names.head(layer, head)}: attention weights"))
+    if group > 1:
+        partners = [names.head(layer, h) for h in rm.query_heads_of(cfg)[head // group] if h != head]
+        st.caption(f"{names.head(layer, head)} reads key/value head {head // group + 1} of its layer, with "
+                   f"{' and '.join(partners)}: the same keys, its own query.")
+if kv < cfg.n_heads:
+    with recording(ran):
+        parts.grouped_query_section(cfg, T)
 
 # 3. the head detector -----------------------------------------------------------------------------
 st.header("Head detector")
@@ -158,7 +174,8 @@ if m.is_encoder:
              r"\text{next}_h = \operatorname*{mean}_{t = 1..T-1} (A_h)_{t,\,t+1} \qquad "
              r"\text{broad}_h = \operatorname*{mean}_t \frac{-\sum_s (A_h)_{ts} \log_2 (A_h)_{ts}}{\log_2 T}")
 else:
-    scores, detected = parts.decoder_detector(m, source)
+    with st.spinner("Running the model on repeated random tokens…"):
+        scores, detected = parts.decoder_detector(m, source)
     ran.merge(detected)
     st.markdown("Each head's mean weight on **repeated random tokens** (n random ids, then the same n again, "
                 "as on the induction page): on the previous token, on the earlier copy of the current token "
@@ -229,38 +246,41 @@ if m.is_encoder:
         parts.similarity_edit_section(m, source, sentences, before, layer, head, how)
 else:
     with recording(ran):
-        parts.logit_lens_section(m, cache, labels)
+        parts.logit_lens_section(m, source, tuple(int(i) for i in ids), labels)
     st.header(f"Remove or patch head {names.head(layer, head)}")
     a1, a2 = st.columns([1, 2])
     how = a1.radio("Change its output", list(HOW), format_func=HOW.get, key=k("how"))
     state.vet(PAGE, "other", lambda text: rm.fit_context(m.encode(text), cfg.n_ctx))
     a2.text_input("Second prompt (patching: this head's output on it replaces the output on your text, the two "
                   "aligned at their last tokens)", key=k("other"))
-    other_cache = None
+    other_ids = None
     if how == "patch":
         try:
-            other_ids, _ = rm.fit_context(m.encode(ss[k("other")]), cfg.n_ctx)
-            _, other_cache, other_ran = parts.run(m, source, tuple(int(i) for i in other_ids))
-            ran.merge(other_ran)
+            other_ids = tuple(int(i) for i in rm.fit_context(m.encode(ss[k("other")]), cfg.n_ctx)[0])
+            ran.merge(parts.run(m, source, other_ids)[2])
         except ValueError as err:
             st.error(f"Second prompt: {err}")
     with recording(ran):
-        if how != "patch" or other_cache is not None:
-            parts.next_token_effect_section(m, ids, out, rm.head_edit(cache, layer, head, how, other_cache))
-        parts.generation_section(m, ids, k, note=parts.shipped_model_note(m, scores) if source == "" else None)
+        if how != "patch" or other_ids is not None:
+            with st.spinner(f"Running the model again with {names.head(layer, head)} changed…"):
+                parts.next_token_effect_section(m, source, tuple(int(i) for i in ids), layer, head, how,
+                                                other_ids or ())
+        parts.generation_section(m, source, ids, k,
+                                 note=parts.shipped_model_note(m, scores) if source == "" else None)
 
 # 6. its parameters, counted two ways ------------------------------------------------------------------
 st.header("Its parameters, counted two ways")
 with recording(ran):
     formula = recorded(param_counts.model_param_count)(cfg)
+    sizes = rm.grouped_query(cfg)
 p1, p2 = st.columns(2)
 p1.metric("in the checkpoint's tensors", f"{m.checkpoint_params:,}")
 p2.metric("by the Parameters page's formula", f"{formula.total:,}")
 st.dataframe(pd.DataFrame(formula.rows(), columns=["part", "parameters", "share"]).style.format(
     {"parameters": "{:,}", "share": "{:.1%}"}), hide_index=True)
-st.caption("Each attention block is 4·d² + 4d whatever the head count; the formula knows only the config, the "
-           "first count only the file." + ("" if formula.total == m.checkpoint_params else
-                                           " They differ: the file holds tensors this config does not describe."))
+st.caption(parts.parameters_caption(cfg, sizes) + " The formula knows only the config, the first count only the "
+           "file." + ("" if formula.total == m.checkpoint_params else
+                      " They differ: the file holds tensors this config does not describe."))
 
 with st.expander("Source: the transformer and the analyses that ran"):
     function_sources(ran)

@@ -1,12 +1,23 @@
 """Taking a real model apart: head detection, the logit lens, attention rollout, ablation, patching,
-sentence similarity, each a pure function of a model's parameters and the forward cache. Generation
-is :func:`core.model.generation.generate`, the one for every causal model."""
+sentence similarity, what grouped-query attention saves, each a pure function of a model's config,
+its parameters and the forward cache. Generation is :func:`core.model.generation.generate`, the one
+for every causal model.
+
+A real model's weights may be compact (:mod:`core.model.compact`: SmolLM2's quantised matrices): what
+reads them here goes through :func:`~core.model.compact.wide`, and the unembedding, 49,152 tokens by
+576 for SmolLM2, is read a slice of the vocabulary at a time, never widened whole.
+"""
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 
 from core.lessons import head_kinds as hs
+from core.lessons import param_counts
+from core.model import compact
 from core.model import names
+from core.model import norms as N
 from core.model import transformer as tr
 from core.model import config as C
 from core.recording import recorded
@@ -190,10 +201,39 @@ def similarity(params: dict, cfg: C.TransformerConfig, ids: np.ndarray, key_mask
 # ----------------------------------------------------------------------------------------------
 # the logit lens and attention rollout
 # ----------------------------------------------------------------------------------------------
+VOCAB_SLICE = 4096          # tokens of the unembedding read at a time by the logit lens
+
+
+def unembedding_slices(params: dict, cfg: C.TransformerConfig, size: int = VOCAB_SLICE):
+    """The unembedding a slice of the vocabulary at a time: ``(first, W (d, n), b (n,) or None)`` for
+    tokens ``first .. first + n - 1``. Tied (GPT-2, SmolLM2), ``W`` is those tokens' embedding rows
+    transposed, widened alone from a compact embedding; untied, columns of ``unembed``."""
+    V = cfg.vocab_size
+    bias = params.get("unembed_b")
+    untied = None if cfg.tied_unembed else compact.wide(params["unembed"])           # (d, V)
+    embed = params["embed"]
+    for first in range(0, V, size):
+        last = min(first + size, V)
+        if untied is not None:
+            W = untied[:, first:last]
+        else:
+            W = tr.token_rows(embed, np.arange(first, last)).T                       # (d, n)
+        yield first, W, None if bias is None else bias[first:last]
+
+
 @recorded
-def logit_lens(params: dict, cfg: C.TransformerConfig, cache: dict, batch: int = 0):
-    """The model's next-token guess at each position after each layer: the residual stream read
-    through the final LayerNorm and the unembedding, as if the later layers were not there.
+def logit_lens(params: dict, cfg: C.TransformerConfig, cache: dict, batch: int = 0,
+               slice_size: int = VOCAB_SLICE):
+    r"""The model's next-token guess at each position after each layer: the residual stream read
+    through the model's own final norm (LayerNorm for GPT-2, RMSNorm for SmolLM2: ``cfg.norm``) and
+    the unembedding, as if the later layers were not there.
+
+    .. math:: z_\ell(t) = \mathrm{norm}_f\big(x_t^{(\ell)}\big)\, W_U, \qquad
+              \text{guess} = \arg\max_v z_\ell(t)_v, \quad p = \frac{1}{\sum_v e^{z_v - \max z}}
+
+    The vocabulary is read ``slice_size`` tokens at a time, keeping for each row the best token, its
+    logit and the running sum of ``exp(z - best)`` (rescaled when the best grows), so the
+    ``(L + 1, T, V)`` logits never exist at once: 61 MB for SmolLM2 on 10 tokens.
 
     Returns ``(top_ids, top_probs)``, each ``(L + 1, T)``: row 0 after the embeddings, row ``l``
     after block ``l - 1``; the last row is the model's own prediction.
@@ -201,12 +241,20 @@ def logit_lens(params: dict, cfg: C.TransformerConfig, cache: dict, batch: int =
     streams = [x[batch] for x in names.per_block(cache, cfg.n_layers, "resid_pre")]
     streams.append(cache[names.key(names.block(cfg.n_layers - 1), "resid_post")][batch])
     x = np.stack(streams)                                             # (L+1, T, d)
-    logits = tr.unembed(params, cfg, x, {})                           # (L+1, T, V)
-    z = logits - logits.max(axis=-1, keepdims=True)
-    p = np.exp(z)
-    p /= p.sum(axis=-1, keepdims=True)
-    top = p.argmax(axis=-1)
-    return top, np.take_along_axis(p, top[..., None], axis=-1)[..., 0]
+    if cfg.final_ln:
+        x = N.forward(cfg, x, params, "ln_final", {}, "ln_final")     # the model's own final norm
+    rows = x.reshape(-1, x.shape[-1])                                 # ((L+1) T, d): one 2-D product a slice
+    best = np.full(len(rows), -np.inf)                                # the largest logit so far, per row
+    top = np.zeros(len(rows), dtype=np.int64)
+    total = np.zeros(len(rows))                                       # sum of exp(z - best) so far
+    for first, W, b in unembedding_slices(params, cfg, slice_size):
+        z = (rows @ W if b is None else rows @ W + b).astype(np.float64)   # ((L+1) T, n)
+        high = z.max(axis=-1)
+        grown = np.maximum(best, high)
+        total = total * np.exp(best - grown) + np.exp(z - grown[:, None]).sum(axis=-1)
+        top = np.where(high > best, first + z.argmax(axis=-1), top)
+        best = grown
+    return top.reshape(x.shape[:2]), (1.0 / total).reshape(x.shape[:2])
 
 
 @recorded
@@ -229,6 +277,57 @@ def rollout(weights: np.ndarray) -> np.ndarray:
         R = mixed[l] @ R
         out[l] = R
     return out
+
+
+# ----------------------------------------------------------------------------------------------
+# grouped-query attention: query heads sharing key/value heads, and what that saves
+# ----------------------------------------------------------------------------------------------
+def kv_heads(cfg: C.TransformerConfig) -> int:
+    """How many key/value heads each layer has: ``n_kv_heads``, or one per query head (None)."""
+    return cfg.n_heads if cfg.n_kv_heads is None else int(cfg.n_kv_heads)
+
+
+@recorded
+def query_heads_of(cfg: C.TransformerConfig) -> list[list[int]]:
+    """For each key/value head ``g`` (from 0), the query heads that read it: ``h // (H / H_kv) = g``,
+    so ``H / H_kv`` neighbours each. SmolLM2 (9 over 3): ``[[0, 1, 2], [3, 4, 5], [6, 7, 8]]``."""
+    group = cfg.n_heads // kv_heads(cfg)
+    return [list(range(g * group, (g + 1) * group)) for g in range(kv_heads(cfg))]
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupedQuery:
+    """What grouped-query attention weighs against full multi-head attention (one key/value head per
+    query head) of the same ``d_model`` and ``H``: one layer's attention parameters, and the KV cache's
+    bytes per token (the keys and values of every layer, at ``itemsize`` bytes a number)."""
+
+    attention_params: int
+    full_attention_params: int
+    kv_bytes_per_token: int
+    full_kv_bytes_per_token: int
+
+    def kv_bytes(self, n_tokens: int) -> tuple[int, int]:
+        """The KV cache's bytes after ``n_tokens`` positions: ``(grouped, full)``."""
+        return n_tokens * self.kv_bytes_per_token, n_tokens * self.full_kv_bytes_per_token
+
+
+@recorded
+def grouped_query(cfg: C.TransformerConfig, itemsize: int = 4) -> GroupedQuery:
+    r"""One layer's attention parameters and the KV cache per token, from the config:
+
+    .. math:: \underbrace{d \cdot H d_k}_{W_Q} + \underbrace{2\, d \cdot H_{kv} d_k}_{W_K,\, W_V}
+              + \underbrace{H d_k \cdot d}_{W_O} \quad\text{against}\quad 4 d^2, \qquad
+              \text{KV bytes per token} = 2 \cdot L \cdot H_{kv} \cdot d_k \cdot \text{itemsize}
+
+    (biases add ``H d_k + 2 H_kv d_k + d`` against ``4d``). SmolLM2 (d = 576, H = 9, H_kv = 3,
+    d_k = 64, L = 30, float32): 884,736 against 1,327,104, and 46,080 bytes against 138,240.
+    """
+    d, H, H_kv, d_k = cfg.d_model, cfg.n_heads, kv_heads(cfg), cfg.d_k
+    weights = d * H * d_k + 2 * d * H_kv * d_k + H * d_k * d
+    biases = H * d_k + 2 * H_kv * d_k + d if cfg.bias else 0
+    per_head = 2 * cfg.n_layers * d_k * itemsize                          # a key and a value in every layer
+    return GroupedQuery(weights + biases, param_counts.mha_param_count(d, H, cfg.bias),
+                        H_kv * per_head, H * per_head)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -260,11 +359,29 @@ def head_edit(cache: dict, layer: int, head: int, how: str, other_cache: dict | 
 
 
 @recorded
+def resumed_logits(params: dict, cfg: C.TransformerConfig, cache: dict, layer: int, edit: dict) -> np.ndarray:
+    """The last position's logits ``(B, V)`` with ``edit`` applied, the forward pass resumed at block
+    ``layer`` from the residual stream the unedited pass left in ``cache`` there: an edit of a head in
+    layer ``l`` changes nothing before block ``l``, so blocks ``0 .. l-1`` need not run again (and only
+    the last position, whose next token is measured, goes through the unembedding)."""
+    h = cache[names.key(names.block(layer), "resid_pre")]                           # (B, T, d)
+    tuned = tr.runs_tuned(cfg, h.dtype)
+    for i in range(layer, cfg.n_layers):
+        h = tr.block(h, tr.block_params(params, names.block(i) + "."), cfg, {}, names.block(i), edits=edit,
+                     layer=i, tuned=tuned)
+    return tr.unembed(params, cfg, h[:, -1:], {})[:, 0]
+
+
+@recorded
 def edit_effect(params: dict, cfg: C.TransformerConfig, ids: np.ndarray, logits: np.ndarray, edit: dict,
-                top: int = 8) -> list[dict]:
+                top: int = 8, cache: dict | None = None) -> list[dict]:
     """The most likely next tokens before and after an edit, most changed first:
-    rows ``{id, before, after, change}``."""
-    after_logits, _ = tr.forward(params, cfg, ids, ablate=edit)
+    rows ``{id, before, after, change}``. With the unedited pass's ``cache``, the edited pass resumes
+    at the first edited layer (:func:`resumed_logits`) instead of running from the start."""
+    if cache is None:
+        after_logits, _ = tr.forward(params, cfg, ids, ablate=edit)
+    else:
+        after_logits = resumed_logits(params, cfg, cache, min(l for l, _ in edit), edit)[:, None]   # (B, 1, V)
     before, after = next_token_probs(logits), next_token_probs(after_logits)
     change = after - before
     picks = np.unique(np.concatenate([np.argsort(-before)[:top // 2], np.argsort(-np.abs(change))[:top]]))
@@ -348,5 +465,6 @@ def multibyte_characters(text: str, most: int = 3) -> list[tuple[str, str]]:
 
 
 def parameter_count(params: dict) -> int:
-    """How many numbers a model's parameters hold: the sum of its arrays' sizes."""
-    return int(sum(np.asarray(p).size for p in params.values()))
+    """How many numbers a model's parameters hold: the sum of its arrays' sizes (a compact weight
+    counts the numbers it widens to)."""
+    return int(sum(p.size for p in params.values()))

@@ -14,6 +14,7 @@ from core.model import transformer as tr
 from core.model import config as C
 from page_support import open_page, table_named
 from source_support import forward_ran, softmax_and_gelu, source_names
+from ui import real_model_parts as parts
 from ui import state
 
 PAGE = str(Path(__file__).resolve().parents[2] / "views" / "real_model.py")
@@ -200,7 +201,11 @@ def test_generated_text_is_shown_as_the_model_wrote_it(monkeypatch, continuation
         return SimpleNamespace(new_tokens=written, tokens=np.concatenate([kwargs["prompt"], written]))
 
     monkeypatch.setattr(generation, "generate", generate)
-    at = open_page(PAGE, DECODER)
+    parts.generated.clear()                                     # nothing the real model wrote is reused
+    try:
+        at = open_page(PAGE, DECODER)
+    finally:
+        parts.generated.clear()
     assert not at.exception
     prompt, shown = plain_blocks(at)
     assert prompt == DECODER["text"]
