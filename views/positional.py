@@ -250,7 +250,10 @@ st.vega_lite_chart(charts.heatmap_grid([P_sin @ P_sin.T / np.sqrt(d_model), P_le
                                     kind="signed", value_name="score", columns=2))
 st.markdown("**RoPE** rotates each pair of query and key features by an angle proportional to the "
             "position, so the score sees only the offset n − m: with the same content at every position, "
-            "each diagonal is constant.")
+            "each diagonal is constant. SmolLM2 (on *A real model*) turns its queries and keys this way, with "
+            "base 100,000 and in the rotate-half layout of Llama: feature c of a head is paired with feature "
+            "c + d_k/2, not with its neighbour as in the map below (features 2i and 2i + 1), which changes which "
+            "features turn together but not that only n − m counts.")
 st.latex(r"S_{mn} = \bigl(R(m)\,q_m\bigr)\cdot\bigl(R(n)\,k_n\bigr) = q_m \cdot R(n-m)\,k_n")
 rng = np.random.default_rng(0)
 d_rope = 8
