@@ -58,8 +58,10 @@ def _lesson_kernels() -> None:
 def _readable_loops() -> None:
     """The compiled loops inside the readable sublayers (attention rows, LayerNorm, products, GELU),
     forward and backward, in both precisions, as the model pages run them: an encoder classifier,
-    an encoder-decoder, a decoder-only model, the exact GELU, and GPT-2's tuned elementwise steps."""
-    from core.model import decoder, presets
+    an encoder-decoder, a decoder-only model, the exact GELU, GPT-2's tuned elementwise steps, a
+    Llama-family model (SmolLM2's settings) and the unpacking of a GGUF file's quantised weights."""
+    from core.model import decoder, presets, transformer
+    from core.model.gguf import quants
     from core.model.tuned import forward as tuned_forward
     from core.model import layers as L
     from core.model import transformer_backward as TB
@@ -67,6 +69,9 @@ def _readable_loops() -> None:
 
     classifier = TransformerConfig(vocab_size=5, n_ctx=4, d_model=8, n_heads=2, d_ff=8, n_layers=1, causal=False,
                                    head="classify", n_classes=3)
+    llama = TransformerConfig(vocab_size=5, n_ctx=4, d_model=8, n_heads=2, n_kv_heads=1, d_ff=8, n_layers=1,
+                              norm="rmsnorm", norm_placement="pre", activation="silu", gated_ffn=True,
+                              positional="rotary", bias=False, tied_unembed=True, final_ln=True)
     for dtype in (np.float32, np.float64):
         TB.forward_backward(init_params(classifier, 0, dtype), classifier, np.zeros((2, 4), np.int64),
                             np.zeros(2, np.int64))
@@ -78,6 +83,11 @@ def _readable_loops() -> None:
         x = np.zeros((2, 3), dtype)
         L.gelu_erf(x), L.gelu_tanh_backward(x, x), tuned_forward.gelu_tanh(x)
         tuned_forward.softmax_rows(np.zeros((1, 1, 2, 2), dtype))
+        transformer.forward(init_params(llama, 0, dtype), llama, np.zeros((1, 3), np.int64))
+    for fmt in quants.FORMATS.values():          # a GGUF file's unpacking loops, on its read-only memory map
+        raw = np.zeros((1, fmt.nbytes), np.uint8)
+        raw.setflags(write=False)
+        quants.dequantize(raw, fmt)
 
 
 def _encoder() -> None:
