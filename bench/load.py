@@ -2,8 +2,8 @@
 
 Runs the load test (``tests/browser/test_load.py::test_class_of_students``) with ``N`` concurrent browser
 sessions (30 by default; CI runs 10): between them every page; 5 train at once through the server's
-training queue, 5 open "A real model" on all-MiniLM-L6-v2. Prints its report: errors, peak resident
-memory of the server and its children, and per page the median and 95th-percentile redraw time under
+training queue, 5 open "A real model" on all-MiniLM-L6-v2 and 5 on SmolLM2-135M-Instruct. Prints its
+report: errors, peak resident memory of the server and its children, and per page the median and 95th-percentile redraw time under
 that load twice over: as the browsers saw it, and the server's own run of the page (``ATTN_REDRAW_LOG``,
 ``ui/redraw_log.py``). The browsers stand for the students' machines: they run niced below the server,
 so the figures measure the server rather than thirty browsers competing with it for the same cores.

@@ -4,8 +4,8 @@
 ``SESSIONS`` browser contexts (each its own Streamlit session) driven concurrently with asyncio.
 Every student types a sentence of their own on the one-head page at the same moment and must see
 only their own tokens; then walks through other pages via the sidebar (between them, every page);
-some open "A real model" on its default model (all-MiniLM-L6-v2) and must see its named heads; some
-start a training run at once (the server's training queue takes them in turn), one watches the
+some open "A real model" on its default model (all-MiniLM-L6-v2) and must see its named heads, some
+open it on SmolLM2-135M-Instruct by a link and must see its induction heads named; some start a training run at once (the server's training queue takes them in turn), one watches the
 training page without starting and must not see the others' runs. Asserted: the server stays up,
 no traceback or ``st.error`` box, no JavaScript error, each student sees only their own state, and
 the server's peak resident memory (with its children) stays under ``RSS_LIMIT_MB``. Printed (and
@@ -37,6 +37,7 @@ SESSIONS = int(os.environ.get("LOAD_SESSIONS", "10"))
 TRAINERS = tuple(range(1, SESSIONS, 3))[:5]           # students who start a training run (5 of 30, 3 of 10)
 OBSERVER = SESSIONS - 1                               # watches the training page and starts nothing
 REAL_MODEL = tuple(range(2, SESSIONS, 6))[:5]         # students who open "A real model" (5 of 30, 2 of 10)
+LANGUAGE_MODEL = tuple(range(5, SESSIONS, 6))[:5]     # students who open it on SmolLM2 by its link (5 of 30, 1 of 10)
 PAGES_PER_STUDENT = 2         # sidebar visits after the one-head page
 LOAD_BUDGET_S = 240 + 30 * max(0, SESSIONS - 10)      # the whole concurrent phase, hard cap
 RSS_LIMIT_MB = 1024           # the server with its children, one shared copy of each model
@@ -161,6 +162,19 @@ async def _student(i, browser, server, pages, barrier, stats: Stats) -> None:
                     arg=MAIN, timeout=STEP_MS, polling=500)
             except Exception:  # noqa: BLE001 - recorded as the finding it is
                 stats.errors.append(f"{who}: A real model does not show all-MiniLM-L6-v2's named heads")
+        if i in LANGUAGE_MODEL and "real_model" in by_name:   # the real language model, by a shared link
+            start = time.perf_counter()
+            await page.goto(server.page_url(by_name["real_model"], "which=smollm2"), timeout=STEP_MS)
+            await _wait_idle(page)
+            stats.seconds["real_model (SmolLM2, by link)"].append(time.perf_counter() - start)
+            await _check(page, who, "real_model (SmolLM2)", stats)
+            await _answer_opening(page, "real_model")
+            try:                                  # its detector names induction heads
+                await page.wait_for_function(
+                    """(sel) => document.querySelector(sel).innerText.includes('induction (≥')""",
+                    arg=MAIN, timeout=STEP_MS, polling=500)
+            except Exception:  # noqa: BLE001 - recorded as the finding it is
+                stats.errors.append(f"{who}: A real model does not name SmolLM2's induction heads")
 
         # 3. training: some start a run, one watches without starting
         if "training" in by_name and (i in TRAINERS or i == OBSERVER):
@@ -265,7 +279,7 @@ def test_class_of_students():
         peak_mb = server.sample_rss() / 1024
         log = server.log()
     report = (f"load test: {SESSIONS} concurrent sessions ({len(TRAINERS)} training, {len(REAL_MODEL)} on A real "
-              f"model), {stats.visits} page visits, {stats.requests} HTTP requests in {elapsed:.1f} s; "
+              f"model's MiniLM, {len(LANGUAGE_MODEL)} on its SmolLM2), {stats.visits} page visits, {stats.requests} HTTP requests in {elapsed:.1f} s; "
               f"server RSS idle {idle_rss_mb:.0f} MB, peak {peak_mb:.0f} MB (VmHWM, server + children); "
               f"errors: {len(stats.errors)}")
     server_runs = redraw_log.read(str(redraws)) if redraws.exists() else {}
