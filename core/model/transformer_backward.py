@@ -1,6 +1,7 @@
 """The backward pass of :mod:`core.model.transformer`, by hand, step by step in reverse: the
 readable track of training, for every setting of the one model (post- or pre-norm, LayerNorm or
-RMSNorm, ReLU or GELU, any positions, tied or separate unembedding with or without its bias, a
+RMSNorm, ReLU, GELU or SiLU, gated or not, any positions (rotary ones turned back inside
+attention), grouped-query attention, tied or separate unembedding with or without its bias, a
 final norm, biases on or off, causal or not, attention-only, a language model or a classifier)::
 
     loss, grads = loss_and_grads(params, cfg, tokens, targets)     # mean cross-entropy, its gradient
@@ -41,7 +42,8 @@ def block_backward(dh: np.ndarray, p: dict, cfg: TransformerConfig, cache: dict,
     g, w = {}, MH.weights(p, "attn")
 
     def attention_backward(d_out):                         # self-attention: x gave the queries, keys and values
-        dq, dkv, g_attn = MH.attend_backward(d_out, w, cfg, cache, key(name, "attn"))
+        dq, dkv, g_attn = MH.attend_backward(d_out, w, cfg, cache, key(name, "attn"),
+                                             rotary=POSITIONS[cfg.positional].rotates)
         g.update({f"attn.{n}": v for n, v in g_attn.items()})
         return dq + dkv
 
