@@ -45,15 +45,25 @@ def mha_param_shapes(d_model: int, n_heads: int, bias: bool = False) -> dict[str
     return shapes
 
 
-def mha_param_count(d_model: int, n_heads: int, bias: bool = False) -> int:
+def mha_param_count(d_model: int, n_heads: int, bias: bool = False, n_kv_heads: int | None = None) -> int:
     """Parameters of one multi-head attention block.
 
     ``3 d_model^2`` (``W_Q, W_K, W_V``, every head together) ``+ d_model^2`` (``W_O``) ``= 4 d_model^2``,
     plus ``4 d_model`` with biases. ``n_heads`` does not appear: more heads means narrower heads
     (``d_k = d_model / H``), not more weights. ``n_heads`` must divide ``d_model``.
+
+    With grouped-query attention (``n_kv_heads`` key/value heads shared by the ``n_heads`` query
+    heads; None: one each) ``W_K`` and ``W_V`` are ``d_model x H_kv d_k``: ``2 d^2 + 2 d H_kv d_k``,
+    plus ``2 d + 2 H_kv d_k`` with biases.
     """
-    check_heads(d_model, n_heads)
-    return 4 * d_model * d_model + (4 * d_model if bias else 0)
+    d_k = check_heads(d_model, n_heads)
+    if n_kv_heads is None or n_kv_heads == n_heads:
+        return 4 * d_model * d_model + (4 * d_model if bias else 0)
+    if int(n_kv_heads) != n_kv_heads or n_kv_heads < 1 or n_heads % n_kv_heads:
+        raise ValueError(f"The key/value heads must be a whole number that divides the {n_heads} query heads, "
+                         f"got {n_kv_heads}.")
+    kv_width = int(n_kv_heads) * d_k                                 # W_K's and W_V's columns
+    return 2 * d_model * d_model + 2 * d_model * kv_width + ((2 * d_model + 2 * kv_width) if bias else 0)
 
 
 def mha_param_count_of_width(d_model: int, n_heads: int, d_k: int, bias: bool = False) -> int:
@@ -71,12 +81,14 @@ def mha_param_count_of_width(d_model: int, n_heads: int, d_k: int, bias: bool = 
     return 4 * int(d_model) * width + ((3 * width + int(d_model)) if bias else 0)
 
 
-def ffn_param_count(d_model: int, d_ff: int, bias: bool = True) -> int:
+def ffn_param_count(d_model: int, d_ff: int, bias: bool = True, gated: bool = False) -> int:
     """Parameters of the position-wise feed-forward network ``relu(x W_1 + b_1) W_2 + b_2``.
 
-    ``2 d_model d_ff`` weights, plus ``d_ff + d_model`` biases.
+    ``2 d_model d_ff`` weights, plus ``d_ff + d_model`` biases. Gated (Llama's SwiGLU,
+    ``(act(x W_gate) * (x W_1)) W_2``), a third matrix: ``3 d_model d_ff``, plus ``2 d_ff + d_model``.
     """
-    return 2 * d_model * d_ff + ((d_ff + d_model) if bias else 0)
+    n_in = 2 if gated else 1                                        # W_1, and W_gate beside it
+    return (n_in + 1) * d_model * d_ff + ((n_in * d_ff + d_model) if bias else 0)
 
 
 def layernorm_param_count(d_model: int, n: int = 1, norm: str = "layernorm") -> int:
@@ -100,18 +112,20 @@ class BlockParams:
 
 
 def block_param_count(d_model: int, n_heads: int, d_ff: int, *, cross_attention: bool = False,
-                      bias: bool = True, norm: str = "layernorm") -> BlockParams:
+                      bias: bool = True, norm: str = "layernorm", n_kv_heads: int | None = None,
+                      gated_ffn: bool = False) -> BlockParams:
     """Parameters of one layer: attention, FFN and LayerNorms.
 
     Encoder layer (and a decoder-only layer): ``4 d^2 (+4d) + 2 d d_ff (+d_ff + d) + 2 * 2d``.
     Decoder layer of an encoder-decoder model adds cross-attention and a third LayerNorm:
     ``+ 4 d^2 (+4d) + 2d``. An attention-only layer (``d_ff = 0``) has no FFN and no second norm.
+    A Llama layer: its self-attention's key/value heads are ``n_kv_heads`` (:func:`mha_param_count`),
+    its FFN gated (:func:`ffn_param_count`), its norms RMSNorms (a gain each).
     """
-    attn = mha_param_count(d_model, n_heads, bias)
     n_norms = (2 if d_ff else 1) + (1 if cross_attention else 0)
-    return BlockParams(self_attention=attn,
-                       cross_attention=attn if cross_attention else 0,
-                       ffn=ffn_param_count(d_model, d_ff, bias) if d_ff else 0,
+    return BlockParams(self_attention=mha_param_count(d_model, n_heads, bias, n_kv_heads),
+                       cross_attention=mha_param_count(d_model, n_heads, bias) if cross_attention else 0,
+                       ffn=ffn_param_count(d_model, d_ff, bias, gated_ffn) if d_ff else 0,
                        layernorms=layernorm_param_count(d_model, n_norms, norm))
 
 
@@ -194,7 +208,9 @@ def model_param_count(model) -> ModelParams:
     - token embeddings: ``V d`` (twice for an encoder-decoder that does not share them);
     - positions: 0 for sinusoidal (or none), ``n_ctx * d`` per stack when learned;
     - segments ``n_token_types * d``; embedding LayerNorm ``2d``;
-    - each encoder layer ``4d^2 + 2 d d_ff + 2 * 2d`` (+ biases ``4d + d_ff + d``);
+    - each encoder layer ``4d^2 + 2 d d_ff + 2 * 2d`` (+ biases ``4d + d_ff + d``); with grouped-query
+      attention ``W_K, W_V`` are ``d x H_kv d_k``, a gated FFN has ``3 d d_ff``, RMSNorm a gain only
+      (SmolLM2-135M: 30 layers of 3,540,096 and 28,311,552 of tied embeddings, 134,515,008 in all);
     - each decoder layer of an encoder-decoder adds cross-attention and a LayerNorm
       (``+4d^2 (+4d) + 2d``); decoder-only layers are shaped like encoder layers;
     - output projection: 0 when tied to the embedding, else ``V d`` (+ ``V`` bias);
@@ -215,7 +231,8 @@ def model_param_count(model) -> ModelParams:
     # 2. the layers, sublayer by sublayer: a causal stack is a decoder
     for i, s in enumerate(stacks):
         role, cross = ("decoder" if s.causal else "encoder"), i == 1          # an encoder-decoder's target stack
-        block = block_param_count(d, s.n_heads, s.d_ff, cross_attention=cross, bias=s.bias, norm=s.norm)
+        block = block_param_count(d, s.n_heads, s.d_ff, cross_attention=cross, bias=s.bias, norm=s.norm,
+                                  n_kv_heads=s.n_kv_heads, gated_ffn=s.gated_ffn)
         parts[f"{role} self-attention"] = s.n_layers * block.self_attention
         if cross:
             parts[f"{role} cross-attention"] = s.n_layers * block.cross_attention

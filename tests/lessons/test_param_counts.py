@@ -208,6 +208,12 @@ STACKS = {
                                                             n_layers=2, norm="rmsnorm", positional="none", bias=False,
                                                             final_ln=True, unembed_b=True),
     "seq2seq": presets.seq2seq(7, 5, 6, 4, d_model=8, n_heads=2, d_ff=12, n_layers=2, positional="learned"),
+    "llama": C.TransformerConfig(vocab_size=13, n_ctx=7, d_model=12, n_heads=6, n_kv_heads=2, d_ff=10, n_layers=2,
+                                 norm="rmsnorm", norm_placement="pre", activation="silu", gated_ffn=True,
+                                 positional="rotary", tied_unembed=True, final_ln=True, bias=False),
+    "gated, grouped, biased": C.TransformerConfig(vocab_size=13, n_ctx=7, d_model=12, n_heads=6, n_kv_heads=3,
+                                                  d_ff=10, n_layers=2, gated_ffn=True, activation="gelu_tanh",
+                                                  unembed_b=True),
 }
 
 
@@ -216,6 +222,34 @@ def test_a_configs_count_is_the_size_of_its_arrays_row_by_row(cfg):
     counted = param_counts.model_param_count(cfg)
     assert counted.total == decoder.param_count(cfg)
     assert Counter({k: v for k, v in counted.parts.items() if v}) == parts_of_the_arrays(cfg)
+
+
+SMOLLM2 = C.TransformerConfig(vocab_size=49152, n_ctx=8192, d_model=576, n_heads=9, n_kv_heads=3, d_ff=1536,
+                              n_layers=30, norm="rmsnorm", norm_placement="pre", activation="silu", gated_ffn=True,
+                              positional="rotary", rope_base=100000.0, tied_unembed=True, final_ln=True, bias=False)
+
+
+def test_smollm2s_config_counts_its_published_134515008():
+    """9 query heads over 3 key/value heads of 64: W_K and W_V are 576 x 192; the gated FFN three
+    576 x 1536 matrices; two RMSNorm gains a layer and a final one; the embeddings tied."""
+    counted = param_counts.model_param_count(SMOLLM2)
+    assert counted.total == 134_515_008 == C.param_count(SMOLLM2)
+    assert counted.parts == {"token embeddings": 49152 * 576, "position embeddings": 0,
+                             "decoder self-attention": 30 * (2 * 576 * 576 + 2 * 576 * 192),
+                             "decoder FFN": 30 * 3 * 576 * 1536, "decoder LayerNorms": 30 * 2 * 576,
+                             "final LayerNorms": 576, "output projection": 0}
+    layer = param_counts.block_param_count(576, 9, 1536, bias=False, norm="rmsnorm", n_kv_heads=3, gated_ffn=True)
+    assert layer.total == 3_540_096
+
+
+def test_grouped_heads_and_a_gated_ffn_by_their_formulas():
+    assert param_counts.mha_param_count(576, 9, n_kv_heads=9) == param_counts.mha_param_count(576, 9) == 4 * 576 ** 2
+    assert param_counts.mha_param_count(576, 9, n_kv_heads=1) == 2 * 576 ** 2 + 2 * 576 * 64
+    assert param_counts.mha_param_count(576, 9, True, 3) == 2 * 576 ** 2 + 2 * 576 * 192 + 2 * 576 + 2 * 192
+    assert param_counts.ffn_param_count(576, 1536, bias=True, gated=True) == 3 * 576 * 1536 + 2 * 1536 + 576
+    for bad in (2, 0, 1.5):
+        with pytest.raises(ValueError, match="divides the 9 query heads"):
+            param_counts.mha_param_count(576, 9, n_kv_heads=bad)
 
 
 def test_a_loaded_checkpoints_config_is_counted_as_it_is():
