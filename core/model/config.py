@@ -226,7 +226,8 @@ def check_params(params: dict, model, *, finite: bool = False) -> np.dtype:
     if extra:
         raise ValueError(f"Unexpected parameters {some(extra)}: this configuration does not use them.")
     first = next(iter(shapes))
-    dtype = np.dtype(params[first].dtype if isinstance(params[first], CompactMatrix) else np.asarray(params[first]).dtype)
+    top = params[first]
+    dtype = np.dtype(top.dtype if isinstance(top, CompactMatrix) else np.asarray(top).dtype)
     if dtype not in (np.float32, np.float64):
         raise ValueError(f"Parameters must be float32 or float64, got {dtype} for {first!r}.")
     for name, shape in shapes.items():

@@ -138,10 +138,10 @@ def attend(x_q: np.ndarray, x_kv: np.ndarray, w: dict, cfg, cache: dict, name: s
               \mathrm{out} = \mathrm{Concat}_h(A_h V_{g(h)})\, W_O + b_O
 
     With grouped-query attention (``cfg.n_kv_heads`` below ``n_heads``) ``W_K`` and ``W_V`` make
-    ``H_kv`` key/value heads (as many as ``W_K (d, H_kv d_k)`` holds), and query head ``h`` reads key/value head ``g(h) = h // (H / H_kv)``;
-    otherwise ``g(h) = h``. ``causal`` hides later keys from each query. ``kv`` (a dict holding
-    this layer's earlier keys and values, or empty) makes it a KV cache: the new keys and values
-    (``H_kv`` heads) are appended, and the new queries, at positions ``start...``, attend over all
+    ``H_kv`` key/value heads (as many as ``W_K (d, H_kv d_k)`` holds), and query head ``h`` reads
+    key/value head ``g(h) = h // (H / H_kv)``; otherwise ``g(h) = h``. ``causal`` hides later keys
+    from each query. ``kv`` (a dict holding this layer's earlier keys and values, or empty) makes
+    it a KV cache: the new keys and values (``H_kv`` heads) are appended, and the new queries, at positions ``start...``, attend over all
     of them. ``rotary``: self-attention with rotary positions, each query and key turned by its
     position (:func:`core.model.positions.rotate`) before the scores and before the KV cache.
     ``edits``: head ablations or patches for block ``layer`` (:func:`edit_heads`), per query head.

@@ -103,7 +103,7 @@ def feed_forward_backward(dy: np.ndarray, p: dict, cfg: TransformerConfig, cache
     x, pre, hidden = cache[key(name, "input")], cache[key(name, "pre")], cache[key(name, "hidden")]   # (B, T, d_ff)
     d_hidden, g["ffn.W_2"], g["ffn.b_2"] = L.linear_backward(dy, hidden, p["ffn.W_2"])
     act = ACTIVATIONS[cfg.activation].backward
-    if cfg.gated_ffn:                                    # hidden = act(gate) * pre: each factor's gradient is the other's
+    if cfg.gated_ffn:                          # hidden = act(gate) * pre: each factor's gradient is the other's
         gate, gate_act = cache[key(name, "gate")], cache[key(name, "gate_act")]
         d_gate = act(d_hidden * pre, gate, gate_act)
         d_pre = d_hidden * gate_act

@@ -34,7 +34,8 @@ def llama(dtype=np.float64, seed: int = 0, **changes):
     (dict(n_kv_heads=2.0), "divides n_heads"), (dict(n_kv_heads=True), "divides n_heads"),
     (dict(d_ff=0), "gated_ffn"), (dict(gated_ffn="yes"), "gated_ffn"),
     (dict(d_model=30, n_heads=6, n_kv_heads=None), "d_k .* must be even"),
-    (dict(rope_base=1.0), "rope_base"), (dict(rope_base=float("inf")), "rope_base"), (dict(rope_base="1e4"), "rope_base"),
+    (dict(rope_base=1.0), "rope_base"), (dict(rope_base=float("inf")), "rope_base"),
+    (dict(rope_base="1e4"), "rope_base"),
 ])
 def test_bad_llama_settings_are_refused_in_plain_words(bad, words):
     with pytest.raises(ValueError, match=words):
@@ -51,7 +52,8 @@ def test_parameters_have_the_shared_vocabularys_shapes():
     shapes = C.param_shapes(cfg)
     assert shapes["blocks.1.attn.W_Q"] == shapes["blocks.1.attn.W_O"] == (24, 24)
     assert shapes["blocks.1.attn.W_K"] == shapes["blocks.1.attn.W_V"] == (24, 8)          # 2 heads of 4
-    assert shapes["blocks.1.ffn.W_gate"] == shapes["blocks.1.ffn.W_1"] == (24, 20) and shapes["blocks.1.ffn.W_2"] == (20, 24)
+    assert shapes["blocks.1.ffn.W_gate"] == shapes["blocks.1.ffn.W_1"] == (24, 20)
+    assert shapes["blocks.1.ffn.W_2"] == (20, 24)
     assert shapes["blocks.1.ln1.g"] == shapes["ln_final.g"] == (24,)
     assert not any(n.split(".")[-1].startswith("b") or n in ("pos", "unembed") for n in shapes)
     biased = C.param_shapes(C.TransformerConfig(**{**LLAMA, "bias": True}))
@@ -120,8 +122,9 @@ def test_rotation_turns_each_pair_by_position_times_its_frequency():
 
 
 def test_rotary_scores_see_only_the_distance_between_query_and_key():
-    """Every layer's first scores: the same query and key vectors placed c positions later score the
-    same. With learned positions in the embedding nothing of the kind holds; here the embeddings get none."""
+    """One token at every position, so that only positions tell them apart: a query and a key the same
+    distance apart score the same wherever they sit (each diagonal of the scores is one number per
+    head), and the embeddings get no positions at all."""
     cfg, params = llama(n_layers=1)
     ids = np.array([[5, 5, 5, 5, 5, 5, 5, 5, 5, 5]])                  # one token everywhere: only positions differ
     _, cache = tr.forward(params, cfg, ids)
@@ -130,7 +133,8 @@ def test_rotary_scores_see_only_the_distance_between_query_and_key():
     for offset in range(4):                                              # each diagonal is one number per head
         diagonal = np.diagonal(S, -offset, axis1=1, axis2=2)
         np.testing.assert_allclose(diagonal, diagonal[:, :1] * np.ones_like(diagonal), rtol=1e-12, atol=1e-12)
-    assert np.abs(np.diff(np.diagonal(S, 0, axis1=1, axis2=2)[:, 0] - np.diagonal(S, -1, axis1=1, axis2=2)[:, 0])).max() > 0
+    step = np.diagonal(S, 0, axis1=1, axis2=2)[:, 0] - np.diagonal(S, -1, axis1=1, axis2=2)[:, 0]
+    assert np.abs(step).max() > 1e-3                                   # and the distance does count
     q, k = cache["blocks.0.attn.q_unrotated"], cache["blocks.0.attn.k_unrotated"]
     assert q.shape == (1, 6, 10, 4) and k.shape == (1, 2, 10, 4)
     np.testing.assert_allclose(cache["blocks.0.attn.q"][:, :, 0], q[:, :, 0], rtol=0, atol=0)   # position 0: no turn
@@ -150,7 +154,8 @@ def test_the_gated_feed_forward_is_silu_of_the_gate_times_the_up_projection():
     np.testing.assert_allclose(cache["blocks.1.ffn.output"], want, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(cache["blocks.1.ffn.gate"], gate, rtol=1e-13, atol=1e-13)
     np.testing.assert_allclose(cache["blocks.1.ffn.pre"], up, rtol=1e-13, atol=1e-13)
-    np.testing.assert_allclose(cache["blocks.1.ffn.hidden"], cache["blocks.1.ffn.gate_act"] * up, rtol=1e-13, atol=1e-13)
+    np.testing.assert_allclose(cache["blocks.1.ffn.hidden"], cache["blocks.1.ffn.gate_act"] * up,
+                               rtol=1e-13, atol=1e-13)
 
 
 @pytest.mark.parametrize("tuned", [False, True], ids=["readable", "tuned"])

@@ -64,7 +64,8 @@ def compact_model(settings: dict, dtype, log: list):
     """``(cfg, compact params, the same params widened)``: every 2-D weight compact, int8 and float16 in turn."""
     cfg = C.TransformerConfig(**settings)
     rng = np.random.default_rng(0)
-    params = {n: (v + 0.3 * rng.standard_normal(v.shape)).astype(dtype) for n, v in C.init_params(cfg, 0, dtype).items()}
+    params = {n: (v + 0.3 * rng.standard_normal(v.shape)).astype(dtype)
+              for n, v in C.init_params(cfg, 0, dtype).items()}
     kinds = iter([Int8Matrix, HalfMatrix] * len(params))
     compact = {n: next(kinds)(v, dtype, n, log) if v.ndim == 2 else v for n, v in params.items()}
     widened = {n: v.widen() if isinstance(v, CompactMatrix) else v for n, v in compact.items()}

@@ -103,6 +103,6 @@ def test_the_llama_settings_are_refused_one_by_one(llama_setting, words):
     """Each on the original Transformer's blocks, which the compiled steps otherwise run."""
     import dataclasses
 
-    for cfg in (DECODER, ENCODER):
+    for cfg, layout in ((DECODER, offsets.decoder_layout), (ENCODER, offsets.encoder_layout)):
         with pytest.raises(ValueError, match=f"cannot train on the compiled step: .*{words}"):
-            (offsets.decoder_layout if cfg is DECODER else offsets.encoder_layout)(dataclasses.replace(cfg, **llama_setting))
+            layout(dataclasses.replace(cfg, **llama_setting))
