@@ -68,8 +68,9 @@ class Generation:
         one per step with the cache, the whole prefix every step without it
     self_attn : n arrays (L, H, P + s): step s's new query's causal self-attention row, per layer and head
     cross_attn : (n, L, H, S) the new query's cross-attention row (encoder-decoder only, else None)
-    keys, values : (L, H, P + n - 1, d_k) the KV cache at the end (None without the cache); at step
-        s it held the first ``cache_sizes[s]`` rows
+    keys, values : (L, H_kv, P + n - 1, d_k) the KV cache at the end (None without the cache): the
+        model's key/value heads (``H_kv = H`` unless it shares them, grouped-query attention), with
+        rotary positions the keys as turned; at step s it held the first ``cache_sizes[s]`` rows
     """
 
     tokens: np.ndarray
