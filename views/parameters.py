@@ -34,6 +34,13 @@ SPEC = {"d_model": state.int_field(64, 8, MAX_D_MODEL), "heads": state.int_field
 WHOLE_MODEL = ("arch", "pos", "lm", "tied")
 key = lambda name: state.key(PAGE, name)  # noqa: E731
 ss = st.session_state
+# SmolLM2-135M-Instruct's sizes as its GGUF file gives them (A real model reads them from the file), and
+# the numbers that file's tensors hold
+SMOLLM2_135M = TransformerConfig(vocab_size=49152, n_ctx=8192, d_model=576, n_heads=9, n_kv_heads=3, d_ff=1536,
+                                 n_layers=30, norm="rmsnorm", norm_placement="pre", activation="silu", gated_ffn=True,
+                                 positional="rotary", rope_base=100000.0, tied_unembed=True, final_ln=True, bias=False,
+                                 ln_eps=1e-5)
+SMOLLM2_135M_TENSORS = 134_515_008
 
 
 def preset_choices(preset: str) -> dict:
@@ -353,4 +360,36 @@ st.markdown(f"**{label}: {split.n_blocks} blocks ≈ {millions(split.blocks)} "
             + (f" and {millions(split.other)} more ({', '.join(split.other_parts)})" if split.other else "")
             + f": {split.blocks:,} + {split.embeddings:,}" + (f" + {split.other:,}" if split.other else "")
             + f" = {counted.total:,} ≈ {counted.total / 1e6:.1f}M.")
+# 7. the Llama family: SmolLM2-135M ------------------------------------------------------------------
+st.header("The Llama family: SmolLM2-135M")
+llama = SMOLLM2_135M
+counted = param_counts.model_param_count(llama)
+layer = param_counts.block_param_count(llama.d_model, llama.n_heads, llama.d_ff, bias=llama.bias, norm=llama.norm,
+                                       n_kv_heads=llama.n_kv_heads, gated_ffn=llama.gated_ffn)
+kv_width = llama.n_kv_heads * llama.d_k
+st.markdown(f"SmolLM2-135M-Instruct, the language model on *A real model*, keeps the block and changes what is in "
+            f"it: its {llama.n_heads} query heads share **{llama.n_kv_heads} key/value heads** (grouped-query "
+            f"attention: W_K and W_V are d × H_kv·d_k = {llama.d_model} × {kv_width}, not d × d), its feed-forward "
+            "network is **gated** (SwiGLU: a third d × d_ff matrix, W_gate), its norms are **RMSNorms** (a gain, no "
+            "bias), no projection has a bias, rotary positions turn queries and keys (no parameters), and the "
+            "output projection is the token embedding itself (tied).")
+st.latex(r"\underbrace{V d}_{\text{tied embeddings}} + L \big(\underbrace{2 d^2 + 2\, d\, H_{kv} d_k}_{\text{attention}}"
+         r" + \underbrace{3\, d\, d_{ff}}_{\text{gated FFN}} + \underbrace{2d}_{\text{2 RMSNorms}}\big)"
+         r" + \underbrace{d}_{\text{final RMSNorm}}")
+st.caption(f"V = {llama.vocab_size:,}, d = {llama.d_model}, L = {llama.n_layers}, H = {llama.n_heads}, "
+           f"H_kv = {llama.n_kv_heads}, d_k = {llama.d_k}, d_ff = {llama.d_ff}: "
+           f"{llama.vocab_size * llama.d_model:,} + {llama.n_layers} × ({layer.self_attention:,} + {layer.ffn:,} + "
+           f"{layer.layernorms:,}) + {llama.d_model} = {counted.total:,}.")
+st.dataframe(pd.DataFrame(counted.rows(), columns=["part", "parameters", "share"]),
+             hide_index=True, column_config={"parameters": COUNT, "share": st.column_config.NumberColumn(format="percent")})
+l1, l2 = st.columns(2)
+l1.metric("SmolLM2-135M by the formula", f"{counted.total:,}")
+l2.metric("in its checkpoint's tensors", f"{SMOLLM2_135M_TENSORS:,}",
+          help="The numbers its GGUF file's tensors hold, as A real model counts them when it reads the file.")
+classic = param_counts.model_param_count(dataclasses.replace(llama, n_kv_heads=None, gated_ffn=False))
+st.caption(f"The same sizes with a key/value head per query head and an ungated network would have "
+           f"{classic.total:,} parameters: sharing keys and values saves {llama.n_layers} × "
+           f"{param_counts.mha_param_count(llama.d_model, llama.n_heads) - layer.self_attention:,}, and the gate "
+           f"adds {llama.n_layers} × {llama.d_model * llama.d_ff:,}.")
+
 state.publish(PAGE, whole_model_spec(preset))

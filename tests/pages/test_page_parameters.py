@@ -412,3 +412,57 @@ def test_the_grow_caption_follows_the_numbers(keep, h1, said):
     at.radio(key="parameters.keep").set_value(keep).run()
     at.number_input(key="parameters.h1").set_value(h1).run()
     assert any(said in c.value for c in at.caption), [c.value for c in at.caption]
+
+
+# ----------------------------------------------------------------------------------------------
+# the Llama family: SmolLM2-135M
+# ----------------------------------------------------------------------------------------------
+SMOLLM2_BY_HAND = 49152 * 576 + 30 * (2 * 576 ** 2 + 2 * 576 * 192 + 3 * 576 * 1536 + 2 * 576) + 576
+
+
+def smollm2_model():
+    """SmolLM2-135M-Instruct from its installed package; skipped where it is not installed, except under
+    ``REQUIRE_ORACLES=1`` (CI), where a missing package fails instead."""
+    import os
+
+    from core import pretrained
+    from core.model import smollm2_package
+
+    try:
+        smollm2_package.smollm2_file()
+    except ValueError as err:
+        if os.environ.get("REQUIRE_ORACLES") == "1":
+            pytest.fail(str(err))
+        pytest.skip(str(err))
+    return pretrained.load(smollm2_package.SMOLLM2)
+
+
+def test_the_llama_familys_formula_gives_smollm2s_134515008():
+    at = open_page(PAGE)
+    assert not at.exception and "The Llama family: SmolLM2-135M" in [h.value for h in at.header]
+    assert SMOLLM2_BY_HAND == 134_515_008
+    assert metric(at, "SmolLM2-135M by the formula") == metric(at, "in its checkpoint's tensors") == "134,515,008"
+    latex = _latex(at)
+    assert r"2 d^2 + 2\, d\, H_{kv} d_k}_{\text{attention}}" in latex and r"3\, d\, d_{ff}}_{\text{gated FFN}}" in latex
+    said = " ".join(c.value for c in at.caption)
+    assert "28,311,552 + 30 × (884,736 + 2,654,208 + 1,152) + 576 = 134,515,008." in said
+    classic = 49152 * 576 + 30 * (4 * 576 ** 2 + 2 * 576 * 1536 + 2 * 576) + 576
+    assert f"would have {classic:,} parameters: sharing keys and values saves 30 × {2 * 576 * (576 - 192):,}, " \
+           f"and the gate adds 30 × {576 * 1536:,}." in said
+    (table,) = [d.value for d in at.dataframe if "decoder FFN" in list(d.value.get("part", []))
+                and 30 * 3 * 576 * 1536 in list(d.value["parameters"])]
+    assert table["parameters"].sum() == 134_515_008
+
+
+def test_the_pages_smollm2_is_the_checkpoints_own():
+    """The sizes the page counts are those the GGUF file gives, and its tensors hold the page's number."""
+    from core.lessons import param_counts as pc
+
+    m = smollm2_model()
+    assert pc.model_param_count(m.config).total == m.checkpoint_params == 134_515_008
+    at = open_page(PAGE)
+    assert metric(at, "in its checkpoint's tensors") == f"{m.checkpoint_params:,}"
+    cfg = m.config
+    said = " ".join(c.value for c in at.caption)
+    assert (f"V = {cfg.vocab_size:,}, d = {cfg.d_model}, L = {cfg.n_layers}, H = {cfg.n_heads}, H_kv = "
+            f"{cfg.n_kv_heads}, d_k = {cfg.d_k}, d_ff = {cfg.d_ff}:") in said
