@@ -37,6 +37,7 @@ DESCRIBED = {"minilm": f"{minilm_package.MINILM.rsplit('/', 1)[-1]}, a pretraine
              "tiny_gpt": "the small GPT shipped with the dashboard, a decoder trained here"}
 NAMED_MOST = 12                # heads named per kind, the highest scores first; the score table has the rest
 GRID_MAPS = 96                 # at most this many maps in one grid: a larger model's grid shows one layer
+EVERY_LAYER = 0                # the grid's layer choice that shows every layer
 MAX_SENTENCES = 8
 show = lambda token: token.replace(" ", "·").replace("\n", "⏎")  # noqa: E731  (spaces and new lines, visible)
 

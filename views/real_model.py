@@ -1,5 +1,6 @@
 """A real model: a BERT-family encoder (all-MiniLM-L6-v2), a Llama-family language model
 (SmolLM2-135M-Instruct) or a GPT-2-family decoder, run by our own transformer and taken apart head by head."""
+import dataclasses
 import os
 
 import pandas as pd
@@ -19,7 +20,7 @@ HOW = {"zero": "zero (remove the head)", "mean": "mean over positions", "patch":
 SPEC = {"which": state.choice_field(parts.DEFAULT_MODEL, list(MODELS)), "model": state.text_field(""),
         "text": state.text_field("The cat sat on the mat. The cat sat on the mat."),
         "sentences": state.text_field("The weather is lovely today.\nIt's so sunny outside!\nHe drove to the stadium."),
-        "layer": state.int_field(1, 1, 96), "head": state.int_field(1, 1, 64), "grid_layer": state.int_field(1, 1, 96),
+        "layer": state.int_field(1, 1, 96), "head": state.int_field(1, 1, 64), "grid_layer": state.int_field(0, 0, 96),
         "how": state.choice_field("zero", list(HOW)), "other": state.text_field("the value and the key give a weight."),
         "temperature": state.float_field(0.8, 0.0, 2.0), "top_k": state.int_field(40, 0, 1000),
         "top_p": state.float_field(0.95, 0.05, 1.0), "n_new": state.int_field(20, 1, 60), "seed": state.int_field(0, 0, 999)}
@@ -121,14 +122,21 @@ st.header("Every head")
 st.markdown(notation.HEAD_NAMES)
 n = min(T, GRID_TOKENS)
 group = cfg.n_heads // kv                       # query heads per key/value head: one row of the grid each
+one_layer_only = cfg.n_layers * cfg.n_heads > parts.GRID_MAPS      # too many maps to read at once
+if one_layer_only and ss[k("grid_layer")] == parts.EVERY_LAYER:
+    state.settle(PAGE, "grid_layer", 1, f"this model's {cfg.n_layers * cfg.n_heads} maps are shown one layer at a time.")
+if ss[k("grid_layer")] > cfg.n_layers:
+    state.settle(PAGE, "grid_layer", cfg.n_layers, f"this model has {cfg.n_layers} layers.")
 if unlocked:
-    shown_layers = range(cfg.n_layers)
-    if cfg.n_layers * cfg.n_heads > parts.GRID_MAPS:     # too many maps to read at once: one layer, picked
-        if ss[k("grid_layer")] > cfg.n_layers:
-            state.settle(PAGE, "grid_layer", cfg.n_layers, f"this model has {cfg.n_layers} layers.")
-        picked = st.slider(f"Layer shown in the grid ({cfg.n_layers} layers of {cfg.n_heads} heads: "
-                           f"{cfg.n_layers * cfg.n_heads} maps)", 1, cfg.n_layers, key=k("grid_layer"))
-        shown_layers = [picked - 1]
+    choices = ([] if one_layer_only else [parts.EVERY_LAYER]) + list(range(1, cfg.n_layers + 1))
+    if len(choices) > 1:
+        st.select_slider("Layers in the grid", choices, key=k("grid_layer"),
+                         format_func=lambda v: "every layer" if v == parts.EVERY_LAYER else f"layer {v}",
+                         help=f"{cfg.n_layers} layers of {cfg.n_heads} heads: "
+                              + (f"{cfg.n_layers * cfg.n_heads} maps, one layer at a time." if one_layer_only
+                                 else "one layer, or every one at once."))
+    picked = ss[k("grid_layer")]
+    shown_layers = range(cfg.n_layers) if picked == parts.EVERY_LAYER else [picked - 1]
     heads_shown = [(l, h) for l in shown_layers for h in range(cfg.n_heads)]
     st.vega_lite_chart(charts.heatmap_grid([W[l, h, :n, :n] for l, h in heads_shown], labels[:n], labels[:n],
                                            [names.head(l, h) for l, h in heads_shown],
@@ -285,4 +293,5 @@ st.caption(parts.parameters_caption(cfg, sizes) + " The formula knows only the c
 with st.expander("Source: the transformer and the analyses that ran"):
     function_sources(ran)
 
-state.publish(PAGE, SPEC)
+# a large model's grid opens on layer 1, a small one's on every layer: each its own default in the link
+state.publish(PAGE, SPEC | {"grid_layer": dataclasses.replace(SPEC["grid_layer"], default=1 if one_layer_only else 0)})

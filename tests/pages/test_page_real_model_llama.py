@@ -143,25 +143,38 @@ def test_the_one_head_view_names_the_heads_it_shares_keys_with(serve):
 # ----------------------------------------------------------------------------------------------
 # every head: a large model's grid shows one layer, picked
 # ----------------------------------------------------------------------------------------------
+def grid_picker(at):
+    return at.select_slider(key="real_model.grid_layer")
+
+
 def test_a_small_models_grid_shows_every_head_and_a_large_ones_one_layer_picked(serve):
     deep = dataclasses.replace(SMALL_LLAMA, n_layers=17)                     # 102 maps: more than one grid shows
     m = model_of(deep, seed=2)
-    serve({"small-llama": model_of(SMALL_LLAMA), "deep-llama": m})
+    small_model = model_of(SMALL_LLAMA)
+    serve({"small-llama": small_model, "deep-llama": m})
     small = open_as("small-llama")
     (grid,) = heatmap_grids(small)
-    assert len(grid) == 3 * 6 and not any(s.key == "real_model.grid_layer" for s in small.slider)   # no picker
+    assert len(grid) == 3 * 6 and grid_picker(small).value == parts.EVERY_LAYER     # every layer, to begin with
+    assert "every layer" in grid_picker(small).options
+    grid_picker(small).set_value(2).run()
+    (grid,) = heatmap_grids(small)
+    assert list(grid) == [f"L2H{h + 1}" for h in range(6)]
+    assert small.query_params["grid_layer"] == "2"
     at = open_as("deep-llama")
+    assert "every layer" not in grid_picker(at).options and "grid_layer" not in at.query_params   # layer 1: its default
     _, cache = tr.forward(m.params, deep, m.encode(TEXT))
     n = min(len(m.encode(TEXT)), 16)
     for layer in (1, 17, 9):
         if layer != 1:
-            at.slider(key="real_model.grid_layer").set_value(layer).run()
+            grid_picker(at).set_value(layer).run()
         assert not at.exception
         (grid,) = heatmap_grids(at)
         assert list(grid) == [f"L{layer}H{h + 1}" for h in range(6)]
         for h, drawn in enumerate(grid.values()):
             np.testing.assert_allclose(drawn, cache[f"blocks.{layer - 1}.attn.weights"][0, h, :n, :n], rtol=1e-6)
     assert at.number_input(key="real_model.layer").value == 1            # the one-head view keeps its own layer
+    linked = open_as("deep-llama", grid_layer="0")                       # every layer: too many maps here
+    assert grid_picker(linked).value == 1 and any("one layer at a time" in w.value for w in linked.warning)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -134,7 +134,7 @@ def test_the_layer_picker_moves_the_grid_and_a_head_moves_the_effect(page, forwa
     n = len(forward[0])
     for layer in (1, 19):
         if layer != 1:
-            page.slider(key="real_model.grid_layer").set_value(layer).run(timeout=600)
+            page.select_slider(key="real_model.grid_layer").set_value(layer).run(timeout=600)
         (grid,) = heatmap_grids(page)
         assert list(grid) == [f"L{layer}H{h + 1}" for h in range(9)]
         for h, drawn in enumerate(grid.values()):
