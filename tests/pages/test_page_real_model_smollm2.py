@@ -110,7 +110,8 @@ def test_the_logit_lens_reads_through_smollm2s_rmsnorm(page, smollm2, forward):
     assert len(table) == 31
     embed = smollm2.params["embed"].widen().astype(np.float64)                 # (V, d), the test's own copy
     g, eps = np.asarray(smollm2.params["ln_final.g"], np.float64), smollm2.config.ln_eps
-    for row, x in (("after block 15", cache["blocks.15.resid_pre"][0]), ("after block 30", cache["blocks.29.resid_post"][0])):
+    rows = {"after block 15": cache["blocks.15.resid_pre"][0], "after block 30": cache["blocks.29.resid_post"][0]}
+    for row, x in rows.items():
         x = x.astype(np.float64)
         z = g * x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) @ embed.T
         p = np.exp(z - z.max(-1, keepdims=True))
