@@ -91,6 +91,11 @@ def ffn_param_count(d_model: int, d_ff: int, bias: bool = True, gated: bool = Fa
     return (n_in + 1) * d_model * d_ff + ((n_in * d_ff + d_model) if bias else 0)
 
 
+def norms_label(norm: str) -> str:
+    """How a table names a model's norms: "RMSNorms" (a gain each) or "LayerNorms" (a gain and a bias)."""
+    return "RMSNorms" if norm == "rmsnorm" else "LayerNorms"
+
+
 def layernorm_param_count(d_model: int, n: int = 1, norm: str = "layernorm") -> int:
     """``n`` norms of width ``d_model``: LayerNorms, a gain and a bias each, ``2 n d_model``; another
     kind of norm (:data:`core.model.norms.NORMS`) has its own vectors (RMSNorm a gain only: ``n d_model``)."""
@@ -227,7 +232,8 @@ def model_param_count(model) -> ModelParams:
     if any(s.n_token_types for s in stacks):
         parts["segment embeddings"] = sum(s.n_token_types * d for s in stacks)
     if any(s.embed_ln for s in stacks):
-        parts["embedding LayerNorm"] = sum(layernorm_param_count(d, norm=s.norm) for s in stacks if s.embed_ln)
+        parts[f"embedding {norms_label(top.norm)[:-1]}"] = sum(layernorm_param_count(d, norm=s.norm)
+                                                                for s in stacks if s.embed_ln)
     # 2. the layers, sublayer by sublayer: a causal stack is a decoder
     for i, s in enumerate(stacks):
         role, cross = ("decoder" if s.causal else "encoder"), i == 1          # an encoder-decoder's target stack
@@ -237,9 +243,9 @@ def model_param_count(model) -> ModelParams:
         if cross:
             parts[f"{role} cross-attention"] = s.n_layers * block.cross_attention
         parts[f"{role} FFN"] = s.n_layers * block.ffn
-        parts[f"{role} LayerNorms"] = s.n_layers * block.layernorms
+        parts[f"{role} {norms_label(s.norm)}"] = s.n_layers * block.layernorms
     if any(s.final_ln for s in stacks):
-        parts["final LayerNorms"] = sum(layernorm_param_count(d, norm=s.norm) for s in stacks if s.final_ln)
+        parts[f"final {norms_label(top.norm)}"] = sum(layernorm_param_count(d, norm=s.norm) for s in stacks if s.final_ln)
     # 3. heads on top
     if top.head == "lm":
         weights = 0 if top.tied_unembed else top.vocab_size * d

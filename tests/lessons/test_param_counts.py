@@ -191,7 +191,9 @@ def parts_of_the_arrays(cfg) -> Counter:
         role = "decoder" if getattr(cfg, "causal", True) else "encoder"
         if parts[0] in ("enc", "dec"):
             role, parts = ("encoder" if parts[0] == "enc" else "decoder"), parts[1:]
-        part = f"{role} {SUBLAYERS.get(parts[2], 'LayerNorms')}" if parts[0] == "blocks" else ROWS[parts[0]]
+        norms = param_counts.norms_label(getattr(cfg, "norm", "layernorm"))
+        part = (f"{role} {SUBLAYERS.get(parts[2], norms)}" if parts[0] == "blocks"
+                else ROWS[parts[0]].replace("LayerNorm", norms[:-1]))
         counts[part] += math.prod(shape)
     return counts
 
@@ -236,8 +238,8 @@ def test_smollm2s_config_counts_its_published_134515008():
     assert counted.total == 134_515_008 == C.param_count(SMOLLM2)
     assert counted.parts == {"token embeddings": 49152 * 576, "position embeddings": 0,
                              "decoder self-attention": 30 * (2 * 576 * 576 + 2 * 576 * 192),
-                             "decoder FFN": 30 * 3 * 576 * 1536, "decoder LayerNorms": 30 * 2 * 576,
-                             "final LayerNorms": 576, "output projection": 0}
+                             "decoder FFN": 30 * 3 * 576 * 1536, "decoder RMSNorms": 30 * 2 * 576,
+                             "final RMSNorms": 576, "output projection": 0}
     layer = param_counts.block_param_count(576, 9, 1536, bias=False, norm="rmsnorm", n_kv_heads=3, gated_ffn=True)
     assert layer.total == 3_540_096
 
