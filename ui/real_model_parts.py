@@ -17,13 +17,12 @@ from core.model import checkpoint_policy
 from core.model import minilm_package, smollm2_package
 from core.model import generation
 from core.model import names
-from core.model import transformer as tr
 from core.model.packaged import installed_path
 from core.recording import recorded, recording, replay
 from core.training import make_tiny_gpt
 from ui import charts, state
 
-SHIPPED = os.path.join(os.path.dirname(tr.__file__), "tiny_gpt")
+SHIPPED = pretrained.SHIPPED
 SMOLLM2_NAME = smollm2_package.SMOLLM2.rsplit("/", 1)[-1]
 MODELS = {"minilm": "all-MiniLM-L6-v2: a real encoder (BERT family)",
           "smollm2": f"{SMOLLM2_NAME}: a real language model (Llama family)",

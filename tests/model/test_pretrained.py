@@ -142,6 +142,13 @@ def test_a_hub_name_is_fetched_through_the_size_cap_and_the_setting(tokenizer_fi
         hub.close()
 
 
+def test_a_server_that_takes_no_checkpoints_still_opens_its_own_models(hf_folder, monkeypatch):
+    monkeypatch.setenv("ATTENTION_CHECKPOINTS", "off")
+    with pytest.raises(ValueError, match="takes no other checkpoints"):
+        pretrained.load(hf_folder[0])
+    assert pretrained.load(pretrained.SHIPPED).config.n_layers == 2            # the small GPT that ships
+
+
 def test_empty_text_and_a_model_without_tokenizer(hf_folder):
     m = pretrained.load(hf_folder[0])
     with pytest.raises(ValueError, match="tokenizer.json"):
