@@ -17,8 +17,9 @@ def _reads_the_next_token(causal: bool) -> bool:
 
 
 # The opening question: which architecture can have a next-token head. The page opens on an encoder
-# (all-MiniLM-L6-v2); GPT-2 and the shipped small GPT are decoders.
-LOOK_AHEAD = ("Only the encoder (all-MiniLM-L6-v2)", "Only the decoders (GPT-2, the small GPT)", "Both", "Neither")
+# (all-MiniLM-L6-v2); SmolLM2, GPT-2 and the shipped small GPT are decoders.
+LOOK_AHEAD = ("Only the encoder (all-MiniLM-L6-v2)", "Only the decoders (SmolLM2, GPT-2, the small GPT)", "Both",
+              "Neither")
 _encoder = _reads_the_next_token(presets.encoder_classifier().causal)
 _decoder = _reads_the_next_token(presets.gpt2().causal)
 _look_ahead = {(True, False): 0, (False, True): 1, (True, True): 2, (False, False): 3}[(_encoder, _decoder)]
@@ -34,7 +35,7 @@ _kept, _back_one, _back_two = (float(_rolled[ROLL_TOKEN - 1 - i]) for i in range
 QUESTIONS: tuple[Prediction, ...] = (
     Prediction(
         f"{PAGE}.next_token_head", PAGE,
-        "all-MiniLM-L6-v2 is an encoder; GPT-2 and the small GPT shipped here are decoders. Which of them "
+        "all-MiniLM-L6-v2 is an encoder; SmolLM2, GPT-2 and the small GPT shipped here are decoders. Which of them "
         "can have a **next-token head**, one whose query at token t puts most of its weight on token t + 1?",
         _look_ahead,
         "What does a decoder add to its scores before the softmax, and where?",
