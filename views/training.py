@@ -6,7 +6,7 @@ import streamlit as st
 
 from core import limits, warmup
 from core.training import steps, tasks, encoder_runs
-from core.model.config import POSITIONAL
+from core.model.config import EMBEDDING_POSITIONAL as POSITIONAL   # the encoder adds its positions
 from core.lessons.questions import training as questions
 from ui import charts, lesson, state
 from core.training.encoder_runs import EncoderRun

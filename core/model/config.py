@@ -14,7 +14,7 @@ from core.model.activations import ACTIVATIONS
 from core.model.compact import CompactMatrix, wide
 from core.model.norms import NORMS, PLACEMENTS
 from core.model.params import init_by_name, whole as _whole
-from core.model.positions import POSITIONAL, POSITIONS  # noqa: F401  (POSITIONAL: the names, read from here too)
+from core.model.positions import EMBEDDING_POSITIONAL, POSITIONAL, POSITIONS  # noqa: F401  (the names, read from here too)
 from core.validate import check_heads
 
 # each architectural choice is a name in its registry (a forward and a backward pass under that name)

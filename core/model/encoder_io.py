@@ -17,7 +17,7 @@ import numpy as np
 from core.model import params as P
 from core.model import presets
 from core.model.formats import legacy_npz
-from core.model.config import POSITIONAL, TransformerConfig, check_params, param_shapes
+from core.model.config import EMBEDDING_POSITIONAL, TransformerConfig, check_params, param_shapes
 
 # Settings the weights alone do not determine, stored beside them as "config.<name>" arrays.
 SETTINGS_PREFIX = "config."
@@ -84,11 +84,11 @@ def _take_settings(arrays: dict) -> dict:
         if key == "n_heads" and one is not None and value.dtype.kind in "iu" and 1 <= one <= 4096:
             settings[key] = int(one)
         elif key == "positional" and one is not None and value.dtype.kind == "U" \
-                and str(one) in POSITIONAL:
+                and str(one) in EMBEDDING_POSITIONAL:
             settings[key] = str(one)
         else:
             raise ValueError(f"The parameter file's setting {name!r} is not one this encoder knows "
-                             f"(n_heads: a whole number; positional: one of {', '.join(POSITIONAL)}).")
+                             f"(n_heads: a whole number; positional: one of {', '.join(EMBEDDING_POSITIONAL)}).")
     return settings
 
 

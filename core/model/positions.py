@@ -104,3 +104,6 @@ POSITIONS = {
     "rotary": Positions(no_positions, fixed_backward, (), rotates=True),
 }
 POSITIONAL = tuple(POSITIONS)
+# the kinds added to the token embeddings: every kind but rotary (which turns queries and keys instead);
+# the small models the pages train take these
+EMBEDDING_POSITIONAL = tuple(name for name, kind in POSITIONS.items() if not kind.rotates)

@@ -16,14 +16,18 @@ The first four are the original Transformer's blocks, which the compiled trainin
 """
 from __future__ import annotations
 
-from core.model.config import TransformerConfig
+from core.model.config import EMBEDDING_POSITIONAL, TransformerConfig
 from core.model.transformer_encdec import EncoderDecoderConfig
 
 
 def encoder_classifier(vocab_size: int = 10, n_ctx: int = 16, d_model: int = 32, n_heads: int = 4, d_ff: int = 64,
                        n_layers: int = 2, n_classes: int = 2, positional: str = "sinusoidal",
                        ln_eps: float = 1e-5) -> TransformerConfig:
-    """The seeds' tiny encoder: attends both ways and classifies the mean of its last hidden states."""
+    """The seeds' tiny encoder: attends both ways and classifies the mean of its last hidden states; its
+    positions are added to the embeddings (:data:`~core.model.config.EMBEDDING_POSITIONAL`)."""
+    if positional not in EMBEDDING_POSITIONAL:
+        raise ValueError(f"positional must be one of {', '.join(EMBEDDING_POSITIONAL)} for this encoder, "
+                         f"got {positional!r}.")
     return TransformerConfig(vocab_size=vocab_size, n_ctx=n_ctx, d_model=d_model, n_heads=n_heads, d_ff=d_ff,
                              n_layers=n_layers, norm_placement="post", activation="relu", positional=positional,
                              causal=False, ln_eps=ln_eps, head="classify", n_classes=n_classes)

@@ -67,6 +67,8 @@ def test_page_renders_with_caps_formulas_and_controls(at):
     assert str(limits.MAX_TRAIN_STEPS) in captions and f"{limits.MAX_TRAIN_SECONDS:.0f} s" in captions
     assert "median" in captions            # the chosen task's one-line description
     assert at.selectbox(key="training.task").options == ["sum", "increasing", "repeat"]
+    # the encoder adds its positions to the embeddings: no rotary choice, which it could not train
+    assert at.radio(key="training.positional").options == ["sinusoidal", "learned", "none"]
 
 
 @pytest.fixture(scope="module")

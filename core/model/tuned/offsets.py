@@ -18,7 +18,7 @@ from core.model import layers
 from core.model import params as P
 from core.model.tuned.decoder_gradient import CROSS_SLOTS, DecoderLayout
 from core.model.tuned.sublayers import LAYER_SLOTS, Layout
-from core.model.config import TransformerConfig, param_shapes
+from core.model.config import EMBEDDING_POSITIONAL, TransformerConfig, param_shapes
 from core.model.transformer_encdec import EncoderDecoderConfig
 from core.model.transformer_encdec import param_shapes as encdec_shapes
 
@@ -26,8 +26,8 @@ from core.model.transformer_encdec import param_shapes as encdec_shapes
 # biases) under a classifier head or an untied, biased unembedding. Anything else runs on the readable track.
 _COMPILED = dict(norm_placement="post", norm="layernorm", activation="relu", bias=True, tied_unembed=False,
                  final_ln=False, n_token_types=0, embed_ln=False, pooler=False, gated_ffn=False)
-# positions the compiled steps add to the embeddings (rotary ones turn queries and keys: not here)
-_COMPILED_POSITIONS = ("sinusoidal", "learned", "none")
+# the compiled steps add positions to the embeddings (rotary ones turn queries and keys: not here)
+_COMPILED_POSITIONS = EMBEDDING_POSITIONAL
 
 
 def unsupported(cfg) -> str | None:
