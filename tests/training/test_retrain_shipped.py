@@ -12,8 +12,12 @@ from core.training.encoder_runs import EncoderRun
 # Training again gives the shipped models bit for bit on the machine that wrote them. A CPU with
 # other SIMD widths rounds a few sums differently, and 300-1,200 float32 Adam steps grow that: on
 # AVX2 against these AVX-512 files, the encoder's test logits moved by 0.06 at most (the learning
-# rate 5 % higher moves them by 0.25), the induction model's losses by 5e-6.
+# rate 5 % higher moves them by 0.25). The induction model's 2,500 steps amplify more: on an AVX2 AMD
+# EPYC (Zen 3) its losses matched these files to 1e-3 for the first 542 steps, then drifted up to 0.18
+# apart at single steps. So its first SAME_STEPS losses are held tight (a changed default moves them
+# from the start), the rest by their mean, and the trained model by its measures.
 LOGITS_ATOL, LOSSES_ATOL = 0.15, 1e-3
+SAME_STEPS, LAST_STEPS, LAST_MEAN_ATOL = 500, 200, 0.05
 AGAIN = "the defaults changed: python -m core.training.retrain_shipped"
 
 
@@ -46,7 +50,10 @@ def test_the_shipped_induction_model_is_the_default_run_trained_again(written):
     again, again_run = written(shipped.INDUCTION_FILE)
     assert again_run["settings"] == run["settings"] and again_run["track"] == run["track"] == "compiled"
     assert sorted(again) == sorted(params)
-    np.testing.assert_allclose(run["losses"], again_run["losses"], atol=LOSSES_ATOL)
+    shipped_losses, again_losses = np.asarray(run["losses"]), np.asarray(again_run["losses"])
+    assert shipped_losses.shape == again_losses.shape
+    np.testing.assert_allclose(shipped_losses[:SAME_STEPS], again_losses[:SAME_STEPS], atol=LOSSES_ATOL)
+    assert abs(shipped_losses[-LAST_STEPS:].mean() - again_losses[-LAST_STEPS:].mean()) <= LAST_MEAN_ATOL
     data = induction.held_out(setup, 0)
     a, b = (induction.measure(p, setup.config, data) for p in (params, again))
     assert a.acc_repeated_segment > 0.9 and abs(a.acc_repeated_segment - b.acc_repeated_segment) <= 0.02
