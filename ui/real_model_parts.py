@@ -122,6 +122,11 @@ def model_for(source: str, _progress=None) -> pretrained.Model:
     return pretrained.load(source or SHIPPED, np.float32, progress=_progress)
 
 
+# the forward cache's entries per block that the page reads (maps, lens, edits, patches); the rest
+# (SmolLM2's feed-forward layers above all) is dropped before the pass is kept for every session
+KEPT = ("resid_pre", "resid_post", "attn.weights", "attn.head_outputs")
+
+
 @st.cache_resource(show_spinner=False, max_entries=8)
 def run(_m: pretrained.Model, source: str, ids: tuple):
     """The forward pass of one text, its cache (shared, read only), and the record of what computed
@@ -129,6 +134,8 @@ def run(_m: pretrained.Model, source: str, ids: tuple):
     started server runs the NumPy ones while it compiles)."""
     with recording() as ran:
         out, cache = recorded(_m.forward)(np.array(ids))
+    cache = {name: a for name, a in cache.items()          # what the page reads: a tenth of SmolLM2's cache
+             if not name.startswith("blocks.") or name.split(".", 2)[2] in KEPT}
     for array in (out, *cache.values()):
         array.setflags(write=False)                     # shared by every session that asks for this text
     return out, cache, ran
