@@ -133,7 +133,7 @@ class _Compiler:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, (root, os.environ.get("PYTHONPATH")))))
         self.proc = subprocess.Popen([sys.executable, "-m", "core.warmup", "--serve"], cwd=root, env=env,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                     text=True, bufsize=1, preexec_fn=lambda: os.nice(CHILD_NICE))
+                                     text=True, bufsize=1)
 
     def compile(self, index: int) -> str:
         """Step ``index`` (of STEPS + ON_DEMAND) compiled there: "" when it succeeded, else why not."""
@@ -155,7 +155,11 @@ class _Compiler:
 
 
 def _serve() -> None:
-    """The child's side of :class:`_Compiler`: a step index per line in, ``ok INDEX`` (or the error) out."""
+    """The child's side of :class:`_Compiler`: a step index per line in, ``ok INDEX`` (or the error) out.
+    The child lowers its own priority. A ``preexec_fn`` doing it would make the server fork with the
+    interpreter's lock held and run every fork handler: OpenBLAS's joins its threads, and a page's
+    NumPy product on them then waits for that lock forever. Without one, Popen spawns (vfork + exec)."""
+    os.nice(CHILD_NICE)
     steps = (*STEPS, *ON_DEMAND)
     for line in sys.stdin:
         index = int(line)

@@ -3,6 +3,7 @@ and it comes next, a page never waits for a compile (it runs the readable track 
 so), a timing runs with the compiling child stopped, and the process starts one warm-up at most."""
 import signal
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -119,6 +120,45 @@ def test_paused_stops_the_compiling_child_and_continues_it(monkeypatch):
         other.send_signal(signal.SIGKILL)
     finally:
         child.kill()
+
+
+SPAWN_BESIDE_PRODUCTS = r"""
+import sys, threading
+import numpy as np
+from core import warmup
+def products():                          # a page's NumPy products, on OpenBLAS's threads
+    mats = [np.random.default_rng(0).normal(size=(n, n)) for n in (16, 48, 64, 100, 200)]
+    while True:
+        for a in mats:
+            a @ a
+threading.Thread(target=products, daemon=True).start()
+for _ in range(int(sys.argv[1])):
+    child = warmup._Compiler()
+    child.proc.kill()
+    child.proc.wait()
+print("started them all", flush=True)
+"""
+
+
+def test_the_compiling_child_starts_while_a_page_multiplies_and_runs_niced():
+    """Starting the child must not fork with the interpreter's lock held: OpenBLAS's fork handler
+    joins its threads, and a page's product running on them waits for that lock, forever (a cold
+    server hung so, about one start in three). The child lowers its own priority instead."""
+    try:
+        out = subprocess.run([sys.executable, "-c", SPAWN_BESIDE_PRODUCTS, "2000"], cwd=ROOT, capture_output=True,
+                             text=True, timeout=240)
+    except subprocess.TimeoutExpired:
+        pytest.fail("still waiting after 240 s on 2,000 compiling children started beside NumPy products: "
+                    "a fork deadlocked")
+    assert out.stdout.strip() == "started them all", out.stderr[-2000:]
+
+    child = warmup._Compiler()
+    try:
+        assert child.compile(len(warmup.STEPS) + len(warmup.ON_DEMAND)) != ""    # no such step: it answers
+        nice = int(Path(f"/proc/{child.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[16])
+        assert nice == warmup.CHILD_NICE
+    finally:
+        child.close()
 
 
 def test_the_kernels_make_it_fast_asks_for_are_its_operations():
