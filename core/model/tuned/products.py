@@ -13,6 +13,7 @@ from numba import njit, types
 from numba.extending import intrinsic
 
 from core.kernels.tuned import simd
+from core.kernels.tuned.gemm import tile3, tile4
 from core.kernels.tuned.target import REGISTERS
 from core.model.tuned import JIT
 
@@ -29,84 +30,6 @@ def _tile_starts(n, width, i):
     moved back to end at ``n``, so it may overlap the one before (its results are recomputed
     exactly, in the same order, so overlapping writes agree)."""
     return min(i * width, n - width)
-
-
-@njit(inline="always", **JIT)
-def _project_tile(A, x, y0, y, K, N, m, n, add):
-    """``Y[m:m+4, n:n+3 lanes] = (Y0 block if add) + sum_k A[k, m+r] X[k, n:n+3 lanes]``.
-
-    ``x``, ``y0``, ``y`` are the flat (row-major) ``X``, ``Y0``, ``Y``. Each step of ``k`` loads
-    three vectors of ``X``'s row k, broadcasts four numbers of ``A`` and does twelve fused
-    multiply-adds into the running sums.
-    """
-    L = simd.lanes_of(x)
-    if add:
-        o = m * N + n
-        a00, a01, a02 = simd.load(y0, o), simd.load(y0, o + L), simd.load(y0, o + 2 * L)
-        o += N
-        a10, a11, a12 = simd.load(y0, o), simd.load(y0, o + L), simd.load(y0, o + 2 * L)
-        o += N
-        a20, a21, a22 = simd.load(y0, o), simd.load(y0, o + L), simd.load(y0, o + 2 * L)
-        o += N
-        a30, a31, a32 = simd.load(y0, o), simd.load(y0, o + L), simd.load(y0, o + 2 * L)
-    else:
-        a00 = a01 = a02 = a10 = a11 = a12 = a20 = a21 = a22 = a30 = a31 = a32 = simd.zeros(x)
-    for k in range(K):
-        i = k * N + n
-        u0, u1, u2 = simd.load(x, i), simd.load(x, i + L), simd.load(x, i + 2 * L)
-        w = simd.splat(A[k, m], x)
-        a00, a01, a02 = simd.fma(w, u0, a00), simd.fma(w, u1, a01), simd.fma(w, u2, a02)
-        w = simd.splat(A[k, m + 1], x)
-        a10, a11, a12 = simd.fma(w, u0, a10), simd.fma(w, u1, a11), simd.fma(w, u2, a12)
-        w = simd.splat(A[k, m + 2], x)
-        a20, a21, a22 = simd.fma(w, u0, a20), simd.fma(w, u1, a21), simd.fma(w, u2, a22)
-        w = simd.splat(A[k, m + 3], x)
-        a30, a31, a32 = simd.fma(w, u0, a30), simd.fma(w, u1, a31), simd.fma(w, u2, a32)
-    o = m * N + n
-    simd.store(y, o, a00), simd.store(y, o + L, a01), simd.store(y, o + 2 * L, a02)
-    o += N
-    simd.store(y, o, a10), simd.store(y, o + L, a11), simd.store(y, o + 2 * L, a12)
-    o += N
-    simd.store(y, o, a20), simd.store(y, o + L, a21), simd.store(y, o + 2 * L, a22)
-    o += N
-    simd.store(y, o, a30), simd.store(y, o + L, a31), simd.store(y, o + 2 * L, a32)
-
-
-@njit(inline="always", **JIT)
-def _project_tile4(A, x, y0, y, K, N, m, n, add):
-    """:func:`_project_tile` 4 vectors wide: ``Y[m:m+4, n:n+4 lanes]`` (sixteen running sums)."""
-    L = simd.lanes_of(x)
-    if add:
-        o = m * N + n
-        a00, a01, a02, a03 = simd.load(y0, o), simd.load(y0, o + L), simd.load(y0, o + 2 * L), simd.load(y0, o + 3 * L)
-        o += N
-        a10, a11, a12, a13 = simd.load(y0, o), simd.load(y0, o + L), simd.load(y0, o + 2 * L), simd.load(y0, o + 3 * L)
-        o += N
-        a20, a21, a22, a23 = simd.load(y0, o), simd.load(y0, o + L), simd.load(y0, o + 2 * L), simd.load(y0, o + 3 * L)
-        o += N
-        a30, a31, a32, a33 = simd.load(y0, o), simd.load(y0, o + L), simd.load(y0, o + 2 * L), simd.load(y0, o + 3 * L)
-    else:
-        a00 = a01 = a02 = a03 = a10 = a11 = a12 = a13 = simd.zeros(x)
-        a20 = a21 = a22 = a23 = a30 = a31 = a32 = a33 = simd.zeros(x)
-    for k in range(K):
-        i = k * N + n
-        u0, u1, u2, u3 = simd.load(x, i), simd.load(x, i + L), simd.load(x, i + 2 * L), simd.load(x, i + 3 * L)
-        w = simd.splat(A[k, m], x)
-        a00, a01, a02, a03 = simd.fma(w, u0, a00), simd.fma(w, u1, a01), simd.fma(w, u2, a02), simd.fma(w, u3, a03)
-        w = simd.splat(A[k, m + 1], x)
-        a10, a11, a12, a13 = simd.fma(w, u0, a10), simd.fma(w, u1, a11), simd.fma(w, u2, a12), simd.fma(w, u3, a13)
-        w = simd.splat(A[k, m + 2], x)
-        a20, a21, a22, a23 = simd.fma(w, u0, a20), simd.fma(w, u1, a21), simd.fma(w, u2, a22), simd.fma(w, u3, a23)
-        w = simd.splat(A[k, m + 3], x)
-        a30, a31, a32, a33 = simd.fma(w, u0, a30), simd.fma(w, u1, a31), simd.fma(w, u2, a32), simd.fma(w, u3, a33)
-    o = m * N + n
-    simd.store(y, o, a00), simd.store(y, o + L, a01), simd.store(y, o + 2 * L, a02), simd.store(y, o + 3 * L, a03)
-    o += N
-    simd.store(y, o, a10), simd.store(y, o + L, a11), simd.store(y, o + 2 * L, a12), simd.store(y, o + 3 * L, a13)
-    o += N
-    simd.store(y, o, a20), simd.store(y, o + L, a21), simd.store(y, o + 2 * L, a22), simd.store(y, o + 3 * L, a23)
-    o += N
-    simd.store(y, o, a30), simd.store(y, o + L, a31), simd.store(y, o + 2 * L, a32), simd.store(y, o + 3 * L, a33)
 
 
 @njit(**JIT)
@@ -132,10 +55,11 @@ def project(A, X, Y0, Y, add):
     for tn in range((N + W - 1) // W):
         n = _tile_starts(N, W, tn)
         for tm in range((M + 3) // 4):
+            m = _tile_starts(M, 4, tm)
             if WIDE and W == 4 * V:
-                _project_tile4(A, x, y0, y, K, N, _tile_starts(M, 4, tm), n, add)
+                tile4(A, x, N, n, y0, y, N, m * N + n, K, m, add)
             else:
-                _project_tile(A, x, y0, y, K, N, _tile_starts(M, 4, tm), n, add)
+                tile3(A, x, N, n, y0, y, N, m * N + n, K, m, add)
 
 
 @njit(**JIT)

@@ -1,0 +1,253 @@
+"""Our own matrix product ``y = act(x W + b) + residual`` for the real models' linear layers.
+
+A library product (NumPy's BLAS) is handed ``W`` afresh at every call and re-packs it each time.
+A model's weights are known when it loads, so :func:`pack` lays each one out once in the order the
+register tile reads it, and :func:`matmul` multiplies activations by the packed weight:
+
+- **register tile**: four rows of ``x`` by ``TILE_VECTORS`` SIMD vectors of columns. The running
+  sums (16 with AVX-512's 32 registers, 12 with AVX2's 16) stay in registers while a loop over
+  ``k`` feeds them: each step loads ``TILE_VECTORS`` vectors of ``W``'s row ``k`` and broadcasts four
+  numbers of ``x``;
+- **packed panels**: ``W`` (K, N) becomes ``panels`` (P, K, width), one tile's columns for every
+  ``k`` side by side. The tile then reads memory in order, where ``W``'s own rows lie ``N`` numbers
+  apart (at 2048 x 2048 each ``k`` was a new page: a quarter of the speed);
+- **both cores**: the tiles are shared out among Numba's threads (``prange``). A tile is computed
+  by one thread, its sums in the same order whatever the thread count, so the numbers do not depend
+  on it;
+- **fused epilogue**: the bias, the activation (GELU's tanh form, SiLU) and a residual are applied
+  to a tile while it is still in the L1 cache, instead of a pass over the whole output each.
+
+The readable twin, the loops these compute, is :func:`core.kernels.matmul.matmul_kernel`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numba import njit, prange
+
+from core.kernels.tuned import simd
+from core.kernels.tuned.fastexp import fast_exp
+from core.kernels.tuned.target import REGISTERS
+
+JIT = dict(cache=True, nogil=True, error_model="numpy")
+TILE_ROWS = 4
+TILE_VECTORS = 4 if REGISTERS >= 32 else 3       # 16 or 12 running sums + the loads + one broadcast
+ACTIVATIONS = {"none": 0, "gelu_tanh": 1, "silu": 2}
+GELU_TANH_C = float(np.sqrt(2.0 / np.pi))
+EXP_TOP = 80.0       # exp's argument is held at or below this (float32's exp overflows past 88)
+
+
+# ----------------------------------------------------------------------------------------------
+# the register tiles: Y[4 rows, V vectors] = (Y0 if add) + sum_k A[k, m + r] X[k, vectors]
+# ----------------------------------------------------------------------------------------------
+@njit(inline="always", **JIT)
+def tile3(A, x, x_row, xo, y0, y, y_row, yo, K, m, add):
+    """Four rows by three vectors: ``y[yo + r y_row + (0..3L)] = (y0 there if add) + sum_k A[k, m+r]
+    x[xo + k x_row + (0..3L)]``, ``x``, ``y0``, ``y`` flat. Each step of ``k`` loads three vectors of
+    ``x``'s row ``k``, broadcasts four numbers of ``A`` and does twelve fused multiply-adds."""
+    L = simd.lanes_of(x)
+    if add:
+        o = yo
+        a00, a01, a02 = simd.load(y0, o), simd.load(y0, o + L), simd.load(y0, o + 2 * L)
+        o += y_row
+        a10, a11, a12 = simd.load(y0, o), simd.load(y0, o + L), simd.load(y0, o + 2 * L)
+        o += y_row
+        a20, a21, a22 = simd.load(y0, o), simd.load(y0, o + L), simd.load(y0, o + 2 * L)
+        o += y_row
+        a30, a31, a32 = simd.load(y0, o), simd.load(y0, o + L), simd.load(y0, o + 2 * L)
+    else:
+        a00 = a01 = a02 = a10 = a11 = a12 = a20 = a21 = a22 = a30 = a31 = a32 = simd.zeros(x)
+    for k in range(K):
+        i = xo + k * x_row
+        u0, u1, u2 = simd.load(x, i), simd.load(x, i + L), simd.load(x, i + 2 * L)
+        w = simd.splat(A[k, m], x)
+        a00, a01, a02 = simd.fma(w, u0, a00), simd.fma(w, u1, a01), simd.fma(w, u2, a02)
+        w = simd.splat(A[k, m + 1], x)
+        a10, a11, a12 = simd.fma(w, u0, a10), simd.fma(w, u1, a11), simd.fma(w, u2, a12)
+        w = simd.splat(A[k, m + 2], x)
+        a20, a21, a22 = simd.fma(w, u0, a20), simd.fma(w, u1, a21), simd.fma(w, u2, a22)
+        w = simd.splat(A[k, m + 3], x)
+        a30, a31, a32 = simd.fma(w, u0, a30), simd.fma(w, u1, a31), simd.fma(w, u2, a32)
+    o = yo
+    simd.store(y, o, a00), simd.store(y, o + L, a01), simd.store(y, o + 2 * L, a02)
+    o += y_row
+    simd.store(y, o, a10), simd.store(y, o + L, a11), simd.store(y, o + 2 * L, a12)
+    o += y_row
+    simd.store(y, o, a20), simd.store(y, o + L, a21), simd.store(y, o + 2 * L, a22)
+    o += y_row
+    simd.store(y, o, a30), simd.store(y, o + L, a31), simd.store(y, o + 2 * L, a32)
+
+
+@njit(inline="always", **JIT)
+def tile4(A, x, x_row, xo, y0, y, y_row, yo, K, m, add):
+    """:func:`tile3` four vectors wide (sixteen running sums: AVX-512's 32 registers hold them)."""
+    L = simd.lanes_of(x)
+    if add:
+        o = yo
+        a00, a01, a02, a03 = simd.load(y0, o), simd.load(y0, o + L), simd.load(y0, o + 2 * L), simd.load(y0, o + 3 * L)
+        o += y_row
+        a10, a11, a12, a13 = simd.load(y0, o), simd.load(y0, o + L), simd.load(y0, o + 2 * L), simd.load(y0, o + 3 * L)
+        o += y_row
+        a20, a21, a22, a23 = simd.load(y0, o), simd.load(y0, o + L), simd.load(y0, o + 2 * L), simd.load(y0, o + 3 * L)
+        o += y_row
+        a30, a31, a32, a33 = simd.load(y0, o), simd.load(y0, o + L), simd.load(y0, o + 2 * L), simd.load(y0, o + 3 * L)
+    else:
+        a00 = a01 = a02 = a03 = a10 = a11 = a12 = a13 = simd.zeros(x)
+        a20 = a21 = a22 = a23 = a30 = a31 = a32 = a33 = simd.zeros(x)
+    for k in range(K):
+        i = xo + k * x_row
+        u0, u1, u2, u3 = simd.load(x, i), simd.load(x, i + L), simd.load(x, i + 2 * L), simd.load(x, i + 3 * L)
+        w = simd.splat(A[k, m], x)
+        a00, a01, a02, a03 = simd.fma(w, u0, a00), simd.fma(w, u1, a01), simd.fma(w, u2, a02), simd.fma(w, u3, a03)
+        w = simd.splat(A[k, m + 1], x)
+        a10, a11, a12, a13 = simd.fma(w, u0, a10), simd.fma(w, u1, a11), simd.fma(w, u2, a12), simd.fma(w, u3, a13)
+        w = simd.splat(A[k, m + 2], x)
+        a20, a21, a22, a23 = simd.fma(w, u0, a20), simd.fma(w, u1, a21), simd.fma(w, u2, a22), simd.fma(w, u3, a23)
+        w = simd.splat(A[k, m + 3], x)
+        a30, a31, a32, a33 = simd.fma(w, u0, a30), simd.fma(w, u1, a31), simd.fma(w, u2, a32), simd.fma(w, u3, a33)
+    o = yo
+    simd.store(y, o, a00), simd.store(y, o + L, a01), simd.store(y, o + 2 * L, a02), simd.store(y, o + 3 * L, a03)
+    o += y_row
+    simd.store(y, o, a10), simd.store(y, o + L, a11), simd.store(y, o + 2 * L, a12), simd.store(y, o + 3 * L, a13)
+    o += y_row
+    simd.store(y, o, a20), simd.store(y, o + L, a21), simd.store(y, o + 2 * L, a22), simd.store(y, o + 3 * L, a23)
+    o += y_row
+    simd.store(y, o, a30), simd.store(y, o + L, a31), simd.store(y, o + 2 * L, a32), simd.store(y, o + 3 * L, a33)
+
+
+# ----------------------------------------------------------------------------------------------
+# packed weights
+# ----------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class PackedWeight:
+    """A weight ``W`` (K, N) laid out for the tile: ``panels[p, k, j] = W[k, p * width + j]``, the
+    last panel padded with zeros. ``shape`` and ``dtype`` are ``W``'s."""
+    panels: np.ndarray
+    shape: tuple[int, int]
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.panels.dtype
+
+    @property
+    def nbytes(self) -> int:
+        return self.panels.nbytes
+
+
+def panel_width(dtype) -> int:
+    """Columns per panel: one tile's, ``TILE_VECTORS`` SIMD vectors of ``dtype``."""
+    return TILE_VECTORS * simd.lanes(np.dtype(dtype))
+
+
+def pack(W: np.ndarray) -> PackedWeight:
+    """``W`` (K, N), float32 or float64, packed into panels once (at load); read-only after."""
+    K, N = W.shape
+    width = panel_width(W.dtype)
+    P = -(-N // width)
+    padded = np.zeros((K, P * width), dtype=W.dtype)
+    padded[:, :N] = W
+    panels = np.ascontiguousarray(padded.reshape(K, P, width).transpose(1, 0, 2))
+    panels.setflags(write=False)
+    return PackedWeight(panels, (K, N))
+
+
+# ----------------------------------------------------------------------------------------------
+# the product
+# ----------------------------------------------------------------------------------------------
+@njit(inline="always", **JIT)
+def _epilogue(y, y_row, yo, rows, cols, bias, b_at, residual, r_at, r_row, act, c, a, one, top):
+    """``y = act(y + bias) + residual`` on one tile (``rows`` x ``cols`` at ``yo``), in the L1 cache."""
+    for r in range(rows):
+        for j in range(cols):
+            v = y[yo + r * y_row + j]
+            if b_at >= 0:
+                v += bias[b_at + j]
+            if act == 1:                  # GELU, tanh form, as x sigmoid(2u) (core.model.tuned.forward)
+                v = v / (one + fast_exp(min(-(c + c) * (v + a * v * v * v), top)))
+            elif act == 2:                # SiLU
+                v = v / (one + fast_exp(min(-v, top)))
+            if r_at >= 0:
+                v += residual[r_at + r * r_row + j]
+            y[yo + r * y_row + j] = v
+
+
+@njit(parallel=True, **JIT)
+def _matmul(x, panels, N, bias, has_bias, act, residual, has_residual, y):
+    """``y (M, N) = act(x (M, K) @ W + bias) + residual``, W packed (:func:`pack`); ``M >= 4``."""
+    M, K = x.shape
+    P, _, width = panels.shape
+    A = x.T                                      # A[k, m] = x[m, k]: the tile's broadcast numbers
+    flat_panels, flat_y = panels.ravel(), y.ravel()
+    flat_bias, flat_res = bias.ravel(), residual.ravel()
+    t = flat_y.dtype.type
+    c, a, one, top = t(GELU_TANH_C), t(0.044715), t(1.0), t(EXP_TOP)
+    row_blocks = (M + TILE_ROWS - 1) // TILE_ROWS
+    # tasks panel by panel: a thread's run of tasks reuses one panel from its cache for every row block
+    for task in prange(P * row_blocks):
+        p, rb = task // row_blocks, task % row_blocks
+        m = min(rb * TILE_ROWS, M - TILE_ROWS)  # the last block moves back to end at row M
+        first = rb * TILE_ROWS - m               # its rows before `first` are the block before's
+        n = p * width
+        cols = min(width, N - n)
+        scratch = cols < width or first > 0
+        if not scratch:
+            out, out_row, out_at = flat_y, N, m * N + n
+        else:                                    # a padded panel or a moved block: a scratch tile,
+            out, out_row, out_at = np.empty(TILE_ROWS * width, dtype=flat_y.dtype), width, 0   # its new part copied
+        if TILE_VECTORS == 4:
+            tile4(A, flat_panels, width, p * K * width, out, out, out_row, out_at, K, m, False)
+        else:
+            tile3(A, flat_panels, width, p * K * width, out, out, out_row, out_at, K, m, False)
+        _epilogue(out, out_row, out_at, TILE_ROWS, cols, flat_bias, n if has_bias else -1,
+                  flat_res, m * N + n if has_residual else -1, N, act, c, a, one, top)
+        if scratch:
+            for r in range(first, TILE_ROWS):
+                for j in range(cols):
+                    flat_y[(m + r) * N + n + j] = out[r * width + j]
+
+
+@njit(parallel=True, **JIT)
+def _matmul_few(x, panels, N, bias, has_bias, act, residual, has_residual, y):
+    """:func:`_matmul` for fewer than four rows (a token generated at a time): each panel's rows of
+    ``W`` added into the output row, scaled by ``x[m, k]``, in the order ``k`` (the tile's order)."""
+    M, K = x.shape
+    P, _, width = panels.shape
+    flat_panels, flat_y = panels.ravel(), y.ravel()
+    flat_bias, flat_res = bias.ravel(), residual.ravel()
+    t = flat_y.dtype.type
+    c, a, one, top = t(GELU_TANH_C), t(0.044715), t(1.0), t(EXP_TOP)
+    for p in prange(P):
+        n = p * width
+        cols = min(width, N - n)
+        for m in range(M):
+            row = flat_y[m * N + n:m * N + n + cols]
+            row[:] = 0
+            for k in range(K):
+                xk = x[m, k]
+                w = flat_panels[(p * K + k) * width:(p * K + k) * width + cols]
+                for j in range(cols):            # contiguous: LLVM gives it SIMD lanes
+                    row[j] += xk * w[j]
+        _epilogue(flat_y, N, n, M, cols, flat_bias, n if has_bias else -1,
+                  flat_res, n if has_residual else -1, N, act, c, a, one, top)
+
+
+def matmul(x: np.ndarray, W: PackedWeight, bias: np.ndarray | None = None, activation: str = "none",
+           residual: np.ndarray | None = None) -> np.ndarray:
+    """``act(x @ W + bias) + residual`` for ``x`` (M, K) and a packed ``W`` (K, N), in a new array.
+
+    ``activation``: ``"none"``, ``"gelu_tanh"`` or ``"silu"``; ``bias`` (N,) and ``residual`` (M, N)
+    may be None."""
+    M, K = x.shape
+    if K != W.shape[0]:
+        raise ValueError(f"x has {K} columns, the weight {W.shape[0]} rows")
+    N = W.shape[1]
+    dtype = W.dtype
+    y = np.empty((M, N), dtype=dtype)
+    none = np.zeros(1, dtype=dtype)
+    kernel = _matmul if M >= TILE_ROWS else _matmul_few
+    kernel(np.ascontiguousarray(x, dtype=dtype), W.panels, N,
+           none if bias is None else np.ascontiguousarray(bias, dtype=dtype), bias is not None,
+           ACTIVATIONS[activation], none if residual is None else np.ascontiguousarray(residual, dtype=dtype),
+           residual is not None, y)
+    return y

@@ -1,0 +1,107 @@
+"""Our matrix product: the tuned one (weights packed into panels, register tiles, both cores, fused
+bias, activation and residual), its readable twin, and the register tile the training steps use,
+each held to NumPy's product in float64 on odd shapes, in float32 and float64."""
+import numba
+import numpy as np
+import pytest
+
+from core.kernels.matmul import ACTIVATIONS as ACTIVATION_CODES, matmul_kernel
+from core.kernels.tuned import gemm
+from core.model.tuned.products import project
+
+# rows: one generated token, 2-3 (fewer than a tile), a tile exactly, odd counts; columns: fewer
+# than one panel, a panel exactly (64 = 4 AVX-512 vectors, a multiple of AVX2's 24: see the ids),
+# one past it, several panels and a padded last one, a single whole panel below a moved row block
+SHAPES = [(1, 7, 5), (2, 33, 70), (3, 64, 24), (4, 8, 64), (5, 17, 65), (17, 61, 200), (37, 129, 130),
+          (64, 96, 192), (9, 16, 32), (9, 16, 64)]
+ACTIVATIONS = {"none": lambda z: z,
+               "gelu_tanh": lambda z: 0.5 * z * (1 + np.tanh(np.sqrt(2 / np.pi) * (z + 0.044715 * z ** 3))),
+               "silu": lambda z: z / (1 + np.exp(-z))}
+TOLERANCE = {np.float32: 2e-5, np.float64: 1e-12}
+
+
+def _inputs(M, K, N, dtype, seed=0):
+    rng = np.random.default_rng(seed)
+    x, W = rng.normal(size=(M, K)), rng.normal(size=(K, N)) / np.sqrt(K)
+    b, r = rng.normal(size=N), rng.normal(size=(M, N))
+    return [a.astype(dtype) for a in (x, W, b, r)]
+
+
+def _expected(x, W, b, activation, r):
+    z = x.astype(np.float64) @ W.astype(np.float64)
+    if b is not None:
+        z = z + b
+    z = ACTIVATIONS[activation](z)
+    return z if r is None else z + r
+
+
+def _assert_close(got, want, dtype):
+    assert got.dtype == dtype and got.shape == want.shape
+    err = np.abs(got - want).max() / max(1.0, np.abs(want).max())
+    assert err < TOLERANCE[dtype], err
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("M,K,N", SHAPES)
+def test_packed_product_matches_numpy(M, K, N, dtype):
+    x, W, b, r = _inputs(M, K, N, dtype)
+    packed = gemm.pack(W)
+    _assert_close(gemm.matmul(x, packed), _expected(x, W, None, "none", None), dtype)
+    for activation in ACTIVATIONS:
+        _assert_close(gemm.matmul(x, packed, b, activation, r), _expected(x, W, b, activation, r), dtype)
+    _assert_close(gemm.matmul(x, packed, b), _expected(x, W, b, "none", None), dtype)
+    _assert_close(gemm.matmul(x, packed, residual=r), _expected(x, W, None, "none", r), dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_packing_keeps_every_weight_and_pads_with_zeros(dtype):
+    W = _inputs(3, 11, 70, dtype)[1]
+    packed = gemm.pack(W)
+    width = gemm.panel_width(dtype)
+    P = -(-70 // width)
+    assert packed.shape == (11, 70) and packed.dtype == dtype and packed.panels.shape == (P, 11, width)
+    widened = packed.panels.transpose(1, 0, 2).reshape(11, P * width)
+    assert np.array_equal(widened[:, :70], W) and not widened[:, 70:].any()
+    assert not packed.panels.flags.writeable
+
+
+def test_the_numbers_do_not_depend_on_the_thread_count():
+    """Each tile is one thread's, its sums in one order: the same bits on one thread as on all."""
+    x, W, b, r = _inputs(37, 129, 300, np.float32, seed=1)
+    packed = gemm.pack(W)
+    threads = numba.get_num_threads()
+    try:
+        numba.set_num_threads(1)
+        one = gemm.matmul(x, packed, b, "gelu_tanh", r)
+        numba.set_num_threads(threads)
+        assert np.array_equal(gemm.matmul(x, packed, b, "gelu_tanh", r), one)
+    finally:
+        numba.set_num_threads(threads)
+
+
+def test_a_weight_of_another_height_is_refused():
+    x, W, _, _ = _inputs(5, 8, 9, np.float32)
+    with pytest.raises(ValueError, match="x has 7 columns, the weight 8 rows"):
+        gemm.matmul(x[:, :7], gemm.pack(W))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("activation", list(ACTIVATIONS))
+def test_readable_twin_matches_numpy(activation, dtype):
+    x, W, b, _ = _inputs(5, 9, 7, dtype)
+    out = np.empty((5, 7), dtype)
+    matmul_kernel(x, W, b, ACTIVATION_CODES.index(activation), out)
+    _assert_close(out, _expected(x, W, b, activation, None), dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("M,K,N", [(3, 5, 7), (4, 9, 48), (9, 33, 70), (17, 40, 130)])
+def test_the_training_steps_register_tile_matches_numpy(M, K, N, dtype):
+    """``project``: ``Y = A^T X`` and ``Y = Y0 + A^T X``, the same tiles on W's own rows (unpacked)."""
+    rng = np.random.default_rng(2)
+    A, X, Y0 = (rng.normal(size=s).astype(dtype) for s in ((K, M), (K, N), (M, N)))
+    Y = np.empty((M, N), dtype)
+    project(A, X, Y0, Y, False)
+    _assert_close(Y, A.T.astype(np.float64) @ X, dtype)
+    project(A, X, Y0, Y, True)
+    _assert_close(Y, Y0 + A.T.astype(np.float64) @ X, dtype)
