@@ -1,7 +1,8 @@
 """Run every benchmark and print its tables: ``python -m bench [section ...]``.
 
-Sections: attention, crossover, training, decoder, pages, coldstart, real_model, load. Each prints ratios measured side by side in one
-run; copy the output into ``bench/RESULTS.md`` together with the machine it ran on.
+Sections: attention, crossover, training, decoder, pages, coldstart, real_model, load, gemm. Each prints
+ratios measured side by side in one run; copy the output into ``bench/RESULTS.md`` together with the
+machine it ran on.
 """
 import importlib
 import os
@@ -11,7 +12,7 @@ import sys
 import numba
 import numpy as np
 
-SECTIONS = ["attention", "crossover", "training", "decoder", "pages", "coldstart", "real_model", "load"]
+SECTIONS = ["attention", "crossover", "training", "decoder", "pages", "coldstart", "real_model", "load", "gemm"]
 
 
 def main(argv: list[str]) -> None:
