@@ -207,10 +207,31 @@ def _matmul(x, panels, N, bias, has_bias, act, residual, has_residual, y):
                     flat_y[(m + r) * N + n + j] = out[r * width + j]
 
 
+@njit(inline="always", **JIT)
+def _row_panel(x, m, panels, p, K, width, y, yo):
+    """``y[yo : yo + width] = sum_k x[m, k] panels[p, k]``: one row against one panel, the running
+    sums of its ``width // lanes`` vectors in registers (the tile's order of ``k``)."""
+    L = simd.lanes_of(panels)
+    base = p * K * width
+    for v0 in range(0, width, 4 * L):            # four vectors at a time (a panel has 3 or 4)
+        a0 = a1 = a2 = a3 = simd.zeros(panels)
+        four = v0 + 4 * L <= width
+        for k in range(K):
+            w = simd.splat(x[m, k], panels)
+            i = base + k * width + v0
+            a0, a1, a2 = simd.fma(w, simd.load(panels, i), a0), simd.fma(w, simd.load(panels, i + L), a1), \
+                simd.fma(w, simd.load(panels, i + 2 * L), a2)
+            if four:
+                a3 = simd.fma(w, simd.load(panels, i + 3 * L), a3)
+        simd.store(y, yo + v0, a0), simd.store(y, yo + v0 + L, a1), simd.store(y, yo + v0 + 2 * L, a2)
+        if four:
+            simd.store(y, yo + v0 + 3 * L, a3)
+
+
 @njit(parallel=True, **JIT)
 def _matmul_few(x, panels, N, bias, has_bias, act, residual, has_residual, y):
-    """:func:`_matmul` for fewer than four rows (a token generated at a time): each panel's rows of
-    ``W`` added into the output row, scaled by ``x[m, k]``, in the order ``k`` (the tile's order)."""
+    """:func:`_matmul` for fewer than four rows (a token generated at a time): each row against each
+    panel (:func:`_row_panel`), the panels shared out among the threads. Bound by reading ``W``."""
     M, K = x.shape
     P, _, width = panels.shape
     flat_panels, flat_y = panels.ravel(), y.ravel()
@@ -220,16 +241,14 @@ def _matmul_few(x, panels, N, bias, has_bias, act, residual, has_residual, y):
     for p in prange(P):
         n = p * width
         cols = min(width, N - n)
+        out = np.empty(M * width, dtype=flat_y.dtype)
         for m in range(M):
-            row = flat_y[m * N + n:m * N + n + cols]
-            row[:] = 0
-            for k in range(K):
-                xk = x[m, k]
-                w = flat_panels[(p * K + k) * width:(p * K + k) * width + cols]
-                for j in range(cols):            # contiguous: LLVM gives it SIMD lanes
-                    row[j] += xk * w[j]
-        _epilogue(flat_y, N, n, M, cols, flat_bias, n if has_bias else -1,
+            _row_panel(x, m, flat_panels, p, K, width, out, m * width)
+        _epilogue(out, width, 0, M, cols, flat_bias, n if has_bias else -1,
                   flat_res, n if has_residual else -1, N, act, c, a, one, top)
+        for m in range(M):
+            for j in range(cols):
+                flat_y[m * N + n + j] = out[m * width + j]
 
 
 def matmul(x: np.ndarray, W: PackedWeight, bias: np.ndarray | None = None, activation: str = "none",
