@@ -69,6 +69,9 @@ from core.model import config as C, presets
 from core.model.generation import generate
 cfg = presets.gpt2()                        # GPT-2 small's sizes
 params = C.init_params(cfg, seed=0, dtype=np.float32)
+from core.model import layers as L
+if hasattr(L, "pack_weights"):              # as pretrained.load packs a loaded GPT-2 (code that packs)
+    L.pack_weights(params, transposed=("embed",))
 ids = np.random.default_rng(0).integers(0, cfg.vocab_size, size=T)
 """
 _GPT2_TORCH = """

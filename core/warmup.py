@@ -59,7 +59,9 @@ def _readable_loops() -> None:
     """The compiled loops inside the readable sublayers (attention rows, LayerNorm, products, GELU),
     forward and backward, in both precisions, as the model pages run them: an encoder classifier,
     an encoder-decoder, a decoder-only model, the exact GELU, GPT-2's tuned elementwise steps, a
-    Llama-family model (SmolLM2's settings) and the unpacking of a GGUF file's quantised weights."""
+    Llama-family model (SmolLM2's settings), the unpacking of a GGUF file's quantised weights and the
+    product a loaded model's packed weights go through."""
+    from core.kernels.tuned import gemm
     from core.model import decoder, presets, transformer
     from core.model.gguf import quants
     from core.model.tuned import forward as tuned_forward
@@ -84,6 +86,8 @@ def _readable_loops() -> None:
         L.gelu_erf(x), L.gelu_tanh_backward(x, x), tuned_forward.gelu_tanh(x)
         tuned_forward.softmax_rows(np.zeros((1, 1, 2, 2), dtype))
         transformer.forward(init_params(llama, 0, dtype), llama, np.zeros((1, 3), np.int64))
+        for rows in (gemm.TILE_ROWS, 1):         # a loaded model's packed product: a pass, a generated token
+            gemm.matmul(np.zeros((rows, 2), dtype), gemm.pack(np.zeros((2, 3), dtype)))
     for fmt in quants.FORMATS.values():          # a GGUF file's unpacking loops, on its read-only memory map
         raw = np.zeros((1, fmt.nbytes), np.uint8)
         raw.setflags(write=False)

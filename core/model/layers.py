@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import math
+import weakref
 
 import numpy as np
 from numba import njit
@@ -129,8 +130,48 @@ def product(a: np.ndarray, b: np.ndarray, big: bool) -> np.ndarray:
     return a @ b if big else matmul(np.ascontiguousarray(a), np.ascontiguousarray(b))
 
 
+# A real model's weights, packed once at load for our own product (core.kernels.tuned.gemm), found
+# here by the weight they were packed from, for as long as it lives; a weight not packed (a model
+# the pages train, a weight widened from a compact file for one pass) keeps the products above.
+_PACKED: dict[tuple[int, bool], object] = {}
+
+
+def pack_weights(params: dict, transposed: tuple[str, ...] = ()) -> None:
+    """Pack every weight matrix (``*.W*``, ``unembed``) of ``params`` that BLAS would multiply (``BLAS_FROM``), and
+    the transposes of the ``transposed`` ones (a tied unembedding reads the token table as ``E^T``),
+    float32 or float64. Each is made read-only: a packed copy must not go stale."""
+    for name, W in params.items():
+        wanted = name in transposed
+        if not (isinstance(W, np.ndarray) and W.ndim == 2 and W.size >= BLAS_FROM and W.dtype.kind == "f"
+                and (wanted or name.rsplit(".", 1)[-1].startswith("W") or name == "unembed")):
+            continue
+        key = (id(W), wanted)
+        if key not in _PACKED:
+            W.setflags(write=False)
+            _PACKED[key] = gemm().pack(W.T if wanted else W)
+            weakref.finalize(W, _PACKED.pop, key, None)
+
+
+def gemm():
+    """:mod:`core.kernels.tuned.gemm`, imported when a packed weight is first used (the lesson pages never)."""
+    from core.kernels.tuned import gemm as module
+    return module
+
+
+def packed(W, transposed: bool = False):
+    """``W`` (or ``W^T``) as :func:`pack_weights` packed it, or None."""
+    return _PACKED.get((id(W), transposed))
+
+
 def dense(x: np.ndarray, W: np.ndarray, b) -> np.ndarray:
-    """``x @ W + b`` over the last axis, as one 2-D product; ``b`` may be None (a model without biases)."""
+    """``x @ W + b`` over the last axis, as one 2-D product; ``b`` may be None (a model without biases).
+    A packed weight goes through our own product, its bias added to each tile."""
+    P = packed(W)
+    if P is not None:
+        rows = x.reshape(-1, x.shape[-1])
+        if gemm().ready(rows, P, b):            # else BLAS, while the warm-up still compiles it
+            note(gemm().matmul)
+            return gemm().matmul(rows, P, b).reshape(*x.shape[:-1], W.shape[1])
     y = product(x.reshape(-1, x.shape[-1]), W, W.size >= BLAS_FROM).reshape(*x.shape[:-1], W.shape[1])
     if b is not None:
         y += b                      # in place: a fresh array and a pass fewer (the same numbers)

@@ -158,7 +158,9 @@ def attend(x_q: np.ndarray, x_kv: np.ndarray, w: dict, cfg, cache: dict, name: s
     H, d_k = cfg.n_heads, cfg.d_model // cfg.n_heads
     H_kv = w["W_K"].shape[1] // d_k                         # cfg.kv_heads, or H for a cross-attention of (d, d)
     group = H // H_kv
-    big = cfg.d_model ** 2 >= L.BLAS_FROM                   # GPT-2's sizes: the products on BLAS
+    # GPT-2's sizes: the products on BLAS; not where the weights are packed for our own product,
+    # whose threads and BLAS's would take turns spinning on a small machine's cores
+    big = cfg.d_model ** 2 >= L.BLAS_FROM and L.packed(w["W_O"]) is None
     # 1. queries (H heads), keys and values (H_kv heads); with rotary positions, queries and keys turned
     Q = split_heads(L.dense(x_q, w["W_Q"], w["b_Q"]), H)                                # (B, H, Tq, d_k)
     K = split_heads(L.dense(x_kv, w["W_K"], w["b_K"]), H_kv)                            # (B, H_kv, Tk, d_k)

@@ -22,6 +22,7 @@ import numpy as np
 from core.model import formats
 from core.model import checkpoint_policy, hub, minilm_package, smollm2_package
 from core.model.gguf import model as gguf_model
+from core.model.layers import pack_weights
 from core.model import transformer as tr
 from core.model import config as C
 
@@ -120,6 +121,8 @@ def _read_folder(folder: str, dtype) -> Model:
     C.check_params(params, cfg)                           # every name and shape the config needs
     for value in params.values():
         value.setflags(write=False)                       # one copy, shared by every session
+    # packed once for our own product; a tied unembedding reads the token table as E^T
+    pack_weights(params, transposed=("embed",) if cfg.tied_unembed and cfg.head == "lm" else ())
     tokenizer = _read_tokenizer(folder, cfg) if TOKENIZER_FILE in files else None
     return Model(cfg, params, tokenizer, folder, fmt.MODEL_TYPE, counted)
 

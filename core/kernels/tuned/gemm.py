@@ -29,6 +29,7 @@ from numba import njit, prange
 from core.kernels.tuned import simd
 from core.kernels.tuned.fastexp import fast_exp
 from core.kernels.tuned.target import REGISTERS
+from core.readiness import can_run
 
 JIT = dict(cache=True, nogil=True, error_model="numpy")
 TILE_ROWS = 4
@@ -251,22 +252,34 @@ def _matmul_few(x, panels, N, bias, has_bias, act, residual, has_residual, y):
                 flat_y[m * N + n + j] = out[m * width + j]
 
 
+def _call(x, W, bias, activation, residual):
+    """The compiled kernel for these operands and its arguments (the output last, fresh)."""
+    M, K = x.shape
+    if K != W.shape[0]:
+        raise ValueError(f"x has {K} columns, the weight {W.shape[0]} rows")
+    N = W.shape[1]
+    dtype = W.dtype
+    none = np.zeros(1, dtype=dtype)
+    kernel = _matmul if M >= TILE_ROWS else _matmul_few
+    return kernel, (np.ascontiguousarray(x, dtype=dtype), W.panels, N,
+                    none if bias is None else np.ascontiguousarray(bias, dtype=dtype), bias is not None,
+                    ACTIVATIONS[activation], none if residual is None else np.ascontiguousarray(residual, dtype=dtype),
+                    residual is not None, np.empty((M, N), dtype=dtype))
+
+
 def matmul(x: np.ndarray, W: PackedWeight, bias: np.ndarray | None = None, activation: str = "none",
            residual: np.ndarray | None = None) -> np.ndarray:
     """``act(x @ W + bias) + residual`` for ``x`` (M, K) and a packed ``W`` (K, N), in a new array.
 
     ``activation``: ``"none"``, ``"gelu_tanh"`` or ``"silu"``; ``bias`` (N,) and ``residual`` (M, N)
     may be None."""
-    M, K = x.shape
-    if K != W.shape[0]:
-        raise ValueError(f"x has {K} columns, the weight {W.shape[0]} rows")
-    N = W.shape[1]
-    dtype = W.dtype
-    y = np.empty((M, N), dtype=dtype)
-    none = np.zeros(1, dtype=dtype)
-    kernel = _matmul if M >= TILE_ROWS else _matmul_few
-    kernel(np.ascontiguousarray(x, dtype=dtype), W.panels, N,
-           none if bias is None else np.ascontiguousarray(bias, dtype=dtype), bias is not None,
-           ACTIVATIONS[activation], none if residual is None else np.ascontiguousarray(residual, dtype=dtype),
-           residual is not None, y)
-    return y
+    kernel, args = _call(x, W, bias, activation, residual)
+    kernel(*args)
+    return args[-1]
+
+
+def ready(x: np.ndarray, W: PackedWeight, bias: np.ndarray | None = None, activation: str = "none",
+          residual: np.ndarray | None = None) -> bool:
+    """Whether :func:`matmul` on these operands runs without a compile now (:func:`core.readiness.can_run`)."""
+    kernel, args = _call(x, W, bias, activation, residual)
+    return can_run(kernel, *args)

@@ -1,0 +1,67 @@
+"""A loaded model's weights packed once for our own product (core.kernels.tuned.gemm): the forward
+pass gives the numbers of the unpacked model, runs the packed product for every linear layer and the
+tied unembedding, and a packed weight cannot be changed under its packed copy."""
+import numpy as np
+import pytest
+
+from core.kernels.tuned import gemm
+from core.model import config as C
+from core.model import layers as L
+from core.model import presets
+from core.model import transformer as tr
+
+# GPT-2's layout at a width whose d x d weights BLAS multiplies (384^2 >= BLAS_FROM), small otherwise
+SETTINGS = dict(vocab_size=1000, n_ctx=64, d_model=384, n_heads=6, n_layers=2)
+TOLERANCE = {np.float32: 2e-5, np.float64: 1e-12}
+
+
+@pytest.fixture
+def counted_products(monkeypatch):
+    """How many rows each packed weight multiplied, by its (K, N)."""
+    calls = []
+    real = gemm.matmul
+
+    def counting(x, W, *args, **kwargs):
+        calls.append(W.shape)
+        return real(x, W, *args, **kwargs)
+
+    monkeypatch.setattr(gemm, "matmul", counting)
+    return calls
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_packed_model_gives_the_unpacked_models_numbers(dtype, counted_products):
+    cfg = presets.gpt2(**SETTINGS)
+    params = C.init_params(cfg, seed=3, dtype=dtype)
+    rng = np.random.default_rng(1)
+    for name, value in params.items():           # biases start at 0: give them values a product must add
+        if name.rsplit(".", 1)[-1].startswith("b_"):
+            params[name] = (0.1 * rng.normal(size=value.shape)).astype(dtype)
+    ids = np.random.default_rng(0).integers(0, cfg.vocab_size, size=(2, 9))
+    want, want_cache = tr.forward(params, cfg, ids)
+    assert counted_products == []
+
+    L.pack_weights(params, transposed=("embed",))
+    got, cache = tr.forward(params, cfg, ids)
+    err = np.abs(got - want).max() / np.abs(want).max()
+    assert got.dtype == dtype and err < TOLERANCE[dtype], err
+    for name in ("blocks.1.attn.weights", "blocks.1.resid_post"):
+        np.testing.assert_allclose(cache[name], want_cache[name], rtol=0, atol=100 * TOLERANCE[dtype])
+    d, V = cfg.d_model, cfg.vocab_size
+    per_block = [(d, d)] * 4 + [(d, 4 * d), (4 * d, d)]            # W_Q, W_K, W_V, W_O, W_1, W_2
+    assert sorted(counted_products) == sorted(per_block * cfg.n_layers + [(d, V)])
+
+
+def test_a_packed_weight_is_read_only_and_only_weights_are_packed():
+    cfg = presets.gpt2(**SETTINGS)
+    params = C.init_params(cfg, seed=4, dtype=np.float32)
+    L.pack_weights(params)
+    W = params["blocks.0.attn.W_Q"]
+    with pytest.raises(ValueError, match="read-only"):
+        W[0, 0] = 1.0
+    assert L.packed(W).shape == W.shape and L.packed(W, transposed=True) is None
+    assert L.packed(params["embed"]) is None and L.packed(params["pos"]) is None
+    small = presets.gpt2(**dict(SETTINGS, d_model=64, n_heads=2))            # a model the pages train
+    tiny = C.init_params(small, seed=0, dtype=np.float32)
+    L.pack_weights(tiny)
+    assert all(L.packed(v) is None for v in tiny.values())
