@@ -59,8 +59,8 @@ def _readable_loops() -> None:
     """The compiled loops inside the readable sublayers (attention rows, LayerNorm, products, GELU),
     forward and backward, in both precisions, as the model pages run them: an encoder classifier,
     an encoder-decoder, a decoder-only model, the exact GELU, GPT-2's tuned elementwise steps, a
-    Llama-family model (SmolLM2's settings), the unpacking of a GGUF file's quantised weights and the
-    product a loaded model's packed weights go through."""
+    Llama-family model (SmolLM2's settings), the unpacking of a GGUF file's quantised weights, and
+    the products of a loaded model whose weights are packed."""
     from core.kernels.tuned import gemm
     from core.model import decoder, presets, transformer
     from core.model.gguf import quants
@@ -88,6 +88,7 @@ def _readable_loops() -> None:
         transformer.forward(init_params(llama, 0, dtype), llama, np.zeros((1, 3), np.int64))
         for rows in (gemm.TILE_ROWS, 1):         # a loaded model's packed product: a pass, a generated token
             gemm.matmul(np.zeros((rows, 2), dtype), gemm.pack(np.zeros((2, 3), dtype)))
+        L.matmul(np.zeros((1, 2, 2), dtype), np.zeros((1, 2, 2), dtype), threaded=True)   # its attention
     for fmt in quants.FORMATS.values():          # a GGUF file's unpacking loops, on its read-only memory map
         raw = np.zeros((1, fmt.nbytes), np.uint8)
         raw.setflags(write=False)

@@ -20,7 +20,7 @@ import math
 import weakref
 
 import numpy as np
-from numba import njit
+from numba import njit, prange
 
 from core.kernels import cpu as lesson_cpu
 from core.recording import note, recording  # noqa: F401  (recording: what the model pages wrap a forward pass in)
@@ -40,20 +40,35 @@ def compiled_or(kernel, twin, *args) -> None:
 # ----------------------------------------------------------------------------------------------
 # matrix products
 # ----------------------------------------------------------------------------------------------
+@njit(inline="always", cache=True, nogil=True)
+def _batch_product(A, B, C, n):
+    """``C[n] = A[n] B[n]``."""
+    for i in range(A.shape[1]):
+        C[n, i, :] = 0
+        for p in range(A.shape[2]):
+            a = A[n, i, p]
+            for j in range(B.shape[2]):              # contiguous: LLVM gives it SIMD lanes
+                C[n, i, j] += a * B[n, p, j]
+
+
 @njit(cache=True, nogil=True)
 def _matmul_batches(A, B, C):
     """``C[n] = A[n] B[n]`` for each n: A (N, r, k), B (N, k, c) -> C (N, r, c)."""
     for n in range(A.shape[0]):
-        for i in range(A.shape[1]):
-            C[n, i, :] = 0
-            for p in range(A.shape[2]):
-                a = A[n, i, p]
-                for j in range(B.shape[2]):          # contiguous: LLVM gives it SIMD lanes
-                    C[n, i, j] += a * B[n, p, j]
+        _batch_product(A, B, C, n)
 
 
-def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``a @ b`` for ``(..., r, k) @ (..., k, c)`` with the same leading axes (or ``b`` 2-D).
+@njit(cache=True, nogil=True, parallel=True)
+def _matmul_batches_threaded(A, B, C):
+    """:func:`_matmul_batches` with the batches (a model's heads) shared among Numba's threads, each
+    batch one thread's: the same bits."""
+    for n in prange(A.shape[0]):
+        _batch_product(A, B, C, n)
+
+
+def matmul(a: np.ndarray, b: np.ndarray, threaded: bool = False) -> np.ndarray:
+    """``a @ b`` for ``(..., r, k) @ (..., k, c)`` with the same leading axes (or ``b`` 2-D);
+    ``threaded``: the batches shared among Numba's threads (a loaded model's attention products).
 
     Our own loops, not NumPy's BLAS: OpenBLAS has one thread count for the whole process, and its
     threads contend on a shared server; a serial compiled loop gives the same bits whatever else the
@@ -68,9 +83,10 @@ def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     A = np.ascontiguousarray(a).reshape(-1, a.shape[-2], a.shape[-1])     # (N, r, k)
     B = np.ascontiguousarray(b).reshape(-1, b.shape[-2], b.shape[-1])     # (N, k, c)
     C = np.empty((A.shape[0], A.shape[1], B.shape[2]), dtype=np.result_type(a, b))
-    if not can_run(_matmul_batches, A, B, C):
+    loop = _matmul_batches_threaded if threaded else _matmul_batches
+    if not can_run(loop, A, B, C):
         return np.matmul(a, b)                    # the loop still compiles: NumPy's product meanwhile
-    _matmul_batches(A, B, C)
+    loop(A, B, C)
     return C.reshape(lead + C.shape[1:])
 
 
@@ -125,9 +141,10 @@ def _sinusoid_numpy(base, PE):
 BLAS_FROM = 1 << 17
 
 
-def product(a: np.ndarray, b: np.ndarray, big: bool) -> np.ndarray:
-    """``a @ b``: BLAS for a big model, our own compiled product for a small one (see ``BLAS_FROM``)."""
-    return a @ b if big else matmul(np.ascontiguousarray(a), np.ascontiguousarray(b))
+def product(a: np.ndarray, b: np.ndarray, big: bool, threaded: bool = False) -> np.ndarray:
+    """``a @ b``: BLAS for a big model, our own compiled product for a small one (see ``BLAS_FROM``),
+    on Numba's threads if ``threaded``."""
+    return a @ b if big else matmul(np.ascontiguousarray(a), np.ascontiguousarray(b), threaded)
 
 
 # A real model's weights, packed once at load for our own product (core.kernels.tuned.gemm), found

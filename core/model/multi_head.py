@@ -158,9 +158,10 @@ def attend(x_q: np.ndarray, x_kv: np.ndarray, w: dict, cfg, cache: dict, name: s
     H, d_k = cfg.n_heads, cfg.d_model // cfg.n_heads
     H_kv = w["W_K"].shape[1] // d_k                         # cfg.kv_heads, or H for a cross-attention of (d, d)
     group = H // H_kv
-    # GPT-2's sizes: the products on BLAS; not where the weights are packed for our own product,
-    # whose threads and BLAS's would take turns spinning on a small machine's cores
-    big = cfg.d_model ** 2 >= L.BLAS_FROM and L.packed(w["W_O"]) is None
+    # GPT-2's sizes: the products on BLAS. Where the weights are packed for our own product, they run
+    # on our loops and Numba's threads instead: its threads and BLAS's would take turns spinning
+    packed = L.packed(w["W_O"]) is not None
+    big = cfg.d_model ** 2 >= L.BLAS_FROM and not packed
     # 1. queries (H heads), keys and values (H_kv heads); with rotary positions, queries and keys turned
     Q = split_heads(L.dense(x_q, w["W_Q"], w["b_Q"]), H)                                # (B, H, Tq, d_k)
     K = split_heads(L.dense(x_kv, w["W_K"], w["b_K"]), H_kv)                            # (B, H_kv, Tk, d_k)
@@ -180,7 +181,7 @@ def attend(x_q: np.ndarray, x_kv: np.ndarray, w: dict, cfg, cache: dict, name: s
     cache[key(name, "q")], cache[key(name, "k")], cache[key(name, "v")] = Q, K, V
     # 2. scaled, masked scores and their row softmax, each head's weighted average of the values;
     #    the query heads that share a key/value head go through one product together
-    S = ungrouped(L.product(grouped(Q, group), K.swapaxes(-1, -2), big), H)           # (B, H, Tq, Tk)
+    S = ungrouped(L.product(grouped(Q, group), K.swapaxes(-1, -2), big, packed), H)   # (B, H, Tq, Tk)
     S *= S.dtype.type(1.0 / math.sqrt(d_k))
     if causal:
         S += masks.causal(Q.shape[2], x_q.dtype, start=start)                          # (Tq, start + Tq)
@@ -191,7 +192,7 @@ def attend(x_q: np.ndarray, x_kv: np.ndarray, w: dict, cfg, cache: dict, name: s
     L.note(softmax)
     A = softmax(S)
     cache[key(name, "weights")] = A
-    Z = ungrouped(L.product(grouped(A, group), V, big), H)                               # (B, H, Tq, d_k)
+    Z = ungrouped(L.product(grouped(A, group), V, big, packed), H)                       # (B, H, Tq, d_k)
     # 3. head edits (ablation, patching), then the heads side by side and the output projection
     Z = edit_heads(Z, edits, layer, key_mask if x_kv is x_q else None)    # self-attention: the keys' mask is the queries'
     cache[key(name, "head_outputs")] = Z
