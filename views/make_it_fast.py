@@ -9,8 +9,8 @@ import streamlit as st
 
 from core.kernels import cpu as lesson_cpu
 from core.kernels.tuned import cpu as tuned_cpu
-from core.kernels.tuned import simd, target
-from core.lessons import speed
+from core.kernels.tuned import gemm, simd, target
+from core.lessons import gemm_speed, speed
 from core import warmup
 from ui import state
 from ui.warmup import wait_for_kernels
@@ -20,16 +20,30 @@ PAGE = "make_it_fast"
 # Every control's value, kept in the page's address so a link reopens this exact comparison.
 SPEC = {"T": state.text_field("6, 64, 256, 1024"), "H": state.int_field(4, 1, speed.MAX_HEADS),
         "dk": state.choice_field("64", tuple(map(str, speed.D_K_CHOICES))),
-        "op": state.choice_field(speed.OPERATIONS[0], speed.OPERATIONS)}
+        "op": state.choice_field(speed.OPERATIONS[0], speed.OPERATIONS),
+        "gemm": state.choice_field(next(iter(gemm_speed.SHAPES)), tuple(gemm_speed.SHAPES))}
 key = lambda name: state.key(PAGE, name)  # noqa: E731
+GEMM_BUTTON = "Time the five steps"
 RESULTS = key("results")   # the last measurement: its settings and rows, so a plain rerun keeps it
 REMEASURE = key("remeasure")   # the button under a "machine was busy" message
+GEMM_RESULTS = key("gemm_results")   # the last timing of the matrix-product steps: its shape and rows
+
+
+def number(value: float, digits: int, missing: str) -> str:
+    """A table's number as text; ``missing`` (words that say why) in place of NaN."""
+    return f"{value:.{digits}f}" if value == value else missing
 
 
 @st.cache_resource(show_spinner="Compiling the lesson and tuned kernels for this operation (once per server; "
                                 "a minute or more when nothing is cached yet)…")
 def _kernels_compiled(operation: str) -> bool:
     speed.warm_up([operation])
+    return True
+
+
+@st.cache_resource(show_spinner="Compiling the matrix-product steps (once per server)…")
+def _gemm_steps_compiled() -> bool:
+    gemm_speed.warm_up()
     return True
 
 
@@ -96,9 +110,6 @@ if lengths is not None:
                    + "\n".join(f"- {reason}" for reason in result.busy), icon="⚠️")
         st.button("Measure again now", key=REMEASURE, type="primary",
                   help="Times every kernel and the ceiling again; close other programs first if you can.")
-
-    def number(value: float, digits: int, missing: str) -> str:
-        return f"{value:.{digits}f}" if value == value else missing
 
     # the table writes its numbers as text: a cell with no number says why in words (an empty number
     # cell would read "None")
@@ -253,5 +264,126 @@ st.markdown(
     "scores, exps and the weighted sum over that run only, and add nothing where the mask is 0: causal "
     "attention does about half the work of unmasked attention. Other masks are added to the scores as they are.")
 show("masked keys skipped")
+
+# 5. a matrix product, step by step ---------------------------------------------------------------
+st.header("A matrix product, step by step")
+width = gemm.panel_width(np.float32)
+st.markdown(
+    "Each linear layer of a real model computes `y = x W`: the activations of M tokens (x, M × K) times a "
+    "weight (W, K × N). Here one such product, float32, is timed five ways, each a step "
+    "from the loops of the definition to our own product (`core/kernels/tuned/gemm.py`), with NumPy's BLAS "
+    "beside them. Each result is checked against NumPy's float64 product before it is timed.")
+st.latex(r"y_{ij} = \sum_{k=1}^{K} x_{ik}\,W_{kj},\qquad \text{flops} = 2\,M K N,\qquad "
+         r"\text{GFLOP/s} = \frac{2\,M K N}{\text{seconds}\cdot 10^{9}}")
+shapes = gemm_speed.SHAPES
+shape_id = st.selectbox("Shape M × K × N", tuple(shapes), key=key("gemm"), format_func=lambda s: shapes[s].label,
+                        help="x is M × K (M tokens), W is K × N: the weight of a real model's linear layer.")
+shape = shapes[shape_id]
+asked = st.button(GEMM_BUTTON, key=key("gemm_time"),
+                  help="Times every step at this shape (a few seconds); changing the shape then times it again.")
+kept_gemm = st.session_state.get(GEMM_RESULTS)
+if asked or (kept_gemm is not None and kept_gemm["shape"] != shape_id):
+    # our product loads with the readable models' loops; the other steps compile (or load) here once
+    wait_for_kernels(warmup.READABLE, why="The timing starts once they are loaded.")
+    _gemm_steps_compiled()
+    waiting = st.empty()
+    # as for attention: nothing compiles meanwhile, and one session's timing at a time
+    with st.spinner(f"Timing the five steps at {shape.M} × {shape.K} × {shape.N}…"), \
+            warmup.start_once().paused(), speed.measuring_alone(lambda: waiting.info(
+                "Another visitor to this server is timing: yours starts when theirs ends, so that neither "
+                "run slows the other.", icon="⏳")):
+        measured_gemm = gemm_speed.measure_against_ceiling(shape.dims)
+    waiting.empty()
+    st.session_state[GEMM_RESULTS] = kept_gemm = {"shape": shape_id, "result": measured_gemm,
+                                                  "when": time.strftime("%H:%M:%S")}
+
+if kept_gemm is not None and kept_gemm["shape"] == shape_id:
+    result_gemm = kept_gemm["result"]
+    steps, ceiling_gemm = result_gemm.rows, result_gemm.ceiling
+    if result_gemm.busy:
+        st.warning("**This machine was too busy to time fairly**: the times below may be slower than the steps "
+                   "are, and their share of the ceiling is not shown. Time them again.\n\n"
+                   + "\n".join(f"- {reason}" for reason in result_gemm.busy), icon="⚠️")
+    st.dataframe(pd.DataFrame({
+        "step": [r.step for r in steps], "M": [r.M for r in steps], "K": [r.K for r in steps],
+        "N": [r.N for r in steps],
+        "time (µs)": [number(r.seconds * 1e6, 1, "not run") for r in steps],
+        "GFLOP/s": [number(r.gflops, 2, "not run") for r in steps],
+        "% of sgemm": [number(result_gemm.share(r), 1, "not run" if r.skipped else "not shown: machine busy")
+                       for r in steps],
+        "× naive loops": [number(gemm_speed.speed_up(r, steps), 1, "not run" if r.skipped else
+                                 "naive loops not run") for r in steps],
+        "note": [r.note for r in steps]}), hide_index=True)
+    st.caption(f"Measured at {kept_gemm['when']}: each time is the faster of two passes over the steps, each "
+               f"the best of up to five rounds; GFLOP/s = 2·M·K·N / time. W is packed once before timing, as a "
+               f"model's weights are when it loads. The ceiling is NumPy's BLAS on one 1024 × 1024 product, not "
+               f"the cores' peak, and a step may pass it (over 100 %). Steps 1 to 3 run on one of the "
+               f"{gemm_speed.ALL_THREADS} cores.")
+    bars = pd.DataFrame({"step": [r.step for r in steps if not r.skipped],
+                         "time (µs)": [r.seconds * 1e6 for r in steps if not r.skipped],
+                         "GFLOP/s": [r.gflops for r in steps if not r.skipped]})
+    rate = alt.Chart(bars, title=f"achieved GFLOP/s at {shape.M} × {shape.K} × {shape.N} (dashed: the sgemm "
+                                 f"ceiling)").mark_bar().encode(
+        y=alt.Y("step:N", sort=list(gemm_speed.STEPS), title=None), x=alt.X("GFLOP/s:Q"),
+        tooltip=["step", alt.Tooltip("time (µs)", format=".1f"), alt.Tooltip("GFLOP/s", format=".2f")])
+    rule = alt.Chart(pd.DataFrame({"GFLOP/s": [ceiling_gemm]})).mark_rule(strokeDash=[4, 4]).encode(
+        x="GFLOP/s:Q", tooltip=[alt.Tooltip("GFLOP/s", format=".1f", title="sgemm ceiling")])
+    st.altair_chart(rate + rule, width="stretch")
+    ours = next(r for r in steps if r.step == gemm_speed.PACKED_ALL)
+    blas_row = next(r for r in steps if r.step == gemm_speed.BLAS)
+    g1, g2 = st.columns(2)
+    g1.metric("sgemm ceiling, this timing", f"{ceiling_gemm:.1f} GFLOP/s",
+              "measured while the machine was busy" if result_gemm.busy else None, delta_color="off",
+              help="A 1024 × 1024 float32 product through NumPy's BLAS, read just before and just after the steps.")
+    g2.metric("our packed product against NumPy's BLAS", f"{blas_row.seconds / ours.seconds:.2f}×",
+              f"{ours.gflops:.1f} against {blas_row.gflops:.1f} GFLOP/s", delta_color="off",
+              help="BLAS's time over ours at this shape: above 1, ours is faster.")
+
+registers, tile_vectors = target.REGISTERS, gemm.TILE_VECTORS
+STEP_TEXT = {
+    gemm_speed.NAIVE: (
+        "One output number at a time: row i of x against column j of W, K multiply-adds into one sum. Each "
+        "add waits for the one before, one number per instruction, and going down column j reads W N numbers "
+        "apart, a new cache line at every k.", r"y_{ij} = \sum_k x_{ik} W_{kj}"),
+    gemm_speed.TILE: (
+        f"A tile of 4 rows × {tile_vectors} vectors ({tile_vectors * lanes} columns) of y. At each k it loads "
+        f"{tile_vectors} vectors of W's row k and broadcasts 4 numbers of x: {4 * tile_vectors} fused multiply-adds "
+        f"of {lanes} lanes. The {4 * tile_vectors} running sums stay in registers for the whole loop over k "
+        f"({registers} vector registers here; 16 sums with AVX-512's 32, 12 with AVX2's 16), and every number of W "
+        f"loaded serves 4 rows. W is read where it lies: its rows k and k + 1 are N numbers apart.",
+        rf"y_{{m+r,\;n:n+{tile_vectors}L}} \mathrel{{+}}= x_{{m+r,\,k}}\;W_{{k,\;n:n+{tile_vectors}L}}"
+        rf"\qquad r = 0..3,\quad L = {lanes}"),
+    gemm_speed.PACKED_ONE: (
+        f"W packed once into panels of one tile's {width} columns, each k's {width} numbers side by side: the "
+        f"tile reads its panel in order, cache line after cache line, where W's own rows lay N numbers apart. The "
+        f"larger W, the more this counts (here W is {shape.K * shape.N * 4 / 2 ** 20:.1f} MiB; at 2048 × 2048 the "
+        f"unpacked tile ran at a quarter of the packed one's speed); while W's rows stay in the caches, the tile of "
+        f"step 2 reads them about as fast, and the table says which won on this machine. Packing is a pass over W: "
+        f"a model pays it once, when it loads.",
+        rf"\text{{panel}}_{{p,\,k,\,j}} = W_{{k,\;{width}p + j}}\qquad j = 0..{width - 1}"),
+    gemm_speed.PACKED_ALL: (
+        f"The tiles (blocks of 4 rows × panels) shared out among Numba's {gemm_speed.ALL_THREADS} threads "
+        "(`prange`). Each tile is one thread's, its sums added in the same order whatever the thread count, so "
+        "the numbers do not depend on it: the same bits on one core as on all.", None),
+    gemm_speed.BLAS: (
+        "OpenBLAS's sgemm does all of this in hand-written assembly, but it is handed W afresh at every call "
+        "and re-packs it (and x) each time: K × N numbers copied per call against M × K × N multiply-adds, so the "
+        "fewer the rows, the larger the packing's share. A model's weights are known when it loads: we pack them "
+        "once then.",
+        None),
+}
+for i, step in enumerate(gemm_speed.STEPS, 1):
+    text, formula = STEP_TEXT[step]
+    st.markdown(f"**{i}. {step}.** {text}")
+    if formula:
+        st.latex(formula)
+    with st.expander(f"Source: {step}"):
+        found = gemm_speed.sources(step)
+        for name, source in found:
+            st.markdown(f"`{name}`")
+            st.code(source, language="python")
+        if not found:
+            st.code("y = x @ W     # NumPy hands x and W to its BLAS's sgemm (compiled C and assembly)",
+                    language="python")
 
 state.publish(PAGE, SPEC)

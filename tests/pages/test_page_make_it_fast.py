@@ -2,7 +2,8 @@
 GFLOP/s equal to the flop count over the time; a cell with no number says why in words; a machine
 too busy to time fairly gets a message, a button to measure again and no share of the ceiling;
 every control changes the table and the link; bad input gets a message; each trick is shown with
-the source of the functions it names."""
+the source of the functions it names. Its last section times a matrix product step by step: the
+rows name the shape chosen (kept in the link), and the chart draws the table's GFLOP/s."""
 import contextlib
 import json
 import re
@@ -12,15 +13,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from streamlit import dataframe_util
 
 from core import readiness, warmup
 from core.kernels.tuned import target
-from core.lessons import speed
+from core.lessons import gemm_speed, speed
 
 from page_support import open_page
 
 PAGE = str(Path(__file__).resolve().parents[2] / "views" / "make_it_fast.py")
 SMALL = {"T": "6, 16", "H": "2", "dk": "8"}      # a link with sizes that time in well under a second
+GEMM_BUTTON = "Time the five steps"
 
 
 @pytest.fixture(autouse=True)
@@ -84,7 +87,7 @@ def check_table(at, lengths, n_heads, d_k, operation):
     if busy(at):
         assert (measured["% of sgemm"] == "not shown: machine busy").all()
         assert "%" not in headline(at) and "busy" in headline(at)
-        assert [b.label for b in at.button] == ["Measure again", "Measure again now"]
+        assert [b.label for b in at.button] == ["Measure again", "Measure again now", GEMM_BUTTON]
     else:
         share = measured["% of sgemm"].astype(float).to_numpy()   # written to 0.1 %
         shown = ceiling(at)                                       # written to 0.1 GFLOP/s
@@ -94,7 +97,7 @@ def check_table(at, lengths, n_heads, d_k, operation):
         best = measured.iloc[int(np.argmax(gflops))]
         said = re.fullmatch(rf"{best['kernel']} at T = {best['T']}: (\d+)% of the ceiling", headline(at))
         assert said and abs(int(said[1]) - float(best["% of sgemm"])) <= 0.55, headline(at)   # 0.1 % vs whole %
-        assert [b.label for b in at.button] == ["Measure again"]
+        assert [b.label for b in at.button] == ["Measure again", GEMM_BUTTON]
     return table
 
 
@@ -118,7 +121,8 @@ def test_default_page_times_its_default_sizes_and_shows_the_ceiling():
     at = open_page(PAGE)
     check_table(at, (6, 64, 256, 1024), 4, 64, "with weights")
     assert ceiling(at) > 0
-    assert [h.value for h in at.header] == ["Against what this machine can do", "How the tuned kernel gets there"]
+    assert [h.value for h in at.header] == ["Against what this machine can do", "How the tuned kernel gets there",
+                                            "A matrix product, step by step"]
 
 
 def test_a_ceiling_measured_below_a_kernel_is_measured_again_then_called_busy(monkeypatch):
@@ -350,3 +354,97 @@ def test_each_trick_is_shown_beside_the_source_it_names():
         "3. Online softmax (the fused kernel)", "4. A fast exp", "5. The row maximum as an integer maximum",
         "6. Views without reference counts", "7. Masked keys are skipped"]
     assert len(at.latex) >= 4
+
+
+# --- the matrix product, step by step ----------------------------------------------------------------
+TINY_SHAPES = {"tiny": gemm_speed.Shape("tiny", 8, 40, 96), "wide": gemm_speed.Shape("wide", 12, 64, 160)}
+
+
+@pytest.fixture
+def tiny_shapes(monkeypatch):
+    """Shapes the steps time in milliseconds, and a steady ceiling (this section's numbers, not the
+    machine's speed, are under test)."""
+    monkeypatch.setattr(gemm_speed, "SHAPES", TINY_SHAPES)
+    monkeypatch.setattr(speed, "sgemm_gflops", lambda n=1024, repeats=3: 1000.0)
+
+
+def step_table(at):
+    found = [d.value for d in at.dataframe if len(d.value.columns) and d.value.columns[0] == "step"]
+    assert len(found) <= 1, f"expected at most one table of steps, found {len(found)}"
+    return found[0] if found else None
+
+
+def step_bars(at) -> dict:
+    """The bar chart of the steps: ``{step: GFLOP/s}`` as drawn, and the ceiling's rule."""
+    for element in at.get("vega_lite_chart"):
+        spec = json.loads(element.proto.spec)
+        layers = spec.get("layer", [])
+        marks = [layer["mark"]["type"] if isinstance(layer["mark"], dict) else layer["mark"] for layer in layers]
+        if "bar" not in marks:
+            continue
+        frames = {d.name: dataframe_util.convert_arrow_bytes_to_pandas_df(d.data.data) for d in element.proto.datasets}
+        bar, rule = layers[marks.index("bar")], layers[marks.index("rule")]
+        assert bar["encoding"]["x"]["field"] == "GFLOP/s" and bar["encoding"]["y"]["field"] == "step"
+        bars = frames[bar.get("data", spec.get("data"))["name"]]
+        ceiling_at = frames[rule["data"]["name"]]["GFLOP/s"]
+        return {"bars": dict(zip(bars["step"], bars["GFLOP/s"].astype(float))), "rule": float(ceiling_at.iloc[0]),
+                "tooltip": [t["field"] for t in bar["encoding"]["tooltip"]]}
+    raise AssertionError("no bar chart of the steps")
+
+
+def check_steps(at, shape):
+    """One row per step at ``shape``; GFLOP/s = 2 M K N / time; the share of the shown ceiling and
+    the speed-up over the naive loops from the same times; the chart draws the table's GFLOP/s."""
+    assert not at.exception and not at.error
+    table = step_table(at)
+    assert list(table["step"]) == list(gemm_speed.STEPS)
+    assert (table[["M", "K", "N"]].to_numpy() == [shape.M, shape.K, shape.N]).all()
+    micro = table["time (µs)"].astype(float).to_numpy()
+    gflops = table["GFLOP/s"].astype(float).to_numpy()
+    expected = 2 * shape.M * shape.K * shape.N / micro / 1e3
+    assert (micro > 0).all() and (np.abs(gflops - expected) <= 0.0051 + expected * 0.051 / micro).all()
+    speed_up = table["× naive loops"].astype(float).to_numpy()
+    ratio = micro[0] / micro                                   # times written to 0.1 µs, speed-ups to 0.1
+    assert (np.abs(speed_up - ratio) <= 0.051 + ratio * (0.051 / micro[0] + 0.051 / micro)).all(), (speed_up, ratio)
+    (shown,) = [float(re.match(r"([\d.]+) GFLOP/s", m.value)[1]) for m in at.metric
+                if m.label == "sgemm ceiling, this timing"]
+    if any(BUSY in w.value for w in at.warning):
+        assert (table["% of sgemm"] == "not shown: machine busy").all()
+    else:
+        np.testing.assert_allclose(table["% of sgemm"].astype(float), 100 * gflops / shown, atol=0.051)
+    drawn = step_bars(at)
+    assert list(drawn["bars"]) == list(gemm_speed.STEPS) and drawn["rule"] == pytest.approx(shown, abs=0.051)
+    np.testing.assert_allclose([drawn["bars"][step] for step in table["step"]], gflops, atol=0.0051)
+    assert {"step", "time (µs)", "GFLOP/s"} <= set(drawn["tooltip"])
+    return table
+
+
+def test_the_steps_are_timed_at_the_chosen_shape_and_the_chart_draws_the_table(tiny_shapes):
+    at = open_page(PAGE, SMALL)
+    assert step_table(at) is None                              # timed on demand, not at every visit
+    at.button(key="make_it_fast.gemm_time").click().run()
+    first = check_steps(at, TINY_SHAPES["tiny"])
+
+    at.selectbox(key="make_it_fast.gemm").set_value("wide").run()   # a new shape is timed again
+    second = check_steps(at, TINY_SHAPES["wide"])
+    assert at.query_params["gemm"] == "wide"
+    assert not np.array_equal(first[["M", "K", "N"]].to_numpy(), second[["M", "K", "N"]].to_numpy())
+    at.run()                                                   # a plain rerun keeps the timing
+    assert step_table(at).equals(second)
+
+
+def test_the_link_keeps_the_shape(tiny_shapes):
+    at = open_page(PAGE, {**SMALL, "gemm": "wide"})
+    assert at.selectbox(key="make_it_fast.gemm").value == "wide" and at.query_params["gemm"] == "wide"
+    at.button(key="make_it_fast.gemm_time").click().run()
+    check_steps(at, TINY_SHAPES["wide"])
+
+
+def test_each_step_is_explained_beside_its_source(tiny_shapes):
+    at = open_page(PAGE, SMALL)
+    shown, texts = "\n".join(c.value for c in at.code), [m.value for m in at.markdown]
+    for i, step in enumerate(gemm_speed.STEPS, 1):
+        assert any(text.startswith(f"**{i}. {step}.** ") for text in texts), f"{step} is not explained"
+        for name, _ in gemm_speed.sources(step):
+            assert f"def {name.rsplit('.', 1)[1]}(" in shown, f"{step}: {name} is not shown"
+    assert "y = x @ W" in shown
