@@ -271,13 +271,9 @@ def measure(shape: tuple[int, int, int], *, budget_s: float = 0.15, call_cap_s: 
 
 
 @dataclass(frozen=True)
-class Measurement:
-    """One run of the section: every step's timing, the sgemm ceiling, and whether to trust them."""
-
-    rows: list[StepTiming]
-    ceiling: float                      # GFLOP/s of sgemm, the fastest reading
-    readings: tuple[float, ...]         # every sgemm reading, in order (GFLOP/s)
-    busy: tuple[str, ...] = ()          # why the machine was too busy to time fairly, in words; () when it was not
+class Measurement(speed.Measurement):
+    """One run of the section: every step's timing (``rows``), the sgemm ceiling, and whether to
+    trust them; as the attention section's, but for its share of the ceiling."""
 
     def share(self, row: StepTiming) -> float:
         """``row``'s GFLOP/s as a percentage of the ceiling; NaN when the row was not run or the machine
