@@ -154,9 +154,9 @@ _PACKED: dict[tuple[int, bool], object] = {}
 
 
 def pack_weights(params: dict, transposed: tuple[str, ...] = ()) -> None:
-    """Pack every weight matrix (``*.W*``, ``unembed``) of ``params`` that BLAS would multiply (``BLAS_FROM``), and
-    the transposes of the ``transposed`` ones (a tied unembedding reads the token table as ``E^T``),
-    float32 or float64. Each is made read-only: a packed copy must not go stale."""
+    """Pack every weight matrix (``*.W*``, ``unembed``) of ``params`` that BLAS would multiply
+    (``BLAS_FROM``), and the transposes of the ``transposed`` ones (a tied unembedding reads the token
+    table as ``E^T``), float32 or float64. Each is made read-only: a packed copy must not go stale."""
     for name, W in params.items():
         wanted = name in transposed
         if not (isinstance(W, np.ndarray) and W.ndim == 2 and W.size >= BLAS_FROM and W.dtype.kind == "f"
