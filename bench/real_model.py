@@ -70,8 +70,8 @@ from core.model.generation import generate
 cfg = presets.gpt2()                        # GPT-2 small's sizes
 params = C.init_params(cfg, seed=0, dtype=np.float32)
 from core.model import layers as L
-if hasattr(L, "pack_weights"):              # as pretrained.load packs a loaded GPT-2 (code that packs)
-    L.pack_weights(params, transposed=("embed",))
+if hasattr(L, "pack_weights"):    # as pretrained.load packs GPT-2 with ATTENTION_PACKED_MB=600 (code that packs)
+    L.pack_weights(params, transposed=("embed",), budget_mb=600)
 ids = np.random.default_rng(0).integers(0, cfg.vocab_size, size=T)
 """
 _GPT2_TORCH = """

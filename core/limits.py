@@ -24,3 +24,8 @@ MAX_UPLOAD_MB = 5
 # (353 MB) fit under 600; gpt2-medium (about 1,520 MB), gpt2-large (3,250) and gpt2-xl (6,430) could not,
 # so they are refused before a byte is downloaded.
 MAX_CHECKPOINT_MB = 600
+# A loaded model's weights packed for our own matrix product (core/kernels/tuned/gemm.py) are a second
+# copy of them. A model is packed when that copy is at most this many MB (all-MiniLM-L6-v2: 41); GPT-2
+# small's would be about 500 and is not, so it still fits a 1 GB demo (on BLAS, as before). A server
+# with memory to spare raises it with the environment variable ATTENTION_PACKED_MB (600 packs GPT-2).
+MAX_PACKED_MB = 200

@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 import weakref
 
 import numpy as np
 from numba import njit, prange
 
+from core import limits
 from core.kernels import cpu as lesson_cpu
 from core.recording import note, recording  # noqa: F401  (recording: what the model pages wrap a forward pass in)
 from core.readiness import can_run
@@ -153,20 +155,26 @@ def product(a: np.ndarray, b: np.ndarray, big: bool, threaded: bool = False) -> 
 _PACKED: dict[tuple[int, bool], object] = {}
 
 
-def pack_weights(params: dict, transposed: tuple[str, ...] = ()) -> None:
+def pack_weights(params: dict, transposed: tuple[str, ...] = (), budget_mb: float | None = None) -> bool:
     """Pack every weight matrix (``*.W*``, ``unembed``) of ``params`` that BLAS would multiply
     (``BLAS_FROM``), and the transposes of the ``transposed`` ones (a tied unembedding reads the token
-    table as ``E^T``), float32 or float64. Each is made read-only: a packed copy must not go stale."""
-    for name, W in params.items():
-        wanted = name in transposed
-        if not (isinstance(W, np.ndarray) and W.ndim == 2 and W.size >= BLAS_FROM and W.dtype.kind == "f"
-                and (wanted or name.rsplit(".", 1)[-1].startswith("W") or name == "unembed")):
-            continue
-        key = (id(W), wanted)
+    table as ``E^T``), float32 or float64; each is made read-only, so a packed copy cannot go stale.
+    Nothing is packed when the copies would take more than ``budget_mb`` (default: the environment's
+    ``ATTENTION_PACKED_MB``, else ``core.limits.MAX_PACKED_MB``). Returns whether the model is packed."""
+    if budget_mb is None:
+        budget_mb = float(os.environ.get("ATTENTION_PACKED_MB", limits.MAX_PACKED_MB))
+    chosen = [(name, W) for name, W in params.items()
+              if isinstance(W, np.ndarray) and W.ndim == 2 and W.size >= BLAS_FROM and W.dtype.kind == "f"
+              and (name in transposed or name.rsplit(".", 1)[-1].startswith("W") or name == "unembed")]
+    if not chosen or sum(W.nbytes for _, W in chosen) > budget_mb * 1e6:
+        return False
+    for name, W in chosen:
+        key = (id(W), name in transposed)
         if key not in _PACKED:
             W.setflags(write=False)
-            _PACKED[key] = gemm().pack(W.T if wanted else W)
+            _PACKED[key] = gemm().pack(W.T if key[1] else W)
             weakref.finalize(W, _PACKED.pop, key, None)
+    return True
 
 
 def gemm():

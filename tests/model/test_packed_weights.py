@@ -65,3 +65,21 @@ def test_a_packed_weight_is_read_only_and_only_weights_are_packed():
     tiny = C.init_params(small, seed=0, dtype=np.float32)
     L.pack_weights(tiny)
     assert all(L.packed(v) is None for v in tiny.values())
+
+
+def test_a_model_whose_packed_copy_is_over_the_budget_is_not_packed(monkeypatch):
+    """Packing keeps a second copy of the weights: over ATTENTION_PACKED_MB (or core.limits'
+    MAX_PACKED_MB) nothing is packed, and the model runs its BLAS products, with the same numbers."""
+    cfg = presets.gpt2(**SETTINGS)
+    params = C.init_params(cfg, seed=5, dtype=np.float32)
+    ids = np.arange(7)[None]
+    want, _ = tr.forward(params, cfg, ids)
+    monkeypatch.setenv("ATTENTION_PACKED_MB", "1")                 # the weights take 16 MB
+    assert not L.pack_weights(params, transposed=("embed",))
+    assert all(L.packed(v) is None and L.packed(v, transposed=True) is None for v in params.values())
+    np.testing.assert_array_equal(tr.forward(params, cfg, ids)[0], want)
+    monkeypatch.delenv("ATTENTION_PACKED_MB")
+    monkeypatch.setattr(L.limits, "MAX_PACKED_MB", 1)
+    assert not L.pack_weights(params)
+    monkeypatch.setattr(L.limits, "MAX_PACKED_MB", 200)
+    assert L.pack_weights(params) and L.packed(params["blocks.0.ffn.W_1"]) is not None
