@@ -188,15 +188,22 @@ def packed(W, transposed: bool = False):
     return _PACKED.get((id(W), transposed))
 
 
+def packed_product(rows: np.ndarray, P, b=None) -> np.ndarray | None:
+    """``rows @ W + b`` through our product on ``W`` packed (``P``), or None while the warm-up still
+    compiles it (the caller's BLAS product then)."""
+    y = gemm().matmul_if_loaded(rows, P, b)
+    if y is not None:
+        note(gemm().matmul)
+    return y
+
+
 def dense(x: np.ndarray, W: np.ndarray, b) -> np.ndarray:
     """``x @ W + b`` over the last axis, as one 2-D product; ``b`` may be None (a model without biases).
     A packed weight goes through our own product, its bias added to each tile."""
     P = packed(W)
-    if P is not None:
-        rows = x.reshape(-1, x.shape[-1])
-        if gemm().ready(rows, P, b):            # else BLAS, while the warm-up still compiles it
-            note(gemm().matmul)
-            return gemm().matmul(rows, P, b).reshape(*x.shape[:-1], W.shape[1])
+    y = None if P is None else packed_product(x.reshape(-1, x.shape[-1]), P, b)
+    if y is not None:
+        return y.reshape(*x.shape[:-1], W.shape[1])
     y = product(x.reshape(-1, x.shape[-1]), W, W.size >= BLAS_FROM).reshape(*x.shape[:-1], W.shape[1])
     if b is not None:
         y += b                      # in place: a fresh array and a pass fewer (the same numbers)

@@ -172,10 +172,9 @@ def tied_logits(h: np.ndarray, table) -> np.ndarray:
     (views), so the two give the same bits."""
     x = h.reshape(-1, h.shape[-1])                                                         # (N, d)
     E_T = L.packed(table, transposed=True)           # a loaded model's table, packed as E^T at load
-    if E_T is not None and L.gemm().ready(x, E_T):
-        gemm = L.gemm()
-        L.note(gemm.matmul)
-        return gemm.matmul(x, E_T).reshape(*h.shape[:-1], E_T.shape[1])
+    logits = None if E_T is None else L.packed_product(x, E_T)
+    if logits is not None:
+        return logits.reshape(*h.shape[:-1], E_T.shape[1])
     V, big = table.shape[0], table.shape[0] * table.shape[1] >= L.BLAS_FROM
     logits = np.empty((x.shape[0], V), dtype=h.dtype)
     for a in range(0, V, VOCAB_SLICE):

@@ -278,8 +278,12 @@ def matmul(x: np.ndarray, W: PackedWeight, bias: np.ndarray | None = None, activ
     return args[-1]
 
 
-def ready(x: np.ndarray, W: PackedWeight, bias: np.ndarray | None = None, activation: str = "none",
-          residual: np.ndarray | None = None) -> bool:
-    """Whether :func:`matmul` on these operands runs without a compile now (:func:`core.readiness.can_run`)."""
+def matmul_if_loaded(x: np.ndarray, W: PackedWeight, bias: np.ndarray | None = None, activation: str = "none",
+                     residual: np.ndarray | None = None) -> np.ndarray | None:
+    """:func:`matmul`, or None while its kernel for these operands is not loaded (it would compile
+    on this thread: :func:`core.readiness.can_run`); the caller then takes another product."""
     kernel, args = _call(x, W, bias, activation, residual)
-    return can_run(kernel, *args)
+    if not can_run(kernel, *args):
+        return None
+    kernel(*args)
+    return args[-1]
