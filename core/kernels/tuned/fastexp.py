@@ -31,6 +31,12 @@ P = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.66666
 LOWEST = -87.0         # below it the result is 0, and 2**n would no longer be a normal float32
 
 
+# The argument the callers that divide by 1 + exp(-u) (GELU's sigmoid form, SiLU) hold exp at or
+# below: float32's exp is defined up to 88, and 1 / (1 + e^80) times any activation is far below
+# a float32 rounding of it.
+EXP_MAX = 80.0
+
+
 @njit(cache=True)
 def _expf_parts(v):
     """``exp(v) = p * 2**n`` for float32 ``v`` in [-87, 88]: returns ``p`` and the float32 bits of ``2**n``."""

@@ -27,7 +27,7 @@ import numpy as np
 from numba import njit, prange
 
 from core.kernels.tuned import simd
-from core.kernels.tuned.fastexp import fast_exp
+from core.kernels.tuned.fastexp import EXP_MAX, fast_exp
 from core.kernels.tuned.target import REGISTERS
 from core.readiness import can_run
 
@@ -36,7 +36,6 @@ TILE_ROWS = 4
 TILE_VECTORS = 4 if REGISTERS >= 32 else 3       # 16 or 12 running sums + the loads + one broadcast
 ACTIVATIONS = {"none": 0, "gelu_tanh": 1, "silu": 2}
 GELU_TANH_C = float(np.sqrt(2.0 / np.pi))
-EXP_TOP = 80.0       # exp's argument is held at or below this (float32's exp overflows past 88)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -182,7 +181,7 @@ def _matmul(x, panels, N, bias, has_bias, act, residual, has_residual, y):
     flat_panels, flat_y = panels.ravel(), y.ravel()
     flat_bias, flat_res = bias.ravel(), residual.ravel()
     t = flat_y.dtype.type
-    c, a, one, top = t(GELU_TANH_C), t(0.044715), t(1.0), t(EXP_TOP)
+    c, a, one, top = t(GELU_TANH_C), t(0.044715), t(1.0), t(EXP_MAX)
     row_blocks = (M + TILE_ROWS - 1) // TILE_ROWS
     # tasks panel by panel: a thread's run of tasks reuses one panel from its cache for every row block
     for task in prange(P * row_blocks):
@@ -238,7 +237,7 @@ def _matmul_few(x, panels, N, bias, has_bias, act, residual, has_residual, y):
     flat_panels, flat_y = panels.ravel(), y.ravel()
     flat_bias, flat_res = bias.ravel(), residual.ravel()
     t = flat_y.dtype.type
-    c, a, one, top = t(GELU_TANH_C), t(0.044715), t(1.0), t(EXP_TOP)
+    c, a, one, top = t(GELU_TANH_C), t(0.044715), t(1.0), t(EXP_MAX)
     for p in prange(P):
         n = p * width
         cols = min(width, N - n)

@@ -22,14 +22,11 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from core.kernels.tuned.fastexp import fast_exp
+from core.kernels.tuned.fastexp import EXP_MAX, fast_exp
 from core.model.layers import GELU_TANH_C        # sqrt(2 / pi), defined once beside the readable GELU
 from core.readiness import can_run
 
 JIT = dict(cache=True, nogil=True, error_model="numpy")
-# exp's argument is held at or below this (the tuned float32 exp is defined up to 88): GELU's
-# sigmoid is then 1 / (1 + e^88), which times any activation is far below a float32 rounding of it.
-EXP_MAX = 80.0
 
 
 def ready(dtype) -> bool:
