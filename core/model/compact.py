@@ -6,7 +6,10 @@ A quantised checkpoint (SmolLM2's GGUF: 4.5 to 8.5 bits a weight) widened whole 
 embedding's rows for the tokens at hand, the unembedding a slice of the vocabulary at a time.
 
 The one transformer reads a parameter through :func:`wide` (a NumPy array stays as it is), so a
-compact weight and a float one run the same readable code.
+compact weight and a float one run the same readable code. A compact form that has a product of its
+own (:meth:`CompactMatrix.product`: GGUF's 4- and 8-bit blocks, read by
+:mod:`core.model.gguf.product`) is not widened at all: its linear layers multiply it as it is
+(:func:`for_products`).
 """
 from __future__ import annotations
 
@@ -41,7 +44,23 @@ class CompactMatrix:
         """Rows ``ids`` (an int array of any shape) widened: ``ids.shape + (shape[1],)``."""
         raise NotImplementedError
 
+    def multiplies(self, transposed: bool = False) -> bool:
+        """Whether :meth:`product` can multiply by this matrix (its transpose) in its compact form."""
+        return False
+
+    def product(self, x: np.ndarray, bias=None, transposed: bool = False) -> np.ndarray | None:
+        """``x @ M + bias`` (``x @ M^T`` if ``transposed``) for ``x`` (rows, K), read in the compact
+        form; None where that cannot run (not :meth:`multiplies`, or its kernel still compiling):
+        the caller widens the matrix instead."""
+        return None
+
 
 def wide(value):
     """A parameter as a float array: a compact one widened, an array as it is."""
     return value.widen() if isinstance(value, CompactMatrix) else value
+
+
+def for_products(value):
+    """A parameter as a linear layer multiplies it: a compact one that :meth:`~CompactMatrix.multiplies`
+    as it is, any other widened (:func:`wide`)."""
+    return value if isinstance(value, CompactMatrix) and value.multiplies() else wide(value)

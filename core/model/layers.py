@@ -25,6 +25,7 @@ from numba import njit, prange
 
 from core import limits
 from core.kernels import cpu as lesson_cpu
+from core.model.compact import CompactMatrix
 from core.recording import note, recording  # noqa: F401  (recording: what the model pages wrap a forward pass in)
 from core.readiness import can_run
 
@@ -188,6 +189,13 @@ def packed(W, transposed: bool = False):
     return _PACKED.get((id(W), transposed))
 
 
+def own_products(W) -> bool:
+    """Whether a layer's products with ``W`` run on our own kernels and Numba's threads (a packed
+    weight, a compact one), so that the attention products beside them had better too: Numba's
+    threads and BLAS's would take turns spinning on the same cores."""
+    return packed(W) is not None or isinstance(W, CompactMatrix)
+
+
 def packed_product(rows: np.ndarray, P, b=None) -> np.ndarray | None:
     """``rows @ W + b`` through our product on ``W`` packed (``P``), or None while the warm-up still
     compiles it (the caller's BLAS product then)."""
@@ -199,7 +207,13 @@ def packed_product(rows: np.ndarray, P, b=None) -> np.ndarray | None:
 
 def dense(x: np.ndarray, W: np.ndarray, b) -> np.ndarray:
     """``x @ W + b`` over the last axis, as one 2-D product; ``b`` may be None (a model without biases).
-    A packed weight goes through our own product, its bias added to each tile."""
+    A packed weight goes through our own product, its bias added to each tile; a compact one
+    (:class:`~core.model.compact.CompactMatrix`) through its own product where it has one, else widened."""
+    if isinstance(W, CompactMatrix):
+        y = W.product(x.reshape(-1, x.shape[-1]), b)
+        if y is not None:
+            return y.reshape(*x.shape[:-1], W.shape[1])
+        W = W.widen()
     P = packed(W)
     y = None if P is None else packed_product(x.reshape(-1, x.shape[-1]), P, b)
     if y is not None:

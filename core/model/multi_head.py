@@ -158,9 +158,9 @@ def attend(x_q: np.ndarray, x_kv: np.ndarray, w: dict, cfg, cache: dict, name: s
     H, d_k = cfg.n_heads, cfg.d_model // cfg.n_heads
     H_kv = w["W_K"].shape[1] // d_k                         # cfg.kv_heads, or H for a cross-attention of (d, d)
     group = H // H_kv
-    # GPT-2's sizes: the products on BLAS. Where the weights are packed for our own product, they run
-    # on our loops and Numba's threads instead: its threads and BLAS's would take turns spinning
-    packed = L.packed(w["W_O"]) is not None
+    # GPT-2's sizes: the products on BLAS. Where the weights go through our own products (packed or
+    # compact), they run on our loops and Numba's threads instead: its threads and BLAS's would take turns spinning
+    packed = L.own_products(w["W_O"])
     big = cfg.d_model ** 2 >= L.BLAS_FROM and not packed
     # 1. queries (H heads), keys and values (H_kv heads); with rotary positions, queries and keys turned
     Q = split_heads(L.dense(x_q, w["W_Q"], w["b_Q"]), H)                                # (B, H, Tq, d_k)

@@ -49,7 +49,7 @@ from core.model import multi_head as MH
 from core.model import names
 from core.model import norms as N
 from core.model.activations import ACTIVATIONS
-from core.model.compact import CompactMatrix, wide
+from core.model.compact import CompactMatrix, for_products, wide
 from core.model.config import TransformerConfig, check_params, check_tokens
 from core.model.names import key
 from core.model.norms import layer_norm, layer_norm_backward  # noqa: F401  (the pages show them as the model's)
@@ -68,7 +68,7 @@ def runs_tuned(cfg: TransformerConfig, dtype) -> bool:
 
     Every setting runs them: the softmax's rows and the KV cache's buffer do not depend on the
     kind of model (grouped-query attention caches its ``H_kv`` heads, rotary positions their turned
-    keys); an activation without a twin (ReLU, exact GELU, SiLU) runs its readable form."""
+    keys); an activation without a twin (ReLU, exact GELU) runs its readable form."""
     return cfg.d_model ** 2 >= L.BLAS_FROM and TF.ready(dtype)
 
 
@@ -148,11 +148,13 @@ def block(h: np.ndarray, p: dict, cfg: TransformerConfig, cache: dict, name: str
     return h
 
 
-def block_params(params: dict, prefix: str) -> dict:
+def block_params(params: dict, prefix: str, *, widen: bool = False) -> dict:
     """The parameters under ``prefix`` (``blocks.3.``) by their short names (``attn.W_Q`` ...), as
-    float arrays: a compact weight (:class:`~core.model.compact.CompactMatrix`) is widened here, when
-    the pass reaches its block, and dropped with the block's dict after it."""
-    return {name[len(prefix):]: wide(value) for name, value in params.items() if name.startswith(prefix)}
+    a forward pass multiplies them: a compact weight (:class:`~core.model.compact.CompactMatrix`) that
+    has a product of its own stays compact, any other is widened here, when the pass reaches its
+    block, and dropped with the block's dict after it. ``widen``: every one widened (a backward pass)."""
+    keep = wide if widen else for_products
+    return {name[len(prefix):]: keep(value) for name, value in params.items() if name.startswith(prefix)}
 
 
 def token_rows(table, ids: np.ndarray) -> np.ndarray:
@@ -171,6 +173,9 @@ def tied_logits(h: np.ndarray, table) -> np.ndarray:
     tokens at a time: a compact table is never widened whole. A float table takes the same slices
     (views), so the two give the same bits."""
     x = h.reshape(-1, h.shape[-1])                                                         # (N, d)
+    logits = table.product(x, transposed=True) if isinstance(table, CompactMatrix) else None   # read compact
+    if logits is not None:
+        return logits.reshape(*h.shape[:-1], table.shape[0])
     E_T = L.packed(table, transposed=True)           # a loaded model's table, packed as E^T at load
     logits = None if E_T is None else L.packed_product(x, E_T)
     if logits is not None:
@@ -275,7 +280,7 @@ def forward_checked(params: dict, cfg: TransformerConfig, tokens, *, ablate: dic
     tuned = runs_tuned(cfg, params["embed"].dtype)               # the readable steps or their tuned twins
     h = embed(params, cfg, tokens, start, cache=cache, token_types=types)                # (B, T, d)
     for i in range(cfg.n_layers):
-        p = block_params(params, names.block(i) + ".")          # this block's weights (compact ones widened now)
+        p = block_params(params, names.block(i) + ".")          # this block's weights (compact ones as they multiply)
         h = block(h, p, cfg, cache, names.block(i), kv=None if kv is None else kv[i], start=start, edits=ablate,
                   layer=i, key_mask=additive, tuned=tuned)
     logits = unembed(params, cfg, h, cache)

@@ -132,7 +132,7 @@ def backward(params: dict, cfg: TransformerConfig, cache: dict, d_logits: np.nda
     # 2. the blocks, last first
     for i in reversed(range(cfg.n_layers)):
         prefix = names.block(i) + "."
-        dh, g = block_backward(dh, tr.block_params(params, prefix), cfg, cache, names.block(i))
+        dh, g = block_backward(dh, tr.block_params(params, prefix, widen=True), cfg, cache, names.block(i))
         grads.update({prefix + name: value for name, value in g.items()})
     # 1. the embeddings
     embed_backward(dh, params, cfg, cache["tokens"], grads)

@@ -216,7 +216,7 @@ def backward(params: dict, cfg: EncoderDecoderConfig, cache: dict, d_logits: np.
     d_memory = np.zeros_like(memory)
     for i in reversed(range(cfg.decoder.n_layers)):
         prefix = names.block(i, "dec.") + "."
-        dx, dm, g = decoder_block_backward(dx, tr.block_params(params, prefix), cfg.decoder, cache,
+        dx, dm, g = decoder_block_backward(dx, tr.block_params(params, prefix, widen=True), cfg.decoder, cache,
                                            names.block(i, "dec."))
         d_memory += dm
         grads.update({prefix + n: v for n, v in g.items()})
@@ -225,7 +225,7 @@ def backward(params: dict, cfg: EncoderDecoderConfig, cache: dict, d_logits: np.
     dh = d_memory
     for i in reversed(range(cfg.encoder.n_layers)):
         prefix = names.block(i, "enc.") + "."
-        dh, g = tb.block_backward(dh, tr.block_params(params, prefix), cfg.encoder, cache, names.block(i, "enc."))
+        dh, g = tb.block_backward(dh, tr.block_params(params, prefix, widen=True), cfg.encoder, cache, names.block(i, "enc."))
         grads.update({prefix + n: v for n, v in g.items()})
     _embed_backward(dh, params, cfg.encoder, cache["enc.tokens"], "enc.", grads)
     return {name: grads[name] for name in param_shapes(cfg)}

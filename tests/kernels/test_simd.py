@@ -45,6 +45,29 @@ def test_vector_operations_match_numpy(dtype):
 
 
 @njit
+def _codes_by_vectors(raw, out):
+    """Each vector's bytes read three ways: ``out[0]`` low nibbles, ``out[1]`` high ones, ``out[2]``
+    signed bytes (``raw`` starts one byte in: the loads need no alignment)."""
+    for i in range(0, out.shape[1], simd.lanes_of(out)):
+        simd.store(out[0], i, simd.low_nibbles(raw, i + 1, out))
+        simd.store(out[1], i, simd.high_nibbles(raw, i + 1, out))
+        simd.store(out[2], i, simd.signed_bytes(raw, i + 1, out))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_bytes_read_as_codes_match_numpy(dtype):
+    L = simd.lanes(np.dtype(dtype))
+    raw = np.arange(3 * L + 1, dtype=np.int64) * 37 % 256
+    raw[1:3] = (0x0F, 0xF0)                      # each nibble at its ends
+    raw = raw.astype(np.uint8)
+    out = np.full((3, 3 * L), np.nan, dtype)
+    _codes_by_vectors(raw, out)
+    codes = raw[1:]
+    assert np.array_equal(out[0], codes & 0x0F) and np.array_equal(out[1], codes >> 4)
+    assert np.array_equal(out[2], codes.view(np.int8))
+
+
+@njit
 def _elementwise_by_vectors(x, y, lo, hi, out):
     """Per vector: ``floor(x) * y - y``, ``2**floor(x)``, and ``x`` where ``lo <= i < hi`` and
     ``x >= y``, else 0; returns the sum of every lane of the last."""

@@ -20,7 +20,9 @@ fast one.
 - :func:`floor`; :func:`pow2`: ``2**n`` for lanes holding whole numbers, built from bits;
 - comparisons (``<``, ``>=``) give a :class:`Mask`, one true/false per lane; ``&`` combines two;
   :func:`where` picks lane by lane; :func:`lane_numbers`: ``0, 1, ..., lanes - 1``;
-- :func:`total`: the sum of a vector's lanes.
+- :func:`total`: the sum of a vector's lanes;
+- :func:`low_nibbles`, :func:`high_nibbles`, :func:`signed_bytes`: ``lanes`` bytes of a ``uint8``
+  array read as small whole numbers in a float vector (a quantised weight's codes).
 """
 from __future__ import annotations
 
@@ -310,3 +312,51 @@ def total(typingctx, v):
         return builder.extract_element(x, ir.Constant(ir.IntType(32), 0))
 
     return v.dtype(v), codegen
+
+
+def _codes(read):
+    """An intrinsic ``f(raw, i, like)``: bytes ``raw[i : i + lanes]`` of a 1-D contiguous ``uint8``
+    array, each turned into a whole number by ``read(builder, bytes)`` (an LLVM vector of i32), as a
+    vector of the array ``like``'s dtype (no bounds check)."""
+    def intrinsic_of(typingctx, raw, i, like):
+        if not (isinstance(raw, types.Array) and raw.ndim == 1 and raw.layout == "C" and raw.dtype == types.uint8
+                and isinstance(i, types.Integer) and isinstance(like, types.Array)
+                and like.dtype in (types.float32, types.float64)):
+            return None
+        vector = Vector(like.dtype)
+
+        def codegen(context, builder, signature, args):
+            byte_vector = ir.VectorType(ir.IntType(8), vector.lanes)
+            data = context.make_array(raw)(context, builder, args[0]).data
+            pointer = builder.bitcast(builder.gep(data, [args[1]]), byte_vector.as_pointer())
+            codes = read(builder, builder.load(pointer, align=1), vector.lanes)
+            return builder.sitofp(codes, context.get_value_type(vector))
+
+        return vector(raw, i, like), codegen
+
+    intrinsic_of.__doc__ = read.__doc__
+    return intrinsic(intrinsic_of)
+
+
+def _bytes(lanes, value):
+    return ir.Constant(ir.VectorType(ir.IntType(8), lanes), [value] * lanes)
+
+
+def _low(builder, b, lanes):
+    """The low four bits of each byte (0..15)."""
+    return builder.zext(builder.and_(b, _bytes(lanes, 0x0F)), ir.VectorType(ir.IntType(32), lanes))
+
+
+def _high(builder, b, lanes):
+    """The high four bits of each byte (0..15)."""
+    return builder.zext(builder.lshr(b, _bytes(lanes, 4)), ir.VectorType(ir.IntType(32), lanes))
+
+
+def _signed(builder, b, lanes):
+    """Each byte as a signed number (-128..127)."""
+    return builder.sext(b, ir.VectorType(ir.IntType(32), lanes))
+
+
+low_nibbles = _codes(_low)
+high_nibbles = _codes(_high)
+signed_bytes = _codes(_signed)

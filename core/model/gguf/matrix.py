@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from core.model.compact import CompactMatrix
+from core.model.gguf import product as P
 from core.model.gguf.quants import FORMATS, dequantize
 
 
@@ -37,6 +38,7 @@ class PackedMatrix(CompactMatrix):
         if self.row_order is not None and not np.array_equal(np.sort(self.row_order), np.arange(n_rows)):
             raise ValueError(f"row_order must order the {n_rows} rows, each once.")
         self.shape = (n_cols, n_rows) if self.transposed else (n_rows, n_cols)
+        self._order = np.arange(n_rows) if self.row_order is None else self.row_order   # output n reads this row
 
     @property
     def nbytes(self) -> int:
@@ -57,6 +59,16 @@ class PackedMatrix(CompactMatrix):
         flat = ids.reshape(-1)
         values = self._unpack(flat if self.row_order is None else self.row_order[flat])
         return values.reshape(ids.shape + (self.shape[1],))
+
+    def multiplies(self, transposed: bool = False) -> bool:
+        """A float32 matrix in one of :data:`core.model.gguf.product.FORMATS`, used as its packed rows'
+        transpose: a linear layer's weight, or a token table's transpose (a tied unembedding)."""
+        return self.FORMAT in P.FORMATS and self.dtype == np.float32 and transposed != self.transposed
+
+    def product(self, x: np.ndarray, bias=None, transposed: bool = False) -> np.ndarray | None:
+        if not self.multiplies(transposed):
+            return None
+        return P.rows_product_if_loaded(x, self.raw, self._order, self.FORMAT, bias)
 
     def _unpack(self, file_rows) -> np.ndarray:
         return dequantize(self.raw, self.format, file_rows).astype(self.dtype, copy=False)

@@ -10,6 +10,7 @@ and leave the same arrays in the cache:
   vectorisable Cephes ``exp`` of the tuned attention kernels (:mod:`core.kernels.tuned.fastexp`);
 - :func:`gelu_tanh`: GELU's tanh form in one pass, written as ``x sigmoid(2u)`` (below), instead of
   eight NumPy passes and NumPy's ``tanh``;
+- :func:`silu`: SiLU (Llama's gate), ``x sigmoid(x)``, in one pass instead of six;
 - :func:`append_kv`: the KV cache in a buffer with room to grow, so that a new token's keys and
   values are written once instead of copying every earlier position's (``np.concatenate``).
 
@@ -33,7 +34,8 @@ def ready(dtype) -> bool:
     """Whether the compiled kernels below are loaded for ``dtype`` (:func:`core.readiness.can_run`):
     until they are, a freshly started server runs the readable steps."""
     one, t = np.zeros(1, dtype), np.dtype(dtype).type
-    return can_run(_softmax_rows, one[None], one[None], t(0)) and can_run(_gelu_tanh_flat, one, one, *(t(0),) * 4)
+    return (can_run(_softmax_rows, one[None], one[None], t(0)) and can_run(_gelu_tanh_flat, one, one, *(t(0),) * 4)
+            and can_run(_silu_flat, one, one, t(0), t(0)))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -109,6 +111,28 @@ def gelu_tanh(x: np.ndarray) -> np.ndarray:
     y = np.empty_like(flat)
     t = flat.dtype.type
     _gelu_tanh_flat(flat, y, t(GELU_TANH_C), t(0.044715), t(1.0), t(EXP_MAX))
+    return y.reshape(x.shape)
+
+
+# ----------------------------------------------------------------------------------------------
+# SiLU
+# ----------------------------------------------------------------------------------------------
+@njit(**JIT)
+def _silu_flat(x, y, one, top):
+    """``y = x / (1 + exp(-x))``, ``-x`` held at or below ``top`` (beyond it the output is 0 to the
+    last bit either way)."""
+    for n in range(x.size):
+        v = x[n]
+        y[n] = v / (one + fast_exp(min(-v, top)))
+
+
+def silu(x: np.ndarray) -> np.ndarray:
+    """:func:`core.model.activations.silu`, compiled: ``x sigmoid(x) = x / (1 + e^{-x})`` in one
+    pass, its ``exp`` in SIMD lanes in float32."""
+    flat = np.ascontiguousarray(x).reshape(-1)
+    y = np.empty_like(flat)
+    t = flat.dtype.type
+    _silu_flat(flat, y, t(1.0), t(EXP_MAX))
     return y.reshape(x.shape)
 
 

@@ -10,6 +10,7 @@ from core.model import multi_head as MH
 from core.model import transformer as tr
 from core.model import config as C
 from core.model.tuned import forward as TF
+from core.model.activations import ACTIVATIONS
 
 DTYPES = [np.float64, np.float32]
 TOL = {np.float64: dict(rtol=1e-12, atol=1e-14), np.float32: dict(rtol=2e-6, atol=1e-7)}
@@ -49,6 +50,22 @@ def test_gelu_twin_matches_the_readable_tanh_form(shape, dtype):
     ref = L.gelu_tanh(x)
     # float32: the readable 1 + tanh(u) rounds to 0 for x below about -4.5; the twin keeps those tiny values
     np.testing.assert_allclose(y, ref, rtol=TOL[dtype]["rtol"] * 4, atol=TOL[dtype]["atol"] * 4)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["float64", "float32"])
+@pytest.mark.parametrize("shape", [(1,), (7,), (2, 9, 1536)])
+def test_silu_twin_matches_the_readable_form(shape, dtype):
+    rng = np.random.default_rng(len(shape) + 5)
+    x = (6 * rng.standard_normal(shape)).astype(dtype)
+    x.flat[0] = -100.0                                        # beyond exp's cap: 0 either way, and 0 itself
+    if x.size > 2:
+        x.flat[1], x.flat[2] = 100.0, 0.0
+    y = TF.silu(x)
+    assert y.dtype == dtype and y.shape == x.shape
+    np.testing.assert_allclose(y, ACTIVATIONS["silu"].forward(x), **TOL[dtype])
+    with L.recording() as ran:                                # a tuned pass runs the twin and says so
+        assert np.array_equal(ACTIVATIONS["silu"].forward(x, True), y)
+    assert TF.silu in ran.functions()
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["float64", "float32"])
