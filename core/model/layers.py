@@ -69,6 +69,11 @@ def _matmul_batches_threaded(A, B, C):
         _batch_product(A, B, C, n)
 
 
+# A loaded model's attention products with this many rows a batch (queries, or a group's queries)
+# go through the matrix product's register tile (core.kernels.tuned.gemm), fewer through the loop above.
+TILED_BATCH_ROWS = 4
+
+
 def matmul(a: np.ndarray, b: np.ndarray, threaded: bool = False) -> np.ndarray:
     """``a @ b`` for ``(..., r, k) @ (..., k, c)`` with the same leading axes (or ``b`` 2-D);
     ``threaded``: the batches shared among Numba's threads (a loaded model's attention products).
@@ -85,6 +90,11 @@ def matmul(a: np.ndarray, b: np.ndarray, threaded: bool = False) -> np.ndarray:
         b = np.broadcast_to(b, lead + b.shape)
     A = np.ascontiguousarray(a).reshape(-1, a.shape[-2], a.shape[-1])     # (N, r, k)
     B = np.ascontiguousarray(b).reshape(-1, b.shape[-2], b.shape[-1])     # (N, k, c)
+    if threaded and A.shape[1] >= TILED_BATCH_ROWS and A.dtype == B.dtype:
+        C = gemm().matmul_batched_if_loaded(A, B)             # the register tile, every batch's tiles shared
+        if C is not None:
+            note(gemm().matmul_batched_if_loaded)
+            return C.reshape(lead + C.shape[1:])
     C = np.empty((A.shape[0], A.shape[1], B.shape[2]), dtype=np.result_type(a, b))
     loop = _matmul_batches_threaded if threaded else _matmul_batches
     if not can_run(loop, A, B, C):

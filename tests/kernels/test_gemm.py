@@ -54,6 +54,23 @@ def test_packed_product_matches_numpy(M, K, N, dtype):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("B,M,K,N", [(1, 4, 8, 5), (3, 9, 64, 70), (12, 37, 32, 37), (3, 96, 64, 130), (2, 5, 3, 200)])
+def test_batched_product_matches_numpy(B, M, K, N, dtype):
+    """Attention's products, a batch per head (or group of heads), each batch's right side packed in the
+    kernel; odd row counts (a moved last row block) and odd widths (a padded last panel)."""
+    rng = np.random.default_rng(B + M + K + N)
+    x, b = rng.normal(size=(B, M, K)).astype(dtype), rng.normal(size=(B, K, N)).astype(dtype)
+    got = gemm.matmul_batched_if_loaded(x, b.swapaxes(1, 2).copy().swapaxes(1, 2))   # a strided right side
+    _assert_close(got, x.astype(np.float64) @ b.astype(np.float64), dtype)
+    threads = numba.get_num_threads()
+    try:
+        numba.set_num_threads(1)
+        assert np.array_equal(gemm.matmul_batched_if_loaded(x, b), got)       # each tile one thread's
+    finally:
+        numba.set_num_threads(threads)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_packing_keeps_every_weight_and_pads_with_zeros(dtype):
     W = _inputs(3, 11, 70, dtype)[1]
     packed = gemm.pack(W)

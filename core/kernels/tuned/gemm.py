@@ -172,6 +172,33 @@ def _epilogue(y, y_row, yo, rows, cols, bias, b_at, residual, r_at, r_row, act, 
             y[yo + r * y_row + j] = v
 
 
+@njit(inline="always", **JIT)
+def _tile_task(A, flat_panels, panel_at, K, width, M, N, p, rb, flat_y, y_at, flat_bias, has_bias, act,
+               flat_res, has_residual, c, a, one, top):
+    """One task of the product: row block ``rb`` of ``y = act(x W + bias) + residual`` by panel ``p``
+    (its panel at ``flat_panels[panel_at:]``, ``y``'s (M, N) at ``flat_y[y_at:]``), through the tile and
+    the epilogue; a block past row M moves back to end there, a padded panel goes through scratch."""
+    m = min(rb * TILE_ROWS, M - TILE_ROWS)      # the last block moves back to end at row M
+    first = rb * TILE_ROWS - m                   # its rows before `first` are the block before's
+    n = p * width
+    cols = min(width, N - n)
+    scratch = cols < width or first > 0
+    if not scratch:
+        out, out_row, out_at = flat_y, N, y_at + m * N + n
+    else:                                        # a padded panel or a moved block: a scratch tile,
+        out, out_row, out_at = np.empty(TILE_ROWS * width, dtype=flat_y.dtype), width, 0   # its new part copied
+    if TILE_VECTORS == 4:
+        tile4(A, flat_panels, width, panel_at, out, out, out_row, out_at, K, m, False)
+    else:
+        tile3(A, flat_panels, width, panel_at, out, out, out_row, out_at, K, m, False)
+    _epilogue(out, out_row, out_at, TILE_ROWS, cols, flat_bias, n if has_bias else -1,
+              flat_res, m * N + n if has_residual else -1, N, act, c, a, one, top)
+    if scratch:
+        for r in range(first, TILE_ROWS):
+            for j in range(cols):
+                flat_y[y_at + (m + r) * N + n + j] = out[r * width + j]
+
+
 @njit(parallel=True, **JIT)
 def _matmul(x, panels, N, bias, has_bias, act, residual, has_residual, y):
     """``y (M, N) = act(x (M, K) @ W + bias) + residual``, W packed (:func:`pack`); ``M >= 4``."""
@@ -186,25 +213,34 @@ def _matmul(x, panels, N, bias, has_bias, act, residual, has_residual, y):
     # tasks panel by panel: a thread's run of tasks reuses one panel from its cache for every row block
     for task in prange(P * row_blocks):
         p, rb = task // row_blocks, task % row_blocks
-        m = min(rb * TILE_ROWS, M - TILE_ROWS)  # the last block moves back to end at row M
-        first = rb * TILE_ROWS - m               # its rows before `first` are the block before's
-        n = p * width
-        cols = min(width, N - n)
-        scratch = cols < width or first > 0
-        if not scratch:
-            out, out_row, out_at = flat_y, N, m * N + n
-        else:                                    # a padded panel or a moved block: a scratch tile,
-            out, out_row, out_at = np.empty(TILE_ROWS * width, dtype=flat_y.dtype), width, 0   # its new part copied
-        if TILE_VECTORS == 4:
-            tile4(A, flat_panels, width, p * K * width, out, out, out_row, out_at, K, m, False)
-        else:
-            tile3(A, flat_panels, width, p * K * width, out, out, out_row, out_at, K, m, False)
-        _epilogue(out, out_row, out_at, TILE_ROWS, cols, flat_bias, n if has_bias else -1,
-                  flat_res, m * N + n if has_residual else -1, N, act, c, a, one, top)
-        if scratch:
-            for r in range(first, TILE_ROWS):
-                for j in range(cols):
-                    flat_y[(m + r) * N + n + j] = out[r * width + j]
+        _tile_task(A, flat_panels, p * K * width, K, width, M, N, p, rb, flat_y, 0, flat_bias, has_bias, act,
+                   flat_res, has_residual, c, a, one, top)
+
+
+@njit(parallel=True, **JIT)
+def _matmul_batched(x, b, y):
+    """``y[n] = x[n] @ b[n]`` for every ``n``: ``x`` (B, M, K), ``b`` (B, K, N), ``M >= 4`` (attention's
+    products, a head or a group of heads a batch). Each batch's ``b`` is packed here, then the tiles
+    of every batch are shared among the threads."""
+    B, M, K = x.shape
+    N = b.shape[2]
+    width = TILE_VECTORS * simd.lanes_of(y)
+    P = (N + width - 1) // width
+    panels = np.zeros((B, P, K, width), dtype=y.dtype)
+    for bp in prange(B * P):
+        n, p = bp // P, bp % P
+        for k in range(K):
+            for j in range(min(width, N - p * width)):
+                panels[n, p, k, j] = b[n, k, p * width + j]
+    flat_panels, flat_y = panels.ravel(), y.ravel()
+    none = np.zeros(1, dtype=y.dtype)
+    t = y.dtype.type
+    row_blocks = (M + TILE_ROWS - 1) // TILE_ROWS
+    for task in prange(B * P * row_blocks):
+        n, rest = task // (P * row_blocks), task % (P * row_blocks)
+        p, rb = rest // row_blocks, rest % row_blocks
+        _tile_task(x[n].T, flat_panels, (n * P + p) * K * width, K, width, M, N, p, rb, flat_y, n * M * N,
+                   none, False, 0, none, False, t(0), t(0), t(1), t(0))
 
 
 @njit(inline="always", **JIT)
@@ -274,6 +310,16 @@ def matmul(x: np.ndarray, W: PackedWeight, bias: np.ndarray | None = None, activ
     may be None."""
     kernel, args = _call(x, W, bias, activation, residual)
     kernel(*args)
+    return args[-1]
+
+
+def matmul_batched_if_loaded(x: np.ndarray, b: np.ndarray) -> np.ndarray | None:
+    """``x @ b`` for ``x`` (B, M, K) and ``b`` (B, K, N) of one float dtype, ``M >= 4``, through the
+    register tile, in a new array; None while its kernel is not loaded (:func:`core.readiness.can_run`)."""
+    args = (np.ascontiguousarray(x), np.ascontiguousarray(b), np.empty((x.shape[0], x.shape[1], b.shape[2]), x.dtype))
+    if not can_run(_matmul_batched, *args):
+        return None
+    _matmul_batched(*args)
     return args[-1]
 
 

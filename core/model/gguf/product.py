@@ -1,11 +1,10 @@
 """A product with a quantised GGUF matrix read in its packed form: ``x @ R^T``, ``R`` the matrix's
 packed rows (a linear layer's ``(out, in)`` rows, or a token table's rows for a tied unembedding).
 
-Widening a whole layer to float32 before a product writes 4 bytes a weight to memory and reads them
-back; a generated token then costs 18 MB of memory traffic per SmolLM2 block where its file holds
-3.4 MB. Here each row is unpacked into a buffer that stays in the L1 cache, by the same loops
-that widen it (:mod:`core.model.gguf.quants`, so the weights are the same float32 numbers), and
-multiplied at once:
+Widening a layer to float32 before its product writes 4 bytes a weight to memory and reads them
+back: a SmolLM2 block's 3.5 million weights take 14 MB as float32, where the file holds them in
+2.2 MB. Here the codes are unpacked a SIMD vector at a time (:func:`_weights`, the widening loops of
+:mod:`core.model.gguf.quants` vectorised: the same float32 weights, to the bit) and used at once:
 
 - **few rows** (a token generated at a time): each packed row is unpacked once and its dot
   product with every row of ``x`` summed in SIMD vectors; the rows are shared out among the threads;
