@@ -313,6 +313,38 @@ def layer_norm(x: np.ndarray, g: np.ndarray, b: np.ndarray, eps: float):
     return y.reshape(x.shape), {"xhat": xhat, "rstd": rstd, "g": g}
 
 
+@njit(cache=True, nogil=True)
+def _rms_norm_rows(x, g, eps, y, xhat, rms):
+    """For every row n of ``x (N, d)``: ``rms[n] = sqrt(mean(x[n]^2) + eps)``, ``xhat[n] = x[n] / rms[n]``,
+    ``y[n] = xhat[n] * g``."""
+    N, d = x.shape
+    for n in range(N):
+        ms = 0.0
+        for c in range(d):
+            ms += x[n, c] * x[n, c]
+        r = math.sqrt(ms / d + eps)
+        rms[n] = r
+        for c in range(d):
+            xhat[n, c] = x[n, c] / r
+            y[n, c] = xhat[n, c] * g[c]
+
+
+def _rms_norm_rows_numpy(x, g, eps, y, xhat, rms):
+    """:func:`_rms_norm_rows` over whole arrays."""
+    rms[:] = np.sqrt((x * x).mean(axis=1) + x.dtype.type(eps))
+    xhat[...] = x / rms[:, None]
+    y[...] = xhat * g
+
+
+def rms_norm(x: np.ndarray, g: np.ndarray, eps: float):
+    r"""``y = g x / sqrt(mean(x^2) + eps)`` over the last axis; returns ``(y, xhat, rms)``, the last two
+    ``x / rms`` and ``rms`` (one per row)."""
+    rows = np.ascontiguousarray(x).reshape(-1, x.shape[-1])           # (N, d)
+    y, xhat, rms = np.empty_like(rows), np.empty_like(rows), np.empty(len(rows), dtype=rows.dtype)
+    compiled_or(_rms_norm_rows, _rms_norm_rows_numpy, rows, g, eps, y, xhat, rms)
+    return y.reshape(x.shape), xhat.reshape(x.shape), rms.reshape(x.shape[:-1])
+
+
 def layer_norm_backward(dy: np.ndarray, cache: dict):
     r"""``(dx, dg, db)``: :math:`dx = r\,(\hat{dx} - \mathrm{mean}(\hat{dx}) - \hat x\,\mathrm{mean}(\hat{dx}\,\hat x))`
     with :math:`\hat{dx} = dy\,g` and :math:`r = 1/\sqrt{var + eps}`."""

@@ -54,12 +54,11 @@ def layer_norm_backward(dy: np.ndarray, w: dict, cache: dict, name: str):
 
 def rms_norm(x: np.ndarray, w: dict, eps: float, cache: dict, name: str) -> np.ndarray:
     r""":math:`y = g\,x / \mathrm{rms}(x)`, :math:`\mathrm{rms}(x) = \sqrt{\mathrm{mean}(x^2) + \epsilon}`
-    over the last axis; leaves ``{name}.input``, ``{name}.rms`` (B, T) and ``{name}.normalized``
+    over the last axis (:func:`layers.rms_norm`); leaves ``{name}.input``, ``{name}.rms`` (B, T) and ``{name}.normalized``
     ``x / rms`` (B, T, d) in the cache."""
-    rms = np.sqrt((x * x).mean(axis=-1) + x.dtype.type(eps))                       # (B, T)
-    xhat = x / rms[..., None]                                                      # (B, T, d)
+    y, xhat, rms = L.rms_norm(x, w["g"], eps)                                       # (B, T, d), (B, T)
     cache[key(name, "input")], cache[key(name, "rms")], cache[key(name, "normalized")] = x, rms, xhat
-    return xhat * w["g"]
+    return y
 
 
 def rms_norm_backward(dy: np.ndarray, w: dict, cache: dict, name: str):

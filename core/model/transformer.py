@@ -24,9 +24,11 @@ LayerNorm or RMSNorm) and where it sits (:mod:`core.model.norms`, whose
 activation (:mod:`core.model.activations`), which positions (:mod:`core.model.positions`).
 
 A 2-D weight may be kept compact (:class:`~core.model.compact.CompactMatrix`, a quantised
-checkpoint's form): a block's weights are widened when the pass reaches that block
-(:func:`block_params`), the token table's rows for the tokens at hand, and a tied unembedding a
-slice of the vocabulary at a time (:func:`tied_logits`), so the whole model is never held as floats.
+checkpoint's form): one with a product of its own (GGUF's 4- and 8-bit blocks, in float32) is
+multiplied as it is, by the linear layers and a tied unembedding; any other is widened when the
+pass reaches its block (:func:`block_params`), the token table's rows for the tokens at hand, and a
+tied unembedding a slice of the vocabulary at a time (:func:`tied_logits`), so the whole model is
+never held as floats.
 
 Parameters and the forward cache use the project's one vocabulary (``embed``, ``pos``,
 ``blocks.{i}.attn.W_Q`` ..., ``blocks.{i}.resid_pre``, ``blocks.{i}.attn.weights`` ...), so a

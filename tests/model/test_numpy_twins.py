@@ -16,6 +16,8 @@ CONFIGS = {
                                head="classify", n_classes=3),
     "GPT-style decoder": dict(vocab_size=9, n_ctx=6, d_model=8, n_heads=2, d_ff=16, n_layers=2, norm_placement="pre",
                               activation="gelu_tanh", final_ln=True),
+    "Llama-style decoder": dict(vocab_size=9, n_ctx=6, d_model=8, n_heads=2, d_ff=16, n_layers=2, norm_placement="pre",
+                                norm="rmsnorm", activation="silu", gated_ffn=True, final_ln=True, bias=False),
 }
 
 
