@@ -22,14 +22,15 @@ from numba import njit, prange
 
 from core.kernels.tuned import simd
 from core.kernels.tuned.gemm import TILE_ROWS, TILE_VECTORS, tile3, tile4
-from core.model.gguf.quants import half
+from core.model.gguf.quants import FORMATS as BLOCK_FORMATS, half
 from core.readiness import can_run
 from core.recording import note
 
 JIT = dict(cache=True, nogil=True, error_model="numpy")
 FORMATS = {"Q4_1": 0, "Q8_0": 1, "Q4_0": 2}      # the block formats multiplied in their packed form
+_LAYOUT = {f.name: f for f in BLOCK_FORMATS.values() if f.name in FORMATS}     # their blocks, as quants packs them
 BLOCK = 32                                       # weights per block in each of FORMATS
-BLOCK_BYTES = np.array([20, 34, 18])             # bytes per block, by the numbers of FORMATS
+BLOCK_BYTES = np.array([_LAYOUT[name].nbytes for name in FORMATS])          # by the numbers of FORMATS
 FEW_ROWS = TILE_ROWS                             # fewer rows of x than this take the dot-product path
 
 
@@ -115,7 +116,7 @@ def _call(x: np.ndarray, raw: np.ndarray, order: np.ndarray, fmt: str, bias):
     M, K = x.shape
     if fmt not in FORMATS:
         raise ValueError(f"No packed product for {fmt}; it multiplies {', '.join(FORMATS)}.")
-    if K % BLOCK or raw.shape[1] != K // BLOCK * BLOCK_BYTES[FORMATS[fmt]]:
+    if K % BLOCK or raw.shape[1] != _LAYOUT[fmt].row_bytes(K):
         raise ValueError(f"x has {K} columns, which the packed rows ({raw.shape[1]} bytes of {fmt}) do not hold.")
     N = order.shape[0]
     none = np.zeros(1, dtype=np.float32)
