@@ -123,7 +123,7 @@ def model_for(source: str, _progress=None) -> pretrained.Model:
 
 
 # the forward cache's entries per block that the page reads (maps, lens, edits, patches); the rest
-# (SmolLM2's feed-forward layers above all) is dropped before the pass is kept for every session
+# (SmolLM2's feed-forward layers above all) is not kept, in the pass or after it
 KEPT = ("resid_pre", "resid_post", "attn.weights", "attn.head_outputs")
 
 
@@ -133,9 +133,7 @@ def run(_m: pretrained.Model, source: str, ids: tuple):
     them: the one transformer's functions, and the compiled loops or their NumPy formulas (a freshly
     started server runs the NumPy ones while it compiles)."""
     with recording() as ran:
-        out, cache = recorded(_m.forward)(np.array(ids))
-    cache = {name: a for name, a in cache.items()          # what the page reads: a tenth of SmolLM2's cache
-             if not name.startswith("blocks.") or name.split(".", 2)[2] in KEPT}
+        out, cache = recorded(_m.forward)(np.array(ids), keep=KEPT)   # what the page reads: a tenth of SmolLM2's cache
     for array in (out, *cache.values()):
         array.setflags(write=False)                     # shared by every session that asks for this text
     return out, cache, ran

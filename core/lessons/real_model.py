@@ -104,7 +104,7 @@ def detect_heads(params: dict, cfg: C.TransformerConfig, *, n: int = 20, batch: 
     """:func:`head_scores` of the model on repeated random tokens (``n`` at most half its context)."""
     n = min(n, (cfg.n_ctx - (first is not None)) // 2)
     seq = repeated_random_tokens(cfg.vocab_size, n, batch=batch, seed=seed, first=first)
-    _, cache = tr.forward(params, cfg, seq)
+    _, cache = tr.forward(params, cfg, seq, keep=("attn.weights",))
     W = np.stack(names.per_block(cache, cfg.n_layers, "attn", "weights"))               # (L, B, H, T, T)
     return head_scores(W, n, offset=int(first is not None))
 

@@ -59,6 +59,29 @@ def test_random_model_scores_low():
         assert scores[kind].shape == (2, 4) and np.all((scores[kind] >= 0) & (scores[kind] <= 1))
 
 
+def test_the_detector_holds_only_the_attention_maps_of_its_pass():
+    """A real model's whole cache of the detector's pass (feed-forward activations above all) was
+    260 MB for SmolLM2; only the maps are read."""
+    import tracemalloc
+    cfg = C.TransformerConfig(vocab_size=50, n_ctx=48, d_model=32, n_heads=4, d_ff=256, n_layers=4, norm_placement="pre",
+                              activation="gelu_tanh", positional="learned", tied_unembed=True, final_ln=True)
+    params = C.init_params(cfg, seed=0, dtype=np.float64)
+    rm.detect_heads(params, cfg, n=20)                  # compiles, before memory is traced
+    seq = rm.repeated_random_tokens(cfg.vocab_size, 20, batch=4, seed=0)
+    tracemalloc.start()
+    try:
+        _, cache = tr.forward(params, cfg, seq)
+        whole = sum(a.nbytes for a in cache.values())
+        del cache
+        tracemalloc.reset_peak()
+        rm.detect_heads(params, cfg, n=20)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    maps = cfg.n_layers * 4 * cfg.n_heads * 41 ** 2 * 8
+    assert peak < 0.5 * whole and peak < 4 * maps, (peak, whole, maps)
+
+
 def test_head_scores_on_a_known_pattern():
     n, T = 4, 8
     A = np.zeros((1, 1, 1, T, T))

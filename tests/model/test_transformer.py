@@ -121,6 +121,37 @@ def test_head_edits():
             tr.forward(params, GPT_CFG, ids, ablate=bad)
 
 
+LLAMA_CFG = C.TransformerConfig(vocab_size=50, n_ctx=32, d_model=32, n_heads=4, n_kv_heads=2, d_ff=64, n_layers=3,
+                                norm="rmsnorm", norm_placement="pre", activation="silu", gated_ffn=True,
+                                positional="rotary", bias=False, tied_unembed=True, final_ln=True)
+
+
+def test_a_pass_keeps_only_the_block_entries_asked_for_and_holds_no_more_meanwhile():
+    import tracemalloc
+    params = C.init_params(LLAMA_CFG, seed=3, dtype=np.float64)
+    ids = np.random.default_rng(0).integers(0, 50, size=(4, 24))
+    tr.forward(params, LLAMA_CFG, ids)                   # imports and compiles, before memory is traced
+    tracemalloc.start()
+    try:
+        logits, full = tr.forward(params, LLAMA_CFG, ids)
+        peak_full = tracemalloc.get_traced_memory()[1]
+        del full
+        tracemalloc.reset_peak()
+        kept_logits, kept = tr.forward(params, LLAMA_CFG, ids, keep=("attn.weights", "resid_post"))
+        peak_kept = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    np.testing.assert_array_equal(kept_logits, logits)
+    _, full = tr.forward(params, LLAMA_CFG, ids)
+    expected = {name for name in full if not name.startswith("blocks.")
+                or name.split(".", 2)[2] in ("attn.weights", "resid_post")}
+    assert set(kept) == expected and "blocks.2.attn.weights" in kept and "blocks.0.ffn.gate" not in kept
+    for name in kept:
+        np.testing.assert_array_equal(kept[name], full[name])
+    # the entries not kept are dropped as the pass goes, not at its end: its peak is well below the whole cache's
+    assert peak_kept < 0.5 * peak_full, (peak_kept, peak_full)
+
+
 def test_bad_inputs_are_refused_in_plain_words():
     params = C.init_params(SEED_CFG, dtype=np.float64)
     for tokens in ([], [[1, 99]], np.arange(13), [0.5, 1.0]):
