@@ -5,7 +5,8 @@ Importing ``core`` prepares Numba before it is first imported:
   (a hosted demo) still compiles each kernel once, not once per process;
 - a thread-safe threading layer, because Streamlit runs every session in its own thread and
   Numba's default ``workqueue`` layer aborts when two threads enter parallel code at once;
-- cached kernels that recompile when a helper they are built from changes (``kernel_cache``).
+- cached kernels that recompile when a helper they are built from changes (``kernel_cache``);
+- glibc's allocator set to reuse a layer's memory for the next layer (``allocator``).
 """
 import os
 import tempfile
@@ -49,6 +50,11 @@ numba.config.THREADING_LAYER = os.environ["NUMBA_THREADING_LAYER"]
 from core import kernel_cache  # noqa: E402
 
 kernel_cache.install()
+
+# A forward pass's arrays are reused from layer to layer instead of faulted in again (numbers unchanged).
+from core import allocator  # noqa: E402
+
+allocator.keep_layer_memory()
 
 
 # The public API's short names (``from core import encoder``, as the design promises users and their
