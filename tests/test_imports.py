@@ -20,8 +20,8 @@ import core_imports_support as imports
 # -> backend, with the state several layers share at the bottom beside the backend. Bottom first; a
 # name ending in ".*" is a package and everything in it.
 LAYERS = (
-    ("backend and shared state", ("core", "core.backend", "core.limits", "core.kernel_cache", "core.recording",
-                                  "core.readiness")),
+    ("backend and shared state", ("core", "core.allocator", "core.backend", "core.limits", "core.kernel_cache",
+                                  "core.recording", "core.readiness")),
     ("kernels", ("core.kernels.*",)),
     ("validate", ("core.validate",)),
     ("attention, positional, masks", ("core.attention", "core.positional", "core.masks")),
