@@ -11,7 +11,7 @@ from ui.lesson import notation_card
 from ui.widgets import BACKEND_KEY, PRECISION_KEY
 
 st.set_page_config(page_title="Attention, operated by hand", page_icon="🔍", layout="wide")
-warmup.start_once()   # once per server process: the heavy kernels compile in the background
+warmup.start_once()   # once per server process: the heavy kernels compile in the background, between page runs
 
 # The sidebar lists the lesson pages in the order of the path (core/lessons/path.py): each page's
 # prerequisites come before it.
@@ -53,5 +53,5 @@ with st.sidebar:
 
 # expanded: every page stays a link (the default folds all past the tenth under "View more").
 page = st.navigation(PAGES, expanded=True)
-with redraw_log.timed(page.url_path or "home"):
+with redraw_log.timed(page.url_path or "home"), warmup.start_once().page_running():   # the warm-up waits for it
     page.run()

@@ -131,6 +131,7 @@ STEPS = ((LESSONS, _lesson_kernels, False), (READABLE, _readable_loops, True), (
          (DECODER, _decoder, True))
 ON_DEMAND = tuple((label, functools.partial(_speed, op), True) for op, label in SPEED_FOR.items())
 CHILD_NICE = 10          # a student's page comes first
+PAGE_WAIT_S = 5.0        # the longest a step waits for the pages running here to end (WarmUp.page_running)
 
 
 class _Compiler:
@@ -198,6 +199,8 @@ class WarmUp:
         self._errors: list[str] = []
         self._finished = threading.Event()
         self._quiet = threading.Lock()             # held while a step loads here, and while timing
+        self._pages = 0                            # pages running now (page_running), and their condition
+        self._pages_changed = threading.Condition()
         self.seconds: dict[str, float] = {}
         if not self._pending:
             self._finished.set()
@@ -267,6 +270,7 @@ class WarmUp:
                 if why:
                     with self._lock:
                         self._errors.append(f"{label}: the compiling process failed ({why}); compiled here instead")
+                self._after_pages()
                 with self._quiet:                # loads from the disk cache (or compiles, if the child failed)
                     fn()
             except Exception as err:   # a page compiles it then, as before; nothing breaks here
@@ -275,6 +279,36 @@ class WarmUp:
             self.seconds[label] = time.perf_counter() - start
             with self._lock:
                 self._done.add(label)
+
+    @contextlib.contextmanager
+    def page_running(self):
+        """Around a page's run. A step loads (or compiles) here holding the interpreter's lock, which
+        the page needs at every line: on a fresh server the first visit waited seconds behind it. So
+        while any page runs, the next step here waits for them to end, at most ``PAGE_WAIT_S`` (a busy
+        server always has a page running); the child's compiling goes on meanwhile."""
+        self._count_pages(1)
+        try:
+            yield
+        finally:
+            self._count_pages(-1)
+
+    @contextlib.contextmanager
+    def page_waiting(self):
+        """Inside :meth:`page_running`, a page that waits for a step: it does not hold that step back."""
+        self._count_pages(-1)
+        try:
+            yield
+        finally:
+            self._count_pages(1)
+
+    def _count_pages(self, change: int) -> None:
+        with self._pages_changed:
+            self._pages += change
+            self._pages_changed.notify_all()
+
+    def _after_pages(self) -> None:
+        with self._pages_changed:
+            self._pages_changed.wait_for(lambda: self._pages <= 0, timeout=PAGE_WAIT_S)
 
     @contextlib.contextmanager
     def paused(self):

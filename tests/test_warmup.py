@@ -1,6 +1,7 @@
 """The background warm-up: steps compile in a child process and load here, a page asks for a step
 and it comes next, a page never waits for a compile (it runs the readable track meanwhile and says
 so), a timing runs with the compiling child stopped, and the process starts one warm-up at most."""
+import contextlib
 import signal
 import subprocess
 import sys
@@ -55,6 +56,48 @@ def test_a_wanted_step_comes_next_and_a_failing_step_does_not_stop_the_rest():
     assert warm.finished and ran == ["a", "c", "d"]
     warm.want("e")                                           # asked for after the end: the warm-up runs again
     assert warm.wait(10) and ran == ["a", "c", "d", "e"] and warm.progress() == (5, 5, "")
+
+
+def test_a_step_loads_here_between_page_runs_or_after_waiting_its_longest(monkeypatch):
+    """Loading (or compiling) here holds the interpreter's lock, which a running page needs: a step
+    waits for the pages running to end, at most ``PAGE_WAIT_S``; a page waiting for a step does not
+    count as running."""
+    ran = []
+    warm = warmup.WarmUp(steps=(), on_demand=[("a", lambda: ran.append(("a", time.monotonic()))),
+                                              ("b", lambda: ran.append(("b", time.monotonic())))])
+    with warm.page_running():
+        warm.want("a")
+        time.sleep(0.5)
+        assert ran == [] and not warm.has_done("a")          # held back while the page runs
+        ended = time.monotonic()
+    assert warm.wait(10) and ran[0][0] == "a" and ran[0][1] >= ended
+    monkeypatch.setattr(warmup, "PAGE_WAIT_S", 0.3)
+    with warm.page_running():                               # a page that runs on: the step goes ahead
+        started = time.monotonic()
+        warm.want("b")
+        assert warm.wait(10) and ran[1][1] - started >= 0.3
+    ran.clear()
+    warm = warmup.WarmUp(steps=(), on_demand=[("c", lambda: ran.append("c"))])
+    monkeypatch.setattr(warmup, "PAGE_WAIT_S", 30)
+    with warm.page_running(), warm.page_waiting():          # Make it fast waits for its kernels
+        warm.want("c")
+        assert warm.wait(10) and ran == ["c"]
+
+
+def test_the_router_runs_each_page_as_a_page_running(monkeypatch):
+    seen = []
+
+    class Recording(warmup.WarmUp):
+        @contextlib.contextmanager
+        def page_running(self):
+            with super().page_running():
+                seen.append(self._pages)
+                yield
+
+    warm = Recording(steps=())
+    monkeypatch.setattr(readiness, "_started", warm)
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120).run()
+    assert not at.exception and seen == [1] and warm._pages == 0
 
 
 def test_one_warm_up_per_process_and_it_can_be_turned_off(monkeypatch):

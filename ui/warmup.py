@@ -13,11 +13,12 @@ def wait_for_kernels(step: str | None = None, why: str = "Later visits start at 
     if warm.has_done(step):
         return
     bar = st.empty()
-    while True:
-        done, total, current = warm.progress()
-        bar.progress(done / max(total, 1),
-                     text=f"This server has just started: compiling {current or 'the last kernels'} in the "
-                          f"background ({done} of {total} steps done). {why}")
-        if warm.has_done(step) or warm.wait(0.5):
-            break
+    with warm.page_waiting():            # the step loads here while this page waits for it
+        while True:
+            done, total, current = warm.progress()
+            bar.progress(done / max(total, 1),
+                         text=f"This server has just started: compiling {current or 'the last kernels'} in the "
+                              f"background ({done} of {total} steps done). {why}")
+            if warm.has_done(step) or warm.wait(0.5):
+                break
     bar.empty()

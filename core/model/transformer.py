@@ -271,6 +271,8 @@ class _BlockEntriesKept(dict):
 
     def __init__(self, keep):
         super().__init__()
+        if isinstance(keep, str) or not all(isinstance(name, str) for name in keep):
+            raise ValueError(f"keep names a block's cache entries, as in keep=('attn.weights',); got {keep!r}.")
         self.keep = frozenset(keep)
 
     def __setitem__(self, name, value):

@@ -150,6 +150,9 @@ def test_a_pass_keeps_only_the_block_entries_asked_for_and_holds_no_more_meanwhi
         np.testing.assert_array_equal(kept[name], full[name])
     # the entries not kept are dropped as the pass goes, not at its end: its peak is well below the whole cache's
     assert peak_kept < 0.5 * peak_full, (peak_kept, peak_full)
+    for bad in ("attn.weights", (1, 2)):                  # a bare name would be read letter by letter
+        with pytest.raises(ValueError, match="keep names"):
+            tr.forward(params, LLAMA_CFG, ids, keep=bad)
 
 
 def test_bad_inputs_are_refused_in_plain_words():
