@@ -3,11 +3,12 @@
 On an empty Numba cache the compiled training steps take over a minute to compile on two cores.
 No page waits for that: the server's first session starts :func:`start_once`, and
 
-- the lesson kernels compile first, in this process (every lesson page needs them within seconds);
-- every heavier step compiles in a **child process** (``python -m core.warmup STEP``) that writes
-  Numba's disk cache, and then loads from that cache here in a fraction of a second. A compile in
-  this process would hold the interpreter's lock for much of its minute and slow every page; a
-  child holds none of this process's locks;
+- every step compiles in a **child process** (``python -m core.warmup STEP``) that writes Numba's
+  disk cache, and then loads from that cache here in a fraction of a second, between page runs
+  (:meth:`WarmUp.page_running`). A compile in this process would hold the interpreter's lock for
+  seconds (the lesson kernels, first) to much of a minute and slow every page; a child holds none
+  of this process's locks. A lesson page that needs its kernels before they have loaded compiles
+  them itself, as it would with no warm-up;
 - until a step has loaded, pages run its readable twin: a model page trains and runs on the
   readable step and says so (:func:`ready`), and the readable sublayers run their NumPy formula
   instead of a compiled loop not yet loaded (:func:`can_run`). Both read the process's warm-up from
@@ -127,7 +128,7 @@ LESSONS, READABLE = "the lesson kernels", "the readable models' compiled loops"
 ENCODER, DECODER = "the encoder's compiled training step", "the decoders' compiled training step"
 SPEED_FOR = {op: f"the kernels Make it fast times ({op})" for op in ("with weights", "without weights (fused)")}
 # (label, function, in the child process); on demand only: compiled when a page asks (want)
-STEPS = ((LESSONS, _lesson_kernels, False), (READABLE, _readable_loops, True), (ENCODER, _encoder, True),
+STEPS = ((LESSONS, _lesson_kernels, True), (READABLE, _readable_loops, True), (ENCODER, _encoder, True),
          (DECODER, _decoder, True))
 ON_DEMAND = tuple((label, functools.partial(_speed, op), True) for op, label in SPEED_FOR.items())
 CHILD_NICE = 10          # a student's page comes first
