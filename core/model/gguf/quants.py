@@ -41,17 +41,12 @@ def half_from_bits(bits):
     return np.float32(sign * (1024 + fraction) * 2.0 ** (exponent - 25))     # 1.fraction x 2^(e-15)
 
 
-@njit(cache=True, nogil=True)
-def _every_half():
-    table = np.empty(1 << 16, dtype=np.float32)
-    for bits in range(1 << 16):
-        table[bits] = half_from_bits(bits)
-    return table
-
-
 # Each block's scales are halves: decoded once here for all 65,536 codes (256 KB), then looked up,
 # which makes unpacking a matrix several times faster than decoding its scales block by block.
-HALVES = _every_half()
+# NumPy's widening of float16 gives the bits half_from_bits gives, for every code (tested); a
+# compiled loop here would compile while a page imports this module (a second, on an empty cache).
+HALVES = np.arange(1 << 16, dtype=np.uint16).view(np.float16).astype(np.float32)
+HALVES.setflags(write=False)
 
 
 @njit(cache=True, nogil=True)

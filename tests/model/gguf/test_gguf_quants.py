@@ -33,11 +33,19 @@ def _every_half(out):
         out[bits] = Q.half(bits & 0xFF, bits >> 8)
 
 
+@njit
+def _every_half_from_bits(out):
+    for bits in range(65536):
+        out[bits] = Q.half_from_bits(bits)
+
+
 def test_half_reads_every_bit_pattern_as_numpy_does():
-    ours = np.empty(65536, dtype=np.float32)
-    _every_half(ours)
     numpy = np.arange(65536, dtype=np.uint16).view(np.float16).astype(np.float32)
+    ours = np.empty(65536, dtype=np.float32)
+    _every_half(ours)                                    # the table the unpacking loops read
     assert same_bits(ours, numpy)                        # zeros, subnormals, normals, infinities, NaNs
+    _every_half_from_bits(ours)                          # the formula the lesson reads
+    assert same_bits(ours, numpy)
 
 
 @pytest.mark.parametrize("name", sorted(name for name, f in FORMATS.items() if f.rows is not None))  # F32: as is
