@@ -8,8 +8,9 @@ back: a SmolLM2 block's 3.5 million weights take 14 MB as float32, where the fil
 
 - **few rows** (a token generated at a time): each packed row is unpacked once and its dot
   product with every row of ``x`` summed in SIMD vectors; the rows are shared out among the threads;
-- **more rows** (a forward pass over a text): four packed rows are unpacked side by side and
-  multiplied by ``x^T`` with the register tile of :mod:`core.kernels.tuned.gemm`, four outputs by
+- **more rows** (a forward pass over a text): ``x^T`` is laid out once in panels the tile reads in
+  order, sixteen packed rows are unpacked side by side, and the register tile of
+  :mod:`core.kernels.tuned.gemm` multiplies them four at a time by each panel, four outputs by
   ``TILE_VECTORS`` vectors of ``x``'s rows: each weight is unpacked once per pass.
 
 The readable twin is the product of the widened matrix (:meth:`PackedMatrix.widen`), which the
@@ -73,42 +74,50 @@ def _product_few(x, raw, order, fmt, bias, has_bias, y):
                 y[m, n] = simd.total(a0 + a1) + (bias[n] if has_bias else np.float32(0.0))
 
 
+# A task of the product over many rows unpacks this many outputs' packed rows, and runs the tile for
+# each four of them over every chunk of x's rows: four tiles read a chunk while it is in the cache.
+OUTPUTS_PER_TASK = 4 * TILE_ROWS
+
+
 @njit(parallel=True, **JIT)
 def _product_many(x, raw, order, fmt, bias, has_bias, y):
-    """``y (M, N) = x (M, K) @ R^T + bias``: ``x^T`` laid out once (zero-padded to whole tiles), then for
-    each four outputs their packed rows unpacked side by side (``A[k, r]``) and the register tile
-    run over ``x``'s rows, four outputs by ``TILE_VECTORS`` vectors of rows."""
+    """``y (M, N) = x (M, K) @ R^T + bias``: ``x`` laid out once as panels of ``TILE_VECTORS`` vectors of
+    rows (``xP[c, k, j] = x[c width + j, k]``, zero-padded), read by the tile in order; then for each
+    ``OUTPUTS_PER_TASK`` outputs their packed rows unpacked side by side (``A[k, r]``) and the register
+    tile run over every panel of ``x``, four outputs by ``TILE_VECTORS`` vectors of rows."""
     M, K = x.shape
     N = order.shape[0]
     flat_raw = raw.reshape(-1)
     L = simd.lanes_of(y)
     width = TILE_VECTORS * L
-    Mp = (M + width - 1) // width * width
-    xT = np.zeros(K * Mp, dtype=np.float32)      # xT[k Mp + m] = x[m, k]: the tile's vectors run along m
-    for k in prange(K):
-        for m in range(M):
-            xT[k * Mp + m] = x[m, k]
+    C = (M + width - 1) // width
+    xP = np.zeros(C * K * width, dtype=np.float32)
+    for c in prange(C):
+        for j in range(min(width, M - c * width)):
+            for k in range(K):
+                xP[(c * K + k) * width + j] = x[c * width + j, k]
     row_bytes, block_bytes = raw.shape[1], BLOCK_BYTES[fmt]
-    for g in prange((N + TILE_ROWS - 1) // TILE_ROWS):
-        n0 = g * TILE_ROWS
-        outs = min(TILE_ROWS, N - n0)
-        w = np.zeros(TILE_ROWS * K, dtype=np.float32)     # the four rows, one after the other
+    for task in prange((N + OUTPUTS_PER_TASK - 1) // OUTPUTS_PER_TASK):
+        n0 = task * OUTPUTS_PER_TASK
+        outs = min(OUTPUTS_PER_TASK, N - n0)
+        w = np.zeros(OUTPUTS_PER_TASK * K, dtype=np.float32)       # the outputs' rows, one after the other
         for r in range(outs):
             start = order[n0 + r] * row_bytes
             for b in range(K // BLOCK):
                 for j in range(0, BLOCK, L):
                     simd.store(w, r * K + b * BLOCK + j, _weights(flat_raw, start + b * block_bytes, fmt, j, w))
-        A = w.reshape(TILE_ROWS, K).T            # A[k, r]: weight k of output n0 + r, broadcast by the tile
         tile = np.empty(TILE_ROWS * width, dtype=np.float32)
-        for c in range(Mp // width):
-            if TILE_VECTORS == 4:
-                tile4(A, xT, Mp, c * width, tile, tile, width, 0, K, 0, False)
-            else:
-                tile3(A, xT, Mp, c * width, tile, tile, width, 0, K, 0, False)
-            for r in range(outs):
-                b = bias[n0 + r] if has_bias else np.float32(0.0)
-                for j in range(min(width, M - c * width)):
-                    y[c * width + j, n0 + r] = tile[r * width + j] + b
+        for c in range(C):
+            for q in range(0, outs, TILE_ROWS):
+                A = w[q * K:(q + TILE_ROWS) * K].reshape(TILE_ROWS, K).T     # A[k, r]: weight k of output n0 + q + r
+                if TILE_VECTORS == 4:
+                    tile4(A, xP, width, c * K * width, tile, tile, width, 0, K, 0, False)
+                else:
+                    tile3(A, xP, width, c * K * width, tile, tile, width, 0, K, 0, False)
+                for r in range(min(TILE_ROWS, outs - q)):
+                    b = bias[n0 + q + r] if has_bias else np.float32(0.0)
+                    for j in range(min(width, M - c * width)):
+                        y[c * width + j, n0 + q + r] = tile[r * width + j] + b
 
 
 def _call(x: np.ndarray, raw: np.ndarray, order: np.ndarray, fmt: str, bias):
