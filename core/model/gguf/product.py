@@ -19,6 +19,7 @@ tests hold this to. Each output's sum runs in one order whatever the thread coun
 from __future__ import annotations
 
 import numpy as np
+import numba
 from numba import njit, prange
 
 from core.kernels.tuned import simd
@@ -75,16 +76,18 @@ def _product_few(x, raw, order, fmt, bias, has_bias, y):
 
 
 # A task of the product over many rows unpacks this many outputs' packed rows, and runs the tile for
-# each four of them over every chunk of x's rows: four tiles read a chunk while it is in the cache.
+# each four of them over every panel of x's rows: four tiles read a panel while it is in the cache.
 OUTPUTS_PER_TASK = 4 * TILE_ROWS
 
 
 @njit(parallel=True, **JIT)
-def _product_many(x, raw, order, fmt, bias, has_bias, y):
+def _product_many(x, raw, order, fmt, bias, has_bias, shares, y):
     """``y (M, N) = x (M, K) @ R^T + bias``: ``x`` laid out once as panels of ``TILE_VECTORS`` vectors of
     rows (``xP[c, k, j] = x[c width + j, k]``, zero-padded), read by the tile in order; then for each
     ``OUTPUTS_PER_TASK`` outputs their packed rows unpacked side by side (``A[k, r]``) and the register
-    tile run over every panel of ``x``, four outputs by ``TILE_VECTORS`` vectors of rows."""
+    tile run over every panel of ``x``, four outputs by ``TILE_VECTORS`` vectors of rows. A task's
+    outputs gather in a buffer and go to ``y`` a row at a time: written straight from the tile, a
+    vocabulary's 49,152 outputs put each of a task's numbers on another page."""
     M, K = x.shape
     N = order.shape[0]
     flat_raw = raw.reshape(-1)
@@ -97,27 +100,33 @@ def _product_many(x, raw, order, fmt, bias, has_bias, y):
             for k in range(K):
                 xP[(c * K + k) * width + j] = x[c * width + j, k]
     row_bytes, block_bytes = raw.shape[1], BLOCK_BYTES[fmt]
-    for task in prange((N + OUTPUTS_PER_TASK - 1) // OUTPUTS_PER_TASK):
-        n0 = task * OUTPUTS_PER_TASK
-        outs = min(OUTPUTS_PER_TASK, N - n0)
-        w = np.zeros(OUTPUTS_PER_TASK * K, dtype=np.float32)       # the outputs' rows, one after the other
-        for r in range(outs):
-            start = order[n0 + r] * row_bytes
-            for b in range(K // BLOCK):
-                for j in range(0, BLOCK, L):
-                    simd.store(w, r * K + b * BLOCK + j, _weights(flat_raw, start + b * block_bytes, fmt, j, w))
+    tasks = (N + OUTPUTS_PER_TASK - 1) // OUTPUTS_PER_TASK
+    shares = min(tasks, shares)
+    for share in prange(shares):
+        w = np.empty(OUTPUTS_PER_TASK * K, dtype=np.float32)   # the outputs' rows, one after the other
         tile = np.empty(TILE_ROWS * width, dtype=np.float32)
-        for c in range(C):
-            for q in range(0, outs, TILE_ROWS):
-                A = w[q * K:(q + TILE_ROWS) * K].reshape(TILE_ROWS, K).T     # A[k, r]: weight k of output n0 + q + r
-                if TILE_VECTORS == 4:
-                    tile4(A, xP, width, c * K * width, tile, tile, width, 0, K, 0, False)
-                else:
-                    tile3(A, xP, width, c * K * width, tile, tile, width, 0, K, 0, False)
-                for r in range(min(TILE_ROWS, outs - q)):
-                    b = bias[n0 + q + r] if has_bias else np.float32(0.0)
-                    for j in range(min(width, M - c * width)):
-                        y[c * width + j, n0 + q + r] = tile[r * width + j] + b
+        out = np.empty(M * OUTPUTS_PER_TASK, dtype=np.float32)    # out[m, r]: the task's outputs by row
+        for task in range(share * tasks // shares, (share + 1) * tasks // shares):
+            n0 = task * OUTPUTS_PER_TASK
+            outs = min(OUTPUTS_PER_TASK, N - n0)
+            for r in range(outs):
+                start = order[n0 + r] * row_bytes
+                for b in range(K // BLOCK):
+                    for j in range(0, BLOCK, L):
+                        simd.store(w, r * K + b * BLOCK + j, _weights(flat_raw, start + b * block_bytes, fmt, j, w))
+            for c in range(C):
+                for q in range(0, outs, TILE_ROWS):
+                    A = w[q * K:(q + TILE_ROWS) * K].reshape(TILE_ROWS, K).T     # A[k, r]: weight k of output n0 + q + r
+                    if TILE_VECTORS == 4:
+                        tile4(A, xP, width, c * K * width, tile, tile, width, 0, K, 0, False)
+                    else:
+                        tile3(A, xP, width, c * K * width, tile, tile, width, 0, K, 0, False)
+                    for r in range(min(TILE_ROWS, outs - q)):
+                        for j in range(min(width, M - c * width)):
+                            out[(c * width + j) * OUTPUTS_PER_TASK + q + r] = tile[r * width + j]
+            for m in range(M):
+                for r in range(outs):
+                    y[m, n0 + r] = out[m * OUTPUTS_PER_TASK + r] + (bias[n0 + r] if has_bias else np.float32(0.0))
 
 
 def _call(x: np.ndarray, raw: np.ndarray, order: np.ndarray, fmt: str, bias):
@@ -130,9 +139,11 @@ def _call(x: np.ndarray, raw: np.ndarray, order: np.ndarray, fmt: str, bias):
     N = order.shape[0]
     none = np.zeros(1, dtype=np.float32)
     b = none if bias is None else np.ascontiguousarray(bias, dtype=np.float32)
-    kernel = _product_few if M < FEW_ROWS else _product_many
-    return kernel, (np.ascontiguousarray(x, dtype=np.float32), raw, order, FORMATS[fmt], b, bias is not None,
-                    np.empty((M, N), dtype=np.float32))
+    x, y = np.ascontiguousarray(x, dtype=np.float32), np.empty((M, N), dtype=np.float32)
+    if M < FEW_ROWS:
+        return _product_few, (x, raw, order, FORMATS[fmt], b, bias is not None, y)
+    # the many rows' tasks in a few runs a thread, each run with buffers of its own
+    return _product_many, (x, raw, order, FORMATS[fmt], b, bias is not None, 4 * numba.get_num_threads(), y)
 
 
 def rows_product(x: np.ndarray, raw: np.ndarray, order: np.ndarray, fmt: str, bias=None) -> np.ndarray:
