@@ -86,6 +86,9 @@ def _readable_loops() -> None:
         x = np.zeros((2, 3), dtype)
         L.gelu_erf(x), L.gelu_tanh_backward(x, x), tuned_forward.gelu_tanh(x)
         tuned_forward.softmax_rows(np.zeros((1, 1, 2, 2), dtype))
+        angles = np.zeros((2, 2), dtype)
+        for heads in (np.zeros((1, 2, 2, 2), dtype).swapaxes(1, 2), np.zeros((1, 2, 1, 2), dtype)):   # a pass, a token
+            tuned_forward.rotate(heads, angles, angles)
         transformer.forward(init_params(llama, 0, dtype), llama, np.zeros((1, 3), np.int64))
         for rows in (gemm.TILE_ROWS, 1):         # a loaded model's packed product: a pass, a generated token
             gemm.matmul(np.zeros((rows, 2), dtype), gemm.pack(np.zeros((2, 3), dtype)))

@@ -147,7 +147,7 @@ def attend(x_q: np.ndarray, x_kv: np.ndarray, w: dict, cfg, cache: dict, name: s
     ``edits``: head ablations or patches for block ``layer`` (:func:`edit_heads`), per query head.
     ``key_mask`` (B, 1, 1, Tk), additive (0 or -inf), hides padding keys from every query; in
     self-attention a mean ablation averages over the positions it lets through. ``tuned``: the
-    forward pass runs the tuned twins of the softmax and the KV cache
+    forward pass runs the tuned twins of the rotation, the softmax and the KV cache
     (:func:`core.model.transformer.runs_tuned`, chosen once per pass).
 
     Cache entries: ``q`` (B, H, Tq, d_k), ``k``, ``v`` (B, H_kv, Tk, d_k), the arrays the scores
@@ -169,7 +169,9 @@ def attend(x_q: np.ndarray, x_kv: np.ndarray, w: dict, cfg, cache: dict, name: s
     if rotary:
         cache[key(name, "q_unrotated")], cache[key(name, "k_unrotated")] = Q, K
         cos, sin = POS.rotary_angles(start, Q.shape[2], d_k, cfg.rope_base, Q.dtype)   # (Tq, d_k)
-        Q, K = POS.rotate(Q, cos, sin), POS.rotate(K, cos, sin)
+        rotate = TF.rotate if tuned else POS.rotate
+        L.note(rotate)
+        Q, K = rotate(Q, cos, sin), rotate(K, cos, sin)
     if kv is not None and tuned:
         K, V = TF.append_kv(kv, K, V)                                                    # the same, without a copy per token
     elif kv is not None:

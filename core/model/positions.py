@@ -23,6 +23,7 @@ their distance counts. :func:`rotate_backward` is the transposed rotation, the t
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Callable
 
 import numpy as np
@@ -63,11 +64,20 @@ def fixed_backward(dx: np.ndarray, params: dict, prefix: str, grads: dict) -> No
 def rotary_angles(start: int, T: int, d_k: int, base: float, dtype) -> tuple[np.ndarray, np.ndarray]:
     """``(cos, sin)``, each ``(T, d_k)`` in ``dtype``, of the angles ``p * base ** (-2i / d_k)`` for
     positions ``p = start ... start+T-1`` and pairs ``i = 0 ... d_k/2 - 1``, each written in columns
-    ``i`` and ``i + d_k/2`` (the rotate-half layout). Computed in float64, rounded once to ``dtype``."""
-    inv_freq = float(base) ** (-np.arange(0, d_k, 2, dtype=np.float64) / d_k)      # (d_k/2,)
+    ``i`` and ``i + d_k/2`` (the rotate-half layout). Computed in float64, rounded once to ``dtype``;
+    read-only and kept for the next call (every layer of a pass turns by the same angles)."""
+    return _rotary_angles(int(start), int(T), int(d_k), float(base), np.dtype(dtype).str)
+
+
+@functools.lru_cache(maxsize=64)
+def _rotary_angles(start: int, T: int, d_k: int, base: float, dtype: str) -> tuple[np.ndarray, np.ndarray]:
+    inv_freq = base ** (-np.arange(0, d_k, 2, dtype=np.float64) / d_k)              # (d_k/2,)
     angles = np.arange(start, start + T, dtype=np.float64)[:, None] * inv_freq      # (T, d_k/2)
     angles = np.concatenate([angles, angles], axis=1)                               # (T, d_k)
-    return np.cos(angles).astype(dtype), np.sin(angles).astype(dtype)
+    cos, sin = np.cos(angles).astype(dtype), np.sin(angles).astype(dtype)
+    cos.setflags(write=False)
+    sin.setflags(write=False)
+    return cos, sin
 
 
 def rotate_half(x: np.ndarray) -> np.ndarray:

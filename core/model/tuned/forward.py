@@ -11,6 +11,8 @@ and leave the same arrays in the cache:
 - :func:`gelu_tanh`: GELU's tanh form in one pass, written as ``x sigmoid(2u)`` (below), instead of
   eight NumPy passes and NumPy's ``tanh``;
 - :func:`silu`: SiLU (Llama's gate), ``x sigmoid(x)``, in one pass instead of six;
+- :func:`rotate`: rotary positions' turn of the queries and keys, in one pass instead of five
+  NumPy passes and a concatenation;
 - :func:`append_kv`: the KV cache in a buffer with room to grow, so that a new token's keys and
   values are written once instead of copying every earlier position's (``np.concatenate``).
 
@@ -34,8 +36,10 @@ def ready(dtype) -> bool:
     """Whether the compiled kernels below are loaded for ``dtype`` (:func:`core.readiness.can_run`):
     until they are, a freshly started server runs the readable steps."""
     one, t = np.zeros(1, dtype), np.dtype(dtype).type
+    heads = np.zeros((1, 2, 2, 2), dtype)                  # queries or keys as split_heads gives them: strided
     return (can_run(_softmax_rows, one[None], one[None], t(0)) and can_run(_gelu_tanh_flat, one, one, *(t(0),) * 4)
-            and can_run(_silu_flat, one, one, t(0), t(0)))
+            and can_run(_silu_flat, one, one, t(0), t(0))
+            and can_run(_rotate, heads.swapaxes(1, 2), heads[0, 0], heads[0, 0], heads))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -134,6 +138,32 @@ def silu(x: np.ndarray) -> np.ndarray:
     t = flat.dtype.type
     _silu_flat(flat, y, t(1.0), t(EXP_MAX))
     return y.reshape(x.shape)
+
+
+# ----------------------------------------------------------------------------------------------
+# rotary positions
+# ----------------------------------------------------------------------------------------------
+@njit(**JIT)
+def _rotate(x, cos, sin, y):
+    """``y = x cos + rotate_half(x) sin`` for ``x (B, H, T, d_k)`` (any strides): feature ``c`` of the
+    first half takes ``x_c cos - x_{c + d_k/2} sin``, of the second ``x_c cos + x_{c - d_k/2} sin``."""
+    B, H, T, d = x.shape
+    half = d // 2
+    for b in range(B):
+        for h in range(H):
+            for t in range(T):
+                for c in range(half):
+                    y[b, h, t, c] = x[b, h, t, c] * cos[t, c] - x[b, h, t, c + half] * sin[t, c]
+                for c in range(half, d):
+                    y[b, h, t, c] = x[b, h, t, c] * cos[t, c] + x[b, h, t, c - half] * sin[t, c]
+
+
+def rotate(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
+    """:func:`core.model.positions.rotate`, compiled: queries or keys ``x (B, H, T, d_k)`` turned by
+    their positions' angles ``cos, sin (T, d_k)``, in a new array, in one pass."""
+    y = np.empty(x.shape, dtype=np.result_type(x, cos))
+    _rotate(x, cos, sin, y)
+    return y
 
 
 # ----------------------------------------------------------------------------------------------

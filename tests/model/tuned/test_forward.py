@@ -7,6 +7,7 @@ import pytest
 from core import masks
 from core.model import layers as L
 from core.model import multi_head as MH
+from core.model import positions as POS
 from core.model import transformer as tr
 from core.model import config as C
 from core.model.tuned import forward as TF
@@ -66,6 +67,20 @@ def test_silu_twin_matches_the_readable_form(shape, dtype):
     with L.recording() as ran:                                # a tuned pass runs the twin and says so
         assert np.array_equal(ACTIVATIONS["silu"].forward(x, True), y)
     assert TF.silu in ran.functions()
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["float64", "float32"])
+@pytest.mark.parametrize("shape,start", [((1, 1, 1, 2), 0), ((1, 3, 5, 8), 7), ((2, 9, 33, 64), 0)])
+def test_rotate_twin_gives_the_readable_rotation_to_the_bit(shape, start, dtype):
+    """The same products and sums, one pass: the same bits, on the strided views split_heads gives."""
+    rng = np.random.default_rng(shape[2])
+    B, H, T, d_k = shape
+    x = rng.standard_normal((B, T, H, d_k)).astype(dtype).transpose(0, 2, 1, 3)      # (B, H, T, d_k), strided
+    cos, sin = POS.rotary_angles(start, T, d_k, 100_000.0, dtype)
+    y = TF.rotate(x, cos, sin)
+    assert y.dtype == dtype and y.shape == shape
+    np.testing.assert_array_equal(y, POS.rotate(x, cos, sin))
+    assert not cos.flags.writeable and POS.rotary_angles(start, T, d_k, 100_000.0, dtype)[0] is cos   # kept
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["float64", "float32"])
