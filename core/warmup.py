@@ -61,8 +61,8 @@ def _readable_loops() -> None:
     forward and backward, in both precisions, as the model pages run them: an encoder classifier,
     an encoder-decoder, a decoder-only model, the exact GELU, GPT-2's tuned elementwise steps, a
     Llama-family model (SmolLM2's settings), the unpacking of a GGUF file's quantised weights, and
-    the products of a loaded model whose weights are packed."""
-    from core.kernels.tuned import gemm
+    the products of a loaded model whose weights are packed, and its attention when it keeps no weights."""
+    from core.kernels.tuned import cpu as tuned_cpu, gemm
     from core.model import decoder, presets, transformer
     from core.model.gguf import product, quants
     from core.model.tuned import forward as tuned_forward
@@ -89,6 +89,9 @@ def _readable_loops() -> None:
         angles = np.zeros((2, 2), dtype)
         for heads in (np.zeros((1, 2, 2, 2), dtype).swapaxes(1, 2), np.zeros((1, 2, 1, 2), dtype)):   # a pass, a token
             tuned_forward.rotate(heads, angles, angles)
+        for T in (2, 64):                         # the attention of a pass that keeps no weights: serial, threaded
+            heads = np.zeros((1, 1, T, 4), dtype)
+            tuned_cpu.fused_attention(heads, heads, heads, np.zeros((1, 1, 1, 1), dtype), 0.5)
         transformer.forward(init_params(llama, 0, dtype), llama, np.zeros((1, 3), np.int64))
         for rows in (gemm.TILE_ROWS, 1):         # a loaded model's packed product: a pass, a generated token
             gemm.matmul(np.zeros((rows, 2), dtype), gemm.pack(np.zeros((2, 3), dtype)))

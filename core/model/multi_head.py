@@ -48,6 +48,13 @@ def weights(p: dict, sublayer: str) -> dict:
 # ----------------------------------------------------------------------------------------------
 # forward
 # ----------------------------------------------------------------------------------------------
+def keeps(cache: dict, name: str) -> bool:
+    """Whether the forward cache keeps entry ``name``: a pass run with ``keep=``
+    (:func:`core.model.transformer.forward`) drops the block entries it was not asked for."""
+    kept = getattr(cache, "keeps", None)
+    return kept is None or kept(name)
+
+
 def softmax_rows(S: np.ndarray) -> np.ndarray:
     """Each row of ``S`` through softmax, in a new array; a ``-inf`` score gets exactly 0."""
     A = S - S.max(axis=-1, keepdims=True)
@@ -182,19 +189,25 @@ def attend(x_q: np.ndarray, x_kv: np.ndarray, w: dict, cfg, cache: dict, name: s
     cache[key(name, "input")], cache[key(name, "kv_input")] = x_q, x_kv
     cache[key(name, "q")], cache[key(name, "k")], cache[key(name, "v")] = Q, K, V
     # 2. scaled, masked scores and their row softmax, each head's weighted average of the values;
-    #    the query heads that share a key/value head go through one product together
-    S = ungrouped(L.product(grouped(Q, group), K.swapaxes(-1, -2), big, packed), H)   # (B, H, Tq, Tk)
-    S *= S.dtype.type(1.0 / math.sqrt(d_k))
-    if causal:
-        S += masks.causal(Q.shape[2], x_q.dtype, start=start)                          # (Tq, start + Tq)
-    if key_mask is not None:
-        S += key_mask
-    cache[key(name, "scores")] = S
-    softmax = TF.softmax_rows if tuned else softmax_rows
-    L.note(softmax)
-    A = softmax(S)
-    cache[key(name, "weights")] = A
-    Z = ungrouped(L.product(grouped(A, group), V, big, packed), H)                       # (B, H, Tq, d_k)
+    #    the query heads that share a key/value head go through one product together.
+    #    A tuned pass that keeps neither scores nor weights computes Z without them (TF.attention)
+    Z = None
+    if tuned and not (keeps(cache, key(name, "scores")) or keeps(cache, key(name, "weights"))):
+        Z = TF.attention(Q, K, V, causal, key_mask)                                     # (B, H, Tq, d_k)
+        L.note(TF.attention)
+    if Z is None:
+        S = ungrouped(L.product(grouped(Q, group), K.swapaxes(-1, -2), big, packed), H)   # (B, H, Tq, Tk)
+        S *= S.dtype.type(1.0 / math.sqrt(d_k))
+        if causal:
+            S += masks.causal(Q.shape[2], x_q.dtype, start=start)                          # (Tq, start + Tq)
+        if key_mask is not None:
+            S += key_mask
+        cache[key(name, "scores")] = S
+        softmax = TF.softmax_rows if tuned else softmax_rows
+        L.note(softmax)
+        A = softmax(S)
+        cache[key(name, "weights")] = A
+        Z = ungrouped(L.product(grouped(A, group), V, big, packed), H)                   # (B, H, Tq, d_k)
     # 3. head edits (ablation, patching), then the heads side by side and the output projection
     Z = edit_heads(Z, edits, layer, key_mask if x_kv is x_q else None)    # self-attention: the keys' mask is the queries'
     cache[key(name, "head_outputs")] = Z

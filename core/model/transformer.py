@@ -275,8 +275,11 @@ class _BlockEntriesKept(dict):
             raise ValueError(f"keep names a block's cache entries, as in keep=('attn.weights',); got {keep!r}.")
         self.keep = frozenset(keep)
 
+    def keeps(self, name: str) -> bool:
+        return not name.startswith("blocks.") or name.split(".", 2)[2] in self.keep
+
     def __setitem__(self, name, value):
-        if not name.startswith("blocks.") or name.split(".", 2)[2] in self.keep:
+        if self.keeps(name):
             super().__setitem__(name, value)
 
 

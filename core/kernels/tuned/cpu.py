@@ -21,6 +21,7 @@ from numba import njit, prange
 
 from core.kernels.tuned import simd, target
 from core.kernels.tuned.borrow import borrowed
+from core.readiness import can_run
 # The building blocks live in layout.py (aligned scratch, key panels, padded values, live-key
 # ranges, work units) and tiles.py (register tiles, softmax pieces).
 from core.kernels.tuned.layout import (_aligned_empty, _aligned_zeros, _copy, _fill, _jit, _key_panels, _live_ranges,
@@ -336,12 +337,28 @@ def _attention(Q, K, V, mask, scale, keep_scores: bool):
 
 def fused_attention(Q, K, V, mask, scale):
     """``softmax(Q K^T * scale + M) V`` without materialising the (Tq, Tk) weights."""
+    kernel, args = _fused_call(Q, K, V, mask, scale)
+    kernel(*args)
+    return args[5]
+
+
+def fused_attention_if_loaded(Q, K, V, mask, scale):
+    """:func:`fused_attention`, or None while its kernel for these operands is not loaded (it would
+    compile on this thread: :func:`core.readiness.can_run`)."""
+    kernel, args = _fused_call(Q, K, V, mask, scale)
+    if not can_run(kernel, *args):
+        return None
+    kernel(*args)
+    return args[5]
+
+
+def _fused_call(Q, K, V, mask, scale):
+    """The fused kernel's build for these operands and its arguments (the output sixth, fresh)."""
     B, H, Tq, dk = Q.shape
     out = np.empty((B, H, Tq, V.shape[3]), dtype=V.dtype)
     work = B * H * Tq * K.shape[2] * (dk + V.shape[3] + 8)
-    _pick(_fused_kernel, work)(Q, K, V, mask, Q.dtype.type(scale), out, _panel(Q.dtype),
-                               _query_block(B, H, Tq, work), KEY_TILE)
-    return out
+    return _pick(_fused_kernel, work), (Q, K, V, mask, Q.dtype.type(scale), out, _panel(Q.dtype),
+                                        _query_block(B, H, Tq, work), KEY_TILE)
 
 
 def project_heads(X, W, b, n_heads):

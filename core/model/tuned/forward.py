@@ -13,6 +13,10 @@ and leave the same arrays in the cache:
 - :func:`silu`: SiLU (Llama's gate), ``x sigmoid(x)``, in one pass instead of six;
 - :func:`rotate`: rotary positions' turn of the queries and keys, in one pass instead of five
   NumPy passes and a concatenation;
+- :func:`attention`: for a pass that keeps neither the scores nor the weights (``keep=``), each
+  head's ``softmax(Q K^T / sqrt(d_k) + M) V`` through the fused kernel of the attention lessons
+  (:func:`core.kernels.tuned.cpu.fused_attention`: an online softmax over tiles of keys, the masked
+  tiles skipped), never writing the ``(Tq, Tk)`` weights;
 - :func:`append_kv`: the KV cache in a buffer with room to grow, so that a new token's keys and
   values are written once instead of copying every earlier position's (``np.concatenate``).
 
@@ -22,9 +26,14 @@ docstring). No ``fastmath``: ``-inf`` lives in the masked scores.
 """
 from __future__ import annotations
 
+import functools
+import math
+
 import numpy as np
 from numba import njit
 
+from core import masks
+from core.kernels.tuned import cpu as tuned_cpu
 from core.kernels.tuned.fastexp import EXP_MAX, fast_exp
 from core.model.layers import GELU_TANH_C        # sqrt(2 / pi), defined once beside the readable GELU
 from core.readiness import can_run
@@ -164,6 +173,36 @@ def rotate(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
     y = np.empty(x.shape, dtype=np.result_type(x, cos))
     _rotate(x, cos, sin, y)
     return y
+
+
+# ----------------------------------------------------------------------------------------------
+# attention without its weights
+# ----------------------------------------------------------------------------------------------
+def attention(Q: np.ndarray, K: np.ndarray, V: np.ndarray, causal: bool, key_mask) -> np.ndarray | None:
+    """Every query head's ``softmax(Q K^T / sqrt(d_k) + M) V``, ``(B, H, Tq, d_k)``, for ``Q (B, H, Tq,
+    d_k)`` and ``K, V (B, H_kv, Tk, d_k)`` (``Tk - Tq`` positions already in a KV cache), ``M`` the causal
+    mask if ``causal`` plus ``key_mask`` ``(B, 1, 1, Tk)`` (or None); None while the fused kernel is not
+    loaded (the caller runs the readable steps). The ``H / H_kv`` query heads that share a key/value
+    head are the rows of one problem, as in :func:`core.model.multi_head.grouped`."""
+    B, H, Tq, d_k = Q.shape
+    H_kv, Tk = K.shape[1], K.shape[2]
+    group = H // H_kv
+    mask = _mask(Tq, Tk - Tq, group, causal, Q.dtype.str)                       # (1, 1, group Tq, Tk) or (1, 1, 1, 1)
+    if key_mask is not None:
+        mask = np.ascontiguousarray(mask + key_mask)                            # (B, 1, group Tq or 1, Tk)
+    Z = tuned_cpu.fused_attention_if_loaded(np.ascontiguousarray(Q).reshape(B, H_kv, group * Tq, d_k),
+                                            np.ascontiguousarray(K), np.ascontiguousarray(V), mask,
+                                            1.0 / math.sqrt(d_k))
+    return None if Z is None else Z.reshape(B, H, Tq, V.shape[3])
+
+
+@functools.lru_cache(maxsize=16)
+def _mask(Tq: int, start: int, group: int, causal: bool, dtype: str) -> np.ndarray:
+    """The additive mask of :func:`attention`: the causal mask (:func:`core.masks.causal`) once for each
+    query head of a group, or one 0 that every score takes; read-only, kept for the next layer."""
+    mask = np.tile(masks.causal(Tq, dtype, start=start), (group, 1))[None, None] if causal else np.zeros((1, 1, 1, 1), dtype)
+    mask.setflags(write=False)
+    return mask
 
 
 # ----------------------------------------------------------------------------------------------

@@ -125,3 +125,36 @@ def test_a_model_of_blas_size_runs_the_twins_and_its_kv_cache_gives_the_full_for
     readable, rcache = tr.forward(params, BIG, ids)
     np.testing.assert_allclose(full, readable, **tol)
     np.testing.assert_allclose(cache["blocks.0.attn.weights"], rcache["blocks.0.attn.weights"], **tol)
+
+
+GQA = C.TransformerConfig(vocab_size=50, n_ctx=160, d_model=384, n_heads=6, n_kv_heads=2, d_ff=64, n_layers=2,
+                          norm="rmsnorm", norm_placement="pre", activation="silu", gated_ffn=True, positional="rotary",
+                          rope_base=100.0, tied_unembed=True, final_ln=True, bias=False)
+ENCODER = C.TransformerConfig(vocab_size=50, n_ctx=160, d_model=384, n_heads=6, d_ff=64, n_layers=2, causal=False,
+                              head="none", activation="gelu_erf", embed_ln=True)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["float64", "float32"])
+@pytest.mark.parametrize("cfg", [GQA, BIG, ENCODER], ids=["grouped-causal", "gpt2-like", "encoder-padded"])
+def test_a_pass_keeping_no_attention_weights_computes_the_heads_without_them(cfg, dtype):
+    """``keep=()`` takes the fused kernel (no (Tq, Tk) weights written) and gives the pass that keeps
+    them: the same logits and head outputs, with grouped query heads, rotary positions, the causal
+    mask, padding keys and a head ablated (its mean over the real positions)."""
+    params = C.init_params(cfg, seed=4, dtype=dtype)
+    ids = np.random.default_rng(2).integers(0, cfg.vocab_size, size=(2, 70))
+    key_mask = np.ones((2, 70), np.int64)
+    key_mask[1, 50:] = 0                                             # the second sentence is padded
+    kw = dict(ablate={(cfg.n_layers - 1, 2): "mean"}, key_mask=key_mask)
+    with L.recording() as ran:
+        full, cache = tr.forward(params, cfg, ids, **kw)
+    assert TF.attention not in ran.functions()
+    with L.recording() as ran:
+        lean, lean_cache = tr.forward(params, cfg, ids, keep=("attn.head_outputs",), **kw)
+    assert TF.attention in ran.functions() and TF.softmax_rows not in ran.functions()
+    assert "blocks.0.attn.weights" not in lean_cache
+    tol = dict(rtol=1e-10, atol=1e-12) if dtype == np.float64 else dict(rtol=1e-4, atol=1e-5)
+    for layer in range(cfg.n_layers):
+        name = f"blocks.{layer}.attn.head_outputs"
+        np.testing.assert_allclose(lean_cache[name], cache[name], **tol)
+    real = key_mask.astype(bool)                                     # padded positions' outputs are not compared
+    np.testing.assert_allclose(lean[real], full[real], **tol)
