@@ -105,6 +105,9 @@ def _readable_loops() -> None:
     raw.setflags(write=False)
     for rows in (product.FEW_ROWS, 1):
         product.rows_product(np.zeros((rows, 32), np.float32), raw, np.zeros(1, np.int64), "Q4_1")
+    x, part = np.zeros((product.FEW_ROWS, 32), np.float32), (raw, np.zeros(1, np.int64))
+    product.joined_product_if_loaded(x, [part] * 3, "Q4_1")             # a layer's queries, keys and values
+    product.joined_product_if_loaded(x, [part] * 2, "Q4_1", gated=True)   # SwiGLU's gate and up
 
 
 def _encoder() -> None:

@@ -54,6 +54,12 @@ class CompactMatrix:
         the caller widens the matrix instead."""
         return None
 
+    def joined_product(self, x: np.ndarray, matrices, gated: bool = False) -> np.ndarray | None:
+        """``x @ [M_0 | M_1 | ...]`` for ``matrices`` (this one first), their outputs side by side in one
+        product, or ``gated`` (two): ``silu(x M_0) * (x M_1)``; None where they have no such product
+        together: the caller multiplies them one by one."""
+        return None
+
 
 def wide(value):
     """A parameter as a float array: a compact one widened, an array as it is."""

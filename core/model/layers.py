@@ -234,6 +234,17 @@ def dense(x: np.ndarray, W: np.ndarray, b) -> np.ndarray:
     return y
 
 
+def dense_joined(x: np.ndarray, Ws, gated: bool = False) -> np.ndarray | None:
+    """``x @ [W_0 | W_1 | ...]`` over the last axis, the weights' outputs side by side, or ``gated``:
+    ``silu(x W_0) * (x W_1)``, as one product where the weights have one together (a quantised
+    checkpoint's, :meth:`~core.model.compact.CompactMatrix.joined_product`): ``x`` is laid out and the
+    work shared among the threads once, not once a weight. None otherwise: the caller multiplies them
+    one by one."""
+    first = Ws[0]
+    y = first.joined_product(x.reshape(-1, x.shape[-1]), Ws, gated) if isinstance(first, CompactMatrix) else None
+    return None if y is None else y.reshape(*x.shape[:-1], y.shape[1])
+
+
 def linear_backward(dy: np.ndarray, x: np.ndarray, W: np.ndarray):
     """Gradients of ``y = x W + b``: ``(dx, dW, db)``; leading axes of ``x`` are summed for dW, db."""
     x2 = x.reshape(-1, x.shape[-1])                                 # (N, d_in)

@@ -170,9 +170,16 @@ def attend(x_q: np.ndarray, x_kv: np.ndarray, w: dict, cfg, cache: dict, name: s
     packed = L.own_products(w["W_O"])
     big = cfg.d_model ** 2 >= L.BLAS_FROM and not packed
     # 1. queries (H heads), keys and values (H_kv heads); with rotary positions, queries and keys turned
-    Q = split_heads(L.dense(x_q, w["W_Q"], w["b_Q"]), H)                                # (B, H, Tq, d_k)
-    K = split_heads(L.dense(x_kv, w["W_K"], w["b_K"]), H_kv)                            # (B, H_kv, Tk, d_k)
-    V = split_heads(L.dense(x_kv, w["W_V"], w["b_V"]), H_kv)
+    QKV = None                                       # a tuned pass: the three as one product where they have one
+    if tuned and x_kv is x_q and w["b_Q"] is None and w["b_K"] is None and w["b_V"] is None:
+        QKV = L.dense_joined(x_q, (w["W_Q"], w["W_K"], w["W_V"]))                      # (B, T, (H + 2 H_kv) d_k)
+    if QKV is not None:
+        Q, K, V = np.split(QKV, [H * d_k, (H + H_kv) * d_k], axis=-1)
+        Q, K, V = split_heads(Q, H), split_heads(K, H_kv), split_heads(V, H_kv)
+    else:
+        Q = split_heads(L.dense(x_q, w["W_Q"], w["b_Q"]), H)                            # (B, H, Tq, d_k)
+        K = split_heads(L.dense(x_kv, w["W_K"], w["b_K"]), H_kv)                        # (B, H_kv, Tk, d_k)
+        V = split_heads(L.dense(x_kv, w["W_V"], w["b_V"]), H_kv)
     if rotary:
         cache[key(name, "q_unrotated")], cache[key(name, "k_unrotated")] = Q, K
         cos, sin = POS.rotary_angles(start, Q.shape[2], d_k, cfg.rope_base, Q.dtype)   # (Tq, d_k)

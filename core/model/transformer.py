@@ -86,6 +86,14 @@ def feed_forward(x: np.ndarray, p: dict, cfg: TransformerConfig, cache: dict, na
     ``{name}.gate`` (``x W_gate + b_gate``) and ``{name}.gate_act`` (its activation), and its
     ``{name}.output`` go to the cache."""
     cache[key(name, "input")] = x
+    hidden = None         # a tuned pass that keeps none of the gate's steps: SwiGLU as one product, where there is one
+    if tuned and cfg.gated_ffn and cfg.activation == "silu" and p.get("ffn.b_gate") is None and p.get("ffn.b_1") is None \
+            and not any(MH.keeps(cache, key(name, part)) for part in ("pre", "gate", "gate_act")):
+        hidden = L.dense_joined(x, (p["ffn.W_gate"], p["ffn.W_1"]), gated=True)
+    if hidden is not None:
+        cache[key(name, "hidden")] = hidden
+        cache[key(name, "output")] = out = L.dense(hidden, p["ffn.W_2"], p.get("ffn.b_2"))
+        return out
     cache[key(name, "pre")] = pre = L.dense(x, p["ffn.W_1"], p.get("ffn.b_1"))          # (B, T, d_ff)
     act = ACTIVATIONS[cfg.activation].forward
     if cfg.gated_ffn:

@@ -70,6 +70,14 @@ class PackedMatrix(CompactMatrix):
             return None
         return P.rows_product_if_loaded(x, self.raw, self._order, self.FORMAT, bias)
 
+    def joined_product(self, x: np.ndarray, matrices, gated: bool = False) -> np.ndarray | None:
+        """One product for weights of this format and input width (a layer's query, key and value
+        weights; SwiGLU's gate and up): :func:`core.model.gguf.product.joined_product_if_loaded`."""
+        if not all(isinstance(m, PackedMatrix) and m.FORMAT == self.FORMAT and m.multiplies()
+                   and m.shape[0] == self.shape[0] for m in matrices):
+            return None
+        return P.joined_product_if_loaded(x, [(m.raw, m._order) for m in matrices], self.FORMAT, gated)
+
     def _unpack(self, file_rows) -> np.ndarray:
         return dequantize(self.raw, self.format, file_rows).astype(self.dtype, copy=False)
 

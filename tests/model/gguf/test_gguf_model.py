@@ -128,3 +128,28 @@ def test_a_missing_or_misshapen_tensor_is_refused(tmp_path):
     with pytest.raises(ValueError, match="'blk.0.ffn_gate.weight' has shape \\(96, 64\\) but the metadata's"):
         pretrained.load(path)
 
+
+
+def test_a_pass_keeping_nothing_joins_the_products_and_gives_the_full_passs_logits(tmp_path, monkeypatch):
+    """At BLAS's sizes a pass multiplies a layer's queries, keys and values as one product; with
+    ``keep=()`` also SwiGLU's gate and up as one (no separate SiLU), and attention without its weights.
+    Both give the logits of the pass that multiplies each weight alone, to float32 rounding."""
+    from core.model import layers as L
+    from core.model.tuned import forward as TF
+    from core.recording import recording
+
+    sizes = dict(d=384, heads=6, kv_heads=2, d_ff=96, layers=2, n_ctx=64)
+    model = pretrained.load(write_llama_gguf(tmp_path / "wide.gguf", random_llama_weights(seed=4, **sizes),
+                                             **sizes), np.float32)
+    ids = np.random.default_rng(0).integers(0, model.config.vocab_size, size=40)
+    with recording() as ran:
+        full, _ = model.forward(ids)
+    assert TF.silu in ran.functions() and TF.attention not in ran.functions()
+    with recording() as ran:
+        lean, _ = model.forward(ids, keep=())
+    assert TF.silu not in ran.functions() and TF.attention in ran.functions()
+    with monkeypatch.context() as m:
+        m.setattr(L, "dense_joined", lambda *args, **kw: None)
+        alone, _ = model.forward(ids)
+    for logits in (full, lean):
+        np.testing.assert_allclose(logits, alone, rtol=1e-4, atol=1e-4 * np.abs(alone).max())

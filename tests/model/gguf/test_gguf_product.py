@@ -120,3 +120,35 @@ def test_a_linear_layer_and_a_tied_unembedding_multiply_the_compact_form(fmt):
     assert not W64.multiplies() and W64.product(h[0].astype(np.float64)) is None
     np.testing.assert_allclose(L.dense(h.astype(np.float64), W64, None), h.astype(np.float64) @ W64.widen(),
                                rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("fmt", list(P.FORMATS))
+@pytest.mark.parametrize("M", [4, 70])
+def test_matrices_joined_in_one_product_give_each_ones_numbers_to_the_bit(fmt, M):
+    """A layer's queries, keys and values as one product: the parts' outputs side by side, each part's
+    bits those of its own product (sizes that split the tasks of sixteen outputs across parts); SwiGLU
+    gated: ``silu(gate) * up``, the bits of the tuned pass's separate steps; too few rows: None."""
+    from core.model.tuned import forward as TF
+
+    K = 64
+    parts = [(random_rows(fmt, n, K, seed=n), np.random.default_rng(n).permutation(n)) for n in (23, 9, 30)]
+    x = np.random.default_rng(M).standard_normal((M, K)).astype(np.float32)
+    y = P.joined_product_if_loaded(x, parts, fmt)
+    assert y.shape == (M, 62)
+    np.testing.assert_array_equal(y, np.concatenate([P.rows_product(x, raw, order, fmt) for raw, order in parts], axis=1))
+    gate, up = parts[0], (random_rows(fmt, 23, K, seed=5), np.arange(23))
+    gated = P.joined_product_if_loaded(x, [gate, up], fmt, gated=True)
+    np.testing.assert_array_equal(gated, TF.silu(P.rows_product(x, *gate, fmt)) * P.rows_product(x, *up, fmt))
+    assert P.joined_product_if_loaded(x[:P.FEW_ROWS - 1], parts, fmt) is None
+
+
+def test_a_layer_joins_compact_weights_of_one_format_and_width_only():
+    K = 64
+    W = [MATRICES["Q4_1"](random_rows("Q4_1", n, K, seed=n), transposed=True) for n in (32, 16, 16)]
+    x = np.random.default_rng(0).standard_normal((2, 5, K)).astype(np.float32)
+    y = L.dense_joined(x, W)
+    assert y.shape == (2, 5, 64)
+    np.testing.assert_array_equal(y, np.concatenate([L.dense(x, w, None) for w in W], axis=-1))
+    other = MATRICES["Q8_0"](random_rows("Q8_0", 16, K, seed=3), transposed=True)
+    assert L.dense_joined(x, (W[0], W[1], other)) is None                          # another format
+    assert L.dense_joined(x, (W[0].widen(), W[1])) is None                         # a float array
