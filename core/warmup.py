@@ -86,6 +86,7 @@ def _readable_loops() -> None:
         x = np.zeros((2, 3), dtype)
         L.gelu_erf(x), L.gelu_tanh_backward(x, x), tuned_forward.gelu_tanh(x)
         tuned_forward.softmax_rows(np.zeros((1, 1, 2, 2), dtype))
+        tuned_forward.rms_norm(x, x[0], 1e-5)
         angles = np.zeros((2, 2), dtype)
         for heads in (np.zeros((1, 2, 2, 2), dtype).swapaxes(1, 2), np.zeros((1, 2, 1, 2), dtype)):   # a pass, a token
             tuned_forward.rotate(heads, angles, angles)

@@ -24,14 +24,15 @@ from typing import Callable
 import numpy as np
 
 from core.model import layers as L
+from core.model.tuned import forward as TF
 from core.model.names import key
 
 
 # ----------------------------------------------------------------------------------------------
 # which norm
 # ----------------------------------------------------------------------------------------------
-def layer_norm(x: np.ndarray, w: dict, eps: float, cache: dict, name: str) -> np.ndarray:
-    """:func:`layers.layer_norm` with gain ``w["g"]`` and bias ``w["b"]``, leaving in the cache its
+def layer_norm(x: np.ndarray, w: dict, eps: float, cache: dict, name: str, tuned: bool = False) -> np.ndarray:
+    """:func:`layers.layer_norm` (no tuned twin) with gain ``w["g"]`` and bias ``w["b"]``, leaving in the cache its
     ``{name}.input`` (B, T, d), the statistics ``{name}.mean`` and ``{name}.std`` (B, T) and the
     ``{name}.normalized`` input ``(x - mean) / std`` (B, T, d), before the gain and bias."""
     y, c = L.layer_norm(x, w["g"], w["b"], eps)
@@ -52,11 +53,13 @@ def layer_norm_backward(dy: np.ndarray, w: dict, cache: dict, name: str):
     return dx, {"g": dg, "b": db}
 
 
-def rms_norm(x: np.ndarray, w: dict, eps: float, cache: dict, name: str) -> np.ndarray:
+def rms_norm(x: np.ndarray, w: dict, eps: float, cache: dict, name: str, tuned: bool = False) -> np.ndarray:
     r""":math:`y = g\,x / \mathrm{rms}(x)`, :math:`\mathrm{rms}(x) = \sqrt{\mathrm{mean}(x^2) + \epsilon}`
-    over the last axis (:func:`layers.rms_norm`); leaves ``{name}.input``, ``{name}.rms`` (B, T) and ``{name}.normalized``
-    ``x / rms`` (B, T, d) in the cache."""
-    y, xhat, rms = L.rms_norm(x, w["g"], eps)                                       # (B, T, d), (B, T)
+    over the last axis (:func:`layers.rms_norm`, or its tuned twin in a pass that runs those); leaves
+    ``{name}.input``, ``{name}.rms`` (B, T) and ``{name}.normalized`` ``x / rms`` (B, T, d) in the cache."""
+    rows = TF.rms_norm if tuned else L.rms_norm
+    L.note(rows)
+    y, xhat, rms = rows(x, w["g"], eps)                                             # (B, T, d), (B, T)
     cache[key(name, "input")], cache[key(name, "rms")], cache[key(name, "normalized")] = x, rms, xhat
     return y
 
@@ -73,7 +76,7 @@ def rms_norm_backward(dy: np.ndarray, w: dict, cache: dict, name: str):
 
 @dataclasses.dataclass(frozen=True)
 class Norm:
-    forward: Callable        # (x, w, eps, cache, name) -> y
+    forward: Callable        # (x, w, eps, cache, name, tuned) -> y
     backward: Callable       # (dy, w, cache, name) -> (dx, {parameter: gradient})
     params: tuple            # its parameters' short names: ln1.g, ln1.b ...
 
@@ -84,11 +87,12 @@ NORMS = {
 }
 
 
-def forward(cfg, x: np.ndarray, p: dict, part: str, cache: dict, name: str) -> np.ndarray:
+def forward(cfg, x: np.ndarray, p: dict, part: str, cache: dict, name: str, tuned: bool = False) -> np.ndarray:
     """The model's norm (``cfg.norm``) with the parameters ``{part}.g`` ... of ``p`` (``ln1``,
-    ``ln_final`` ...), on ``x``; its entries go to the cache under ``name``."""
+    ``ln_final`` ...), on ``x``; its entries go to the cache under ``name``. ``tuned``: the pass runs
+    the tuned twins (:func:`core.model.transformer.runs_tuned`)."""
     kind = NORMS[cfg.norm]
-    return kind.forward(x, {w: p[f"{part}.{w}"] for w in kind.params}, cfg.ln_eps, cache, name)
+    return kind.forward(x, {w: p[f"{part}.{w}"] for w in kind.params}, cfg.ln_eps, cache, name, tuned)
 
 
 def backward(cfg, dy: np.ndarray, p: dict, part: str, cache: dict, name: str, grads: dict) -> np.ndarray:

@@ -39,8 +39,11 @@ in the cache. The whole backward pass, block by block in reverse, is
 :mod:`core.model.transformer_backward`.
 
 At GPT-2's sizes a forward pass runs the tuned twins of its elementwise steps (the softmax, GELU,
-the KV cache; :mod:`core.model.tuned.forward`): :func:`runs_tuned` decides once, at the top of the
-pass, and every sublayer is handed that choice.
+SiLU, RMSNorm, the rotary turn, the KV cache; :mod:`core.model.tuned.forward`): :func:`runs_tuned`
+decides once, at the top of the pass, and every sublayer is handed that choice. Such a pass also
+multiplies a layer's query, key and value weights as one product where they have one (a quantised
+checkpoint's), and when it keeps neither the attention scores nor the weights (``keep=``), each
+head's attention runs without them, as does a SwiGLU layer that keeps none of its gate's steps.
 """
 from __future__ import annotations
 
@@ -90,18 +93,15 @@ def feed_forward(x: np.ndarray, p: dict, cfg: TransformerConfig, cache: dict, na
     if tuned and cfg.gated_ffn and cfg.activation == "silu" and p.get("ffn.b_gate") is None and p.get("ffn.b_1") is None \
             and not any(MH.keeps(cache, key(name, part)) for part in ("pre", "gate", "gate_act")):
         hidden = L.dense_joined(x, (p["ffn.W_gate"], p["ffn.W_1"]), gated=True)
-    if hidden is not None:
-        cache[key(name, "hidden")] = hidden
-        cache[key(name, "output")] = out = L.dense(hidden, p["ffn.W_2"], p.get("ffn.b_2"))
-        return out
-    cache[key(name, "pre")] = pre = L.dense(x, p["ffn.W_1"], p.get("ffn.b_1"))          # (B, T, d_ff)
-    act = ACTIVATIONS[cfg.activation].forward
-    if cfg.gated_ffn:
-        cache[key(name, "gate")] = gate = L.dense(x, p["ffn.W_gate"], p.get("ffn.b_gate"))   # (B, T, d_ff)
-        cache[key(name, "gate_act")] = gate_act = act(gate, tuned)
-        hidden = gate_act * pre
-    else:
-        hidden = act(pre, tuned)
+    if hidden is None:
+        cache[key(name, "pre")] = pre = L.dense(x, p["ffn.W_1"], p.get("ffn.b_1"))      # (B, T, d_ff)
+        act = ACTIVATIONS[cfg.activation].forward
+        if cfg.gated_ffn:
+            cache[key(name, "gate")] = gate = L.dense(x, p["ffn.W_gate"], p.get("ffn.b_gate"))   # (B, T, d_ff)
+            cache[key(name, "gate_act")] = gate_act = act(gate, tuned)
+            hidden = gate_act * pre
+        else:
+            hidden = act(pre, tuned)
     cache[key(name, "hidden")] = hidden
     cache[key(name, "output")] = out = L.dense(hidden, p["ffn.W_2"], p.get("ffn.b_2"))  # (B, T, d)
     return out
@@ -145,7 +145,7 @@ def block(h: np.ndarray, p: dict, cfg: TransformerConfig, cache: dict, name: str
         return feed_forward(x, p, cfg, cache, key(name, "ffn"), tuned=tuned)
 
     def norm(part):                                       # the model's norm (LayerNorm, RMSNorm) ``part``
-        return lambda x: N.forward(cfg, x, p, part, cache, key(name, part))
+        return lambda x: N.forward(cfg, x, p, part, cache, key(name, part), tuned)
 
     cache[key(name, "resid_pre")] = h
     # 1. post-norm: h = LN1(h + MHA(h));  pre-norm: h = h + MHA(LN1(h))

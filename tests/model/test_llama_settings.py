@@ -199,6 +199,7 @@ def test_at_real_sizes_the_tuned_twins_run_and_agree_with_the_readable_steps(mon
 
     tuned, ran_tuned, kv = run(True)
     readable, ran_readable, _ = run(False)
-    assert TF.softmax_rows in ran_tuned and TF.softmax_rows not in ran_readable
+    for twin in (TF.softmax_rows, TF.rms_norm, TF.rotate):
+        assert twin in ran_tuned and twin not in ran_readable
     assert "buffer" in kv[0] and kv[0]["K"].shape == (2, 2, 9, 64)
     np.testing.assert_allclose(tuned, readable, rtol=1e-4, atol=1e-4 * np.abs(readable).max())

@@ -11,6 +11,8 @@ and leave the same arrays in the cache:
 - :func:`gelu_tanh`: GELU's tanh form in one pass, written as ``x sigmoid(2u)`` (below), instead of
   eight NumPy passes and NumPy's ``tanh``;
 - :func:`silu`: SiLU (Llama's gate), ``x sigmoid(x)``, in one pass instead of six;
+- :func:`rms_norm`: RMSNorm with its sum of squares in eight chains and one division a row; the
+  readable loop waits on each addition in turn and divides every number;
 - :func:`rotate`: rotary positions' turn of the queries and keys, in one pass instead of five
   NumPy passes and a concatenation;
 - :func:`attention`: for a pass that keeps neither the scores nor the weights (``keep=``), each
@@ -47,7 +49,7 @@ def ready(dtype) -> bool:
     one, t = np.zeros(1, dtype), np.dtype(dtype).type
     heads = np.zeros((1, 2, 2, 2), dtype)                  # queries or keys as split_heads gives them: strided
     return (can_run(_softmax_rows, one[None], one[None], t(0)) and can_run(_gelu_tanh_flat, one, one, *(t(0),) * 4)
-            and can_run(_silu_flat, one, one, t(0), t(0))
+            and can_run(_silu_flat, one, one, t(0), t(0)) and can_run(_rms_norm_rows, one[None], one, 0.0, *(one[None],) * 2, one)
             and can_run(_rotate, heads.swapaxes(1, 2), heads[0, 0], heads[0, 0], heads))
 
 
@@ -147,6 +149,43 @@ def silu(x: np.ndarray) -> np.ndarray:
     t = flat.dtype.type
     _silu_flat(flat, y, t(1.0), t(EXP_MAX))
     return y.reshape(x.shape)
+
+
+# ----------------------------------------------------------------------------------------------
+# RMSNorm
+# ----------------------------------------------------------------------------------------------
+@njit(**JIT)
+def _rms_norm_rows(x, g, eps, y, xhat, rms):
+    """:func:`core.model.layers._rms_norm_rows`: ``rms[n] = sqrt(mean(x[n]^2) + eps)``, ``xhat[n] = x[n] /
+    rms[n]``, ``y[n] = xhat[n] g``, the squares summed (in float64, as there) in eight interleaved
+    chains (``c mod 8``), and ``x[n]`` times ``1 / rms[n]`` in place of a division per number."""
+    N, d = x.shape
+    m = d - d % 8
+    for n in range(N):
+        s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = 0.0
+        for c in range(0, m, 8):
+            s0, s1 = s0 + x[n, c] * x[n, c], s1 + x[n, c + 1] * x[n, c + 1]
+            s2, s3 = s2 + x[n, c + 2] * x[n, c + 2], s3 + x[n, c + 3] * x[n, c + 3]
+            s4, s5 = s4 + x[n, c + 4] * x[n, c + 4], s5 + x[n, c + 5] * x[n, c + 5]
+            s6, s7 = s6 + x[n, c + 6] * x[n, c + 6], s7 + x[n, c + 7] * x[n, c + 7]
+        ms = ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))
+        for c in range(m, d):
+            ms += x[n, c] * x[n, c]
+        r = math.sqrt(ms / d + eps)
+        rms[n] = r
+        inv = 1.0 / r
+        for c in range(d):
+            xhat[n, c] = x[n, c] * inv
+            y[n, c] = xhat[n, c] * g[c]
+
+
+def rms_norm(x: np.ndarray, g: np.ndarray, eps: float):
+    """:func:`core.model.layers.rms_norm`, compiled for speed: ``(y, xhat, rms)`` of ``y = g x / sqrt(mean(x^2)
+    + eps)`` over the last axis."""
+    rows = np.ascontiguousarray(x).reshape(-1, x.shape[-1])                 # (N, d)
+    y, xhat, rms = np.empty_like(rows), np.empty_like(rows), np.empty(len(rows), dtype=rows.dtype)
+    _rms_norm_rows(rows, g, float(eps), y, xhat, rms)
+    return y.reshape(x.shape), xhat.reshape(x.shape), rms.reshape(x.shape[:-1])
 
 
 # ----------------------------------------------------------------------------------------------

@@ -70,6 +70,18 @@ def test_silu_twin_matches_the_readable_form(shape, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["float64", "float32"])
+@pytest.mark.parametrize("shape", [(1, 1), (3, 13), (2, 5, 576)])
+def test_rms_norm_twin_matches_the_readable_rows(shape, dtype):
+    rng = np.random.default_rng(shape[-1])
+    x = (3 * rng.standard_normal(shape)).astype(dtype)
+    g = (1 + 0.3 * rng.standard_normal(shape[-1])).astype(dtype)
+    got, want = TF.rms_norm(x, g, 1e-5), L.rms_norm(x, g, 1e-5)
+    for a, b in zip(got, want):                                       # y, x / rms, rms
+        assert a.dtype == dtype and a.shape == b.shape
+        np.testing.assert_allclose(a, b, **TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["float64", "float32"])
 @pytest.mark.parametrize("shape,start", [((1, 1, 1, 2), 0), ((1, 3, 5, 8), 7), ((2, 9, 33, 64), 0)])
 def test_rotate_twin_gives_the_readable_rotation_to_the_bit(shape, start, dtype):
     """The same products and sums, one pass: the same bits, on the strided views split_heads gives."""
