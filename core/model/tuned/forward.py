@@ -184,7 +184,7 @@ def rms_norm(x: np.ndarray, g: np.ndarray, eps: float):
     + eps)`` over the last axis."""
     rows = np.ascontiguousarray(x).reshape(-1, x.shape[-1])                 # (N, d)
     y, xhat, rms = np.empty_like(rows), np.empty_like(rows), np.empty(len(rows), dtype=rows.dtype)
-    _rms_norm_rows(rows, g, float(eps), y, xhat, rms)
+    _rms_norm_rows(rows, g.copy(), float(eps), y, xhat, rms)      # a copy: a file's read-only gain is a type of its own
     return y.reshape(x.shape), xhat.reshape(x.shape), rms.reshape(x.shape[:-1])
 
 
