@@ -84,10 +84,11 @@ def _readable_loops() -> None:
                          (presets.attention_only(**tiny), None)):
             decoder.loss_and_grads(decoder.init_params(cfg, 0, dtype), cfg, tokens, tokens, src)
         x = np.zeros((2, 3), dtype)
-        L.gelu_erf(x), L.gelu_tanh_backward(x, x), tuned_forward.gelu_tanh(x)
+        L.gelu_erf(x), L.gelu_tanh_backward(x, x), tuned_forward.gelu_tanh(x), tuned_forward.silu(x)
         tuned_forward.softmax_rows(np.zeros((1, 1, 2, 2), dtype))
         tuned_forward.rms_norm(x, x[0], 1e-5)
         angles = np.zeros((2, 2), dtype)
+        angles.setflags(write=False)              # as positions.rotary_angles keeps them
         for heads in (np.zeros((1, 2, 2, 2), dtype).swapaxes(1, 2), np.zeros((1, 2, 1, 2), dtype)):   # a pass, a token
             tuned_forward.rotate(heads, angles, angles)
         for T in (2, 64):                         # the attention of a pass that keeps no weights: serial, threaded
@@ -107,8 +108,8 @@ def _readable_loops() -> None:
     for rows in (product.FEW_ROWS, 1):
         product.rows_product(np.zeros((rows, 32), np.float32), raw, np.zeros(1, np.int64), "Q4_1")
     x, part = np.zeros((product.FEW_ROWS, 32), np.float32), (raw, np.zeros(1, np.int64))
-    product.joined_product_if_loaded(x, [part] * 3, "Q4_1")             # a layer's queries, keys and values
-    product.joined_product_if_loaded(x, [part] * 2, "Q4_1", gated=True)   # SwiGLU's gate and up
+    product.joined_product(x, [part] * 3, "Q4_1")             # a layer's queries, keys and values
+    product.joined_product(x, [part] * 2, "Q4_1", gated=True)   # SwiGLU's gate and up
 
 
 def _encoder() -> None:

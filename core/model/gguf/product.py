@@ -203,10 +203,7 @@ def _call(x: np.ndarray, parts, fmt: str, bias, gated: bool = False):
 def rows_product(x: np.ndarray, raw: np.ndarray, order: np.ndarray, fmt: str, bias=None) -> np.ndarray:
     """``x @ R^T + bias``, float32 ``(M, N)``: ``x`` (M, K); ``R``'s row ``n`` is packed row ``order[n]``
     of ``raw`` (n_rows, row_bytes), in ``fmt`` (one of :data:`FORMATS`); ``bias`` (N,) or None."""
-    kernel, args = _call(x, ((raw, order),), fmt, bias)
-    note(kernel)
-    kernel(*args)
-    return args[-1]
+    return _run(*_call(x, ((raw, order),), fmt, bias))
 
 
 def rows_product_if_loaded(x, raw, order, fmt, bias=None) -> np.ndarray | None:
@@ -215,18 +212,26 @@ def rows_product_if_loaded(x, raw, order, fmt, bias=None) -> np.ndarray | None:
     return _run_if_loaded(*_call(x, ((raw, order),), fmt, bias))
 
 
+def joined_product(x, parts, fmt, gated: bool = False) -> np.ndarray:
+    """``x @ [R_0^T | R_1^T | ...]`` for ``x`` of ``FEW_ROWS`` rows or more (``parts``: ``(raw, order)``
+    each, in ``fmt``), the parts' outputs side by side in one product; or ``gated`` (two parts):
+    ``silu(x R_0^T) * (x R_1^T)``."""
+    return _run(*_call(x, tuple(parts), fmt, None, gated))
+
+
 def joined_product_if_loaded(x, parts, fmt, gated: bool = False) -> np.ndarray | None:
-    """``x @ [R_0^T | R_1^T | ...]`` (``parts``: ``(raw, order)`` each, in ``fmt``), the parts' outputs side
-    by side in one product; or ``gated`` (two parts): ``silu(x R_0^T) * (x R_1^T)``. None for fewer than
-    ``FEW_ROWS`` rows of ``x`` or while the kernel would compile here: the caller multiplies part by part."""
+    """:func:`joined_product`, or None for fewer than ``FEW_ROWS`` rows of ``x`` or while the kernel
+    would compile here: the caller multiplies part by part."""
     if x.shape[0] < FEW_ROWS:
         return None
     return _run_if_loaded(*_call(x, tuple(parts), fmt, None, gated))
 
 
-def _run_if_loaded(kernel, args) -> np.ndarray | None:
-    if not can_run(kernel, *args):
-        return None
+def _run(kernel, args) -> np.ndarray:
     note(kernel)
     kernel(*args)
     return args[-1]
+
+
+def _run_if_loaded(kernel, args) -> np.ndarray | None:
+    return _run(kernel, args) if can_run(kernel, *args) else None

@@ -48,9 +48,11 @@ def ready(dtype) -> bool:
     until they are, a freshly started server runs the readable steps."""
     one, t = np.zeros(1, dtype), np.dtype(dtype).type
     heads = np.zeros((1, 2, 2, 2), dtype)                  # queries or keys as split_heads gives them: strided
+    angles = np.zeros((2, 2), dtype)                       # read-only, as positions.rotary_angles keeps them
+    angles.setflags(write=False)
     return (can_run(_softmax_rows, one[None], one[None], t(0)) and can_run(_gelu_tanh_flat, one, one, *(t(0),) * 4)
             and can_run(_silu_flat, one, one, t(0), t(0)) and can_run(_rms_norm_rows, one[None], one, 0.0, *(one[None],) * 2, one)
-            and can_run(_rotate, heads.swapaxes(1, 2), heads[0, 0], heads[0, 0], heads))
+            and can_run(_rotate, heads.swapaxes(1, 2), angles, angles, heads))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -238,10 +240,10 @@ def attention(Q: np.ndarray, K: np.ndarray, V: np.ndarray, causal: bool, key_mas
 @functools.lru_cache(maxsize=16)
 def _mask(Tq: int, start: int, group: int, causal: bool, dtype: str) -> np.ndarray:
     """The additive mask of :func:`attention`: the causal mask (:func:`core.masks.causal`) once for each
-    query head of a group, or one 0 that every score takes; read-only, kept for the next layer."""
-    mask = np.tile(masks.causal(Tq, dtype, start=start), (group, 1))[None, None] if causal else np.zeros((1, 1, 1, 1), dtype)
-    mask.setflags(write=False)
-    return mask
+    query head of a group, or one 0 that every score takes; kept for the next layer. Left writable
+    (nothing writes it: it never leaves this module) so that the kernel has one signature, masked
+    padding or not."""
+    return np.tile(masks.causal(Tq, dtype, start=start), (group, 1))[None, None] if causal else np.zeros((1, 1, 1, 1), dtype)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -153,3 +153,44 @@ def test_a_pass_keeping_nothing_joins_the_products_and_gives_the_full_passs_logi
         alone, _ = model.forward(ids)
     for logits in (full, lean):
         np.testing.assert_allclose(logits, alone, rtol=1e-4, atol=1e-4 * np.abs(alone).max())
+
+
+# In a fresh process: the warm-up's step for the models' compiled loops, then a loaded Llama's passes
+# (the page's, one keeping nothing, a generated token's); prints the kernels they compiled anew.
+AFTER_THE_WARM_UP = """
+import json, sys
+import numpy as np
+from core import pretrained, warmup
+from core.kernels.tuned import cpu as C
+from core.model.gguf import product as P
+from core.model.tuned import forward as TF
+warmup._readable_loops()
+kernels = {"product_many": P._product_many, "product_few": P._product_few, "rms_norm": TF._rms_norm_rows,
+           "rotate": TF._rotate, "softmax": TF._softmax_rows, "silu": TF._silu_flat,
+           "fused": C._fused_kernel[0], "fused_threaded": C._fused_kernel[1]}
+before = {name: len(k.signatures) for name, k in kernels.items()}
+model = pretrained.load(sys.argv[1], np.float32)
+for T in (40, 4):
+    ids = np.arange(T)
+    model.forward(ids), model.forward(ids, keep=()), model.forward(ids, keep=("attn.weights",))
+kv = [{} for _ in range(model.config.n_layers)]
+model.forward(np.arange(4), kv=kv), model.forward(np.arange(1), kv=kv, start=4)
+print(json.dumps(sorted(name for name, k in kernels.items() if len(k.signatures) != before[name])))
+"""
+
+
+def test_the_warm_up_compiles_what_a_loaded_llamas_passes_run(tmp_path):
+    """A loaded file's weights and norms are read-only arrays, its rotary angles and masks are kept:
+    each is a type of its own to Numba. The warm-up compiles those types, so that no pass of a page
+    compiles on the page's thread (seconds) once the warm-up is done."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    sizes = dict(d=384, heads=6, kv_heads=2, d_ff=96, layers=1, n_ctx=64)
+    path = write_llama_gguf(tmp_path / "wide.gguf", random_llama_weights(seed=4, **sizes), **sizes)
+    run = subprocess.run([sys.executable, "-c", AFTER_THE_WARM_UP, str(path)], cwd=Path(__file__).resolve().parents[3],
+                         capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert json.loads(run.stdout.strip().splitlines()[-1]) == []
