@@ -101,11 +101,13 @@ def _unpack_rows(raws, orders, parts_end, skip, n0, outs, fmt, K, w, L):
             for j in range(0, BLOCK, L):
                 simd.store(w, r * K + b * BLOCK + j, _weights(flat_raw, start + b * block_bytes, fmt, j, w))
 
+
 @njit(parallel=True, **JIT)
 def _product_many(x, raws, orders, fmt, bias, has_bias, gated, shares, y):
     """``y (M, N) = x (M, K) @ R^T + bias``, ``R`` the packed rows of the parts ``raws[p]`` in the orders
     ``orders[p]``, one after the other (a layer's query, key and value weights: one product); or
     ``gated``, two parts: ``y = silu(x R_0^T) * (x R_1^T)`` (SwiGLU's gate and up projections).
+    The tasks go in ``shares`` runs, each with buffers of its own.
 
     ``x`` is laid out once as panels of ``TILE_VECTORS`` vectors of rows (``xP[c, k, j] = x[c width + j,
     k]``, zero-padded), read by the tile in order. Then for each ``OUTPUTS_PER_TASK`` outputs their
