@@ -35,7 +35,6 @@ import numpy as np
 from numba import njit
 
 from core import masks
-from core.kernels.tuned import cpu as tuned_cpu
 from core.kernels.tuned.fastexp import EXP_MAX, fast_exp
 from core.model.layers import GELU_TANH_C        # sqrt(2 / pi), defined once beside the readable GELU
 from core.readiness import can_run
@@ -225,6 +224,8 @@ def attention(Q: np.ndarray, K: np.ndarray, V: np.ndarray, causal: bool, key_mas
     mask if ``causal`` plus ``key_mask`` ``(B, 1, 1, Tk)`` (or None); None while the fused kernel is not
     loaded (the caller runs the readable steps). The ``H / H_kv`` query heads that share a key/value
     head are the rows of one problem, as in :func:`core.model.multi_head.grouped`."""
+    from core.kernels.tuned import cpu as tuned_cpu   # the attention kernels: imported by a real model's pass (a lesson page never)
+
     B, H, Tq, d_k = Q.shape
     H_kv, Tk = K.shape[1], K.shape[2]
     group = H // H_kv
