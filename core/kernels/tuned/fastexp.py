@@ -9,6 +9,8 @@ and an exponent built from bits), so a loop of it vectorises: several times fast
 - :func:`fast_exp` picks :func:`exp_f32` for float32 and ``math.exp`` for float64 at compile time
   (float64 results are tested to 1e-12, beyond the polynomial's 1e-7).
 - :func:`exp_vector`: :func:`exp_f32` on every lane of a float32 SIMD vector (see simd.py).
+- :func:`silu`, :func:`gelu_tanh`: the activations written as ``x / (1 + exp(-u))``, once for every
+  kernel that computes them (a pass of their own, or fused into a matrix product).
 """
 from __future__ import annotations
 
@@ -95,3 +97,17 @@ def _fast_exp_overload(x):
         return lambda x: exp_f32(x)
     return lambda x: math.exp(x)
 
+
+
+@njit(inline="always")
+def silu(v, one, top):
+    """SiLU, ``v sigmoid(v) = v / (1 + exp(-v))``, with ``-v`` held at or below ``top`` (:data:`EXP_MAX`:
+    beyond it the result is 0 to the last bit either way); ``one`` is 1 in ``v``'s dtype."""
+    return v / (one + fast_exp(min(-v, top)))
+
+
+@njit(inline="always")
+def gelu_tanh(v, c, a, one, top):
+    """GELU's tanh form, ``0.5 v (1 + tanh u) = v / (1 + exp(-2u))`` with ``u = c (v + a v^3)``
+    (``c = sqrt(2 / pi)``, ``a = 0.044715``), ``-2u`` held at or below ``top``."""
+    return v / (one + fast_exp(min(-(c + c) * (v + a * v * v * v), top)))

@@ -27,7 +27,7 @@ import numpy as np
 from numba import njit, prange
 
 from core.kernels.tuned import simd
-from core.kernels.tuned.fastexp import EXP_MAX, fast_exp
+from core.kernels.tuned.fastexp import EXP_MAX, gelu_tanh, silu
 from core.kernels.tuned.target import REGISTERS
 from core.readiness import can_run
 
@@ -163,10 +163,10 @@ def _epilogue(y, y_row, yo, rows, cols, bias, b_at, residual, r_at, r_row, act, 
             v = y[yo + r * y_row + j]
             if b_at >= 0:
                 v += bias[b_at + j]
-            if act == 1:                  # GELU, tanh form, as x sigmoid(2u) (core.model.tuned.forward)
-                v = v / (one + fast_exp(min(-(c + c) * (v + a * v * v * v), top)))
-            elif act == 2:                # SiLU
-                v = v / (one + fast_exp(min(-v, top)))
+            if act == 1:                  # GELU, tanh form, as x sigmoid(2u)
+                v = gelu_tanh(v, c, a, one, top)
+            elif act == 2:
+                v = silu(v, one, top)
             if r_at >= 0:
                 v += residual[r_at + r * r_row + j]
             y[yo + r * y_row + j] = v

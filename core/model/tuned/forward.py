@@ -35,7 +35,7 @@ import numpy as np
 from numba import njit
 
 from core import masks
-from core.kernels.tuned.fastexp import EXP_MAX, fast_exp
+from core.kernels.tuned.fastexp import EXP_MAX, fast_exp, gelu_tanh as fast_gelu_tanh, silu as fast_silu
 from core.model.layers import GELU_TANH_C        # sqrt(2 / pi), defined once beside the readable GELU
 from core.readiness import can_run
 
@@ -111,9 +111,7 @@ def _gelu_tanh_flat(x, y, c, a, one, top):
     """``y = x / (1 + exp(-2u))`` with ``u = c (x + a x^3)``: the same as ``0.5 x (1 + tanh u)``,
     since ``1 + tanh u = 2 / (1 + e^{-2u})``; ``-2u`` is held at or below ``top``."""
     for n in range(x.size):
-        v = x[n]
-        w = -(c + c) * (v + a * v * v * v)
-        y[n] = v / (one + fast_exp(min(w, top)))
+        y[n] = fast_gelu_tanh(x[n], c, a, one, top)
 
 
 def gelu_tanh(x: np.ndarray) -> np.ndarray:
@@ -138,8 +136,7 @@ def _silu_flat(x, y, one, top):
     """``y = x / (1 + exp(-x))``, ``-x`` held at or below ``top`` (beyond it the output is 0 to the
     last bit either way)."""
     for n in range(x.size):
-        v = x[n]
-        y[n] = v / (one + fast_exp(min(-v, top)))
+        y[n] = fast_silu(x[n], one, top)
 
 
 def silu(x: np.ndarray) -> np.ndarray:
