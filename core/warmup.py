@@ -97,6 +97,7 @@ def _readable_loops() -> None:
         transformer.forward(init_params(llama, 0, dtype), llama, np.zeros((1, 3), np.int64))
         for rows in (gemm.TILE_ROWS, 1):         # a loaded model's packed product: a pass, a generated token
             gemm.matmul(np.zeros((rows, 2), dtype), gemm.pack(np.zeros((2, 3), dtype)))
+        gemm.joined_matmul(np.zeros((gemm.TILE_ROWS, 2), dtype), [gemm.pack(np.zeros((2, 3), dtype))] * 3)   # Q, K, V
         for rows in (L.TILED_BATCH_ROWS, 1):      # its attention: a pass (the register tile), a generated token
             L.matmul(np.zeros((1, rows, 2), dtype), np.zeros((1, 2, 2), dtype), threaded=True)
     for fmt in quants.FORMATS.values():          # a GGUF file's unpacking loops, on its read-only memory map

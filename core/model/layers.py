@@ -25,6 +25,7 @@ from numba import njit, prange
 
 from core import limits
 from core.kernels import cpu as lesson_cpu
+from core.kernels.tuned.fastexp import gelu_erf as gelu_erf_f32
 from core.model.compact import CompactMatrix
 from core.recording import note, recording  # noqa: F401  (recording: what the model pages wrap a forward pass in)
 from core.readiness import can_run
@@ -234,14 +235,37 @@ def dense(x: np.ndarray, W: np.ndarray, b) -> np.ndarray:
     return y
 
 
-def dense_joined(x: np.ndarray, Ws, gated: bool = False) -> np.ndarray | None:
-    """``x @ [W_0 | W_1 | ...]`` over the last axis, the weights' outputs side by side, or ``gated``:
-    ``silu(x W_0) * (x W_1)``, as one product where the weights have one together (a quantised
-    checkpoint's, :meth:`~core.model.compact.CompactMatrix.joined_product`): ``x`` is laid out and the
-    work shared among the threads once, not once a weight. None otherwise: the caller multiplies them
-    one by one."""
-    first = Ws[0]
-    y = first.joined_product(x.reshape(-1, x.shape[-1]), Ws, gated) if isinstance(first, CompactMatrix) else None
+def dense_activated(x: np.ndarray, W: np.ndarray, b, activation: str) -> np.ndarray | None:
+    """``act(x @ W + b)`` over the last axis in one product, the activation applied to each tile while
+    it is in the cache, where ``W`` is packed and our product has the activation (float32 for the
+    exact GELU); None otherwise: the caller takes :func:`dense`, then the activation."""
+    P = packed(W)
+    if P is None or activation not in gemm().ACTIVATIONS or (activation == "gelu_erf" and P.dtype != np.float32):
+        return None
+    y = gemm().matmul_if_loaded(x.reshape(-1, x.shape[-1]), P, b, activation)
+    if y is None:
+        return None
+    note(gemm().matmul)
+    return y.reshape(*x.shape[:-1], W.shape[1])
+
+
+def dense_joined(x: np.ndarray, Ws, gated: bool = False, biases=None) -> np.ndarray | None:
+    """``x @ [W_0 | W_1 | ...] + [b_0 | b_1 | ...]`` over the last axis, the weights' outputs side by
+    side, or ``gated``: ``silu(x W_0) * (x W_1)``, as one product where the weights have one together:
+    ``x`` is laid out and the work shared among the threads once, not once a weight. That is packed
+    float weights (:func:`core.kernels.tuned.gemm.joined_matmul_if_loaded`, with their biases), or a
+    quantised checkpoint's of one format (:meth:`~core.model.compact.CompactMatrix.joined_product`,
+    without biases). None otherwise: the caller multiplies them one by one."""
+    biases = [b for b in biases or () if b is not None]
+    if biases and len(biases) < len(Ws):
+        return None                                      # some weights with a bias and some without
+    x2, first = x.reshape(-1, x.shape[-1]), Ws[0]
+    if isinstance(first, CompactMatrix):
+        y = None if biases else first.joined_product(x2, Ws, gated)
+    else:
+        Ps = [packed(W) for W in Ws]
+        y = None if gated or None in Ps else \
+            gemm().joined_matmul_if_loaded(x2, Ps, np.concatenate(biases) if biases else None)
     return None if y is None else y.reshape(*x.shape[:-1], y.shape[1])
 
 
@@ -451,32 +475,13 @@ def _gelu_erf_flat(x, y):
         y[n] = 0.5 * x[n] * (1.0 + math.erf(x[n] * r))
 
 
-# erf(z) ~ z P(z^2) / Q(z^2) on [-4, 4], and +-1 beyond (as erf is, to float32's precision): a
-# rational fit good to 7e-8, with no libm call, so LLVM puts the loop on SIMD lanes (a float32
-# GELU over 1.2M numbers: 0.5 ms, against 22 ms for math.erf, one scalar call per element).
-# error_model="numpy": Python's check for a zero divisor would keep the loop scalar (Q < 0 here).
-ERF_P = tuple(np.float32(c) for c in (-1.60960333262415e-02, -2.95459980854025e-03, -7.34990630326855e-04,
-                                      -5.69250639462346e-05, -2.10102402082508e-06, 2.77068142495902e-08,
-                                      -2.72614225801306e-10))
-ERF_Q = tuple(np.float32(c) for c in (-1.42647390514189e-02, -7.37332916720468e-03, -1.68282697438203e-03,
-                                      -2.13374055278905e-04, -1.45660718464996e-05))
-
-
 @njit(cache=True, nogil=True, error_model="numpy")
 def _gelu_erf_rational(x, y):
-    """``y = 0.5 x (1 + erf(x / sqrt 2))`` in float32, with erf from the rational fit above."""
-    p0, p1, p2, p3, p4, p5, p6 = ERF_P
-    q0, q1, q2, q3, q4 = ERF_Q
-    r, lo, hi = np.float32(1.0 / math.sqrt(2.0)), np.float32(-4.0), np.float32(4.0)
-    half, one = np.float32(0.5), np.float32(1.0)
+    """``y = 0.5 x (1 + erf(x / sqrt 2))`` in float32, erf from a rational fit good to 7e-8 that runs
+    on SIMD lanes (:func:`core.kernels.tuned.fastexp.gelu_erf`, which our product's epilogue applies too).
+    error_model="numpy": Python's check for a zero divisor would keep the loop scalar."""
     for n in range(x.size):
-        z = x[n] * r
-        z = hi if z > hi else z
-        z = lo if z < lo else z
-        z2 = z * z
-        p = z * (p0 + z2 * (p1 + z2 * (p2 + z2 * (p3 + z2 * (p4 + z2 * (p5 + z2 * p6))))))
-        q = q0 + z2 * (q1 + z2 * (q2 + z2 * (q3 + z2 * q4)))
-        y[n] = half * x[n] * (one + p / q)
+        y[n] = gelu_erf_f32(x[n])
 
 
 _erf = np.frompyfunc(math.erf, 1, 1)          # NumPy has no erf: Python's, element by element

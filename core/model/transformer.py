@@ -89,10 +89,14 @@ def feed_forward(x: np.ndarray, p: dict, cfg: TransformerConfig, cache: dict, na
     ``{name}.gate`` (``x W_gate + b_gate``) and ``{name}.gate_act`` (its activation), and its
     ``{name}.output`` go to the cache."""
     cache[key(name, "input")] = x
-    hidden = None         # a tuned pass that keeps none of the gate's steps: SwiGLU as one product, where there is one
+    # a tuned pass that keeps none of the hidden layer's steps: SwiGLU as one product, or the activation
+    # applied inside W_1's product, where there is one
+    hidden = None
     if tuned and cfg.gated_ffn and cfg.activation == "silu" and p.get("ffn.b_gate") is None and p.get("ffn.b_1") is None \
             and not any(MH.keeps(cache, key(name, part)) for part in ("pre", "gate", "gate_act")):
         hidden = L.dense_joined(x, (p["ffn.W_gate"], p["ffn.W_1"]), gated=True)
+    elif tuned and not cfg.gated_ffn and not MH.keeps(cache, key(name, "pre")):
+        hidden = L.dense_activated(x, p["ffn.W_1"], p.get("ffn.b_1"), cfg.activation)   # act fused into the product
     if hidden is None:
         cache[key(name, "pre")] = pre = L.dense(x, p["ffn.W_1"], p.get("ffn.b_1"))      # (B, T, d_ff)
         act = ACTIVATIONS[cfg.activation].forward

@@ -1,6 +1,8 @@
 """Our matrix product: the tuned one (weights packed into panels, register tiles, both cores, fused
 bias, activation and residual), its readable twin, and the register tile the training steps use,
 each held to NumPy's product in float64 on odd shapes, in float32 and float64."""
+import math
+
 import numba
 import numpy as np
 import pytest
@@ -16,7 +18,8 @@ SHAPES = [(1, 7, 5), (2, 33, 70), (3, 64, 24), (4, 8, 64), (5, 17, 65), (17, 61,
           (64, 96, 192), (9, 16, 32), (9, 16, 64)]
 ACTIVATIONS = {"none": lambda z: z,
                "gelu_tanh": lambda z: 0.5 * z * (1 + np.tanh(np.sqrt(2 / np.pi) * (z + 0.044715 * z ** 3))),
-               "silu": lambda z: z / (1 + np.exp(-z))}
+               "silu": lambda z: z / (1 + np.exp(-z)),
+               "gelu_erf": lambda z: 0.5 * z * (1 + np.vectorize(math.erf)(z / np.sqrt(2)))}
 TOLERANCE = {np.float32: 2e-5, np.float64: 1e-12}
 
 
@@ -48,9 +51,33 @@ def test_packed_product_matches_numpy(M, K, N, dtype):
     packed = gemm.pack(W)
     _assert_close(gemm.matmul(x, packed), _expected(x, W, None, "none", None), dtype)
     for activation in ACTIVATIONS:
+        if activation == "gelu_erf" and dtype == np.float64:
+            with pytest.raises(ValueError, match="exact GELU is float32's"):
+                gemm.matmul(x, packed, b, activation)
+            continue
         _assert_close(gemm.matmul(x, packed, b, activation, r), _expected(x, W, b, activation, r), dtype)
     _assert_close(gemm.matmul(x, packed, b), _expected(x, W, b, "none", None), dtype)
     _assert_close(gemm.matmul(x, packed, residual=r), _expected(x, W, None, "none", r), dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("M,K,widths", [(4, 8, (5, 70, 3)), (37, 129, (64, 130, 200)), (9, 16, (64, 64)), (70, 96, (96,))])
+def test_weights_joined_in_one_product_give_each_ones_product_to_the_bit(M, K, widths, dtype):
+    """A layer's query, key and value weights as one product: each weight's outputs side by side, the
+    bits of its own product (with its slice of the bias), and NumPy's numbers; widths that end inside
+    a panel, a moved last row block. Fewer rows than a tile, or another height, give None."""
+    rng = np.random.default_rng(M + K)
+    x = rng.normal(size=(M, K)).astype(dtype)
+    Ws = [rng.normal(size=(K, n)).astype(dtype) for n in widths]
+    bs = [rng.normal(size=n).astype(dtype) for n in widths]
+    packed = [gemm.pack(W) for W in Ws]
+    got = gemm.joined_matmul_if_loaded(x, packed, np.concatenate(bs))
+    assert np.array_equal(got, np.concatenate([gemm.matmul(x, P, b) for P, b in zip(packed, bs)], axis=1))
+    _assert_close(got, _expected(x, np.concatenate(Ws, axis=1), np.concatenate(bs), "none", None), dtype)
+    assert np.array_equal(gemm.joined_matmul_if_loaded(x, packed),
+                          np.concatenate([gemm.matmul(x, P) for P in packed], axis=1))
+    assert gemm.joined_matmul_if_loaded(x[:gemm.TILE_ROWS - 1], packed) is None
+    assert gemm.joined_matmul_if_loaded(x, packed + [gemm.pack(np.ones((K + 1, 3), dtype))]) is None
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

@@ -10,7 +10,8 @@ and an exponent built from bits), so a loop of it vectorises: several times fast
   (float64 results are tested to 1e-12, beyond the polynomial's 1e-7).
 - :func:`exp_vector`: :func:`exp_f32` on every lane of a float32 SIMD vector (see simd.py).
 - :func:`silu`, :func:`gelu_tanh`: the activations written as ``x / (1 + exp(-u))``, once for every
-  kernel that computes them (a pass of their own, or fused into a matrix product).
+  kernel that computes them (a pass of their own, or fused into a matrix product); beside them
+  :func:`gelu_erf`, the exact GELU with erf as a rational fit (no exp, and no libm call either).
 """
 from __future__ import annotations
 
@@ -111,3 +112,31 @@ def gelu_tanh(v, c, a, one, top):
     """GELU's tanh form, ``0.5 v (1 + tanh u) = v / (1 + exp(-2u))`` with ``u = c (v + a v^3)``
     (``c = sqrt(2 / pi)``, ``a = 0.044715``), ``-2u`` held at or below ``top``."""
     return v / (one + fast_exp(min(-(c + c) * (v + a * v * v * v), top)))
+
+
+# erf(z) ~ z P(z^2) / Q(z^2) on [-4, 4], and +-1 beyond (as erf is, to float32's precision): a
+# rational fit good to 7e-8, with no libm call, so LLVM puts a loop of it on SIMD lanes (a float32
+# GELU over 1.2M numbers: 0.5 ms, against 22 ms for math.erf, one scalar call per element).
+# A kernel that divides by Q needs error_model="numpy": Python's check for a zero divisor would
+# keep its loop scalar (Q < 0 here).
+ERF_P = tuple(np.float32(c) for c in (-1.60960333262415e-02, -2.95459980854025e-03, -7.34990630326855e-04,
+                                      -5.69250639462346e-05, -2.10102402082508e-06, 2.77068142495902e-08,
+                                      -2.72614225801306e-10))
+ERF_Q = tuple(np.float32(c) for c in (-1.42647390514189e-02, -7.37332916720468e-03, -1.68282697438203e-03,
+                                      -2.13374055278905e-04, -1.45660718464996e-05))
+_SQRT_HALF, _ERF_EDGE, _HALF, _ONE = (np.float32(c) for c in (1.0 / math.sqrt(2.0), 4.0, 0.5, 1.0))
+
+
+@njit(inline="always")
+def gelu_erf(v):
+    """The exact GELU ``0.5 v (1 + erf(v / sqrt 2))`` of a float32 ``v``, erf from the rational fit
+    above (``z`` held to [-4, 4])."""
+    p0, p1, p2, p3, p4, p5, p6 = ERF_P
+    q0, q1, q2, q3, q4 = ERF_Q
+    z = v * _SQRT_HALF
+    z = _ERF_EDGE if z > _ERF_EDGE else z
+    z = -_ERF_EDGE if z < -_ERF_EDGE else z
+    z2 = z * z
+    p = z * (p0 + z2 * (p1 + z2 * (p2 + z2 * (p3 + z2 * (p4 + z2 * (p5 + z2 * p6))))))
+    q = q0 + z2 * (q1 + z2 * (q2 + z2 * (q3 + z2 * q4)))
+    return _HALF * v * (_ONE + p / q)

@@ -14,8 +14,10 @@ register tile reads it, and :func:`matmul` multiplies activations by the packed 
 - **both cores**: the tiles are shared out among Numba's threads (``prange``). A tile is computed
   by one thread, its sums in the same order whatever the thread count, so the numbers do not depend
   on it;
-- **fused epilogue**: the bias, the activation (GELU's tanh form, SiLU) and a residual are applied
-  to a tile while it is still in the L1 cache, instead of a pass over the whole output each.
+- **fused epilogue**: the bias, the activation (GELU, exact or its tanh form; SiLU) and a residual
+  are applied to a tile while it is still in the L1 cache, instead of a pass over the whole output each;
+- **joined weights**: several weights that multiply the same ``x`` (a layer's query, key and value
+  projections) go through one product, their tiles shared out among the threads together.
 
 The readable twin, the loops these compute, is :func:`core.kernels.matmul.matmul_kernel`.
 """
@@ -27,14 +29,14 @@ import numpy as np
 from numba import njit, prange
 
 from core.kernels.tuned import simd
-from core.kernels.tuned.fastexp import EXP_MAX, gelu_tanh, silu
+from core.kernels.tuned.fastexp import EXP_MAX, gelu_erf, gelu_tanh, silu
 from core.kernels.tuned.target import REGISTERS
 from core.readiness import can_run
 
 JIT = dict(cache=True, nogil=True, error_model="numpy")
 TILE_ROWS = 4
 TILE_VECTORS = 4 if REGISTERS >= 32 else 3       # 16 or 12 running sums + the loads + one broadcast
-ACTIVATIONS = {"none": 0, "gelu_tanh": 1, "silu": 2}
+ACTIVATIONS = {"none": 0, "gelu_tanh": 1, "silu": 2, "gelu_erf": 3}     # gelu_erf: float32 only
 GELU_TANH_C = float(np.sqrt(2.0 / np.pi))
 
 
@@ -157,46 +159,57 @@ def pack(W: np.ndarray) -> PackedWeight:
 # ----------------------------------------------------------------------------------------------
 @njit(inline="always", **JIT)
 def _epilogue(y, y_row, yo, rows, cols, bias, b_at, residual, r_at, r_row, act, c, a, one, top):
-    """``y = act(y + bias) + residual`` on one tile (``rows`` x ``cols`` at ``yo``), in the L1 cache."""
+    """``y = act(y + bias) + residual`` on one tile (``rows`` x ``cols`` at ``yo``), in the L1 cache:
+    a loop a step over a row's slice, each on SIMD lanes (a branch inside a loop, or an index that
+    might be negative, would keep it scalar)."""
     for r in range(rows):
-        for j in range(cols):
-            v = y[yo + r * y_row + j]
-            if b_at >= 0:
-                v += bias[b_at + j]
-            if act == 1:                  # GELU, tanh form, as x sigmoid(2u)
-                v = gelu_tanh(v, c, a, one, top)
-            elif act == 2:
-                v = silu(v, one, top)
-            if r_at >= 0:
-                v += residual[r_at + r * r_row + j]
-            y[yo + r * y_row + j] = v
+        row = y[yo + r * y_row:yo + r * y_row + cols]
+        if b_at >= 0:
+            b = bias[b_at:b_at + cols]
+            for j in range(cols):
+                row[j] += b[j]
+        if act == 1:                      # GELU, tanh form, as x sigmoid(2u)
+            for j in range(cols):
+                row[j] = gelu_tanh(row[j], c, a, one, top)
+        elif act == 2:
+            for j in range(cols):
+                row[j] = silu(row[j], one, top)
+        elif act == 3:                    # GELU, exact: erf as a rational fit (float32)
+            for j in range(cols):
+                row[j] = gelu_erf(row[j])
+        if r_at >= 0:
+            res = residual[r_at + r * r_row:r_at + r * r_row + cols]
+            for j in range(cols):
+                row[j] += res[j]
 
 
 @njit(inline="always", **JIT)
-def _tile_task(A, flat_panels, panel_at, K, width, M, N, p, rb, flat_y, y_at, flat_bias, has_bias, act,
+def _tile_task(A, flat_panels, panel_at, K, width, M, N, p, rb, flat_y, y_at, y_row, flat_bias, has_bias, act,
                flat_res, has_residual, c, a, one, top):
     """One task of the product: row block ``rb`` of ``y = act(x W + bias) + residual`` by panel ``p``
-    (its panel at ``flat_panels[panel_at:]``, ``y``'s (M, N) at ``flat_y[y_at:]``), through the tile and
-    the epilogue; a block past row M moves back to end there, a padded panel goes through scratch."""
+    of ``W`` (K, N) (its panel at ``flat_panels[panel_at:]``; ``y``'s columns of ``W`` start at
+    ``flat_y[y_at:]``, its rows ``y_row`` apart, and so do the bias's and the residual's), through the
+    tile and the epilogue; a block past row M moves back to end there, a padded panel goes through scratch."""
     m = min(rb * TILE_ROWS, M - TILE_ROWS)      # the last block moves back to end at row M
     first = rb * TILE_ROWS - m                   # its rows before `first` are the block before's
     n = p * width
     cols = min(width, N - n)
     scratch = cols < width or first > 0
     if not scratch:
-        out, out_row, out_at = flat_y, N, y_at + m * N + n
+        out, out_row, out_at = flat_y, y_row, y_at + m * y_row + n
     else:                                        # a padded panel or a moved block: a scratch tile,
         out, out_row, out_at = np.empty(TILE_ROWS * width, dtype=flat_y.dtype), width, 0   # its new part copied
     if TILE_VECTORS == 4:
         tile4(A, flat_panels, width, panel_at, out, out, out_row, out_at, K, m, False)
     else:
         tile3(A, flat_panels, width, panel_at, out, out, out_row, out_at, K, m, False)
-    _epilogue(out, out_row, out_at, TILE_ROWS, cols, flat_bias, n if has_bias else -1,
-              flat_res, m * N + n if has_residual else -1, N, act, c, a, one, top)
+    # the bias is indexed by y's column: W's columns start at column y_at % y_row (y_at: a row's start plus that)
+    _epilogue(out, out_row, out_at, TILE_ROWS, cols, flat_bias, y_at % y_row + n if has_bias else -1,
+              flat_res, y_at + m * y_row + n if has_residual else -1, y_row, act, c, a, one, top)
     if scratch:
         for r in range(first, TILE_ROWS):
             for j in range(cols):
-                flat_y[y_at + (m + r) * N + n + j] = out[r * width + j]
+                flat_y[y_at + (m + r) * y_row + n + j] = out[r * width + j]
 
 
 @njit(parallel=True, **JIT)
@@ -213,8 +226,36 @@ def _matmul(x, panels, N, bias, has_bias, act, residual, has_residual, y):
     # tasks panel by panel: a thread's run of tasks reuses one panel from its cache for every row block
     for task in prange(P * row_blocks):
         p, rb = task // row_blocks, task % row_blocks
-        _tile_task(A, flat_panels, p * K * width, K, width, M, N, p, rb, flat_y, 0, flat_bias, has_bias, act,
+        _tile_task(A, flat_panels, p * K * width, K, width, M, N, p, rb, flat_y, 0, N, flat_bias, has_bias, act,
                    flat_res, has_residual, c, a, one, top)
+
+
+@njit(parallel=True, **JIT)
+def _matmul_joined(x, parts, widths, bias, has_bias, y):
+    """``y (M, N_0 + N_1 + ...) = x (M, K) @ [W_0 | W_1 | ...] + bias``, each ``W_i`` packed
+    (``parts[i]``, its width ``widths[i]``), its outputs beside the one before's: a layer's query, key
+    and value weights in one product, ``x``'s tiles and the threads' start shared by the three.
+    ``M >= 4``. Each tile is :func:`_matmul`'s, so each part's numbers are its own product's to the bit."""
+    M, K = x.shape
+    width = parts[0].shape[2]
+    A = x.T
+    flat_y, flat_bias, none = y.ravel(), bias.ravel(), np.zeros(1, dtype=y.dtype)
+    t = flat_y.dtype.type
+    first_panel = np.zeros(len(parts) + 1, np.int64)      # part i's panels are tasks' panels first_panel[i]...
+    first_col = np.zeros(len(parts), np.int64)
+    for i in range(len(parts)):
+        first_panel[i + 1] = first_panel[i] + parts[i].shape[0]
+        if i > 0:
+            first_col[i] = first_col[i - 1] + widths[i - 1]
+    row_blocks = (M + TILE_ROWS - 1) // TILE_ROWS
+    for task in prange(first_panel[-1] * row_blocks):
+        g, rb = task // row_blocks, task % row_blocks
+        i = 0
+        while g >= first_panel[i + 1]:
+            i += 1
+        p = g - first_panel[i]
+        _tile_task(A, parts[i].ravel(), p * K * width, K, width, M, widths[i], p, rb, flat_y, first_col[i],
+                   y.shape[1], flat_bias, has_bias, 0, none, False, t(0), t(0), t(1), t(0))
 
 
 @njit(parallel=True, **JIT)
@@ -239,7 +280,7 @@ def _matmul_batched(x, b, y):
     for task in prange(B * P * row_blocks):
         n, rest = task // (P * row_blocks), task % (P * row_blocks)
         p, rb = rest // row_blocks, rest % row_blocks
-        _tile_task(x[n].T, flat_panels, (n * P + p) * K * width, K, width, M, N, p, rb, flat_y, n * M * N,
+        _tile_task(x[n].T, flat_panels, (n * P + p) * K * width, K, width, M, N, p, rb, flat_y, n * M * N, N,
                    none, False, 0, none, False, t(0), t(0), t(1), t(0))
 
 
@@ -294,6 +335,8 @@ def _call(x, W, bias, activation, residual):
         raise ValueError(f"x has {K} columns, the weight {W.shape[0]} rows")
     N = W.shape[1]
     dtype = W.dtype
+    if activation == "gelu_erf" and dtype != np.float32:
+        raise ValueError("The fused exact GELU is float32's (erf as a rational fit); float64 takes math.erf apart.")
     none = np.zeros(1, dtype=dtype)
     kernel = _matmul if M >= TILE_ROWS else _matmul_few
     return kernel, (np.ascontiguousarray(x, dtype=dtype), W.panels, N,
@@ -306,10 +349,45 @@ def matmul(x: np.ndarray, W: PackedWeight, bias: np.ndarray | None = None, activ
            residual: np.ndarray | None = None) -> np.ndarray:
     """``act(x @ W + bias) + residual`` for ``x`` (M, K) and a packed ``W`` (K, N), in a new array.
 
-    ``activation``: ``"none"``, ``"gelu_tanh"`` or ``"silu"``; ``bias`` (N,) and ``residual`` (M, N)
-    may be None."""
+    ``activation``: ``"none"``, ``"gelu_tanh"``, ``"silu"`` or, float32 only, ``"gelu_erf"``;
+    ``bias`` (N,) and ``residual`` (M, N) may be None."""
     kernel, args = _call(x, W, bias, activation, residual)
     kernel(*args)
+    return args[-1]
+
+
+def _joined_call(x: np.ndarray, Ws, bias):
+    """:func:`_matmul_joined`'s arguments for these operands (the output last, fresh), or None for fewer
+    rows than a tile or weights of another dtype or height than the first's."""
+    M, K = x.shape
+    dtype = Ws[0].dtype
+    if M < TILE_ROWS or any(W.shape[0] != K or W.dtype != dtype for W in Ws):
+        return None
+    widths = np.array([W.shape[1] for W in Ws], np.int64)
+    none = np.zeros(1, dtype=dtype)
+    return (np.ascontiguousarray(x, dtype=dtype), tuple(W.panels for W in Ws), widths,
+            none if bias is None else np.ascontiguousarray(bias, dtype=dtype), bias is not None,
+            np.empty((M, int(widths.sum())), dtype=dtype))
+
+
+def joined_matmul(x: np.ndarray, Ws, bias: np.ndarray | None = None) -> np.ndarray | None:
+    """``x @ [W_0 | W_1 | ...] + bias`` for ``x`` (M, K), ``M >= TILE_ROWS``, and packed weights ``Ws``
+    of one dtype and height, their outputs side by side, in one product (:func:`_matmul_joined`);
+    ``bias`` covers them all, or is None. None for fewer rows or mismatched weights: the caller
+    multiplies them one by one."""
+    args = _joined_call(x, Ws, bias)
+    if args is None:
+        return None
+    _matmul_joined(*args)
+    return args[-1]
+
+
+def joined_matmul_if_loaded(x: np.ndarray, Ws, bias: np.ndarray | None = None) -> np.ndarray | None:
+    """:func:`joined_matmul`, or None also while its kernel is not loaded (:func:`core.readiness.can_run`)."""
+    args = _joined_call(x, Ws, bias)
+    if args is None or not can_run(_matmul_joined, *args):
+        return None
+    _matmul_joined(*args)
     return args[-1]
 
 
