@@ -61,6 +61,23 @@ def test_packed_product_matches_numpy(M, K, N, dtype):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_cache_blocked_product_gives_the_unblocked_products_bits(dtype):
+    """Many rows and a long K take K in chunks (a moved last row block, a padded last panel, the
+    epilogue after the last chunk): the bits of the product over fewer rows at a time, which does not
+    block, and NumPy's numbers."""
+    M, K, N = gemm.BLOCKED_FROM_ROWS + 2, gemm.BLOCKED_FROM_K + 75, 130
+    x, W, b, r = _inputs(M, K, N, dtype)
+    packed = gemm.pack(W)
+    assert gemm._call(x, packed, b, "none", r)[0] is gemm._matmul_blocked
+    rows = gemm.BLOCKED_FROM_ROWS // 2
+    for activation in ("none", "gelu_tanh"):
+        got = gemm.matmul(x, packed, b, activation, r)
+        apart = [gemm.matmul(x[i:i + rows], packed, b, activation, r[i:i + rows]) for i in range(0, M, rows)]
+        assert np.array_equal(got, np.concatenate(apart))
+        _assert_close(got, _expected(x, W, b, activation, r), dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("M,K,widths", [(4, 8, (5, 70, 3)), (37, 129, (64, 130, 200)), (9, 16, (64, 64)), (70, 96, (96,))])
 def test_weights_joined_in_one_product_give_each_ones_product_to_the_bit(M, K, widths, dtype):
     """A layer's query, key and value weights as one product: each weight's outputs side by side, the
