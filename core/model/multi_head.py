@@ -172,8 +172,8 @@ def attend(x_q: np.ndarray, x_kv: np.ndarray, w: dict, cfg, cache: dict, name: s
     # 1. queries (H heads), keys and values (H_kv heads); with rotary positions, queries and keys turned
     QKV = None                                       # a tuned pass: the three as one product where they have one
     if tuned and x_kv is x_q:
-        QKV = L.dense_joined(x_q, (w["W_Q"], w["W_K"], w["W_V"]), biases=(w["b_Q"], w["b_K"], w["b_V"]))   # (B, T, (H + 2 H_kv) d_k)
-    if QKV is not None:
+        QKV = L.dense_joined(x_q, (w["W_Q"], w["W_K"], w["W_V"]), biases=(w["b_Q"], w["b_K"], w["b_V"]))
+    if QKV is not None:                                                                 # (B, T, (H + 2 H_kv) d_k)
         Q, K, V = np.split(QKV, [H * d_k, (H + H_kv) * d_k], axis=-1)
         Q, K, V = split_heads(Q, H), split_heads(K, H_kv), split_heads(V, H_kv)
     else:

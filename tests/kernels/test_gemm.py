@@ -78,7 +78,8 @@ def test_the_cache_blocked_product_gives_the_unblocked_products_bits(dtype):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("M,K,widths", [(4, 8, (5, 70, 3)), (37, 129, (64, 130, 200)), (9, 16, (64, 64)), (70, 96, (96,))])
+@pytest.mark.parametrize("M,K,widths", [(4, 8, (5, 70, 3)), (37, 129, (64, 130, 200)), (9, 16, (64, 64)),
+                                         (70, 96, (96,))])
 def test_weights_joined_in_one_product_give_each_ones_product_to_the_bit(M, K, widths, dtype):
     """A layer's query, key and value weights as one product: each weight's outputs side by side, the
     bits of its own product (with its slice of the bias), and NumPy's numbers; widths that end inside

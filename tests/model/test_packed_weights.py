@@ -177,7 +177,8 @@ for activation, placement in (("gelu_tanh", "pre"), ("gelu_erf", "post")):
     L.pack_weights(params, transposed=("embed",))
     for T in (40, 2):
         ids = np.arange(T)
-        tr.forward(params, cfg, ids), tr.forward(params, cfg, ids, keep=()), tr.forward(params, cfg, ids, keep=("attn.weights",))
+        for keep in (None, (), ("attn.weights",)):
+            tr.forward(params, cfg, ids, keep=keep)
 print(json.dumps(sorted(name for name, k in kernels.items() if len(k.signatures) != before[name])))
 """
 

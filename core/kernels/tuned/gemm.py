@@ -243,9 +243,10 @@ BLOCK_K, BLOCK_M = 512, 128
 
 @njit(parallel=True, **JIT)
 def _matmul_blocked(x, panels, N, bias, has_bias, act, residual, has_residual, y):
-    """:func:`_matmul` with cache blocking (``M >= BLOCKED_FROM_ROWS``, ``K >= BLOCKED_FROM_K``): the tiles of a task (a panel by
-    ``BLOCK_M`` rows) sum into a buffer of its own, ``BLOCK_K`` numbers of ``k`` at a time, in the
-    order of ``k`` (the same bits as :func:`_matmul`); then the epilogue, and the copy to ``y``."""
+    """:func:`_matmul` with cache blocking (``M >= BLOCKED_FROM_ROWS``, ``K >= BLOCKED_FROM_K``): the
+    tiles of a task (a panel by ``BLOCK_M`` rows) sum into a buffer of its own, ``BLOCK_K`` numbers of
+    ``k`` at a time, in the order of ``k`` (the same bits as :func:`_matmul`); then the epilogue, and
+    the copy to ``y``."""
     M, K = x.shape
     P, _, width = panels.shape
     A = x.T
