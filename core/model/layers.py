@@ -207,10 +207,10 @@ def own_products(W) -> bool:
     return packed(W) is not None or isinstance(W, CompactMatrix)
 
 
-def packed_product(rows: np.ndarray, P, b=None) -> np.ndarray | None:
-    """``rows @ W + b`` through our product on ``W`` packed (``P``), or None while the warm-up still
-    compiles it (the caller's BLAS product then)."""
-    y = gemm().matmul_if_loaded(rows, P, b)
+def packed_product(rows: np.ndarray, P, b=None, activation: str = "none") -> np.ndarray | None:
+    """``act(rows @ W + b)`` through our product on ``W`` packed (``P``), or None while the warm-up
+    still compiles it (the caller's BLAS product then)."""
+    y = gemm().matmul_if_loaded(rows, P, b, activation)
     if y is not None:
         note(gemm().matmul)
     return y
@@ -242,11 +242,8 @@ def dense_activated(x: np.ndarray, W: np.ndarray, b, activation: str) -> np.ndar
     P = packed(W)
     if P is None or activation not in gemm().ACTIVATIONS or (activation == "gelu_erf" and P.dtype != np.float32):
         return None
-    y = gemm().matmul_if_loaded(x.reshape(-1, x.shape[-1]), P, b, activation)
-    if y is None:
-        return None
-    note(gemm().matmul)
-    return y.reshape(*x.shape[:-1], W.shape[1])
+    y = packed_product(x.reshape(-1, x.shape[-1]), P, b, activation)
+    return None if y is None else y.reshape(*x.shape[:-1], W.shape[1])
 
 
 def dense_joined(x: np.ndarray, Ws, gated: bool = False, biases=None) -> np.ndarray | None:
