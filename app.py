@@ -10,32 +10,34 @@ from ui import redraw_log
 from ui.lesson import notation_card
 from ui.widgets import BACKEND_KEY, PRECISION_KEY
 
-st.set_page_config(page_title="Attention, operated by hand", page_icon="🔍", layout="wide")
+# Material icons, not emoji: an emoji icon makes Streamlit load its emoji catalogue, a tenth of a
+# second of a fresh server's first visit
+st.set_page_config(page_title="Attention, operated by hand", page_icon=":material/search:", layout="wide")
 warmup.start_once()   # once per server process: the heavy kernels compile in the background, between page runs
 
 # The sidebar lists the lesson pages in the order of the path (core/lessons/path.py): each page's
 # prerequisites come before it.
 PAGES = {
-    "Start": [st.Page("views/home.py", title="Overview", icon="🏠", default=True)],
+    "Start": [st.Page("views/home.py", title="Overview", icon=":material/home:", default=True)],
     "Attention": [
-        st.Page("views/one_head.py", title="One head", icon="🎯"),
-        st.Page("views/positional.py", title="Positional encoding", icon="📍"),
-        st.Page("views/multi_head.py", title="Multi-head, set by hand", icon="🧩"),
-        st.Page("views/filter_bank.py", title="Concat, W_O and the filter bank", icon="🎛️"),
+        st.Page("views/one_head.py", title="One head", icon=":material/adjust:"),
+        st.Page("views/positional.py", title="Positional encoding", icon=":material/location_on:"),
+        st.Page("views/multi_head.py", title="Multi-head, set by hand", icon=":material/extension:"),
+        st.Page("views/filter_bank.py", title="Concat, W_O and the filter bank", icon=":material/tune:"),
     ],
     "Around attention": [
-        st.Page("views/parameters.py", title="Parameters and cost", icon="🧮"),
-        st.Page("views/masks.py", title="Masks and cross-attention", icon="🎭"),
+        st.Page("views/parameters.py", title="Parameters and cost", icon=":material/calculate:"),
+        st.Page("views/masks.py", title="Masks and cross-attention", icon=":material/theater_comedy:"),
     ],
     "Practice": [
-        st.Page("views/training.py", title="Train an encoder", icon="🏋️"),
-        st.Page("views/inside_model.py", title="Inside a trained model", icon="🔬"),
-        st.Page("views/decoder.py", title="Decoder and generation", icon="✍️"),
-        st.Page("views/induction.py", title="Induction heads", icon="🔁"),
+        st.Page("views/training.py", title="Train an encoder", icon=":material/fitness_center:"),
+        st.Page("views/inside_model.py", title="Inside a trained model", icon=":material/biotech:"),
+        st.Page("views/decoder.py", title="Decoder and generation", icon=":material/edit_note:"),
+        st.Page("views/induction.py", title="Induction heads", icon=":material/repeat:"),
         st.Page("views/real_model.py", title="A real model", icon=":material/smart_toy:"),
-        st.Page("views/check_yourself.py", title="Check yourself", icon="✅"),
+        st.Page("views/check_yourself.py", title="Check yourself", icon=":material/check_circle:"),
     ],
-    "Under the hood": [st.Page("views/make_it_fast.py", title="Make it fast", icon="🚀")],
+    "Under the hood": [st.Page("views/make_it_fast.py", title="Make it fast", icon=":material/rocket_launch:")],
 }
 
 with st.sidebar:

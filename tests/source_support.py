@@ -10,16 +10,29 @@ from core.kernels import dispatch
 from core.model import activations, layers, multi_head
 from core.model.tuned import forward as tuned_forward
 from core.recording import recorded, recording
+from ui.widgets import SOURCES_KEY
 
 
 def full_name(fn) -> str:
     return f"{fn.__module__}.{fn.__qualname__}"
 
 
-def source_names(at, start: str) -> list[str]:
+def source_names(at, start: str, key: str = SOURCES_KEY) -> list[str]:
     """The functions the one expander whose label starts with ``start`` names, in order."""
+    return [m.value.split("`")[1] for m in opened_source(at, start, key).markdown if m.value.startswith("**`")]
+
+
+def opened_source(at, start: str, key: str = SOURCES_KEY):
+    """The one expander whose label starts with ``start``, open. A page draws it shut, and shut it
+    holds nothing (checked here); then it is opened (``key``) and the page run again."""
     (box,) = [e for e in at.expander if e.label.startswith(start)]
-    return [m.value.split("`")[1] for m in box.markdown if m.value.startswith("**`")]
+    if not box.proto.expanded:
+        assert not box.children, f"the shut expander {box.label!r} holds {len(box.children)} elements"
+        open_sources(at, key).run()
+        assert not at.exception, at.exception
+        (box,) = [e for e in at.expander if e.label.startswith(start)]
+        assert box.proto.expanded and box.code, f"{box.label!r} did not open, or holds no code"
+    return box
 
 
 def softmax_and_gelu() -> set[str]:
@@ -40,3 +53,12 @@ def forward_ran(model, ids) -> set[str]:
     with recording() as ran:
         recorded(model.forward)(np.array(ids))
     return {full_name(fn) for fn in dispatch.functions_behind(ran)}
+
+
+def open_sources(at, *keys: str):
+    """Open a page's source expanders for its next runs: shut, as a student first sees them, they
+    hold no code. ``keys``: those of :func:`ui.widgets.source_expander`, by default the one every
+    page has. An expander whose label changes shuts again, as it would in the browser."""
+    for key in keys or (SOURCES_KEY,):
+        at.session_state[key] = True
+    return at

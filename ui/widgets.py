@@ -112,7 +112,22 @@ def function_sources(ran: Record) -> None:
         _show(fn)
 
 
-def kernel_source(ran: Record) -> None:
+SOURCES_KEY = "sources"   # a page's source expander; a page with several names the others ``sources:...``
+
+
+def source_expander(label: str, key: str = SOURCES_KEY):
+    """The expander holding the source behind a page's numbers, filled only while it is open.
+
+    Shut, as every page first draws it, it sends no code: a page's dozens of code blocks, and the
+    browser's syntax highlighter (1.5 MB of script), cost a first visit over a second. Opening it
+    reruns the page, which then fills it. Returns the expander while open, else None; its label
+    must not change from run to run (it is part of the expander's identity: a new label shuts it).
+    """
+    box = st.expander(label, key=key, on_change="rerun")
+    return box if box.open else None
+
+
+def kernel_source(ran: Record, key: str = SOURCES_KEY) -> None:
     """An expander with the source of every function that computed the page's numbers.
 
     ``ran`` is what ``with recording() as ran:`` recorded around the page's computation: each
@@ -122,9 +137,12 @@ def kernel_source(ran: Record) -> None:
     """
     if not ran:
         return
-    device = ran[0].device
-    where = core_backend.describe(device)
-    with st.expander(f"Kernel source — {ran.seconds * 1e3:.2f} ms on {where}"):
+    where = core_backend.describe(ran[0].device)
+    box = source_expander(f"Kernel source — on {where}", key)
+    if box is None:
+        return
+    with box:
+        st.caption(f"The kernels took {ran.seconds * 1e3:.2f} ms in all.")
         shown = set()
         for call in ran:
             new = [fn for fn in call.host + call.kernels if id(fn.__code__) not in shown]

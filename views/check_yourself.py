@@ -121,7 +121,7 @@ else:
     st.vega_lite_chart(charts.heatmap(result.weights, pos, pos, title="your head's weights (causal)"))
     st.vega_lite_chart(charts.stem(result.weights[3], title="row 4: the impulse response"), width="stretch")
     marked("two", np.stack([Q, K]), lambda: result, button="Check my head")
-    kernel_source(ran)
+    kernel_source(ran, key="sources:two")
 
 passed, checked = exercises.score({k: v[1] for k, v in verdicts.items()})
 exercise_box.metric("Exercises passed", f"{passed} of 2", help=f"Checked so far: {checked} of 2. A verdict stays "

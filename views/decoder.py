@@ -17,7 +17,7 @@ from core.model import generation as decoding  # the page has a function named g
 from core.training.decoder_runs import DEFAULTS, build
 from ui import charts, lesson, state
 from ui.step_source import STILL_COMPILING, step_record_of
-from ui.widgets import act, chosen_dtype, function_sources, live_view, run_progress
+from ui.widgets import act, chosen_dtype, function_sources, live_view, run_progress, source_expander
 from ui.decoder_trainer import EVAL_EVERY, TASKS, DecoderTrainer
 
 
@@ -529,18 +529,19 @@ else:
 
 run = trainer.view()
 track_ran = run.track if run.metrics else st.session_state[k("track")]
-with st.expander(f"Source: generation, and the {track_ran} training step"):
-    st.caption("Teacher forcing, generation (with and without the cache), the attention it runs, and the sampler; "
-               f"then one {track_ran} training step, as a run takes it for each batch: "
-               + ("the one transformer's forward pass and hand-written backward pass, sublayer by sublayer, then Adam."
-                  if track_ran == "readable" else "the same numbers as the readable step, in one Numba call, then "
-                  "Adam." + ("" if setup.seq2seq else " That call is the same for every decoder: a decoder-only "
-                             "model skips its encoder and cross-attention.")))
-    step_ran = step_record_of("decoder", cfg, track_ran)
-    if step_ran is None:
-        st.caption(STILL_COMPILING)
-    else:
-        ran.merge(step_ran)
-    function_sources(ran)
+if sources := source_expander(f"Source: generation, and the {track_ran} training step"):
+    with sources:
+        st.caption("Teacher forcing, generation (with and without the cache), the attention it runs, and the sampler; "
+                   f"then one {track_ran} training step, as a run takes it for each batch: "
+                   + ("the one transformer's forward pass and hand-written backward pass, sublayer by sublayer, then Adam."
+                      if track_ran == "readable" else "the same numbers as the readable step, in one Numba call, then "
+                      "Adam." + ("" if setup.seq2seq else " That call is the same for every decoder: a decoder-only "
+                                 "model skips its encoder and cross-attention.")))
+        step_ran = step_record_of("decoder", cfg, track_ran)
+        if step_ran is None:
+            st.caption(STILL_COMPILING)
+        else:
+            ran.merge(step_ran)
+        function_sources(ran)
 
 state.publish(PAGE, spec_for(task))

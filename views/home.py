@@ -7,7 +7,7 @@ from core.lessons.analysis import interaction_paths
 from core.recording import recording
 from ui import lesson, state
 from ui.real_model_parts import DEFAULT_MODEL, DESCRIBED
-from ui.widgets import function_sources
+from ui.widgets import function_sources, source_expander
 
 PAGE = "home"
 SPEC = {"n": state.int_field(512, 2, 4096)}
@@ -70,8 +70,9 @@ st.dataframe(pd.DataFrame({
     "recurrent network": [paths.rnn_sequential, paths.rnn_path],
     "self-attention": [paths.attention_sequential, paths.attention_path],
 }), hide_index=True)
-with st.expander("The code behind this table"):
-    function_sources(ran)
+if sources := source_expander("The code behind this table"):
+    with sources:
+        function_sources(ran)
 st.caption(f"The price: attention scores every pair, {n_tokens:,}² = {n_tokens ** 2:,} scores per head and "
            "layer, where a recurrent step touches each token once. Blocks of the same shape also stack "
            "easily, and decoder-only stacks trained to predict the next token at scale (GPT, LLaMA) learn "

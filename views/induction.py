@@ -12,7 +12,7 @@ from core.lessons import head_kinds, induction
 from core.recording import Record, recording
 from ui import charts, lesson, state
 from ui.step_source import STILL_COMPILING, step_record_of
-from ui.widgets import function_sources
+from ui.widgets import function_sources, source_expander
 
 
 PAGE = "induction"
@@ -276,14 +276,15 @@ st.markdown(
     f"(one per sequence) costs **{m.loss_repeat_start:.3f}**: the token before it has no earlier copy, so the "
     "sequence so far does not say that the segment has ended.")
 
-with st.expander(f"Source: the code that computed these numbers, and the {run.track} training step"):
-    st.caption(f"The data, the measures and the removals; then one {run.track} training step, as the run that "
-               "trained this model took each of its steps" + (" (trained ahead and shipped)." if run.shipped else "."))
-    step_ran = step_record_of("decoder", run.cfg, run.track)
-    if step_ran is None:
-        st.caption(STILL_COMPILING)
-    else:
-        ran.merge(step_ran)
-    function_sources(ran)
+if sources := source_expander(f"Source: the code that computed these numbers, and the {run.track} training step"):
+    with sources:
+        st.caption(f"The data, the measures and the removals; then one {run.track} training step, as the run that "
+                   "trained this model took each of its steps" + (" (trained ahead and shipped)." if run.shipped else "."))
+        step_ran = step_record_of("decoder", run.cfg, run.track)
+        if step_ran is None:
+            st.caption(STILL_COMPILING)
+        else:
+            ran.merge(step_ran)
+        function_sources(ran)
 
 state.publish(PAGE, SPEC)

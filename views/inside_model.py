@@ -389,10 +389,11 @@ with b:
     bar_chart(charts.bar(single, feat(T), title="Test accuracy reading one position", x_title="position",
                                   y_title="test accuracy"))
 
-with st.expander("Source of these numbers"):
-    st.markdown("The encoder run as the one transformer (`core/model/transformer.py`): its readable forward "
-                "pass, which keeps every array it computes in the cache; then the lesson's selections and "
-                "summaries of that cache (`core/lessons/inside.py`).")
-    widgets.function_sources(ran)
+if sources := widgets.source_expander("Source of these numbers"):
+    with sources:
+        st.markdown("The encoder run as the one transformer (`core/model/transformer.py`): its readable forward "
+                    "pass, which keeps every array it computes in the cache; then the lesson's selections and "
+                    "summaries of that cache (`core/lessons/inside.py`).")
+        widgets.function_sources(ran)
 
 state.publish(PAGE, SPEC)

@@ -90,7 +90,7 @@ if lengths is not None:
         # the warm-up's compiling process is stopped meanwhile, and continued after
         with warmup.start_once().paused(), speed.measuring_alone(lambda: bar.info(
                 "Another visitor to this server is timing the kernels: yours start when theirs end, so that "
-                "neither run slows the other.", icon="⏳")):
+                "neither run slows the other.", icon=":material/hourglass_top:")):
             bar.progress(0.0, text="Measuring this machine's matrix-product speed…")
             # the ceiling is what the machine can do: the faster of a reading before and one after, measured
             # again while a kernel reads faster than it; the run says when the machine was too busy to time
@@ -107,7 +107,7 @@ if lengths is not None:
         st.warning("**This machine was too busy to time fairly**: other programs (or other visitors to this "
                    "server) had the cores while it was measured, so the times below may be slower than the "
                    "kernels are, and their share of the ceiling is not shown.\n\n"
-                   + "\n".join(f"- {reason}" for reason in result.busy), icon="⚠️")
+                   + "\n".join(f"- {reason}" for reason in result.busy), icon=":material/warning:")
         st.button("Measure again now", key=REMEASURE, type="primary",
                   help="Times every kernel and the ceiling again; close other programs first if you can.")
 
@@ -291,7 +291,7 @@ if asked or (kept_gemm is not None and kept_gemm["shape"] != shape_id):
     with st.spinner(f"Timing the five steps at {shape.M} × {shape.K} × {shape.N}…"), \
             warmup.start_once().paused(), speed.measuring_alone(lambda: waiting.info(
                 "Another visitor to this server is timing: yours starts when theirs ends, so that neither "
-                "run slows the other.", icon="⏳")):
+                "run slows the other.", icon=":material/hourglass_top:")):
         measured_gemm = gemm_speed.measure_against_ceiling(shape.dims)
     waiting.empty()
     st.session_state[GEMM_RESULTS] = kept_gemm = {"shape": shape_id, "result": measured_gemm,
@@ -303,7 +303,7 @@ if kept_gemm is not None and kept_gemm["shape"] == shape_id:
     if result_gemm.busy:
         st.warning("**This machine was too busy to time fairly**: the times below may be slower than the steps "
                    "are, and their share of the ceiling is not shown. Time them again.\n\n"
-                   + "\n".join(f"- {reason}" for reason in result_gemm.busy), icon="⚠️")
+                   + "\n".join(f"- {reason}" for reason in result_gemm.busy), icon=":material/warning:")
     st.dataframe(pd.DataFrame({
         "step": [r.step for r in steps], "M": [r.M for r in steps], "K": [r.K for r in steps],
         "N": [r.N for r in steps],

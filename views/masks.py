@@ -160,7 +160,7 @@ else:
                 + (f"Sequence {empty[0] + 1} has length 0: its weights are "
                    + ("all 0, not NaN." if np.all(res.weights[empty[0]] == 0) else "NOT all 0.")
                    if empty else "A sequence of length 0 would get all-zero weights, not NaN: type a 0 to see it."))
-    kernel_source(ran)
+    kernel_source(ran, key="sources:padding")
 lesson.ask(ask["padded_keys"])
 
 # 3. cross-attention ------------------------------------------------------------------------------
@@ -188,7 +188,7 @@ else:
     st.vega_lite_chart(charts.heatmap_grid(list(cross.weights), charts.position_labels(tgt),
                                         charts.position_labels(src), ["head 1", "head 2"], columns=2,
                                         row_title="decoder query", col_title="encoder key", size=260))
-    kernel_source(ran)
+    kernel_source(ran, key="sources:cross")
 lesson.ask(ask["cross_queries"])
 
 # 4. the three families ---------------------------------------------------------------------------

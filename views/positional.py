@@ -128,7 +128,7 @@ right.vega_lite_chart(charts.heatmap(C[:DRAW_POSITIONS, :DRAW_POSITIONS], pos_la
                                   title="cosine similarity between positions", kind="signed",
                                   value_name="cosine", row_title="position", col_title="position",
                                   size=360, annotate=False))
-kernel_source(ran)
+kernel_source(ran, key="sources:similarity")
 
 if st.session_state[key("from")] > T - 1:                                 # within this T
     state.settle(PAGE, "from", T - 1, f"with {T} positions the last one is {T - 1}.")
@@ -228,7 +228,7 @@ st.caption("The sinusoidal rows exist, but that is not the same as working: a mo
            "length ≤ 512 has never seen the codes of positions 512–1023 next to its data, and may behave "
            "unexpectedly there. That is one reason practitioners cap sequence lengths or move to relative "
            "schemes such as RoPE and ALiBi (below).")
-kernel_source(ran)
+kernel_source(ran, key="sources:learned")
 
 # 3. other ways to tell position -----------------------------------------------------------------
 st.header("Other codes, seen in the scores")

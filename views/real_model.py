@@ -12,7 +12,7 @@ from core.model import minilm_package, names
 from core.recording import Record, recorded, recording
 from ui import charts, lesson, state
 from ui import real_model_parts as parts
-from ui.widgets import function_sources
+from ui.widgets import function_sources, source_expander
 
 PAGE = "real_model"
 MODELS = parts.MODELS
@@ -290,8 +290,9 @@ st.caption(parts.parameters_caption(cfg, sizes) + " The formula knows only the c
            "file." + ("" if formula.total == m.checkpoint_params else
                       " They differ: the file holds tensors this config does not describe."))
 
-with st.expander("Source: the transformer and the analyses that ran"):
-    function_sources(ran)
+if sources := source_expander("Source: the transformer and the analyses that ran"):
+    with sources:
+        function_sources(ran)
 
 # a large model's grid opens on layer 1, a small one's on every layer: each its own default in the link
 state.publish(PAGE, SPEC | {"grid_layer": dataclasses.replace(SPEC["grid_layer"], default=1 if one_layer_only else 0)})

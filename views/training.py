@@ -13,7 +13,7 @@ from core.training.encoder_runs import EncoderRun
 from core.model.upload import weights_from_upload
 from ui.step_source import STILL_COMPILING, step_record_of
 from ui.trainer import Trainer
-from ui.widgets import act, function_sources, live_view, run_progress
+from ui.widgets import act, function_sources, live_view, run_progress, source_expander
 
 
 PAGE = "training"
@@ -367,18 +367,19 @@ live_view(draw_ablations, "the ablations", lambda: ablation.running, poll)
 def step_source(run_spec: EncoderRun | None, track_ran: str) -> None:
     """The functions one training step of the run's model runs on the track that ran (else of the
     model and track chosen), as one step records them."""
-    with st.expander(f"Source: the {track_ran} training step"):
-        st.caption("Each function of one step (forward, loss, backward, Adam), in the order it first runs. "
-                   + ("The forward and backward passes are the one transformer's, shared with the other pages."
-                      if track_ran == "readable" else
-                      "One call into Numba runs all of it; the readable step computes the same numbers."))
-        step = None if run_spec is None else step_record_of("encoder", run_spec.config(), track_ran)
-        if run_spec is None:
-            st.caption("Choose settings the model can be built with to see its step.")
-        elif step is None:
-            st.caption(STILL_COMPILING)
-        else:
-            function_sources(step)
+    if sources := source_expander(f"Source: the {track_ran} training step"):
+        with sources:
+            st.caption("Each function of one step (forward, loss, backward, Adam), in the order it first runs. "
+                       + ("The forward and backward passes are the one transformer's, shared with the other pages."
+                          if track_ran == "readable" else
+                          "One call into Numba runs all of it; the readable step computes the same numbers."))
+            step = None if run_spec is None else step_record_of("encoder", run_spec.config(), track_ran)
+            if run_spec is None:
+                st.caption("Choose settings the model can be built with to see its step.")
+            elif step is None:
+                st.caption(STILL_COMPILING)
+            else:
+                function_sources(step)
 
 
 ran = trainer.view()

@@ -26,7 +26,7 @@ from core.kernels import dispatch
 from core.kernels import gpu as lesson_gpu
 from core.kernels.tuned import cpu as tuned_cpu
 from core.limits import MAX_D_K, MAX_D_MODEL, MAX_HEADS, MAX_PE_POSITIONS, MAX_TOKENS
-from ui.widgets import BACKEND_KEY
+from ui.widgets import BACKEND_KEY, SOURCES_KEY
 
 from kernel_tables import DRIVERS, table_of
 from page_support import matrix_named
@@ -253,6 +253,7 @@ def kernel_source_blocks(page: AppTest) -> tuple[str, list[str], list[str]]:
 def test_the_one_head_page_shows_the_functions_that_computed_its_numbers(backend_name, module):
     page = AppTest.from_file(ONE_HEAD, default_timeout=120)
     page.session_state[BACKEND_KEY] = backend_name
+    page.session_state[SOURCES_KEY] = True          # opened: a shut source expander holds no code
     page.run()
     assert not page.exception and not page.error
     label, headings, blocks = kernel_source_blocks(page)

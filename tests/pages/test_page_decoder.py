@@ -12,7 +12,7 @@ from core.model import transformer, transformer_encdec
 from core.training.decoder_runs import DEFAULTS
 from core.lessons.questions import decoder as questions
 from page_support import answer_everything, answer_question, heatmap_grids, table_named
-from source_support import source_names
+from source_support import opened_source, source_names
 from ui.decoder_trainer import EVAL_EVERY
 
 TRAINER = "decoder.trainer"
@@ -312,7 +312,7 @@ def test_one_box_says_the_weights_are_untrained(at):
 
 
 def step_source(at) -> str:
-    box = next(e for e in at.expander if e.label.startswith("Source: generation"))
+    box = opened_source(at, "Source: generation")
     return box.label + " " + " ".join(c.value for c in box.code)
 
 
@@ -348,8 +348,7 @@ def test_the_step_switch_changes_the_source_and_the_milliseconds(at):
         shown = metric(at, f"ms per step ({track} step)")
         assert float(shown) == pytest.approx(view.metrics[-1]["ms_per_step"], abs=0.006)
         readings[track] = (float(shown), step_source(at))
-        box = next(e for e in at.expander if e.label.startswith("Source: generation"))
-        codes = [c.value for c in box.code]
+        codes = [c.value for c in opened_source(at, "Source: generation").code]
         assert len(codes) == len(set(codes)), "a function is shown twice"
     (ms_r, src_r), (ms_c, src_c) = readings["readable"], readings["compiled"]
     assert "def encode(" in src_r and "def decoder_block(" in src_r        # this model's stacks ran

@@ -5,6 +5,7 @@ from pathlib import Path
 
 from core.lessons import path
 from page_support import open_page, table_named
+from source_support import opened_source
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = str(ROOT / "views" / "home.py")
@@ -63,7 +64,7 @@ def test_sequential_steps_and_path_length_follow_the_number_of_tokens():
     assert (table["self-attention"] == 1).all()
     assert "10² = 100 scores" in text(at)
     # the expander shows the function that computed the table (marked as one the page's record notes)
-    (code,) = at.code
+    (code,) = opened_source(at, "The code behind this table").code
     assert code.value.startswith("@recorded\ndef interaction_paths(n_tokens: int) -> PathLengths:")
 
 

@@ -14,7 +14,7 @@ from core.lessons.questions import inside_model as questions
 from core.model import multi_head, transformer
 from core.training.encoder_runs import EncoderRun
 from page_support import answer_everything, answer_question, heatmaps
-from source_support import source_names
+from source_support import opened_source, source_names
 from ui.trainer import Trainer
 
 SIZES, STEPS = (200, 40, 60), 20
@@ -88,7 +88,7 @@ def test_walkthrough_shows_the_cache_and_follows_example_and_layer():
     assert "`(T, d_model) = (16, 32)`" in markdown and "`(T, d_ff) = (16, 64)`" in markdown
     assert "`(H, T, T) = (4, 16, 16)`" in markdown and "`(classes) = (2)`" in markdown
     assert len(at.latex) >= 3
-    shown = {c.value.strip() for c in at.code}          # the source expander: the functions that ran
+    shown = {c.value.strip() for c in opened_source(at, "Source of these numbers").code}   # the functions that ran
     for fn in (inside.forward, transformer.forward, transformer.block, multi_head.attend,
                transformer.layer_norm, inside.walkthrough, inside.ablated_logits):
         assert inspect.getsource(fn).strip() in shown, fn.__qualname__

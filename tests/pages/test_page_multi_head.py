@@ -12,6 +12,7 @@ from core.lessons.questions.multi_head import PREVIOUS_HEAD, QUERY_T
 from core.kernels import reference as ref
 
 from page_support import answer_question, charts, heatmaps, named, open_page
+from source_support import source_names as shown_names
 
 PAGE = str(Path(__file__).resolve().parents[2] / "views" / "multi_head.py")
 
@@ -321,8 +322,7 @@ def test_the_scores_are_computed_once_per_redraw_and_drawn_as_computed(kernel_ca
 
 
 def source_names(at) -> list[str]:
-    (box,) = [e for e in at.expander if e.label.startswith("Kernel source")]
-    return [m.value.split("`")[1] for m in box.markdown if m.value.startswith("**`")]
+    return shown_names(at, "Kernel source")
 
 
 def test_the_source_names_the_functions_that_ran_and_no_other(page):

@@ -9,6 +9,7 @@ from core.lessons import heads, questions
 from core.kernels import reference as ref
 
 from page_support import answer_question, heatmaps, matrix_named, named, open_page, table_named
+from source_support import source_names as shown_names
 
 PAGE = str(Path(__file__).resolve().parents[2] / "views" / "one_head.py")
 
@@ -269,8 +270,7 @@ def test_the_scores_are_computed_once_per_redraw_and_drawn_as_computed(kernel_ca
 
 def source_names(at) -> list[str]:
     """The functions the "Kernel source" expander names, in order: drivers, then the lesson's."""
-    (box,) = [e for e in at.expander if e.label.startswith("Kernel source")]
-    return [m.value.split("`")[1] for m in box.markdown if m.value.startswith("**`")]
+    return shown_names(at, "Kernel source")
 
 
 def test_the_source_names_the_functions_that_ran_and_no_other():

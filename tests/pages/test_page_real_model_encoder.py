@@ -9,7 +9,7 @@ from core.lessons import real_model as rm
 from core.model import minilm_package
 import hub_support
 from page_support import heatmaps, open_page, table_named
-from source_support import forward_ran, softmax_and_gelu, source_names
+from source_support import forward_ran, opened_source, softmax_and_gelu, source_names
 from minilm_support import PUBLISHED
 from ui import real_model_parts as parts
 from ui import state
@@ -112,11 +112,11 @@ def test_on_a_freshly_started_server_the_numpy_formulas_run_and_the_source_shows
         cached.clear()
     try:
         at = open_page(PAGE)
+        assert not at.exception and not at.error
+        shown = " ".join(c.value for c in opened_source(at, "Source: the transformer").code)
     finally:
         for cached in fresh:
             cached.clear()
-    assert not at.exception and not at.error
-    shown = " ".join(c.value for c in at.code)
     assert "def _gelu_erf_numpy" in shown and "def _layer_norm_rows_numpy" in shown
     assert "def _gelu_erf_rational" not in shown and "def _layer_norm_rows(" not in shown
     assert "**next-token** (≥ 0.5): L2H9" in named(at)

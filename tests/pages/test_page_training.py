@@ -11,6 +11,7 @@ from core.lessons.questions import training as questions
 from core.model import encoder_io, transformer
 from core.training.encoder_runs import EncoderRun
 from page_support import answer_everything, answer_question
+from source_support import opened_source
 from ui.trainer import Trainer
 
 SIZES = (200, 40, 40)   # train / validation / test sequences: fast enough for a test
@@ -284,7 +285,7 @@ def test_a_time_cap_stops_the_ablations_at_one_step_and_the_table_says_so(at):
 
 def shown_source(at) -> str:
     """The code blocks of the training step's source expander."""
-    box = next(e for e in at.expander if e.label.startswith("Source: the"))
+    box = opened_source(at, "Source: the")
     return box.label + " " + " ".join(c.value for c in box.code)
 
 

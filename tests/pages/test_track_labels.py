@@ -20,6 +20,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from page_support import HANG_GUARD_S, button, rerun_until, set_tiny_encoder
+from source_support import opened_source
 
 from core import readiness, warmup
 from core.kernels import dispatch
@@ -83,7 +84,7 @@ def texts(elements) -> str:
 def source_box(at: AppTest, start: str):
     found = [e for e in at.expander if e.label.startswith(start)]
     assert len(found) == 1, f"expected one expander {start!r}..., found {[e.label for e in at.expander]}"
-    return found[0]
+    return opened_source(at, start)
 
 
 def step_functions(model: str, track: str, cfg) -> list:
@@ -127,12 +128,12 @@ def test_train_an_encoder_names_the_step_that_ran(state, ran, request):
         rerun_until(at, lambda a: any(h.value == "Results" for h in a.subheader), "the 4-step run's results")
         assert trainer.view().runs[0].last["track"] == ran
         cfg = trainer.view().runs[0].spec.config()
+        box = source_box(at, "Source: the")          # opened (a run of the page) while the run is there
     finally:
         trainer.reset()
     # (the reset forgets the run only after this page was drawn: the page read here is the finished run's)
     labels = [m.label for m in at.metric if m.label.startswith("ms per step")]
     assert labels == [f"ms per step ({ran} step)"]
-    box = source_box(at, "Source: the")
     assert box.label == f"Source: the {ran} training step"
     shows_the_step_functions(box, "encoder", ran, cfg)
 
@@ -149,11 +150,11 @@ def test_decoder_and_generation_names_the_step_that_ran(state, ran, request):
         button(at, "Train").click().run()
         rerun_until(at, lambda a: not any("untrained" in w.value for w in a.warning), "the 3-step run's model")
         assert trainer.view().status == "done" and trainer.view().track == ran, trainer.view()
+        box = source_box(at, "Source: generation")   # opened (a run of the page) while the run is there
     finally:
         trainer.reset()
     labels = [m.label for m in at.metric if m.label.startswith("ms per step")]
     assert labels == [f"ms per step ({ran} step)"]
-    box = source_box(at, "Source: generation")
     assert box.label == f"Source: generation, and the {ran} training step"
     # reverse is an encoder-decoder; the expander lists generation's forward passes too
     shows_the_step_functions(box, "decoder", ran, decoder_runs.build("reverse").cfg, forward_shown=True)
