@@ -13,7 +13,7 @@ from ui.widgets import BACKEND_KEY, PRECISION_KEY
 # Material icons, not emoji: an emoji icon makes Streamlit load its emoji catalogue, a tenth of a
 # second of a fresh server's first visit
 st.set_page_config(page_title="Attention, operated by hand", page_icon=":material/search:", layout="wide")
-warmup.start_once()   # once per server process: the heavy kernels compile in the background, between page runs
+warmup.start_once(after_a_page=True)   # once per server process: the kernels compile in the background, after the first page
 
 # The sidebar lists the lesson pages in the order of the path (core/lessons/path.py): each page's
 # prerequisites come before it.

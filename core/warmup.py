@@ -214,12 +214,16 @@ class WarmUp:
         self._quiet = threading.Lock()             # held while a step loads here, and while timing
         self._pages = 0                            # pages running now (page_running), and their condition
         self._pages_changed = threading.Condition()
+        self._a_page_ended = threading.Event()
         self.seconds: dict[str, float] = {}
         if not self._pending:
             self._finished.set()
 
-    def start(self) -> "WarmUp":
-        threading.Thread(target=self._run, name="kernel-warm-up", daemon=True).start()
+    def start(self, after_a_page: bool = False) -> "WarmUp":
+        """Run the steps in a thread; ``after_a_page``: not before a page has run here (at most
+        ``PAGE_WAIT_S``), so that a fresh server's first visit has the machine to itself (the
+        compiling child's start, its imports, took half a second from that visit on two cores)."""
+        threading.Thread(target=self._run, args=(after_a_page,), name="kernel-warm-up", daemon=True).start()
         return self
 
     def want(self, label: str) -> None:
@@ -270,7 +274,9 @@ class WarmUp:
         with self._lock:
             self._signal_child(signal.SIGKILL)
 
-    def _run(self) -> None:
+    def _run(self, after_a_page: bool = False) -> None:
+        if after_a_page:
+            self._a_page_ended.wait(PAGE_WAIT_S)
         # This thread keeps the process's priority. Numba compiles and loads while holding the
         # interpreter's lock: a thread niced below a busy machine's other work would hold that lock
         # for as long as it waits for a core, and every page of the server would wait with it.
@@ -318,6 +324,8 @@ class WarmUp:
         with self._pages_changed:
             self._pages += change
             self._pages_changed.notify_all()
+            if self._pages <= 0:
+                self._a_page_ended.set()
 
     def _after_pages(self) -> None:
         with self._pages_changed:
@@ -367,17 +375,17 @@ class WarmUp:
 _start_lock = threading.Lock()
 
 
-def start_once() -> WarmUp:
+def start_once(after_a_page: bool = False) -> WarmUp:
     """The process's warm-up, started on the first call (``ATTN_WARMUP=0`` turns it off: then a
     finished, empty one is returned and each page compiles what it needs on first use). It is
     registered in :mod:`core.readiness`, where the layers below this one read whether it has loaded
-    what they would run."""
+    what they would run; ``after_a_page``: its steps begin once a page has run (:meth:`WarmUp.start`)."""
     with _start_lock:
         if readiness.started() is None:
             if os.environ.get("ATTN_WARMUP", "1") == "0":
                 warm = WarmUp(steps=())
             else:
-                warm = WarmUp(STEPS, ON_DEMAND).start()
+                warm = WarmUp(STEPS, ON_DEMAND).start(after_a_page)
                 atexit.register(warm.stop_child)
             readiness.register(warm)
         return readiness.started()

@@ -84,6 +84,25 @@ def test_a_step_loads_here_between_page_runs_or_after_waiting_its_longest(monkey
         assert warm.wait(10) and ran == ["c"]
 
 
+def test_a_warm_up_started_after_a_page_waits_for_the_first_page_or_its_longest(monkeypatch):
+    """The router starts the warm-up as a fresh server's first visit begins, before its page runs:
+    no step (and no compiling child) starts until a page has run here, at most ``PAGE_WAIT_S``."""
+    ran = []
+    monkeypatch.setattr(warmup, "PAGE_WAIT_S", 30)          # the page's end, not the wait's cap, starts it
+    warm = warmup.WarmUp(steps=[("a", lambda: ran.append(time.monotonic()))]).start(after_a_page=True)
+    time.sleep(0.3)
+    assert ran == [] and warm.progress() == (0, 1, "")       # the page has not begun yet
+    with warm.page_running():
+        time.sleep(0.3)
+        assert ran == []
+        ended = time.monotonic()
+    assert warm.wait(10) and ran[0] >= ended
+    monkeypatch.setattr(warmup, "PAGE_WAIT_S", 0.3)
+    started = time.monotonic()
+    warm = warmup.WarmUp(steps=[("b", lambda: ran.append(time.monotonic()))]).start(after_a_page=True)
+    assert warm.wait(10) and ran[1] - started >= 0.3         # no page came: it went ahead
+
+
 def test_the_router_runs_each_page_as_a_page_running(monkeypatch):
     seen = []
 
