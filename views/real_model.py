@@ -284,8 +284,10 @@ with recording(ran):
 p1, p2 = st.columns(2)
 p1.metric("in the checkpoint's tensors", f"{m.checkpoint_params:,}")
 p2.metric("by the Parameters page's formula", f"{formula.total:,}")
-st.dataframe(pd.DataFrame(formula.rows(), columns=["part", "parameters", "share"]).style.format(
-    {"parameters": "{:,}", "share": "{:.1%}"}), hide_index=True)
+# a static table of text: a pandas Styler costs a fresh server's first visit a tenth of a second (jinja2),
+# and the interactive table's script more than a megabyte in the browser
+st.table(pd.DataFrame([(part, f"{count:,}", f"{share:.1%}") for part, count, share in formula.rows()],
+                      columns=["part", "parameters", "share"]).set_index("part"))
 st.caption(parts.parameters_caption(cfg, sizes) + " The formula knows only the config, the first count only the "
            "file." + ("" if formula.total == m.checkpoint_params else
                       " They differ: the file holds tensors this config does not describe."))

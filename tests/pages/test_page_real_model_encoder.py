@@ -5,6 +5,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from core.lessons import param_counts
 from core.lessons import real_model as rm
 from core.model import minilm_package
 import hub_support
@@ -53,6 +54,11 @@ def test_opens_on_the_real_encoder_and_names_its_known_heads(page):
 def test_draws_the_published_similarities_and_counts_its_parameters(page):
     np.testing.assert_allclose(chart(page, "Cosine similarity"), PUBLISHED, atol=1e-3)
     assert metric(page, "in the checkpoint's tensors") == metric(page, "by the Parameters page's formula") == 22_713_216
+    (table,) = [t.value for t in page.table if t.value.index.name == "part"]      # the formula, part by part
+    counts = table["parameters"].str.replace(",", "").astype(int)
+    formula = param_counts.model_param_count(parts.model_for(minilm_package.MINILM).config)
+    assert counts.to_dict() == formula.parts and counts.sum() == 22_713_216
+    np.testing.assert_allclose(table["share"].str.rstrip("%").astype(float), 100 * counts / counts.sum(), atol=0.051)
 
 
 def test_removing_a_head_moves_the_similarity_and_each_control_moves_it():
