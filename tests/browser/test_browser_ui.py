@@ -8,6 +8,7 @@ a shared link, so the first test sees a freshly started server.
 - files written into ``__pycache__`` folders of the app's packages (what Numba does when a kernel
   compiles) never bring up Streamlit's "File change — Rerun" notice;
 - a page that stops on bad input keeps every control's value, on screen and in the link;
+- a source expander is empty until opened, then filled, and stays so as the page runs again;
 - a refused matrix cell is cleared back to the value the charts use, with a message in the
   student's words; labels are read-only;
 - heatmaps label every key that fits; nothing is cut off (charts, formulas, tables, dropdowns).
@@ -204,6 +205,30 @@ def test_one_head_keeps_its_controls_after_an_empty_sentence(server, browser):
         assert not {"scaled", "causal", "temperature"} & set(link), link
     except BaseException:
         failure_screenshot(page, "one_head_bad_sentence")
+        raise
+    finally:
+        ctx.close()
+
+
+def test_a_source_expander_is_filled_once_opened_and_stays_open(server, browser):
+    """Masks draws its three source expanders shut and empty (no code block, so no syntax
+    highlighter on a first visit); opening the last reruns the page and fills that one alone, and
+    it stays open and filled when the page runs again for a new input."""
+    ctx, page = _open(browser, server, "masks")
+    code = '[data-testid="stCode"]'
+    try:
+        boxes = page.locator(f'{MAIN} [data-testid="stExpander"]', has_text="Kernel source")
+        assert boxes.count() == 3 and page.locator(code).count() == 0
+        boxes.nth(2).locator("summary").click()
+        page.wait_for_function(f"() => document.querySelectorAll('{code}').length > 0", timeout=WARM_MS)
+        wait_idle(page, timeout_ms=WARM_MS)
+        filled = [boxes.nth(i).locator(code).count() for i in range(3)]
+        assert filled[2] > 0 and filled[:2] == [0, 0], filled
+        _type_into(page, "Target so far (decoder side)", "i am a teacher")
+        assert error_texts(page) == [] and "teacher" in page.locator(MAIN).inner_text()
+        assert [boxes.nth(i).locator(code).count() for i in range(3)] == filled
+    except BaseException:
+        failure_screenshot(page, "masks_source_expander")
         raise
     finally:
         ctx.close()
