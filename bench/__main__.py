@@ -1,6 +1,6 @@
 """Run every benchmark and print its tables: ``python -m bench [section ...]``.
 
-Sections: attention, crossover, training, decoder, pages, coldstart, real_model, load, gemm. Each prints
+Sections: attention, crossover, training, decoder, pages, coldstart, first_visit, real_model, load, gemm. Each prints
 ratios measured side by side in one run; copy the output into ``bench/RESULTS.md`` together with the
 machine it ran on.
 """
@@ -12,7 +12,8 @@ import sys
 import numba
 import numpy as np
 
-SECTIONS = ["attention", "crossover", "training", "decoder", "pages", "coldstart", "real_model", "load", "gemm"]
+SECTIONS = ["attention", "crossover", "training", "decoder", "pages", "coldstart", "first_visit", "real_model", "load",
+            "gemm"]
 
 
 def main(argv: list[str]) -> None:
