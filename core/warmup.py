@@ -221,8 +221,8 @@ class WarmUp:
 
     def start(self, after_a_page: bool = False) -> "WarmUp":
         """Run the steps in a thread; ``after_a_page``: not before a page has run here (at most
-        ``PAGE_WAIT_S``), so that a fresh server's first visit has the machine to itself (the
-        compiling child's start, its imports, took half a second from that visit on two cores)."""
+        ``PAGE_WAIT_S``), so that a fresh server's first visit does not share its two cores with the
+        compiling child's start and imports."""
         threading.Thread(target=self._run, args=(after_a_page,), name="kernel-warm-up", daemon=True).start()
         return self
 

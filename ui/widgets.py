@@ -120,8 +120,9 @@ def source_expander(label: str, key: str = SOURCES_KEY):
 
     Shut, as every page first draws it, it sends no code: a page's dozens of code blocks, and the
     browser's syntax highlighter (1.5 MB of script), cost a first visit over a second. Opening it
-    reruns the page, which then fills it. Returns the expander while open, else None; its label
-    must not change from run to run (it is part of the expander's identity: a new label shuts it).
+    reruns the page, which then fills it. Returns the expander while open, else None. The label is
+    part of the expander's identity: a label that changes (a training page's names the step that
+    ran) shuts it, so none carries a figure that changes with every run.
     """
     box = st.expander(label, key=key, on_change="rerun")
     return box if box.open else None
