@@ -65,7 +65,11 @@ def task_data(task: str, sizes: tuple, seed: int) -> tasks.Dataset:
 
 @st.cache_resource(show_spinner="Removing each head in turn and scoring the test set…", max_entries=8)
 def head_report(key: str, _model: inside.Model):
-    """Each head removed in turn, and the record of what computed it."""
+    """Each head removed in turn, and the record of what computed it (the opening model's once per
+    process: its question's numbers, computed when the page's questions were imported)."""
+    opening, report, ran = inside.opening_model()
+    if key == model_key(opening):
+        return report, ran
     with recording() as ran:
         report = inside.head_ablation(_model.params, _model.cfg, _model.data.X_test, _model.data.y_test)
     return report, ran

@@ -27,7 +27,7 @@ import numpy as np
 from core.lessons.analysis import row_entropy_bits
 from core.model import names, transformer
 from core.model.config import TransformerConfig
-from core.recording import recorded
+from core.recording import Record, recorded, recording
 # the model the page opens on is trained (or read from the file shipped with the app) in core.training
 from core.training.encoder_runs import TrainedEncoder as Model, default_model, train_default  # noqa: F401
 
@@ -238,11 +238,14 @@ def focused_head_outcome(report: HeadReport, mode: str = "zero") -> int:
 
 
 @functools.lru_cache(maxsize=1)
-def opening_model() -> tuple[Model, HeadReport]:
+def opening_model() -> tuple[Model, HeadReport, Record]:
     """The model the page "Inside a trained model" opens on (:func:`default_model`: 'sum', seed 0,
-    shipped with the app) and its :func:`head_ablation` report, computed once per process."""
+    shipped with the app), its :func:`head_ablation` report and the record of what computed it (the
+    page's source shows it): computed once per process, for the opening question and the page."""
     model = default_model()
-    return model, head_ablation(model.params, model.cfg, model.data.X_test, model.data.y_test)
+    with recording() as ran:
+        report = head_ablation(model.params, model.cfg, model.data.X_test, model.data.y_test)
+    return model, report, ran
 
 
 @recorded

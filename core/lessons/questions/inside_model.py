@@ -10,7 +10,7 @@ from core.lessons.predictions import Prediction
 from core.model import names
 
 PAGE = "inside_model"
-_MODEL, _REPORT = inside.opening_model()
+_MODEL, _REPORT, _ = inside.opening_model()
 _H = _MODEL.cfg.n_heads
 _CHANGE = _REPORT.change("zero").ravel()
 _FOCUSED = inside.most_focused(_REPORT)
