@@ -24,11 +24,14 @@ def source_names(at, start: str, key: str = SOURCES_KEY) -> list[str]:
 
 def opened_source(at, start: str, key: str = SOURCES_KEY):
     """The one expander whose label starts with ``start``, open. A page draws it shut, and shut it
-    holds nothing (checked here); then it is opened (``key``) and the page run again."""
+    holds nothing (checked here); then it is opened by its ``key`` (that of
+    :func:`ui.widgets.source_expander`) and the page run again. It stays open for the runs after,
+    unless its label changes, as in the browser."""
     (box,) = [e for e in at.expander if e.label.startswith(start)]
     if not box.proto.expanded:
         assert not box.children, f"the shut expander {box.label!r} holds {len(box.children)} elements"
-        open_sources(at, key).run()
+        at.session_state[key] = True
+        at.run()
         assert not at.exception, at.exception
         (box,) = [e for e in at.expander if e.label.startswith(start)]
         assert box.proto.expanded and box.code, f"{box.label!r} did not open, or holds no code"
@@ -54,11 +57,3 @@ def forward_ran(model, ids) -> set[str]:
         recorded(model.forward)(np.array(ids))
     return {full_name(fn) for fn in dispatch.functions_behind(ran)}
 
-
-def open_sources(at, *keys: str):
-    """Open a page's source expanders for its next runs: shut, as a student first sees them, they
-    hold no code. ``keys``: those of :func:`ui.widgets.source_expander`, by default the one every
-    page has. An expander whose label changes shuts again, as it would in the browser."""
-    for key in keys or (SOURCES_KEY,):
-        at.session_state[key] = True
-    return at
