@@ -31,7 +31,7 @@ from numba import njit, prange
 
 from core.kernels.tuned import simd
 from core.kernels.tuned.fastexp import EXP_MAX, gelu_erf, gelu_tanh, silu
-from core.kernels.tuned.target import REGISTERS
+from core.kernels.tuned.target import REGISTERS, VECTOR_BYTES
 from core.readiness import can_run
 
 JIT = dict(cache=True, nogil=True, error_model="numpy")
@@ -233,11 +233,14 @@ def _matmul(x, panels, N, bias, has_bias, act, residual, has_residual, y):
 
 # Cache blocking, for a long K and many rows (a lesson's 2048 x 2048): a task runs K in chunks of
 # BLOCK_K, each chunk over all its BLOCK_M rows before the next, so that the chunk of its panel
-# (BLOCK_K x width: 128 KB in float32) is read from the L2 cache by every row block, where a whole
-# panel (512 KB at K = 2048) shared L2 with x's rows streaming through. Measured on Zen 4: 2048^3 at
-# 1.3-1.5x the product without it; at 1024^3, 512 x 768 x 3072 and a model pass's rows (256 at
-# most) it was slower or level, so those keep the product above.
-BLOCKED_FROM_ROWS, BLOCKED_FROM_K = 512, 1025
+# (BLOCK_K x width: 128 KB with AVX-512's tile) is read from the L2 cache by every row block, where
+# a whole panel (512 KB at K = 2048) shared L2 with x's rows streaming through. Measured on Zen 4:
+# 2048^3 at 1.3-1.5x the product without it; at 1024^3, 512 x 768 x 3072 and a model pass's rows
+# (256 at most) it was slower or level, so those keep the product above. Hence: blocked once a panel
+# passes 256 KB. AVX2's panels are 3/8 as wide (192 KB at K = 2048), and on Zen 3 (AVX2) 2048^3
+# blocked ran at 0.8-0.9x the product without blocking.
+BLOCKED_FROM_ROWS = 512
+BLOCKED_FROM_K = 256 * 1024 // (TILE_VECTORS * VECTOR_BYTES) + 1      # 1025 with AVX-512, 2731 with AVX2
 BLOCK_K, BLOCK_M = 512, 128
 
 
