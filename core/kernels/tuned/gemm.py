@@ -238,7 +238,7 @@ def _matmul(x, panels, N, bias, has_bias, act, residual, has_residual, y):
 # 2048^3 at 1.3-1.5x the product without it; at 1024^3, 512 x 768 x 3072 and a model pass's rows
 # (256 at most) it was slower or level, so those keep the product above. Hence: blocked once a panel
 # passes 256 KB. AVX2's panels are 3/8 as wide (192 KB at K = 2048), and on Zen 3 (AVX2) 2048^3
-# blocked ran at 0.8-0.9x the product without blocking.
+# blocked ran at 0.7-0.9x the product without blocking.
 BLOCKED_FROM_ROWS = 512
 BLOCKED_FROM_K = 256 * 1024 // (TILE_VECTORS * VECTOR_BYTES) + 1      # 1025 with AVX-512, 2731 with AVX2
 BLOCK_K, BLOCK_M = 512, 128
